@@ -1,0 +1,49 @@
+# nodeops. `make demo` and `make test` do all the set-up on a fresh machine.
+SHELL := /usr/bin/env bash
+BIN := $(CURDIR)/bin
+export PATH := $(BIN):$(PATH)
+# envtest and the e2e tests find etcd, kube-apiserver, kwok and the nodeops binaries here.
+export KUBEBUILDER_ASSETS := $(BIN)
+export NODEOPS_BIN := $(BIN)
+GO_TEST_FLAGS ?=
+
+.PHONY: all tools build generate verify-generate lint test test-unit test-e2e demo bench clean
+
+all: build
+
+tools: ## Build the pinned Kubernetes, etcd, kwok and tool binaries into bin/ (seconds when current).
+	@hack/install-deps.sh
+	@hack/tools.sh
+
+build: ## Build nodeops' own binaries into bin/.
+	go build -o $(BIN)/ ./cmd/...
+
+generate: tools ## Regenerate deepcopy and CRDs.
+	$(BIN)/controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
+	$(BIN)/controller-gen crd paths=./api/... output:crd:artifacts:config=config/crd
+	$(BIN)/controller-gen rbac:roleName=nodeops-manager paths=./internal/controller/... output:rbac:artifacts:config=config/rbac
+
+verify-generate: generate ## Fail when committed generated files are stale.
+	@git diff --exit-code -- api config/crd config/rbac || { echo "generated files are stale: run 'make generate' and commit" >&2; exit 1; }
+
+lint: tools ## gofmt, go vet and golangci-lint.
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	go vet ./...
+	$(BIN)/golangci-lint run ./...
+
+test: tools verify-generate build test-unit test-e2e ## All tests: unit, envtest, end to end.
+
+test-unit: ## Unit and envtest (controller) tests.
+	go test $(GO_TEST_FLAGS) -timeout 30m $$(go list ./... | grep -v /test/e2e)
+
+test-e2e: ## End-to-end tests on nodeops-local, one package at a time.
+	go test $(GO_TEST_FLAGS) -p 1 -timeout 60m ./test/e2e/...
+
+demo: tools build ## Bring up nodeops-local and show the nodes.
+	@hack/demo.sh
+
+bench: tools build ## Benchmark at 100, 1,000 and 5,000 nodes; prints a table and writes bench/results.md.
+	go run ./bench
+
+clean:
+	rm -rf $(BIN)

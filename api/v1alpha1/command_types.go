@@ -1,0 +1,253 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Command is one step a NodeTask runs on its node. Exactly one kind is set.
+// +kubebuilder:validation:XValidation:rule="[has(self.kubeadmUpgradeApply), has(self.kubeadmUpgradeNode), has(self.kubeadmUpgradePlan), has(self.kubeadmRenewCertificates), has(self.restartStaticPods), has(self.installBinaries), has(self.restartService), has(self.cordon), has(self.drain), has(self.uncordon), has(self.waitNodeReady), has(self.preflight), has(self.installFile), has(self.containerdRuntime), has(self.script), has(self.wait)].filter(x, x).size() == 1",message="exactly one command kind must be set (kubeadmUpgradeApply, kubeadmUpgradeNode, kubeadmUpgradePlan, kubeadmRenewCertificates, restartStaticPods, installBinaries, restartService, cordon, drain, uncordon, waitNodeReady, preflight, installFile, containerdRuntime, script, wait)"
+type Command struct {
+	// Name labels the command in status and logs; defaults to the command kind.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	Name string `json:"name,omitempty"`
+
+	// Retries is how many times a failed command is run again before the task fails. Nothing retries unless asked.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10
+	Retries int32 `json:"retries,omitempty"`
+
+	// Timeout bounds the command; the command fails when it passes.
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	KubeadmUpgradeApply      *KubeadmUpgradeApplyCommand      `json:"kubeadmUpgradeApply,omitempty"`
+	KubeadmUpgradeNode       *KubeadmUpgradeNodeCommand       `json:"kubeadmUpgradeNode,omitempty"`
+	KubeadmUpgradePlan       *KubeadmUpgradePlanCommand       `json:"kubeadmUpgradePlan,omitempty"`
+	KubeadmRenewCertificates *KubeadmRenewCertificatesCommand `json:"kubeadmRenewCertificates,omitempty"`
+	RestartStaticPods        *RestartStaticPodsCommand        `json:"restartStaticPods,omitempty"`
+	InstallBinaries          *InstallBinariesCommand          `json:"installBinaries,omitempty"`
+	RestartService           *RestartServiceCommand           `json:"restartService,omitempty"`
+	Cordon                   *CordonCommand                   `json:"cordon,omitempty"`
+	Drain                    *DrainCommand                    `json:"drain,omitempty"`
+	Uncordon                 *UncordonCommand                 `json:"uncordon,omitempty"`
+	WaitNodeReady            *WaitNodeReadyCommand            `json:"waitNodeReady,omitempty"`
+	Preflight                *PreflightCommand                `json:"preflight,omitempty"`
+	InstallFile              *InstallFileCommand              `json:"installFile,omitempty"`
+	ContainerdRuntime        *ContainerdRuntimeCommand        `json:"containerdRuntime,omitempty"`
+	Script                   *ScriptCommand                   `json:"script,omitempty"`
+	Wait                     *WaitCommand                     `json:"wait,omitempty"`
+}
+
+// KubeadmUpgradeApplyCommand runs `kubeadm upgrade apply VERSION --yes` on the first control-plane node.
+type KubeadmUpgradeApplyCommand struct {
+	// KubernetesVersion is the version to upgrade to, vMAJOR.MINOR.PATCH.
+	// +kubebuilder:validation:Pattern=`^v[0-9]+\.[0-9]+\.[0-9]+$`
+	// +kubebuilder:validation:MaxLength=32
+	KubernetesVersion string `json:"kubernetesVersion"`
+	// IgnorePreflightErrors is passed to kubeadm's --ignore-preflight-errors.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=63
+	IgnorePreflightErrors []string `json:"ignorePreflightErrors,omitempty"`
+}
+
+// KubeadmUpgradeNodeCommand runs `kubeadm upgrade node` on a control-plane or worker node.
+type KubeadmUpgradeNodeCommand struct {
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=63
+	IgnorePreflightErrors []string `json:"ignorePreflightErrors,omitempty"`
+}
+
+// KubeadmUpgradePlanCommand runs `kubeadm upgrade plan VERSION` as a preflight check.
+type KubeadmUpgradePlanCommand struct {
+	// +kubebuilder:validation:Pattern=`^v[0-9]+\.[0-9]+\.[0-9]+$`
+	// +kubebuilder:validation:MaxLength=32
+	KubernetesVersion string `json:"kubernetesVersion"`
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=63
+	IgnorePreflightErrors []string `json:"ignorePreflightErrors,omitempty"`
+}
+
+// KubeadmRenewCertificatesCommand runs `kubeadm certs renew` for the listed certificates (all when empty)
+// and reports each certificate's expiry afterwards.
+type KubeadmRenewCertificatesCommand struct {
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:Enum=all;admin.conf;apiserver;apiserver-etcd-client;apiserver-kubelet-client;controller-manager.conf;etcd-healthcheck-client;etcd-peer;etcd-server;front-proxy-client;scheduler.conf;super-admin.conf
+	Certificates []string `json:"certificates,omitempty"`
+}
+
+// RestartStaticPodsCommand restarts control-plane static pods by moving each manifest out of
+// /etc/kubernetes/manifests and back, then waiting for its mirror pod where a kubelet runs.
+type RestartStaticPodsCommand struct {
+	// Components to restart; all manifests present when empty.
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:Enum=etcd;kube-apiserver;kube-controller-manager;kube-scheduler
+	Components []string `json:"components,omitempty"`
+}
+
+// BinarySource is where Kubernetes binaries come from: {baseURL}/{version}/bin/linux/{arch}/{name},
+// each with {name}.sha256 beside it.
+type BinarySource struct {
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^https?://`
+	BaseURL string `json:"baseURL"`
+}
+
+// InstallBinariesCommand replaces Kubernetes binaries on the node atomically, keeping the previous ones.
+type InstallBinariesCommand struct {
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=3
+	// +kubebuilder:validation:items:Enum=kubeadm;kubelet;kubectl
+	Components []string `json:"components"`
+	// +kubebuilder:validation:Pattern=`^v[0-9]+\.[0-9]+\.[0-9]+$`
+	// +kubebuilder:validation:MaxLength=32
+	Version string       `json:"version"`
+	Source  BinarySource `json:"source"`
+}
+
+// RestartServiceCommand restarts a service with the host's service manager.
+type RestartServiceCommand struct {
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9@._-]+$`
+	Name string `json:"name"`
+}
+
+// CordonCommand marks the node unschedulable, remembering whether it already was.
+type CordonCommand struct{}
+
+// UncordonCommand restores the schedulability the node had before cordon.
+type UncordonCommand struct{}
+
+// DrainCommand evicts the node's pods through the Eviction API, honouring PodDisruptionBudgets.
+type DrainCommand struct {
+	// Timeout for the whole drain; defaults to 5m.
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	GracePeriodSeconds *int64 `json:"gracePeriodSeconds,omitempty"`
+	// +optional
+	// +kubebuilder:default=true
+	IgnoreDaemonSets *bool `json:"ignoreDaemonSets,omitempty"`
+	// +optional
+	DeleteEmptyDirData bool `json:"deleteEmptyDirData,omitempty"`
+	// PodSelector limits the drain to matching pods.
+	// +optional
+	PodSelector *metav1.LabelSelector `json:"podSelector,omitempty"`
+}
+
+// WaitNodeReadyCommand waits until the node reports Ready.
+type WaitNodeReadyCommand struct {
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+}
+
+// PreflightCommand checks the node before work starts.
+type PreflightCommand struct {
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	Checks []PreflightCheck `json:"checks,omitempty"`
+}
+
+// PreflightCheck is one check; exactly one field is set.
+// +kubebuilder:validation:XValidation:rule="[has(self.binary), has(self.minFreeDiskMiB), has(self.osFamily)].filter(x, x).size() == 1",message="exactly one of binary, minFreeDiskMiB or osFamily must be set"
+type PreflightCheck struct {
+	// Binary must exist under the host root, as an absolute path.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^/`
+	Binary string `json:"binary,omitempty"`
+	// MinFreeDiskMiB is the free disk the host root must have.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	MinFreeDiskMiB int64 `json:"minFreeDiskMiB,omitempty"`
+	// OSFamily lists the OS families the node may have.
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:Enum=debian;rhel;suse;alpine;arch;unknown
+	OSFamily []string `json:"osFamily,omitempty"`
+}
+
+// InstallFileCommand downloads a file, verifies its sha256 and moves it into place atomically.
+type InstallFileCommand struct {
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^https?://`
+	URL string `json:"url"`
+	// +kubebuilder:validation:Pattern=`^[a-f0-9]{64}$`
+	SHA256 string `json:"sha256"`
+	// Path on the host, absolute.
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^/`
+	Path string `json:"path"`
+	// Mode as an octal string such as "0755"; defaults to 0644.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^0?[0-7]{3,4}$`
+	Mode string `json:"mode,omitempty"`
+	// Remove deletes the file instead (for uninstall); url and sha256 are then ignored.
+	// +optional
+	Remove bool `json:"remove,omitempty"`
+}
+
+// ContainerdRuntimeCommand adds or removes a runtime handler in containerd's config (version 2 or 3), then restarts containerd.
+type ContainerdRuntimeCommand struct {
+	// Name of the runtime handler, as RuntimeClasses name it.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+	// RuntimeType such as io.containerd.wasmedge.v1; required unless removing.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	RuntimeType string `json:"runtimeType,omitempty"`
+	// BinaryPath of the shim on the host.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	BinaryPath string `json:"binaryPath,omitempty"`
+	// ConfigPath of containerd's config; defaults to /etc/containerd/config.toml.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	ConfigPath string `json:"configPath,omitempty"`
+	// Remove takes the handler out instead of adding it.
+	// +optional
+	Remove bool `json:"remove,omitempty"`
+	// SkipRestart leaves containerd running with the old config.
+	// +optional
+	SkipRestart bool `json:"skipRestart,omitempty"`
+}
+
+// ScriptCommand runs a shell script inside the host root.
+type ScriptCommand struct {
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=16384
+	Inline string `json:"inline"`
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	Env []EnvVar `json:"env,omitempty"`
+	// Idempotent says the script is safe to run again after an interruption.
+	// +optional
+	Idempotent bool `json:"idempotent,omitempty"`
+}
+
+// EnvVar is one environment variable for a script.
+type EnvVar struct {
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
+	// +kubebuilder:validation:MaxLength=128
+	Name string `json:"name"`
+	// +kubebuilder:validation:MaxLength=4096
+	Value string `json:"value"`
+}
+
+// WaitCommand waits for a duration.
+type WaitCommand struct {
+	Duration metav1.Duration `json:"duration"`
+}

@@ -1,0 +1,247 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// ExecutionMode says how commands are allowed to run.
+// +kubebuilder:validation:Enum=Auto;Controlled;DryRun
+type ExecutionMode string
+
+const (
+	// ExecutionAuto runs every command as soon as its turn comes.
+	ExecutionAuto ExecutionMode = "Auto"
+	// ExecutionControlled runs a command only once it is approved.
+	ExecutionControlled ExecutionMode = "Controlled"
+	// ExecutionDryRun runs the whole plan with every side effect replaced by its dry-run form.
+	ExecutionDryRun ExecutionMode = "DryRun"
+)
+
+// NodeFilter narrows a group's nodes, sorted by name.
+// +kubebuilder:validation:Enum=All;Head;Tail
+type NodeFilter string
+
+const (
+	NodeFilterAll  NodeFilter = "All"
+	NodeFilterHead NodeFilter = "Head"
+	NodeFilterTail NodeFilter = "Tail"
+)
+
+// UpgradeOperation upgrades a kubeadm cluster, one minor version at a time.
+type UpgradeOperation struct {
+	// KubernetesVersion to upgrade to.
+	// +kubebuilder:validation:Pattern=`^v[0-9]+\.[0-9]+\.[0-9]+$`
+	// +kubebuilder:validation:MaxLength=32
+	KubernetesVersion string `json:"kubernetesVersion"`
+	// UpgradeKubeletAndKubectl replaces the kubelet and kubectl binaries and restarts the kubelet.
+	// +optional
+	// +kubebuilder:default=true
+	UpgradeKubeletAndKubectl *bool `json:"upgradeKubeletAndKubectl,omitempty"`
+	// BinarySource serves the new binaries; required when upgradeKubeletAndKubectl is true.
+	// +optional
+	BinarySource *BinarySource `json:"binarySource,omitempty"`
+	// IgnorePreflightErrors is passed to kubeadm.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=63
+	IgnorePreflightErrors []string `json:"ignorePreflightErrors,omitempty"`
+	// Drain settings for workers.
+	// +optional
+	Drain *DrainCommand `json:"drain,omitempty"`
+}
+
+// RenewCertificatesOperation renews kubeadm certificates on control-plane nodes, one at a time.
+type RenewCertificatesOperation struct {
+	// Certificates to renew; all when empty.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:Enum=all;admin.conf;apiserver;apiserver-etcd-client;apiserver-kubelet-client;controller-manager.conf;etcd-healthcheck-client;etcd-peer;etcd-server;front-proxy-client;scheduler.conf;super-admin.conf
+	Certificates []string `json:"certificates,omitempty"`
+}
+
+// CustomOperation is an ordered list of groups.
+type CustomOperation struct {
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=map
+	// +listMapKey=name
+	Groups []Group `json:"groups"`
+}
+
+// Group is a set of nodes that run the same commands; groups run strictly in order.
+type Group struct {
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=40
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+	// NodeSelector narrows the operation's nodes for this group.
+	// +optional
+	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
+	// NodeFilter keeps all nodes, or only the first (Head) or all but the first (Tail), sorted by name.
+	// +optional
+	// +kubebuilder:default=All
+	NodeFilter NodeFilter `json:"nodeFilter,omitempty"`
+	// MaxUnavailable overrides the operation's for this group.
+	// +optional
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')",message="must be an integer >= 1 or a percentage from 1% to 100%"
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	Commands []Command `json:"commands"`
+}
+
+// NodeOperationSpec is one run of a workflow across nodes.
+// +kubebuilder:validation:XValidation:rule="[has(self.upgrade), has(self.renewCertificates), has(self.custom)].filter(x, x).size() == 1",message="exactly one of upgrade, renewCertificates or custom must be set"
+// +kubebuilder:validation:XValidation:rule="has(self.upgrade) == has(oldSelf.upgrade) && (!has(self.upgrade) || self.upgrade == oldSelf.upgrade)",message="upgrade is immutable",fieldPath=".upgrade"
+// +kubebuilder:validation:XValidation:rule="has(self.renewCertificates) == has(oldSelf.renewCertificates) && (!has(self.renewCertificates) || self.renewCertificates == oldSelf.renewCertificates)",message="renewCertificates is immutable",fieldPath=".renewCertificates"
+// +kubebuilder:validation:XValidation:rule="has(self.custom) == has(oldSelf.custom) && (!has(self.custom) || self.custom == oldSelf.custom)",message="custom is immutable",fieldPath=".custom"
+// +kubebuilder:validation:XValidation:rule="has(self.nodeSelector) == has(oldSelf.nodeSelector) && (!has(self.nodeSelector) || self.nodeSelector == oldSelf.nodeSelector)",message="nodeSelector is immutable",fieldPath=".nodeSelector"
+// +kubebuilder:validation:XValidation:rule="has(self.maxUnavailable) == has(oldSelf.maxUnavailable) && (!has(self.maxUnavailable) || self.maxUnavailable == oldSelf.maxUnavailable)",message="maxUnavailable is immutable",fieldPath=".maxUnavailable"
+// +kubebuilder:validation:XValidation:rule="has(self.ttlSecondsAfterFinished) == has(oldSelf.ttlSecondsAfterFinished) && (!has(self.ttlSecondsAfterFinished) || self.ttlSecondsAfterFinished == oldSelf.ttlSecondsAfterFinished)",message="ttlSecondsAfterFinished is immutable",fieldPath=".ttlSecondsAfterFinished"
+// +kubebuilder:validation:XValidation:rule="self.executionMode == oldSelf.executionMode || (oldSelf.executionMode == 'Controlled' && self.executionMode == 'Auto')",message="executionMode may only change from Controlled to Auto",fieldPath=".executionMode"
+// +kubebuilder:validation:XValidation:rule="!oldSelf.abort || self.abort",message="abort cannot be undone",fieldPath=".abort"
+type NodeOperationSpec struct {
+	// +optional
+	Upgrade *UpgradeOperation `json:"upgrade,omitempty"`
+	// +optional
+	RenewCertificates *RenewCertificatesOperation `json:"renewCertificates,omitempty"`
+	// +optional
+	Custom *CustomOperation `json:"custom,omitempty"`
+
+	// NodeSelector narrows the nodes the operation touches; all nodes when empty.
+	// +optional
+	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
+
+	// ExecutionMode: Auto, Controlled (each command waits for approval) or DryRun.
+	// +optional
+	// +kubebuilder:default=Auto
+	ExecutionMode ExecutionMode `json:"executionMode"`
+
+	// Paused stops new commands from starting; running ones finish.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+
+	// Abort stops the operation for good: running commands finish, nothing new starts.
+	// +optional
+	Abort bool `json:"abort,omitempty"`
+
+	// MaxUnavailable is the default for groups: how many nodes may be busy or failed at once.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')",message="must be an integer >= 1 or a percentage from 1% to 100%"
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+
+	// TTLSecondsAfterFinished deletes the operation and its tasks this long after it finished. Nothing is deleted when unset.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
+}
+
+// OperationPhase summarises an operation.
+type OperationPhase string
+
+const (
+	OperationPending   OperationPhase = "Pending"
+	OperationRunning   OperationPhase = "Running"
+	OperationPaused    OperationPhase = "Paused"
+	OperationBlocked   OperationPhase = "Blocked"
+	OperationSucceeded OperationPhase = "Succeeded"
+	OperationFailed    OperationPhase = "Failed"
+	OperationAborted   OperationPhase = "Aborted"
+)
+
+// Finished reports whether the phase is final.
+func (p OperationPhase) Finished() bool {
+	return p == OperationSucceeded || p == OperationFailed || p == OperationAborted
+}
+
+// Condition types of a NodeOperation.
+const (
+	ConditionProgressing = "Progressing"
+	ConditionSucceeded   = "Succeeded"
+	ConditionFailed      = "Failed"
+	ConditionBlocked     = "Blocked"
+)
+
+// NodeCounts counts a group's nodes by state.
+type NodeCounts struct {
+	Total     int32 `json:"total"`
+	Pending   int32 `json:"pending"`
+	Running   int32 `json:"running"`
+	Succeeded int32 `json:"succeeded"`
+	Failed    int32 `json:"failed"`
+	Skipped   int32 `json:"skipped"`
+}
+
+// GroupPhase is a group's state.
+type GroupPhase string
+
+const (
+	GroupPending   GroupPhase = "Pending"
+	GroupRunning   GroupPhase = "Running"
+	GroupBlocked   GroupPhase = "Blocked"
+	GroupSucceeded GroupPhase = "Succeeded"
+	GroupAborted   GroupPhase = "Aborted"
+)
+
+// GroupStatus is one group's progress.
+type GroupStatus struct {
+	Name  string     `json:"name"`
+	Phase GroupPhase `json:"phase"`
+	Nodes NodeCounts `json:"nodes"`
+	// Message says why the group is where it is, for example that it matched no node.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// NodeOperationStatus is what the operation has done so far.
+type NodeOperationStatus struct {
+	// +optional
+	Phase OperationPhase `json:"phase,omitempty"`
+	// Progress is "done/total nodes" across all groups.
+	// +optional
+	Progress string `json:"progress,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// +optional
+	Groups []GroupStatus `json:"groups,omitempty"`
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// NodeOperation is one run of a workflow across nodes.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=nop;nops,categories=nodeops
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Progress",type=string,JSONPath=`.status.progress`
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.executionMode`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type NodeOperation struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   NodeOperationSpec   `json:"spec"`
+	Status NodeOperationStatus `json:"status,omitempty"`
+}
+
+// NodeOperationList lists NodeOperations.
+// +kubebuilder:object:root=true
+type NodeOperationList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []NodeOperation `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&NodeOperation{}, &NodeOperationList{})
+}

@@ -1,0 +1,128 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// ProfileTrigger selects nodes by an annotation, as KWasm's kwasm.sh/kwasm-node=true does.
+type ProfileTrigger struct {
+	// Annotation as key=value.
+	// +kubebuilder:validation:MaxLength=317
+	// +kubebuilder:validation:Pattern=`^([a-z0-9.-]+/)?[A-Za-z0-9_.-]+=.*$`
+	Annotation string `json:"annotation"`
+}
+
+// RuntimeClassSpec is a RuntimeClass the profile creates for its provisioned nodes.
+type RuntimeClassSpec struct {
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Handler string `json:"handler"`
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+}
+
+// NodeProfileSpec is what a set of nodes must have.
+// +kubebuilder:validation:XValidation:rule="has(self.trigger) || self.autoProvision",message="set trigger.annotation or autoProvision, or no node is ever in the profile"
+type NodeProfileSpec struct {
+	// NodeSelector narrows the nodes the profile may provision.
+	// +optional
+	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
+	// Trigger: a node matching the selector is in the profile when it carries this annotation.
+	// +optional
+	Trigger *ProfileTrigger `json:"trigger,omitempty"`
+	// AutoProvision: every node matching the selector is in the profile.
+	// +optional
+	AutoProvision bool `json:"autoProvision,omitempty"`
+	// Install runs when a node enters the profile (and again when the spec changes).
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	Install []Command `json:"install"`
+	// Uninstall runs when a node leaves the profile.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	Uninstall []Command `json:"uninstall,omitempty"`
+	// RuntimeClasses to create, selecting provisioned nodes.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	RuntimeClasses []RuntimeClassSpec `json:"runtimeClasses,omitempty"`
+	// MaxUnavailable: how many nodes may be provisioning or failed at once.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')",message="must be an integer >= 1 or a percentage from 1% to 100%"
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+}
+
+// ProfileNodeCounts counts the profile's nodes.
+type ProfileNodeCounts struct {
+	Matched      int32 `json:"matched"`
+	Provisioned  int32 `json:"provisioned"`
+	Provisioning int32 `json:"provisioning"`
+	Failed       int32 `json:"failed"`
+}
+
+// ProfileNodeFailure names a node whose install or uninstall failed.
+type ProfileNodeFailure struct {
+	Node    string `json:"node"`
+	Task    string `json:"task"`
+	Message string `json:"message"`
+}
+
+// NodeProfileStatus reports the profile's nodes.
+type NodeProfileStatus struct {
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// +optional
+	Nodes ProfileNodeCounts `json:"nodes"`
+	// +optional
+	// +kubebuilder:validation:MaxItems=100
+	Failures []ProfileNodeFailure `json:"failures,omitempty"`
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// SpecHash is the hash provisioned nodes carry in their annotation.
+	// +optional
+	SpecHash string `json:"specHash,omitempty"`
+}
+
+// Condition types of a NodeProfile.
+const (
+	ConditionReady        = "Ready"
+	ConditionProvisioning = "Provisioning"
+	ConditionDegraded     = "Degraded"
+)
+
+// NodeProfile is what a set of nodes must have: installed by NodeTasks, then labelled.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=nprof,categories=nodeops
+// +kubebuilder:printcolumn:name="Matched",type=integer,JSONPath=`.status.nodes.matched`
+// +kubebuilder:printcolumn:name="Provisioned",type=integer,JSONPath=`.status.nodes.provisioned`
+// +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.nodes.failed`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type NodeProfile struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   NodeProfileSpec   `json:"spec"`
+	Status NodeProfileStatus `json:"status,omitempty"`
+}
+
+// NodeProfileList lists NodeProfiles.
+// +kubebuilder:object:root=true
+type NodeProfileList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []NodeProfile `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&NodeProfile{}, &NodeProfileList{})
+}

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs the Debian packages nodeops' set-up needs when they are missing. Go modules come
+# from the Go module proxy through the go command itself (hack/tools.sh).
+set -euo pipefail
+need=()
+[ -x /bin/busybox ] || need+=(busybox-static)   # /bin/sh and applets inside local node roots
+command -v tmux >/dev/null || need+=(tmux)      # the CLI's live display is checked in a real terminal
+command -v git >/dev/null || need+=(git)
+if [ ${#need[@]} -gt 0 ]; then
+	echo "install-deps: installing Debian packages: ${need[*]}"
+	sudo=""
+	[ "$(id -u)" = 0 ] || sudo=sudo
+	export DEBIAN_FRONTEND=noninteractive
+	$sudo apt-get install -y -q "${need[@]}" || { $sudo apt-get update -q && $sudo apt-get install -y -q "${need[@]}"; }
+fi
