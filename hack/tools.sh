@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 root=$PWD
 bin=$root/bin
 mkdir -p "$bin"
+# One build at a time: parallel make targets and test runs wait for each other here.
+exec 9>"$bin/.tools.lock"
+flock 9
 
 kver=v1.37.2
 vpkg=k8s.io/component-base/version

@@ -251,3 +251,59 @@ type EnvVar struct {
 type WaitCommand struct {
 	Duration metav1.Duration `json:"duration"`
 }
+
+// Kind names the command kind that is set, such as "script".
+func (c *Command) Kind() string {
+	switch {
+	case c.KubeadmUpgradeApply != nil:
+		return "kubeadmUpgradeApply"
+	case c.KubeadmUpgradeNode != nil:
+		return "kubeadmUpgradeNode"
+	case c.KubeadmUpgradePlan != nil:
+		return "kubeadmUpgradePlan"
+	case c.KubeadmRenewCertificates != nil:
+		return "kubeadmRenewCertificates"
+	case c.RestartStaticPods != nil:
+		return "restartStaticPods"
+	case c.InstallBinaries != nil:
+		return "installBinaries"
+	case c.RestartService != nil:
+		return "restartService"
+	case c.Cordon != nil:
+		return "cordon"
+	case c.Drain != nil:
+		return "drain"
+	case c.Uncordon != nil:
+		return "uncordon"
+	case c.WaitNodeReady != nil:
+		return "waitNodeReady"
+	case c.Preflight != nil:
+		return "preflight"
+	case c.InstallFile != nil:
+		return "installFile"
+	case c.ContainerdRuntime != nil:
+		return "containerdRuntime"
+	case c.Script != nil:
+		return "script"
+	case c.Wait != nil:
+		return "wait"
+	}
+	return "unknown"
+}
+
+// DisplayName is the command's name in status: its Name, or its kind.
+func (c *Command) DisplayName() string {
+	if c.Name != "" {
+		return c.Name
+	}
+	return c.Kind()
+}
+
+// Idempotent reports whether the command is safe to run again after an interruption.
+// Every built-in command converges on its desired state; a script says so itself.
+func (c *Command) Idempotent() bool {
+	if c.Script != nil {
+		return c.Script.Idempotent
+	}
+	return true
+}
