@@ -1,0 +1,122 @@
+package plan
+
+import (
+	"errors"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+)
+
+// LabelControlPlane marks control-plane nodes, as kubeadm sets it.
+const LabelControlPlane = "node-role.kubernetes.io/control-plane"
+
+// Names of the groups built-in operations expand into.
+const (
+	GroupFirstControlPlane  = "control-plane-first"
+	GroupOtherControlPlanes = "control-plane-rest"
+	GroupWorkers            = "workers"
+	GroupControlPlanes      = "control-planes"
+)
+
+// ErrNoOperation is returned for a spec with none of upgrade, renewCertificates or custom set.
+var ErrNoOperation = errors.New("exactly one of upgrade, renewCertificates or custom must be set")
+
+// Expand turns an operation spec into its ordered groups. Built-in operations are expanded as
+// DESIGN.md says; custom groups pass through (copied, with nodeFilter defaulted to All).
+// A group's nil MaxUnavailable means the operation's.
+func Expand(spec *v1alpha1.NodeOperationSpec) ([]v1alpha1.Group, error) {
+	set := 0
+	for _, b := range []bool{spec.Upgrade != nil, spec.RenewCertificates != nil, spec.Custom != nil} {
+		if b {
+			set++
+		}
+	}
+	if set != 1 {
+		return nil, ErrNoOperation
+	}
+	switch {
+	case spec.Upgrade != nil:
+		return expandUpgrade(spec.Upgrade)
+	case spec.RenewCertificates != nil:
+		return expandRenewCertificates(spec.RenewCertificates), nil
+	}
+	groups := make([]v1alpha1.Group, 0, len(spec.Custom.Groups))
+	for i := range spec.Custom.Groups {
+		g := *spec.Custom.Groups[i].DeepCopy()
+		if g.NodeFilter == "" {
+			g.NodeFilter = v1alpha1.NodeFilterAll
+		}
+		groups = append(groups, g)
+	}
+	return groups, nil
+}
+
+func controlPlanes() *metav1.LabelSelector {
+	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+		{Key: LabelControlPlane, Operator: metav1.LabelSelectorOpExists},
+	}}
+}
+
+func workers() *metav1.LabelSelector {
+	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+		{Key: LabelControlPlane, Operator: metav1.LabelSelectorOpDoesNotExist},
+	}}
+}
+
+func one() *intstr.IntOrString { v := intstr.FromInt32(1); return &v }
+
+func expandUpgrade(u *v1alpha1.UpgradeOperation) ([]v1alpha1.Group, error) {
+	binaries := u.UpgradeKubeletAndKubectl == nil || *u.UpgradeKubeletAndKubectl
+	if binaries && u.BinarySource == nil {
+		return nil, fmt.Errorf("upgrade.binarySource is required when upgrade.upgradeKubeletAndKubectl is true")
+	}
+	ignore := append([]string(nil), u.IgnorePreflightErrors...)
+	// kubelet and kubectl are replaced only after kubeadm has upgraded the node's configuration,
+	// then the kubelet restarts onto the new binary.
+	kubelet := func() []v1alpha1.Command {
+		if !binaries {
+			return nil
+		}
+		return []v1alpha1.Command{
+			{InstallBinaries: &v1alpha1.InstallBinariesCommand{
+				Components: []string{"kubelet", "kubectl"}, Version: u.KubernetesVersion, Source: *u.BinarySource.DeepCopy()}},
+			{RestartService: &v1alpha1.RestartServiceCommand{Name: "kubelet"}},
+		}
+	}
+	drain := &v1alpha1.DrainCommand{IgnoreDaemonSets: ptr.To(true)}
+	if u.Drain != nil {
+		drain = u.Drain.DeepCopy()
+	}
+
+	first := append([]v1alpha1.Command{
+		{KubeadmUpgradePlan: &v1alpha1.KubeadmUpgradePlanCommand{KubernetesVersion: u.KubernetesVersion, IgnorePreflightErrors: ignore}},
+		{KubeadmUpgradeApply: &v1alpha1.KubeadmUpgradeApplyCommand{KubernetesVersion: u.KubernetesVersion, IgnorePreflightErrors: ignore}},
+	}, kubelet()...)
+	rest := append([]v1alpha1.Command{
+		{KubeadmUpgradeNode: &v1alpha1.KubeadmUpgradeNodeCommand{IgnorePreflightErrors: ignore}},
+	}, kubelet()...)
+	work := []v1alpha1.Command{{Cordon: &v1alpha1.CordonCommand{}}, {Drain: drain},
+		{KubeadmUpgradeNode: &v1alpha1.KubeadmUpgradeNodeCommand{IgnorePreflightErrors: ignore}}}
+	work = append(work, kubelet()...)
+	work = append(work, v1alpha1.Command{WaitNodeReady: &v1alpha1.WaitNodeReadyCommand{}}, v1alpha1.Command{Uncordon: &v1alpha1.UncordonCommand{}})
+
+	return []v1alpha1.Group{
+		{Name: GroupFirstControlPlane, NodeSelector: controlPlanes(), NodeFilter: v1alpha1.NodeFilterHead, MaxUnavailable: one(), Commands: first},
+		{Name: GroupOtherControlPlanes, NodeSelector: controlPlanes(), NodeFilter: v1alpha1.NodeFilterTail, MaxUnavailable: one(), Commands: rest},
+		{Name: GroupWorkers, NodeSelector: workers(), NodeFilter: v1alpha1.NodeFilterAll, Commands: work},
+	}, nil
+}
+
+func expandRenewCertificates(r *v1alpha1.RenewCertificatesOperation) []v1alpha1.Group {
+	return []v1alpha1.Group{{
+		Name: GroupControlPlanes, NodeSelector: controlPlanes(), NodeFilter: v1alpha1.NodeFilterAll, MaxUnavailable: one(),
+		Commands: []v1alpha1.Command{
+			{KubeadmRenewCertificates: &v1alpha1.KubeadmRenewCertificatesCommand{Certificates: append([]string(nil), r.Certificates...)}},
+			{RestartStaticPods: &v1alpha1.RestartStaticPodsCommand{}},
+		},
+	}}
+}

@@ -1,0 +1,241 @@
+package plan
+
+import (
+	"reflect"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+)
+
+func kinds(cmds []v1alpha1.Command) []string {
+	out := make([]string, 0, len(cmds))
+	for i := range cmds {
+		out = append(out, cmds[i].Kind())
+	}
+	return out
+}
+
+func TestExpand(t *testing.T) {
+	source := &v1alpha1.BinarySource{BaseURL: "http://bins.local"}
+	type group struct {
+		name     string
+		filter   v1alpha1.NodeFilter
+		commands []string
+	}
+	tests := []struct {
+		name    string
+		spec    v1alpha1.NodeOperationSpec
+		want    []group
+		wantErr bool
+	}{
+		{
+			name: "upgrade with kubelet",
+			spec: v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2", BinarySource: source}},
+			want: []group{
+				{GroupFirstControlPlane, v1alpha1.NodeFilterHead, []string{"kubeadmUpgradePlan", "kubeadmUpgradeApply", "installBinaries", "restartService"}},
+				{GroupOtherControlPlanes, v1alpha1.NodeFilterTail, []string{"kubeadmUpgradeNode", "installBinaries", "restartService"}},
+				{GroupWorkers, v1alpha1.NodeFilterAll, []string{"cordon", "drain", "kubeadmUpgradeNode", "installBinaries", "restartService", "waitNodeReady", "uncordon"}},
+			},
+		},
+		{
+			name: "upgrade without kubelet",
+			spec: v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2", UpgradeKubeletAndKubectl: ptr.To(false)}},
+			want: []group{
+				{GroupFirstControlPlane, v1alpha1.NodeFilterHead, []string{"kubeadmUpgradePlan", "kubeadmUpgradeApply"}},
+				{GroupOtherControlPlanes, v1alpha1.NodeFilterTail, []string{"kubeadmUpgradeNode"}},
+				{GroupWorkers, v1alpha1.NodeFilterAll, []string{"cordon", "drain", "kubeadmUpgradeNode", "waitNodeReady", "uncordon"}},
+			},
+		},
+		{
+			name:    "upgrade with kubelet needs a binary source",
+			spec:    v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2"}},
+			wantErr: true,
+		},
+		{
+			name: "renew certificates",
+			spec: v1alpha1.NodeOperationSpec{RenewCertificates: &v1alpha1.RenewCertificatesOperation{Certificates: []string{"apiserver"}}},
+			want: []group{{GroupControlPlanes, v1alpha1.NodeFilterAll, []string{"kubeadmRenewCertificates", "restartStaticPods"}}},
+		},
+		{
+			name: "custom passes through",
+			spec: v1alpha1.NodeOperationSpec{Custom: &v1alpha1.CustomOperation{Groups: []v1alpha1.Group{
+				{Name: "a", Commands: []v1alpha1.Command{{Wait: &v1alpha1.WaitCommand{}}}},
+				{Name: "b", NodeFilter: v1alpha1.NodeFilterTail, Commands: []v1alpha1.Command{{Cordon: &v1alpha1.CordonCommand{}}, {Uncordon: &v1alpha1.UncordonCommand{}}}},
+			}}},
+			want: []group{{"a", v1alpha1.NodeFilterAll, []string{"wait"}}, {"b", v1alpha1.NodeFilterTail, []string{"cordon", "uncordon"}}},
+		},
+		{name: "nothing set", spec: v1alpha1.NodeOperationSpec{}, wantErr: true},
+		{
+			name: "two set",
+			spec: v1alpha1.NodeOperationSpec{RenewCertificates: &v1alpha1.RenewCertificatesOperation{},
+				Custom: &v1alpha1.CustomOperation{}},
+			wantErr: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			groups, err := Expand(&tt.spec)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tt.wantErr)
+			}
+			var got []group
+			for _, g := range groups {
+				got = append(got, group{g.Name, g.NodeFilter, kinds(g.Commands)})
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("got  %v\nwant %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestExpandUpgradeCarriesVersionAndSource(t *testing.T) {
+	groups, err := Expand(&v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{
+		KubernetesVersion: "v1.37.2", BinarySource: &v1alpha1.BinarySource{BaseURL: "http://b"},
+		IgnorePreflightErrors: []string{"all"},
+		Drain:                 &v1alpha1.DrainCommand{DeleteEmptyDirData: true},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply := groups[0].Commands[1].KubeadmUpgradeApply
+	if apply.KubernetesVersion != "v1.37.2" || !reflect.DeepEqual(apply.IgnorePreflightErrors, []string{"all"}) {
+		t.Errorf("apply = %+v", apply)
+	}
+	bins := groups[2].Commands[3].InstallBinaries
+	if bins.Version != "v1.37.2" || bins.Source.BaseURL != "http://b" || !reflect.DeepEqual(bins.Components, []string{"kubelet", "kubectl"}) {
+		t.Errorf("installBinaries = %+v", bins)
+	}
+	if !groups[2].Commands[1].Drain.DeleteEmptyDirData {
+		t.Errorf("drain settings were not carried")
+	}
+	if groups[0].MaxUnavailable.IntValue() != 1 || groups[1].MaxUnavailable.IntValue() != 1 || groups[2].MaxUnavailable != nil {
+		t.Errorf("control planes must go one at a time and workers use the operation's maxUnavailable")
+	}
+}
+
+func node(name string, labels map[string]string) corev1.Node {
+	return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+}
+
+func TestResolve(t *testing.T) {
+	cp := map[string]string{LabelControlPlane: ""}
+	nodes := []corev1.Node{
+		node("worker-b", map[string]string{"pool": "b"}), node("cp-2", cp), node("worker-a", map[string]string{"pool": "a"}),
+		node("cp-1", cp), node("cp-3", cp), node("worker-c", map[string]string{"pool": "a"}),
+	}
+	pct := func(s string) *intstr.IntOrString { v := intstr.FromString(s); return &v }
+	tests := []struct {
+		name  string
+		spec  v1alpha1.NodeOperationSpec
+		nodes map[string][]string
+		limit map[string]int
+	}{
+		{
+			name:  "upgrade: first control plane, the others, workers",
+			spec:  v1alpha1.NodeOperationSpec{MaxUnavailable: pct("50%"), Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2", UpgradeKubeletAndKubectl: ptr.To(false)}},
+			nodes: map[string][]string{GroupFirstControlPlane: {"cp-1"}, GroupOtherControlPlanes: {"cp-2", "cp-3"}, GroupWorkers: {"worker-a", "worker-b", "worker-c"}},
+			limit: map[string]int{GroupFirstControlPlane: 1, GroupOtherControlPlanes: 1, GroupWorkers: 1},
+		},
+		{
+			name: "operation selector narrows every group",
+			spec: v1alpha1.NodeOperationSpec{
+				NodeSelector:   &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "a"}},
+				MaxUnavailable: pct("100%"),
+				Upgrade:        &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2", UpgradeKubeletAndKubectl: ptr.To(false)},
+			},
+			nodes: map[string][]string{GroupFirstControlPlane: nil, GroupOtherControlPlanes: nil, GroupWorkers: {"worker-a", "worker-c"}},
+			limit: map[string]int{GroupFirstControlPlane: 1, GroupOtherControlPlanes: 1, GroupWorkers: 2},
+		},
+		{
+			name:  "renew certificates: control planes one at a time",
+			spec:  v1alpha1.NodeOperationSpec{MaxUnavailable: pct("100%"), RenewCertificates: &v1alpha1.RenewCertificatesOperation{}},
+			nodes: map[string][]string{GroupControlPlanes: {"cp-1", "cp-2", "cp-3"}},
+			limit: map[string]int{GroupControlPlanes: 1},
+		},
+		{
+			name: "custom: group selector, group limit, head and tail",
+			spec: v1alpha1.NodeOperationSpec{Custom: &v1alpha1.CustomOperation{Groups: []v1alpha1.Group{
+				{Name: "all", MaxUnavailable: pct("34%")},
+				{Name: "pool-a-head", NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "a"}}, NodeFilter: v1alpha1.NodeFilterHead},
+				{Name: "pool-a-tail", NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "a"}}, NodeFilter: v1alpha1.NodeFilterTail},
+				{Name: "none", NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "z"}}},
+			}}},
+			nodes: map[string][]string{
+				"all":         {"cp-1", "cp-2", "cp-3", "worker-a", "worker-b", "worker-c"},
+				"pool-a-head": {"worker-a"}, "pool-a-tail": {"worker-c"}, "none": nil,
+			},
+			limit: map[string]int{"all": 2, "pool-a-head": 1, "pool-a-tail": 1, "none": 1},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			groups, err := Resolve(&tt.spec, nodes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(groups) != len(tt.nodes) {
+				t.Fatalf("%d groups, want %d", len(groups), len(tt.nodes))
+			}
+			for _, g := range groups {
+				if !reflect.DeepEqual(g.Nodes, tt.nodes[g.Name]) {
+					t.Errorf("group %s nodes = %v, want %v", g.Name, g.Nodes, tt.nodes[g.Name])
+				}
+				if g.MaxUnavailable != tt.limit[g.Name] {
+					t.Errorf("group %s maxUnavailable = %d, want %d", g.Name, g.MaxUnavailable, tt.limit[g.Name])
+				}
+			}
+		})
+	}
+}
+
+func TestResolveRejectsBadSelector(t *testing.T) {
+	spec := v1alpha1.NodeOperationSpec{
+		NodeSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "a", Operator: "Bogus"}}},
+		Custom:       &v1alpha1.CustomOperation{Groups: []v1alpha1.Group{{Name: "g"}}},
+	}
+	if _, err := Resolve(&spec, nil); err == nil {
+		t.Fatal("an invalid selector was accepted")
+	}
+}
+
+func TestMaxUnavailable(t *testing.T) {
+	i := func(n int32) *intstr.IntOrString { v := intstr.FromInt32(n); return &v }
+	s := func(p string) *intstr.IntOrString { v := intstr.FromString(p); return &v }
+	tests := []struct {
+		v     *intstr.IntOrString
+		total int
+		want  int
+		err   bool
+	}{
+		{nil, 10, 1, false}, {i(3), 10, 3, false}, {i(30), 10, 30, false},
+		{s("10%"), 10, 1, false}, {s("19%"), 10, 1, false}, {s("25%"), 10, 2, false}, {s("100%"), 7, 7, false},
+		{s("1%"), 10, 1, false}, {s("50%"), 0, 1, false}, {s("ten"), 10, 0, true},
+	}
+	for _, tt := range tests {
+		got, err := MaxUnavailable(tt.v, tt.total)
+		if (err != nil) != tt.err || got != tt.want {
+			t.Errorf("MaxUnavailable(%v, %d) = %d, %v; want %d, err %v", tt.v, tt.total, got, err, tt.want, tt.err)
+		}
+	}
+}
+
+func TestNodeReady(t *testing.T) {
+	n := corev1.Node{}
+	if NodeReady(&n) {
+		t.Error("a node without conditions is not ready")
+	}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}}
+	if NodeReady(&n) {
+		t.Error("Ready=False is not ready")
+	}
+	n.Status.Conditions[0].Status = corev1.ConditionTrue
+	if !NodeReady(&n) {
+		t.Error("Ready=True is ready")
+	}
+}

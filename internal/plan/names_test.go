@@ -1,0 +1,66 @@
+package plan
+
+import (
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+func TestTaskName(t *testing.T) {
+	long := strings.Repeat("n", 250)
+	tests := []struct {
+		name              string
+		owner, group, node string
+		want              string // empty: hashed, checked for validity only
+	}{
+		{name: "plain", owner: "upgrade", group: "workers", node: "worker-1", want: "upgrade-workers-worker-1"},
+		{name: "dotted node", owner: "op", group: "g", node: "ip-10-0-0-1.ec2.internal", want: "op-g-ip-10-0-0-1.ec2.internal"},
+		{name: "too long", owner: "op", group: "g", node: long},
+		{name: "uppercase node", owner: "op", group: "g", node: "Worker_1"},
+		{name: "exactly 253", owner: "o", group: "g", node: strings.Repeat("x", 249), want: "o-g-" + strings.Repeat("x", 249)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := TaskName(tt.owner, tt.group, tt.node)
+			if errs := validation.IsDNS1123Subdomain(got); len(errs) > 0 {
+				t.Fatalf("TaskName = %q, not a DNS-1123 subdomain: %v", got, errs)
+			}
+			if tt.want != "" && got != tt.want {
+				t.Fatalf("TaskName = %q, want %q", got, tt.want)
+			}
+			if again := TaskName(tt.owner, tt.group, tt.node); again != got {
+				t.Fatalf("not deterministic: %q then %q", got, again)
+			}
+		})
+	}
+	if a, b := TaskName("op", "g", long+"a"), TaskName("op", "g", long+"b"); a == b {
+		t.Fatalf("distinct long names hash alike: %q", a)
+	}
+	if a, b := TaskName("op", "g", "Node"), TaskName("op", "g", "node"); a == b {
+		t.Fatalf("case-distinct nodes share a task name %q", a)
+	}
+}
+
+func TestLabelValue(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"worker-1", "worker-1"},
+		{"Worker_1.x", "Worker_1.x"},
+		{strings.Repeat("a", 63), strings.Repeat("a", 63)},
+		{strings.Repeat("a", 64), ""},
+		{"ip-10-0-0-1.eu-west-1.compute.internal.example.com.some.long.domain.name", ""},
+		{"-bad-", ""},
+	}
+	for _, tt := range tests {
+		got := LabelValue(tt.in)
+		if errs := validation.IsValidLabelValue(got); len(errs) > 0 {
+			t.Errorf("LabelValue(%q) = %q, invalid: %v", tt.in, got, errs)
+		}
+		if tt.want != "" && got != tt.want {
+			t.Errorf("LabelValue(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+		if tt.want == "" && got == tt.in {
+			t.Errorf("LabelValue(%q) kept an invalid value", tt.in)
+		}
+	}
+}
