@@ -10,9 +10,9 @@ import (
 func TestTaskName(t *testing.T) {
 	long := strings.Repeat("n", 250)
 	tests := []struct {
-		name              string
+		name               string
 		owner, group, node string
-		want              string // empty: hashed, checked for validity only
+		want               string // empty: hashed, checked for validity only
 	}{
 		{name: "plain", owner: "upgrade", group: "workers", node: "worker-1", want: "upgrade-workers-worker-1"},
 		{name: "dotted node", owner: "op", group: "g", node: "ip-10-0-0-1.ec2.internal", want: "op-g-ip-10-0-0-1.ec2.internal"},
