@@ -1,0 +1,63 @@
+// Package host is how the agent touches a node: programs run inside the host root, files under it,
+// services restarted through the host's service manager, and the OS detected from it.
+// Every side effect is behind a small interface so commands can be tested on a temporary root.
+package host
+
+import (
+	"context"
+	"io"
+)
+
+// Runner runs a program inside the host root.
+type Runner interface {
+	Run(ctx context.Context, c Cmd) error
+}
+
+// Cmd is one program run. Env is the whole environment: nothing is inherited from the agent,
+// so the agent's cluster credentials never reach a host program.
+type Cmd struct {
+	// Path of the program inside the host root, such as /bin/sh.
+	Path string
+	Args []string
+	Env  []string
+	// Stdout and Stderr both go to Output when it is set.
+	Output io.Writer
+	Stdin  io.Reader
+}
+
+// Kubeadm runs `<root>/usr/bin/kubeadm --rootfs <root> args...`: kubeadm chroots itself.
+type Kubeadm interface {
+	Kubeadm(ctx context.Context, out io.Writer, args ...string) error
+}
+
+// ServiceManager restarts a service on the host.
+type ServiceManager interface {
+	Restart(ctx context.Context, name string) error
+	// Name says which implementation this is, for messages.
+	Name() string
+}
+
+// Host is everything the agent's commands may do to one node.
+type Host struct {
+	// Root is the host's / as the agent sees it, such as /host or a local node's directory.
+	Root     string
+	Exec     Runner
+	Kubeadm  Kubeadm
+	Files    *FS
+	Services ServiceManager
+	// Local is true on nodeops-local nodes, where no kubelet runs: static pod restarts are recorded in
+	// the local service table instead of waited for.
+	Local bool
+}
+
+// New builds the Host for a root with the given service manager.
+func New(root string, services ServiceManager, local bool) *Host {
+	return &Host{
+		Root:     root,
+		Exec:     &ChrootRunner{Root: root},
+		Kubeadm:  &KubeadmRunner{Root: root},
+		Files:    &FS{Root: root},
+		Services: services,
+		Local:    local,
+	}
+}

@@ -1,0 +1,158 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	sddbus "github.com/coreos/go-systemd/v22/dbus"
+	"github.com/godbus/dbus/v5"
+)
+
+// Service manager names, as --service-manager takes them.
+const (
+	ServiceManagerAuto      = "auto"
+	ServiceManagerSystemd   = "systemd"
+	ServiceManagerSystemctl = "systemctl"
+	ServiceManagerLocal     = "local"
+)
+
+// LocalServiceLog is the local service table of nodeops-local nodes, under the host root.
+const LocalServiceLog = "/var/lib/nodeops-local/services.log"
+
+// NewServiceManager picks the service manager for a root: systemd over D-Bus when the host's systemd
+// socket is there (falling back to systemctl if the connection fails), systemctl, or the local table.
+func NewServiceManager(kind string, root string, runner Runner) (ServiceManager, error) {
+	fs := &FS{Root: root}
+	switch kind {
+	case ServiceManagerLocal:
+		return &LocalServices{Files: fs}, nil
+	case ServiceManagerSystemctl:
+		return &Systemctl{Runner: runner}, nil
+	case ServiceManagerSystemd:
+		return &SystemdDBus{Root: root, Fallback: &Systemctl{Runner: runner}}, nil
+	case ServiceManagerAuto, "":
+		if fs.Exists("/run/systemd/private") {
+			return &SystemdDBus{Root: root, Fallback: &Systemctl{Runner: runner}}, nil
+		}
+		return &Systemctl{Runner: runner}, nil
+	}
+	return nil, fmt.Errorf("unknown service manager %q (auto, systemd, systemctl or local)", kind)
+}
+
+// unitName adds .service to a bare service name.
+func unitName(name string) string {
+	if strings.Contains(name, ".") {
+		return name
+	}
+	return name + ".service"
+}
+
+// Systemctl restarts services with `systemctl restart` run inside the host root.
+type Systemctl struct {
+	Runner Runner
+}
+
+// Name implements ServiceManager.
+func (s *Systemctl) Name() string { return "systemctl" }
+
+// Restart implements ServiceManager.
+func (s *Systemctl) Restart(ctx context.Context, name string) error {
+	var out strings.Builder
+	err := s.Runner.Run(ctx, Cmd{Path: "/bin/systemctl", Args: []string{"restart", unitName(name)}, Output: &out})
+	if err != nil {
+		return fmt.Errorf("systemctl restart %s: %w: %s", name, err, strings.TrimSpace(out.String()))
+	}
+	return nil
+}
+
+// SystemdDBus restarts services through systemd's private D-Bus socket under the host root, waiting
+// for the restart job to finish; when the socket cannot be reached it falls back.
+type SystemdDBus struct {
+	Root     string
+	Fallback ServiceManager
+}
+
+// Name implements ServiceManager.
+func (s *SystemdDBus) Name() string { return "systemd" }
+
+// Restart implements ServiceManager.
+func (s *SystemdDBus) Restart(ctx context.Context, name string) error {
+	socket := filepath.Join(s.Root, "run/systemd/private")
+	conn, err := sddbus.NewConnection(func() (*dbus.Conn, error) {
+		c, err := dbus.Dial("unix:path="+socket, dbus.WithContext(ctx))
+		if err != nil {
+			return nil, err
+		}
+		if err := c.Auth([]dbus.Auth{dbus.AuthExternal(strconv.Itoa(os.Getuid()))}); err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+		return c, nil
+	})
+	if err != nil {
+		if s.Fallback != nil {
+			return s.Fallback.Restart(ctx, name)
+		}
+		return fmt.Errorf("connecting to systemd at %s: %w", socket, err)
+	}
+	defer conn.Close()
+	done := make(chan string, 1)
+	if _, err := conn.RestartUnitContext(ctx, unitName(name), "replace", done); err != nil {
+		return fmt.Errorf("restarting %s: %w", unitName(name), err)
+	}
+	select {
+	case result := <-done:
+		if result != "done" {
+			return fmt.Errorf("restarting %s: job %s", unitName(name), result)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("restarting %s: %w", unitName(name), ctx.Err())
+	}
+}
+
+// LocalServices is nodeops-local's stand-in for a service manager: a restart appends
+// `restart NAME TIME` to the local service table, which tests read.
+type LocalServices struct {
+	Files *FS
+	mu    sync.Mutex
+}
+
+// Name implements ServiceManager.
+func (l *LocalServices) Name() string { return "local service table" }
+
+// Restart implements ServiceManager.
+func (l *LocalServices) Restart(_ context.Context, name string) error {
+	return l.Record("restart " + name)
+}
+
+// Record appends one line with the time to the table.
+func (l *LocalServices) Record(what string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	real, err := l.Files.Path(LocalServiceLog)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(real), 0o755); err != nil {
+		return fmt.Errorf("creating the local service table: %w", err)
+	}
+	f, err := os.OpenFile(real, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("opening the local service table: %w", err)
+	}
+	_, err = fmt.Fprintf(f, "%s %s\n", what, time.Now().UTC().Format(time.RFC3339Nano))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("recording %q in the local service table: %w", what, err)
+	}
+	return nil
+}
