@@ -7,7 +7,8 @@ export KUBEBUILDER_ASSETS := $(BIN)
 export NODEOPS_BIN := $(BIN)
 GO_TEST_FLAGS ?=
 
-.PHONY: all tools build generate verify-generate lint test test-unit test-e2e demo bench clean
+.PHONY: all tools build generate verify-generate lint test test-unit test-e2e demo bench clean \
+	realnode realnode-down e2e-realnode realnode-bin
 
 all: build
 
@@ -44,6 +45,23 @@ demo: tools build ## Bring up nodeops-local and show the nodes.
 
 bench: tools build ## Benchmark at 100, 1,000 and 5,000 nodes; prints a table and writes bench/results.md.
 	go run ./bench
+
+realnode-bin: ## The real node's driver (hack/realnode, its own module).
+	@cd hack/realnode && CGO_ENABLED=0 go build -trimpath -o $(BIN)/realnode ./cmd/realnode
+
+realnode: tools realnode-bin ## Build and start a real single-node kubeadm cluster (v1.36) with nodeops installed.
+	@hack/install-deps.sh realnode
+	$(BIN)/realnode --repo $(CURDIR) up
+
+realnode-down: realnode-bin ## Tear the real node down and leave the machine as it was.
+	$(BIN)/realnode down
+
+e2e-realnode: tools build ## Upgrade the real node to v1.37.2 through kubectl nodeops; tears down even on failure.
+	@start=$$SECONDS; status=0; \
+	{ $(MAKE) --no-print-directory realnode && \
+	  go test -tags realnode -count=1 -v -timeout 30m ./test/realnode/; } || status=$$?; \
+	$(MAKE) --no-print-directory realnode-down || status=1; \
+	echo "e2e-realnode: exit $$status after $$((SECONDS - start))s"; exit $$status
 
 clean:
 	rm -rf $(BIN)

@@ -6,6 +6,13 @@ need=()
 [ -x /bin/busybox ] || need+=(busybox-static)   # /bin/sh and applets inside local node roots
 command -v tmux >/dev/null || need+=(tmux)      # the CLI's live display is checked in a real terminal
 command -v git >/dev/null || need+=(git)
+if [ "${1:-}" = realnode ]; then
+	# `make realnode` builds runc with seccomp (cgo) and runs the node's network with iproute2.
+	[ -e /usr/include/seccomp.h ] || need+=(libseccomp-dev)
+	command -v gcc >/dev/null || need+=(gcc libc6-dev)
+	command -v pkg-config >/dev/null || need+=(pkg-config)
+	command -v ip >/dev/null || need+=(iproute2)
+fi
 if [ ${#need[@]} -gt 0 ]; then
 	echo "install-deps: installing Debian packages: ${need[*]}"
 	sudo=""
