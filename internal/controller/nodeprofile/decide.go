@@ -1,0 +1,330 @@
+package nodeprofile
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/plan"
+)
+
+// NodeView is what Decide needs to know about one node.
+type NodeView struct {
+	Name string
+	// Member: the node is in the profile now (false for every node while the profile is deleted).
+	Member bool
+	Ready  bool
+	// Labelled: the node carries nodeops.io/profile.<name>=provisioned.
+	Labelled bool
+	// Hash is the node's nodeops.io/profile-hash.<name> annotation, "" when absent.
+	Hash string
+}
+
+// TaskView is what Decide needs to know about one of the profile's tasks.
+type TaskView struct {
+	Name    string
+	Node    string
+	Action  Action
+	Hash    string
+	Phase   v1alpha1.TaskPhase
+	Abort   bool
+	Created time.Time
+	// Failure explains a failed or aborted task: the failed command and its message.
+	Failure string
+}
+
+// effectivePhase is the task's phase as far as the profile is concerned: an unfinished task asked
+// to abort that is not running holds nothing any more (CONTRACTS.md, node lock) and counts as aborted.
+func (t *TaskView) effectivePhase() v1alpha1.TaskPhase {
+	p := t.Phase
+	if p == "" {
+		p = v1alpha1.TaskPending
+	}
+	if t.Abort && p.Unfinished() && p != v1alpha1.TaskRunning {
+		return v1alpha1.TaskAborted
+	}
+	return p
+}
+
+// Input is the world as one reconcile sees it.
+type Input struct {
+	// Hash is the current spec hash.
+	Hash string
+	// HasUninstall: the spec has uninstall commands; without them leaving only removes the label.
+	HasUninstall   bool
+	MaxUnavailable *intstr.IntOrString
+	Nodes          []NodeView
+	Tasks          []TaskView
+}
+
+// NodeState is where one node stands in the profile.
+type NodeState string
+
+const (
+	// StateIdle: not in the profile and nothing left to undo.
+	StateIdle NodeState = "Idle"
+	// StateProvisioned: in the profile, installed at the current hash and labelled.
+	StateProvisioned NodeState = "Provisioned"
+	// StateWaitingInstall: in the profile, install not started yet (maxUnavailable, lock, NotReady, or an older task ending).
+	StateWaitingInstall NodeState = "WaitingInstall"
+	StateInstalling     NodeState = "Installing"
+	// StateLabelling: install succeeded, the label is being set.
+	StateLabelling     NodeState = "Labelling"
+	StateInstallFailed NodeState = "InstallFailed"
+	// StateWaitingUninstall: leaving, uninstall not started yet.
+	StateWaitingUninstall NodeState = "WaitingUninstall"
+	StateUninstalling     NodeState = "Uninstalling"
+	// StateUnlabelling: uninstall succeeded, the label is being removed.
+	StateUnlabelling     NodeState = "Unlabelling"
+	StateUninstallFailed NodeState = "UninstallFailed"
+)
+
+// NodeResult is one node's state, with the task it refers to and, when failed, why.
+type NodeResult struct {
+	Node    string
+	State   NodeState
+	Task    string
+	Message string
+}
+
+// Start is a task the profile wants to create: after deleting Delete, the node's finished tasks
+// that it supersedes.
+type Start struct {
+	Node   string
+	Action Action
+	Delete []string
+}
+
+// NodePatch sets (Provisioned) or removes the node's profile label and hash annotation, in one patch.
+type NodePatch struct {
+	Node        string
+	Provisioned bool
+}
+
+// Decision is what the profile should do now.
+type Decision struct {
+	// Nodes lists every node the profile concerns (not Idle), sorted by name.
+	Nodes  []NodeResult
+	Counts v1alpha1.ProfileNodeCounts
+	// Starts are candidates in sorted node order; start at most Room of them, skipping nodes whose
+	// lock cannot be taken (another operation's task holds them).
+	Starts []Start
+	Room   int
+	// Abort lists unfinished tasks superseded by a spec change or by the node leaving.
+	Abort []string
+	// Delete lists tasks to delete: those of deleted nodes, and finished ones older than their node's latest.
+	Delete  []string
+	Patches []NodePatch
+	// Done: nothing is left to do or wait for on any node (the finalizer may go).
+	Done bool
+}
+
+// Decide computes, from nodes and tasks alone, each node's state and what to do next. Each node
+// keeps at most one task of the profile: a new one is created only after the previous one
+// finished (or was aborted), and the previous one is deleted as it is superseded.
+func Decide(in Input) (Decision, error) {
+	byNode := map[string][]*TaskView{}
+	for i := range in.Tasks {
+		t := &in.Tasks[i]
+		byNode[t.Node] = append(byNode[t.Node], t)
+	}
+	var d Decision
+	exists := make(map[string]bool, len(in.Nodes))
+	nodes := append([]NodeView(nil), in.Nodes...)
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+
+	type pending struct {
+		start Start
+		ready bool
+	}
+	var candidates []pending
+	busy, relevant := 0, 0
+	for i := range nodes {
+		n := &nodes[i]
+		exists[n.Name] = true
+		tasks := byNode[n.Name]
+		sort.Slice(tasks, func(i, j int) bool {
+			if !tasks[i].Created.Equal(tasks[j].Created) {
+				return tasks[i].Created.Before(tasks[j].Created)
+			}
+			return tasks[i].Name < tasks[j].Name
+		})
+		var last *TaskView
+		if len(tasks) > 0 {
+			last = tasks[len(tasks)-1]
+			// Older tasks should not exist (each is deleted as the next is created); never keep
+			// more than the latest: delete finished ones, abort unfinished ones first.
+			for _, t := range tasks[:len(tasks)-1] {
+				if t.effectivePhase().Unfinished() {
+					if !t.Abort {
+						d.Abort = append(d.Abort, t.Name)
+					}
+				} else {
+					d.Delete = append(d.Delete, t.Name)
+				}
+			}
+		}
+		r, start, patch, abort, holds := decideNode(in, n, last)
+		if abort != "" {
+			d.Abort = append(d.Abort, abort)
+		}
+		if patch != nil {
+			d.Patches = append(d.Patches, *patch)
+		}
+		if n.Member {
+			d.Counts.Matched++
+		}
+		if r.State == StateIdle {
+			continue
+		}
+		relevant++
+		d.Nodes = append(d.Nodes, r)
+		switch r.State {
+		case StateProvisioned:
+			d.Counts.Provisioned++
+		case StateInstalling, StateUninstalling, StateLabelling, StateUnlabelling:
+			d.Counts.Provisioning++
+		case StateInstallFailed, StateUninstallFailed:
+			d.Counts.Failed++
+		}
+		// Safety rule 2: failed and running tasks count against maxUnavailable, and so do NotReady nodes.
+		if holds || r.State == StateInstallFailed || r.State == StateUninstallFailed ||
+			(!n.Ready && r.State != StateProvisioned) {
+			busy++
+		}
+		if start != nil {
+			candidates = append(candidates, pending{start: *start, ready: n.Ready})
+		}
+	}
+	for node, tasks := range byNode {
+		if !exists[node] {
+			for _, t := range tasks {
+				d.Delete = append(d.Delete, t.Name)
+			}
+		}
+	}
+	sort.Strings(d.Delete)
+	sort.Strings(d.Abort)
+
+	limit, err := plan.MaxUnavailable(in.MaxUnavailable, relevant)
+	if err != nil {
+		return Decision{}, fmt.Errorf("spec.maxUnavailable: %w", err)
+	}
+	d.Room = max(limit-busy, 0)
+	for _, c := range candidates {
+		// A NotReady node waits until it is Ready again; it already counts against maxUnavailable.
+		if c.ready {
+			d.Starts = append(d.Starts, c.start)
+		}
+	}
+	d.Done = relevant == 0 && len(d.Abort) == 0
+	return d, nil
+}
+
+// decideNode decides one existing node given its latest task. It returns the node's state, the
+// task to start (nil for none), the label patch (nil for none), a task to abort ("" for none),
+// and whether the latest task still holds the node.
+func decideNode(in Input, n *NodeView, last *TaskView) (r NodeResult, start *Start, patch *NodePatch, abort string, holds bool) {
+	r = NodeResult{Node: n.Name, State: StateIdle}
+	provisioned := n.Labelled && n.Hash == in.Hash
+	marked := n.Labelled || n.Hash != ""
+	want := ActionUninstall
+	if n.Member {
+		want = ActionInstall
+	}
+	var phase v1alpha1.TaskPhase
+	if last != nil {
+		r.Task = last.Name
+		phase = last.effectivePhase()
+		holds = phase.Unfinished()
+	}
+	waiting, failed, running := StateWaitingUninstall, StateUninstallFailed, StateUninstalling
+	if want == ActionInstall {
+		waiting, failed, running = StateWaitingInstall, StateInstallFailed, StateInstalling
+	}
+	supersede := func() *Start {
+		s := &Start{Node: n.Name, Action: want}
+		if last != nil {
+			s.Delete = []string{last.Name}
+		}
+		return s
+	}
+
+	switch {
+	case last != nil && last.Action == want && last.Hash == in.Hash:
+		// The latest task is the one the node needs now.
+		switch phase {
+		case v1alpha1.TaskSucceeded:
+			r.State = leaveOrStay(want, provisioned, marked)
+			if r.State == StateLabelling || r.State == StateUnlabelling {
+				patch = &NodePatch{Node: n.Name, Provisioned: want == ActionInstall}
+			}
+		case v1alpha1.TaskFailed, v1alpha1.TaskAborted:
+			r.State, r.Message = failed, last.Failure
+			if r.Message == "" {
+				r.Message = fmt.Sprintf("task %s %s", last.Name, phase)
+			}
+		default:
+			r.State = running
+		}
+		return r, nil, patch, "", holds
+	case last != nil && phase.Unfinished():
+		// An older task (another hash, or the other action) still holds the node: ask it to stop
+		// and wait for it; a person's fix to the spec or the node leaving supersedes a failed task.
+		r.State = waiting
+		if !last.Abort {
+			abort = last.Name
+		}
+		return r, nil, nil, abort, holds
+	case last != nil && last.Action == ActionUninstall && phase == v1alpha1.TaskSucceeded && marked:
+		// An uninstall finished: the label goes first, whatever comes next, so that no pod is
+		// scheduled for what is no longer there. A later install starts once the node shows it.
+		r.State = waiting
+		if want == ActionUninstall {
+			r.State = StateUnlabelling
+		}
+		return r, nil, &NodePatch{Node: n.Name}, "", false
+	}
+
+	// Nothing holds the node; the latest task, if any, is finished and not what the node needs.
+	if want == ActionInstall {
+		if last == nil && provisioned {
+			r.State = StateProvisioned
+			return r, nil, nil, "", false
+		}
+		r.State = StateWaitingInstall
+		return r, supersede(), nil, "", false
+	}
+	// Leaving: undo what an install may have done; an uninstall that succeeded (at any hash) is done.
+	// An uninstall that did not succeed (aborted after failing) may have left the node half done.
+	installed := marked || (last != nil && (last.Action == ActionInstall || phase != v1alpha1.TaskSucceeded))
+	if !installed {
+		return r, nil, nil, "", false
+	}
+	if !in.HasUninstall {
+		if marked {
+			r.State = StateUnlabelling
+			return r, nil, &NodePatch{Node: n.Name}, "", false
+		}
+		return r, nil, nil, "", false
+	}
+	r.State = StateWaitingUninstall
+	return r, supersede(), nil, "", false
+}
+
+// leaveOrStay is the state after the needed task succeeded: labelled as wanted, or being (un)labelled.
+func leaveOrStay(want Action, provisioned, marked bool) NodeState {
+	if want == ActionInstall {
+		if provisioned {
+			return StateProvisioned
+		}
+		return StateLabelling
+	}
+	if marked {
+		return StateUnlabelling
+	}
+	return StateIdle
+}

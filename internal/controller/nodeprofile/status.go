@@ -1,0 +1,128 @@
+package nodeprofile
+
+import (
+	"fmt"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+)
+
+// Condition reasons of a NodeProfile.
+const (
+	ReasonProvisioned          = "Provisioned"
+	ReasonNoNodes              = "NoMatchingNodes"
+	ReasonInProgress           = "InProgress"
+	ReasonNodesFailed          = "NodesFailed"
+	ReasonIdle                 = "Idle"
+	ReasonNoFailures           = "NoFailures"
+	ReasonDeleting             = "Deleting"
+	ReasonInvalidSpec          = "InvalidSpec"
+	ReasonRuntimeClassConflict = "RuntimeClassConflict"
+)
+
+// maxFailures bounds status.failures (the API's MaxItems) and maxNamed the nodes a message names.
+const (
+	maxFailures = 100
+	maxNamed    = 10
+)
+
+// StatusInput is what the profile's status is computed from.
+type StatusInput struct {
+	Decision Decision
+	Deleting bool
+	// Started counts the tasks created in this reconcile, not yet in Decision.
+	Started int
+	// Problems are profile-level faults besides failed nodes, such as a RuntimeClass owned by someone else.
+	Problems []string
+	// Invalid explains a spec the controller cannot act on; Decision is then empty.
+	Invalid string
+}
+
+// ComputeStatus derives counts, conditions (each with a Reason) and failures from a decision.
+// Conditions carry no LastTransitionTime; meta.SetStatusCondition sets it when the status changes.
+func ComputeStatus(in StatusInput) (v1alpha1.ProfileNodeCounts, []metav1.Condition, []v1alpha1.ProfileNodeFailure) {
+	if in.Invalid != "" {
+		msg := "the spec cannot be acted on: " + in.Invalid
+		return v1alpha1.ProfileNodeCounts{}, []metav1.Condition{
+			{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonInvalidSpec, Message: msg},
+			{Type: v1alpha1.ConditionProvisioning, Status: metav1.ConditionFalse, Reason: ReasonInvalidSpec, Message: msg},
+			{Type: v1alpha1.ConditionDegraded, Status: metav1.ConditionTrue, Reason: ReasonInvalidSpec, Message: msg},
+		}, nil
+	}
+	d := in.Decision
+	counts := d.Counts
+	counts.Provisioning += int32(in.Started)
+
+	var failures []v1alpha1.ProfileNodeFailure
+	var named []string
+	waiting, installing, uninstalling, failed := 0, 0, 0, 0
+	for _, n := range d.Nodes {
+		switch n.State {
+		case StateWaitingInstall, StateWaitingUninstall:
+			waiting++
+		case StateInstalling, StateLabelling:
+			installing++
+		case StateUninstalling, StateUnlabelling:
+			uninstalling++
+		case StateInstallFailed, StateUninstallFailed:
+			failed++
+			what := "install"
+			if n.State == StateUninstallFailed {
+				what = "uninstall"
+			}
+			if len(failures) < maxFailures {
+				failures = append(failures, v1alpha1.ProfileNodeFailure{Node: n.Node, Task: n.Task, Message: n.Message})
+			}
+			if len(named) < maxNamed {
+				named = append(named, fmt.Sprintf("%s: %s failed: %s", n.Node, what, n.Message))
+			}
+		}
+	}
+	// Tasks just created moved nodes from waiting to in progress.
+	moved := min(in.Started, waiting)
+	waiting -= moved
+	inProgress := installing + uninstalling + moved
+
+	degraded := metav1.Condition{Type: v1alpha1.ConditionDegraded, Status: metav1.ConditionFalse, Reason: ReasonNoFailures, Message: "no node failed"}
+	if failed > 0 || len(in.Problems) > 0 {
+		degraded.Status = metav1.ConditionTrue
+		var parts []string
+		if failed > 0 {
+			degraded.Reason = ReasonNodesFailed
+			msg := fmt.Sprintf("%d node(s) failed: %s", failed, strings.Join(named, "; "))
+			if failed > len(named) {
+				msg += fmt.Sprintf("; and %d more", failed-len(named))
+			}
+			parts = append(parts, msg+". Fix the spec (a new task replaces the failed one), set recoveryMode on the task, or delete it to try again")
+		} else {
+			degraded.Reason = ReasonRuntimeClassConflict
+		}
+		parts = append(parts, in.Problems...)
+		degraded.Message = strings.Join(parts, "; ")
+	}
+
+	progressing := metav1.Condition{Type: v1alpha1.ConditionProvisioning, Status: metav1.ConditionFalse, Reason: ReasonIdle, Message: "nothing to do"}
+	if inProgress > 0 || waiting > 0 {
+		progressing.Status = metav1.ConditionTrue
+		progressing.Reason = ReasonInProgress
+		progressing.Message = fmt.Sprintf("%d installing, %d uninstalling, %d waiting (maxUnavailable, node lock or readiness)", installing+moved, uninstalling, waiting)
+	}
+
+	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse}
+	allDone := int(counts.Provisioned) == len(d.Nodes) && in.Started == 0
+	switch {
+	case in.Deleting:
+		ready.Reason, ready.Message = ReasonDeleting, fmt.Sprintf("the profile is being deleted: %d node(s) left to uninstall", len(d.Nodes))
+	case allDone && counts.Matched == 0:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionTrue, ReasonNoNodes, "no node is in the profile"
+	case allDone:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionTrue, ReasonProvisioned, fmt.Sprintf("all %d node(s) provisioned", counts.Provisioned)
+	case failed > 0:
+		ready.Reason, ready.Message = ReasonNodesFailed, fmt.Sprintf("%d of %d node(s) provisioned, %d failed", counts.Provisioned, counts.Matched, failed)
+	default:
+		ready.Reason, ready.Message = ReasonInProgress, fmt.Sprintf("%d of %d node(s) provisioned", counts.Provisioned, counts.Matched)
+	}
+	return counts, []metav1.Condition{ready, progressing, degraded}, failures
+}

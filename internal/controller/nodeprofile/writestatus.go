@@ -1,0 +1,102 @@
+package nodeprofile
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+)
+
+func (r *Reconciler) removeFinalizer(ctx context.Context, s *scope) error {
+	p := s.profile
+	patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(p, Finalizer)
+	if err := r.Client.Patch(ctx, p, patch); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("remove finalizer from NodeProfile %s: %w", p.Name, err)
+	}
+	r.event(p, corev1.EventTypeNormal, "Uninstalled", "Delete", "every node is uninstalled; the profile goes")
+	log.FromContext(ctx).Info("every node uninstalled, finalizer removed")
+	return nil
+}
+
+// writeStatus computes the status from the decision and patches it when it changed: at once when
+// a condition's status or reason, the failures or the hash changed, else at most every StatusInterval.
+func (r *Reconciler) writeStatus(ctx context.Context, s *scope) (ctrl.Result, error) {
+	p := s.profile
+	if !s.decided && s.invalid == "" {
+		// Nothing was observed (a read failed): keep the last status rather than report zeros.
+		return ctrl.Result{}, nil
+	}
+	counts, conds, failures := ComputeStatus(StatusInput{
+		Decision: s.decision, Deleting: s.deleting, Started: s.started, Problems: s.problems, Invalid: s.invalid,
+	})
+	if s.decided {
+		p.Status.Nodes = counts
+		p.Status.Failures = failures
+	}
+	p.Status.SpecHash = s.hash
+	p.Status.ObservedGeneration = p.Generation
+	for _, c := range conds {
+		c.ObservedGeneration = p.Generation
+		meta.SetStatusCondition(&p.Status.Conditions, c)
+	}
+	old := &s.orig.Status
+	if statusEqual(old, &p.Status) {
+		return ctrl.Result{}, nil
+	}
+	urgent := !sameConditionStates(old.Conditions, p.Status.Conditions) || !failuresEqual(old.Failures, p.Status.Failures) ||
+		old.SpecHash != p.Status.SpecHash || old.ObservedGeneration != p.Status.ObservedGeneration
+	now := time.Now()
+	r.mu.Lock()
+	last := r.lastStatus[p.Name]
+	r.mu.Unlock()
+	if !urgent && r.StatusInterval > 0 && now.Sub(last) < r.StatusInterval {
+		return ctrl.Result{RequeueAfter: r.StatusInterval - now.Sub(last)}, nil
+	}
+	if err := r.Client.Status().Patch(ctx, p, client.MergeFrom(s.orig)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("patch status of NodeProfile %s: %w", p.Name, err)
+	}
+	r.mu.Lock()
+	r.lastStatus[p.Name] = now
+	r.mu.Unlock()
+	r.recordTransitions(s.orig, p)
+	return ctrl.Result{}, nil
+}
+
+// recordTransitions records an event for each condition that turned True and each newly failed
+// node: events per transition, never per node provisioned, so they stay out of the write budget.
+func (r *Reconciler) recordTransitions(old, cur *v1alpha1.NodeProfile) {
+	turnedTrue := func(t string) (*metav1.Condition, bool) {
+		c := meta.FindStatusCondition(cur.Status.Conditions, t)
+		o := meta.FindStatusCondition(old.Status.Conditions, t)
+		return c, c != nil && c.Status == metav1.ConditionTrue && (o == nil || o.Status != metav1.ConditionTrue)
+	}
+	if c, ok := turnedTrue(v1alpha1.ConditionReady); ok {
+		r.event(cur, corev1.EventTypeNormal, c.Reason, "Provision", c.Message)
+	}
+	if c, ok := turnedTrue(v1alpha1.ConditionProvisioning); ok {
+		r.event(cur, corev1.EventTypeNormal, "Provisioning", "Provision", c.Message)
+	}
+	known := map[string]string{}
+	for _, f := range old.Status.Failures {
+		known[f.Node] = f.Task
+	}
+	for _, f := range cur.Status.Failures {
+		if known[f.Node] != f.Task {
+			r.event(cur, corev1.EventTypeWarning, "NodeFailed", "Provision", fmt.Sprintf("node %s, task %s: %s", f.Node, f.Task, f.Message))
+		}
+	}
+}
