@@ -100,6 +100,9 @@ const (
 )
 
 // NodeProfile is what a set of nodes must have: installed by NodeTasks, then labelled.
+// The name is at most 50 characters because it becomes part of the node label key
+// nodeops.io/profile.<name> and annotation key nodeops.io/profile-hash.<name> (63 at most after the prefix).
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 50",message="a NodeProfile's name is at most 50 characters: it becomes part of node label and annotation keys"
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=nprof,categories=nodeops
