@@ -1,0 +1,305 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	nodeopsv1 "github.com/nodeops/nodeops/api/v1alpha1"
+)
+
+func newDescribeCommand(o *Options) *cobra.Command {
+	var tail int
+	cmd := &cobra.Command{
+		Use:   "describe NAME",
+		Short: "Show an operation: its groups, its tasks and the output of a failed command",
+		Long: `Show a node operation in full: what it does, its mode, its conditions, its groups
+in order with their node counts, one line per task, and for each failed task the
+last lines of the failed command's output, with the commands that would unblock it.`,
+		Example: `  kubectl nodeops describe renew-certs-x7k2p
+
+  # More of the failed command's output
+  kubectl nodeops describe renew-certs-x7k2p --tail 100`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.NewClient()
+			if err != nil {
+				return err
+			}
+			return o.runDescribe(cmd.Context(), c, args[0], tail)
+		},
+	}
+	cmd.Flags().IntVar(&tail, "tail", 20, "Lines of a failed command's output to show")
+	return cmd
+}
+
+func (o *Options) runDescribe(ctx context.Context, c Client, name string, tail int) error {
+	op, err := getOperation(ctx, c, name)
+	if err != nil {
+		return err
+	}
+	tasks, err := listTasks(ctx, c, op)
+	if err != nil {
+		return err
+	}
+	writeDescription(o.Out, op, tasks, tail)
+	return nil
+}
+
+// writeDescription is pure so that its output can be compared with golden files.
+func writeDescription(w io.Writer, op *nodeopsv1.NodeOperation, tasks []nodeopsv1.NodeTask, tail int) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	field := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	field("Name", op.Name)
+	field("Operation", operationDetail(op))
+	field("Mode", modeOf(op))
+	field("Nodes", selectorText(op.Spec.NodeSelector))
+	field("Max unavailable", maxUnavailableText(op))
+	field("Phase", phaseOf(op))
+	field("Progress", orDash(op.Status.Progress))
+	field("Started", timeText(op.Status.StartTime))
+	completed := timeText(op.Status.CompletionTime)
+	if op.Status.StartTime != nil && op.Status.CompletionTime != nil {
+		completed += " (took " + op.Status.CompletionTime.Sub(op.Status.StartTime.Time).Round(time.Second).String() + ")"
+	}
+	field("Completed", completed)
+	_ = tw.Flush()
+
+	if len(op.Status.Conditions) > 0 {
+		fmt.Fprintln(w, "\nConditions:")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  TYPE\tSTATUS\tREASON\tMESSAGE")
+		for _, cd := range op.Status.Conditions {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", cd.Type, cd.Status, cd.Reason, cd.Message)
+		}
+		_ = tw.Flush()
+	}
+
+	fmt.Fprintln(w, "\nGroups:")
+	if len(op.Status.Groups) == 0 {
+		fmt.Fprintln(w, "  (none yet: the manager has not planned this operation)")
+	} else {
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  #\tGROUP\tPHASE\tNODES\tDONE\tRUNNING\tFAILED\tSKIPPED\tPENDING\tMESSAGE")
+		for i, g := range op.Status.Groups {
+			n := g.Nodes
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", i+1, g.Name, g.Phase, n.Total,
+				n.Succeeded, n.Running, n.Failed, n.Skipped, n.Pending, g.Message)
+		}
+		_ = tw.Flush()
+	}
+
+	fmt.Fprintln(w, "\nTasks:")
+	if len(tasks) == 0 {
+		fmt.Fprintln(w, "  (none yet)")
+	} else {
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  NODE\tGROUP\tPHASE\tPROGRESS\tCOMMAND\tATTEMPT\tTASK")
+		for i := range tasks {
+			t := &tasks[i]
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Spec.NodeName, t.Spec.Group, taskPhaseText(t),
+				taskProgress(t), orDash(taskCommandText(t)), attemptText(t), t.Name)
+		}
+		_ = tw.Flush()
+	}
+
+	for i := range tasks {
+		t := &tasks[i]
+		if t.EffectivePhase() != nodeopsv1.TaskFailed {
+			continue
+		}
+		writeFailure(w, t, tail)
+	}
+
+	if hint := nextSteps(op, tasks); hint != "" {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, hint)
+	}
+}
+
+func writeFailure(w io.Writer, t *nodeopsv1.NodeTask, tail int) {
+	i := failedCommand(t)
+	fmt.Fprintf(w, "\nFailed on %s (task %s)", t.Spec.NodeName, t.Name)
+	if i >= 0 {
+		fmt.Fprintf(w, ", command %d/%d %s", i+1, len(t.Spec.Commands), t.Spec.Commands[i].DisplayName())
+	}
+	fmt.Fprintln(w, ":")
+	if t.Status.Reason != "" || t.Status.Message != "" {
+		fmt.Fprintf(w, "  %s: %s\n", orDash(t.Status.Reason), t.Status.Message)
+	}
+	cs := commandStatus(t, i)
+	if cs == nil {
+		return
+	}
+	if cs.ExitCode != nil {
+		fmt.Fprintf(w, "  exit code %d, attempt %d\n", *cs.ExitCode, cs.Attempt)
+	}
+	if cs.Message != "" && cs.Message != t.Status.Message {
+		fmt.Fprintf(w, "  %s\n", cs.Message)
+	}
+	if out := tailLines(cs.OutputTail, tail); out != "" {
+		fmt.Fprintf(w, "  output (last %d lines at most):\n", tail)
+		for _, l := range strings.Split(out, "\n") {
+			fmt.Fprintf(w, "    | %s\n", l)
+		}
+	}
+}
+
+// nextSteps tells the person what they can do now, when the operation waits for them.
+func nextSteps(op *nodeopsv1.NodeOperation, tasks []nodeopsv1.NodeTask) string {
+	if op.Status.Phase.Finished() || op.Spec.Abort {
+		return ""
+	}
+	failed, waiting := 0, 0
+	for i := range tasks {
+		if tasks[i].EffectivePhase() == nodeopsv1.TaskFailed && tasks[i].Spec.RecoveryMode == "" {
+			failed++
+		}
+		if awaitingApproval(&tasks[i]) {
+			waiting++
+		}
+	}
+	var lines []string
+	if failed > 0 {
+		lines = append(lines, fmt.Sprintf("Blocked on %d failed %s. Next: kubectl nodeops retry %s, kubectl nodeops skip %s, or kubectl nodeops abort %s",
+			failed, plural(failed, "task", "tasks"), op.Name, op.Name, op.Name))
+	}
+	if waiting > 0 {
+		lines = append(lines, fmt.Sprintf("%d %s waiting for approval. Next: kubectl nodeops approve %s [--all]",
+			waiting, plural(waiting, "task is", "tasks are"), op.Name))
+	}
+	if op.Spec.Paused {
+		lines = append(lines, "Paused. Next: kubectl nodeops resume "+op.Name)
+	}
+	return strings.Join(lines, "\n")
+}
+
+func operationDetail(op *nodeopsv1.NodeOperation) string {
+	switch {
+	case op.Spec.Upgrade != nil:
+		u := op.Spec.Upgrade
+		s := "upgrade to " + u.KubernetesVersion
+		if u.UpgradeKubeletAndKubectl == nil || *u.UpgradeKubeletAndKubectl {
+			s += ", kubelet and kubectl too"
+		} else {
+			s += ", kubeadm only"
+		}
+		if u.BinarySource != nil {
+			s += " (binaries from " + u.BinarySource.BaseURL + ")"
+		}
+		return s
+	case op.Spec.RenewCertificates != nil:
+		certs := op.Spec.RenewCertificates.Certificates
+		if len(certs) == 0 {
+			return "renew all certificates"
+		}
+		return "renew certificates " + strings.Join(certs, ", ")
+	case op.Spec.Custom != nil:
+		var names []string
+		for _, g := range op.Spec.Custom.Groups {
+			names = append(names, g.Name)
+		}
+		return "custom: " + strings.Join(names, " -> ")
+	}
+	return "unknown"
+}
+
+func selectorText(sel *metav1.LabelSelector) string {
+	if sel == nil {
+		return "all"
+	}
+	s := metav1.FormatLabelSelector(sel)
+	if s == "<none>" {
+		return "all"
+	}
+	return s
+}
+
+func maxUnavailableText(op *nodeopsv1.NodeOperation) string {
+	if op.Spec.MaxUnavailable == nil {
+		return "1"
+	}
+	return op.Spec.MaxUnavailable.String()
+}
+
+func timeText(t *metav1.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func taskPhaseText(t *nodeopsv1.NodeTask) string {
+	p := string(t.EffectivePhase())
+	switch {
+	case t.Spec.RecoveryMode != "" && t.EffectivePhase() == nodeopsv1.TaskFailed:
+		p += " (" + string(t.Spec.RecoveryMode) + " requested)"
+	case awaitingApproval(t):
+		p += " (awaiting approval)"
+	case t.Spec.Abort && !taskFinished(t):
+		p += " (aborting)"
+	case t.Spec.Paused && !taskFinished(t):
+		p += " (paused)"
+	}
+	return p
+}
+
+func taskProgress(t *nodeopsv1.NodeTask) string {
+	if t.Status.Progress != "" {
+		return t.Status.Progress
+	}
+	done := 0
+	for _, c := range t.Status.Commands {
+		if c.Phase.Done() {
+			done++
+		}
+	}
+	return fmt.Sprintf("%d/%d", done, len(t.Spec.Commands))
+}
+
+// taskCommandText names the command that matters now: the failed one, the running or next one.
+func taskCommandText(t *nodeopsv1.NodeTask) string {
+	if i := failedCommand(t); i >= 0 {
+		return t.Spec.Commands[i].DisplayName() + " (Failed)"
+	}
+	if taskFinished(t) {
+		return ""
+	}
+	name := currentCommandName(t)
+	if name == "" {
+		return ""
+	}
+	if cs := commandStatus(t, int(t.Status.CurrentCommand)); cs != nil && cs.Phase != "" {
+		return name + " (" + string(cs.Phase) + ")"
+	}
+	return name
+}
+
+func attemptText(t *nodeopsv1.NodeTask) string {
+	a := t.Status.Attempt
+	if cs := commandStatus(t, int(t.Status.CurrentCommand)); cs != nil && cs.Attempt > a {
+		a = cs.Attempt
+	}
+	if a == 0 {
+		return "-"
+	}
+	return fmt.Sprint(a)
+}
+
+func tailLines(s string, n int) string {
+	s = strings.TrimRight(s, "\n")
+	if s == "" || n <= 0 {
+		return ""
+	}
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,150 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/watch"
+
+	nodeopsv1 "github.com/nodeops/nodeops/api/v1alpha1"
+)
+
+func newWatchCommand(o *Options) *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "watch NAME",
+		Short: "Follow an operation live until it ends; the exit code says how it ended",
+		Long: `Follow a node operation until it succeeds, fails, blocks or is aborted.
+
+On a terminal: a progress bar per group (# done, x failed, > running, . pending) and
+a line per running, failed or waiting node, redrawn in place. Otherwise (a pipe, a
+CI log): a timestamped line each time the operation, a group or a node changes.
+
+At the end it prints the outcome with the reason and message, and the failed nodes.
+A Blocked operation ends the watch, unless a retry, skip or abort was already
+requested and the manager has not acted on it yet.
+
+Exit codes: 0 Succeeded, 2 Failed, 3 Blocked, 4 Aborted, 1 any other error
+(including --timeout).`,
+		Example: `  kubectl nodeops watch renew-certs-x7k2p
+
+  # In a script: wait at most 20 minutes, then act on the outcome
+  kubectl nodeops watch upgrade-v1-37-2-abcde --timeout 20m || echo "exit $?"`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.NewClient()
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			defer stop()
+			return o.runWatch(ctx, c, args[0], timeout)
+		},
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "Give up after this long (exit code 1); 0 waits for ever")
+	return cmd
+}
+
+// runWatch follows the operation; it returns nil on Succeeded and an *ExitError otherwise.
+func (o *Options) runWatch(ctx context.Context, c Client, name string, timeout time.Duration) error {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	src, err := newOpSource(ctx, c, name)
+	if err != nil {
+		return err
+	}
+	defer src.stop()
+
+	isTTY, width, height := o.Terminal()
+	var tty *ttyRenderer
+	var plain *plainRenderer
+	if isTTY {
+		tty = &ttyRenderer{w: o.Out, width: width, height: height}
+		tty.start()
+		defer tty.stop()
+	} else {
+		plain = &plainRenderer{w: o.Out, now: o.Now, last: map[string]string{}}
+	}
+	draw := func() {
+		op, tasks := src.snapshot()
+		if tty != nil {
+			if ok, w, h := o.Terminal(); ok {
+				tty.width, tty.height = w, h
+			}
+			tty.draw(buildView(op, tasks, o.Now()))
+		} else {
+			plain.draw(op, tasks)
+		}
+	}
+
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	dirty, lastDraw := true, time.Time{}
+	for {
+		op, tasks := src.snapshot()
+		if res := operationOutcome(op, tasks); res != nil {
+			draw()
+			if tty != nil {
+				tty.stop()
+			}
+			fmt.Fprintln(o.Out, res.text(op, tasks))
+			if res.code == CodeSucceeded {
+				return nil
+			}
+			return &ExitError{Code: res.code, Msg: string(res.phase), Silent: true}
+		}
+		if dirty && time.Since(lastDraw) >= 200*time.Millisecond || tty != nil && time.Since(lastDraw) >= time.Second {
+			draw()
+			dirty, lastDraw = false, time.Now()
+		}
+
+		var changed bool
+		var ev watch.Event
+		var ok bool
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return &ExitError{Code: CodeError, Msg: fmt.Sprintf("nodeoperation %s still %s after %s", name, phaseOf(src.op), timeout)}
+			}
+			return &ExitError{Code: CodeError, Msg: "interrupted"}
+		case ev, ok = <-src.opW.ResultChan():
+			changed, err = src.applyOperationEvent(ctx, ev, ok)
+		case ev, ok = <-src.taskW.ResultChan():
+			changed, err = src.applyTaskEvent(ctx, ev, ok)
+		case <-tick.C:
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				continue
+			}
+			if errors.Is(err, errOperationGone) {
+				return fmt.Errorf("nodeoperation %s: %w", name, err)
+			}
+			return err
+		}
+		dirty = dirty || changed
+	}
+}
+
+// phaseExit maps a finished phase to the exit code `watch` uses.
+func phaseExit(p nodeopsv1.OperationPhase) int {
+	switch p {
+	case nodeopsv1.OperationSucceeded:
+		return CodeSucceeded
+	case nodeopsv1.OperationFailed:
+		return CodeFailed
+	case nodeopsv1.OperationBlocked:
+		return CodeBlocked
+	case nodeopsv1.OperationAborted:
+		return CodeAborted
+	}
+	return CodeError
+}
