@@ -1,0 +1,406 @@
+package localcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Files nodeops-local writes in DIR besides logs/, nodes/, pki/ and etcd/.
+const (
+	PIDFile        = "nodeops-local.pid"
+	KubeconfigFile = "kubeconfig"
+	// ReadyPrefix starts the one line printed once every node is Ready.
+	ReadyPrefix = "ready: kubeconfig="
+)
+
+const (
+	pollInterval = 250 * time.Millisecond
+	stopGrace    = 15 * time.Second
+)
+
+// Up runs a local cluster in the foreground until ctx ends, then stops every process it started and
+// returns; DIR is left for inspection. Progress goes to out, ending with "ready: kubeconfig=DIR/kubeconfig".
+func Up(ctx context.Context, o Options, out io.Writer) (retErr error) {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	dir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return fmt.Errorf("resolving --dir: %w", err)
+	}
+	o.Dir = dir
+	if o.ReadyTimeout == 0 {
+		o.ReadyTimeout = 10 * time.Minute
+	}
+	stages, err := checkBinaries(o)
+	if err != nil {
+		return err
+	}
+	if err := prepareDir(dir); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, PIDFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		return fmt.Errorf("writing pid file: %w", err)
+	}
+	defer os.Remove(filepath.Join(dir, PIDFile))
+
+	start := time.Now()
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(out, "nodeops-local: [%5.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+	}
+	sup := newSupervisor(dir, logf)
+	defer func() {
+		logf("stopping")
+		sup.stopAll(stopGrace)
+		logf("stopped; %s is left for inspection", dir)
+	}()
+
+	// A child that dies during start-up ends it at once, with the tail of its log.
+	startCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case err := <-sup.failed:
+			cancel(err)
+		case <-startCtx.Done():
+		}
+	}()
+	startCtx, cancelTimeout := context.WithTimeoutCause(startCtx, o.ReadyTimeout,
+		fmt.Errorf("the cluster was not ready within %s (logs in %s)", o.ReadyTimeout, filepath.Join(dir, "logs")))
+	defer cancelTimeout()
+	if err := bringUp(startCtx, o, sup, stages, logf); err != nil {
+		if cause := context.Cause(startCtx); cause != nil && ctx.Err() == nil {
+			return cause
+		}
+		return err
+	}
+	sup.setKeepAlive()
+	fmt.Fprintf(out, "%s%s\n", ReadyPrefix, filepath.Join(dir, KubeconfigFile))
+	<-ctx.Done()
+	return nil
+}
+
+func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, logf func(string, ...any)) error {
+	bin := o.BinDir
+	ports, err := freePorts(3)
+	if err != nil {
+		return err
+	}
+	l := clusterLayout{Dir: o.Dir, EtcdClientPort: ports[0], EtcdPeerPort: ports[1], APIPort: ports[2]}
+	logf("making the cluster PKI with kubeadm (apiserver on https://%s)", l.endpoint())
+	if err := makeClusterPKI(ctx, bin, l, o.KubernetesVersion); err != nil {
+		return err
+	}
+	specs := NodeSpecs(o.ControlPlanes, o.Workers, o.SimNodes)
+
+	// Node roots need only the PKI and the apiserver's address: make them while the control plane starts.
+	rootsDone := make(chan error, 1)
+	go func() { rootsDone <- makeNodeRoots(ctx, bin, l, specs, o.KubernetesVersion) }()
+
+	logf("starting etcd")
+	if err := sup.start("etcd", filepath.Join(bin, "etcd"), l.etcdArgs()...); err != nil {
+		return err
+	}
+	if err := waitUntil(ctx, pollInterval, func(ctx context.Context) (bool, error) { return etcdHealthy(ctx, l.etcdURL()) }); err != nil {
+		return fmt.Errorf("waiting for etcd: %w", err)
+	}
+	logf("starting kube-apiserver")
+	if err := sup.start("kube-apiserver", filepath.Join(bin, "kube-apiserver"), l.apiserverArgs()...); err != nil {
+		return err
+	}
+	cfg, err := RESTConfig(l.kubeconfig())
+	if err != nil {
+		return err
+	}
+	scheme, err := NewScheme()
+	if err != nil {
+		return err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("creating client: %w", err)
+	}
+	if err := waitAPIServer(ctx, cfg); err != nil {
+		return err
+	}
+	logf("installing kubeadm's configuration and the nodeops CRDs")
+	caPEM, err := os.ReadFile(l.pki("ca.crt"))
+	if err != nil {
+		return fmt.Errorf("reading CA: %w", err)
+	}
+	if err := waitUntil(ctx, pollInterval, func(ctx context.Context) (bool, error) {
+		// kube-system and kube-public are created by the apiserver shortly after it is ready.
+		return createAll(ctx, c, KubeadmObjects(o.KubernetesVersion, l.endpoint(), caPEM)) == nil, nil
+	}); err != nil {
+		return fmt.Errorf("creating kubeadm objects: %w (last try: %v)", err, createAll(ctx, c, KubeadmObjects(o.KubernetesVersion, l.endpoint(), caPEM)))
+	}
+	if err := installCRDs(ctx, c); err != nil {
+		return err
+	}
+	logf("starting kube-controller-manager, kube-scheduler and kwok")
+	for _, p := range []struct {
+		name string
+		args []string
+	}{
+		{"kube-controller-manager", l.controllerManagerArgs()},
+		{"kube-scheduler", l.schedulerArgs()},
+		{"kwok", l.kwokArgs(stages)},
+	} {
+		if err := sup.start(p.name, filepath.Join(bin, p.name), p.args...); err != nil {
+			return err
+		}
+	}
+	logf("creating %d nodes (%d control planes, %d workers, %d simulated)", len(specs), o.ControlPlanes, o.Workers, o.SimNodes)
+	if err := createNodes(ctx, c, specs, o.KubernetesVersion); err != nil {
+		return err
+	}
+	select {
+	case err := <-rootsDone:
+		if err != nil {
+			return err
+		}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	logf("node roots ready in %s", filepath.Join(o.Dir, "nodes"))
+	if err := startNodeops(o, l, sup, specs); err != nil {
+		return err
+	}
+	logf("waiting for %d nodes to be Ready", len(specs))
+	if err := waitNodesReady(ctx, c, len(specs)); err != nil {
+		return err
+	}
+	if err := waitUntil(ctx, pollInterval, func(ctx context.Context) (bool, error) {
+		// Pods are refused until the service-account controller made the namespace's default account.
+		err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "default"}, &corev1.ServiceAccount{})
+		return err == nil, client.IgnoreNotFound(err)
+	}); err != nil {
+		return fmt.Errorf("waiting for the default service account: %w", err)
+	}
+	return nil
+}
+
+func startNodeops(o Options, l clusterLayout, sup *supervisor, specs []NodeSpec) error {
+	if !o.NoManager {
+		if err := sup.start("manager", filepath.Join(o.BinDir, "manager"), l.managerArgs()...); err != nil {
+			return err
+		}
+	}
+	if o.NoAgents {
+		return nil
+	}
+	for _, s := range specs {
+		if s.HasRoot() {
+			if err := sup.start("agent-"+s.Name, filepath.Join(o.BinDir, "agent"), l.agentArgs(s.Name)...); err != nil {
+				return err
+			}
+		}
+	}
+	if o.SimNodes > 0 {
+		return sup.start("agent-sim", filepath.Join(o.BinDir, "agent"), l.simAgentArgs()...)
+	}
+	return nil
+}
+
+// makeNodeRoots builds the host roots two at a time (kubeadm is CPU-bound).
+func makeNodeRoots(ctx context.Context, bin string, l clusterLayout, specs []NodeSpec, version string) error {
+	sem := make(chan struct{}, 2)
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	for _, s := range specs {
+		if !s.HasRoot() {
+			continue
+		}
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if err := makeNodeRoot(ctx, bin, l, s, version); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("node root %s: %w", s.Name, err))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// checkBinaries names every binary the options need that bin/ lacks, and returns kwok's stage files.
+func checkBinaries(o Options) ([]string, error) {
+	need := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kubeadm"}
+	if !o.NoManager {
+		need = append(need, "manager")
+	}
+	if !o.NoAgents && o.ControlPlanes+o.Workers+o.SimNodes > 0 {
+		need = append(need, "agent")
+	}
+	var missing []string
+	for _, n := range need {
+		if st, err := os.Stat(filepath.Join(o.BinDir, n)); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			missing = append(missing, filepath.Join(o.BinDir, n))
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("missing binaries: %s (run `make tools build`, or pass --no-manager/--no-agents)", strings.Join(missing, ", "))
+	}
+	if _, err := os.Stat(BusyboxPath); err != nil && o.ControlPlanes+o.Workers > 0 {
+		return nil, fmt.Errorf("node roots need a static busybox at %s: install Debian's busybox-static (hack/install-deps.sh)", BusyboxPath)
+	}
+	stages, err := filepath.Glob(filepath.Join(o.BinDir, "kwok-stages", "*.yaml"))
+	if err != nil || len(stages) == 0 {
+		return nil, fmt.Errorf("no kwok stage configs in %s (kwok refuses to start without them; run `make tools`)", filepath.Join(o.BinDir, "kwok-stages"))
+	}
+	return stages, nil
+}
+
+// prepareDir creates dir, which must be absent or empty: node roots and kubeconfigs name one instance's ports.
+func prepareDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return os.MkdirAll(dir, 0o755)
+	case err != nil:
+		return fmt.Errorf("reading --dir: %w", err)
+	case len(entries) > 0:
+		return fmt.Errorf("--dir %s is not empty; use a new directory for each instance", dir)
+	}
+	return nil
+}
+
+// freePorts returns n distinct loopback ports that were free a moment ago.
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("finding a free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// RESTConfig loads a kubeconfig with client limits fit for hundreds of nodes.
+func RESTConfig(kubeconfig string) (*rest.Config, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("loading %s: %w", kubeconfig, err)
+	}
+	cfg.QPS, cfg.Burst = 500, 1000
+	return cfg, nil
+}
+
+func etcdHealthy(ctx context.Context, url string) (bool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/health", nil)
+	if err != nil {
+		return false, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	return resp.StatusCode == http.StatusOK && strings.Contains(string(body), `"true"`), nil
+}
+
+func waitAPIServer(ctx context.Context, cfg *rest.Config) error {
+	rc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return fmt.Errorf("building HTTP client: %w", err)
+	}
+	err = waitUntil(ctx, pollInterval, func(ctx context.Context) (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.Host+"/readyz", nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := rc.Do(req)
+		if err != nil {
+			return false, err
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for kube-apiserver /readyz: %w", err)
+	}
+	return nil
+}
+
+func waitNodesReady(ctx context.Context, c client.Client, want int) error {
+	ready := 0
+	err := waitUntil(ctx, time.Second, func(ctx context.Context) (bool, error) {
+		var nodes corev1.NodeList
+		if err := c.List(ctx, &nodes); err != nil {
+			return false, err
+		}
+		ready = 0
+		for i := range nodes.Items {
+			if nodeReady(&nodes.Items[i]) {
+				ready++
+			}
+		}
+		return ready >= want, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for nodes: %d of %d Ready: %w", ready, want, err)
+	}
+	return nil
+}
+
+// Down stops the nodeops-local running in dir: SIGTERM to the PID in DIR/nodeops-local.pid, then
+// waits until it exited (it stops its children first).
+func Down(ctx context.Context, dir string) error {
+	data, err := os.ReadFile(filepath.Join(dir, PIDFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("no nodeops-local is running in %s (no %s)", dir, PIDFile)
+	}
+	if err != nil {
+		return fmt.Errorf("reading pid file: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || pid <= 0 {
+		return fmt.Errorf("bad pid file %s: %q", filepath.Join(dir, PIDFile), data)
+	}
+	// The PID may have been reused since: signal it only while it is still nodeops-local.
+	isOurs := func() bool {
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		return err == nil && strings.Contains(string(cmdline), "nodeops-local")
+	}
+	if !isOurs() {
+		return fmt.Errorf("nodeops-local (pid %d) in %s is not running", pid, dir)
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		return fmt.Errorf("signalling nodeops-local (pid %d): %w", pid, err)
+	}
+	err = waitUntil(ctx, pollInterval, func(context.Context) (bool, error) { return !isOurs(), nil })
+	if err != nil {
+		return fmt.Errorf("waiting for nodeops-local (pid %d) to stop: %w", pid, err)
+	}
+	return nil
+}

@@ -1,0 +1,286 @@
+package localcluster
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"sigs.k8s.io/yaml"
+)
+
+func TestNodeSpecs(t *testing.T) {
+	tests := []struct {
+		cps, workers, sims int
+		want               []NodeSpec
+	}{
+		{1, 0, 0, []NodeSpec{{Name: "cp-1", Role: RoleControlPlane, IP: "192.0.2.11"}}},
+		{2, 2, 2, []NodeSpec{
+			{Name: "cp-1", Role: RoleControlPlane, IP: "192.0.2.11"},
+			{Name: "cp-2", Role: RoleControlPlane, IP: "192.0.2.12"},
+			{Name: "worker-1", Role: RoleWorker, IP: "192.0.2.111"},
+			{Name: "worker-2", Role: RoleWorker, IP: "192.0.2.112"},
+			{Name: "sim-1", Role: RoleSim},
+			{Name: "sim-2", Role: RoleSim},
+		}},
+	}
+	for _, tt := range tests {
+		got := NodeSpecs(tt.cps, tt.workers, tt.sims)
+		if len(got) != len(tt.want) {
+			t.Fatalf("NodeSpecs(%d,%d,%d) = %v", tt.cps, tt.workers, tt.sims, got)
+		}
+		for i := range got {
+			if got[i] != tt.want[i] {
+				t.Errorf("NodeSpecs(%d,%d,%d)[%d] = %+v, want %+v", tt.cps, tt.workers, tt.sims, i, got[i], tt.want[i])
+			}
+		}
+	}
+	// The largest allowed counts keep every address inside 192.0.2.0/24.
+	for _, s := range NodeSpecs(100, 100, 0) {
+		last, err := strconv.Atoi(strings.TrimPrefix(s.IP, "192.0.2."))
+		if !strings.HasPrefix(s.IP, "192.0.2.") || err != nil || last < 1 || last > 254 {
+			t.Errorf("%s has address %s outside 192.0.2.1-254", s.Name, s.IP)
+		}
+	}
+}
+
+func TestNodeObject(t *testing.T) {
+	tests := []struct {
+		spec         NodeSpec
+		controlPlane bool
+		addresses    int
+	}{
+		{NodeSpec{Name: "cp-1", Role: RoleControlPlane, IP: "192.0.2.11"}, true, 2},
+		{NodeSpec{Name: "worker-1", Role: RoleWorker, IP: "192.0.2.111"}, false, 2},
+		{NodeSpec{Name: "sim-7", Role: RoleSim}, false, 0},
+	}
+	for _, tt := range tests {
+		n := NodeObject(tt.spec, "v1.36.4")
+		if n.Labels[LabelHostname] != tt.spec.Name || n.Labels[LabelOS] != "linux" {
+			t.Errorf("%s: labels %v", tt.spec.Name, n.Labels)
+		}
+		_, isCP := n.Labels[LabelControlPlane]
+		hasTaint := len(n.Spec.Taints) == 1 && n.Spec.Taints[0].Key == LabelControlPlane && n.Spec.Taints[0].Effect == corev1.TaintEffectNoSchedule
+		if isCP != tt.controlPlane || hasTaint != tt.controlPlane || len(n.Spec.Taints) > 1 {
+			t.Errorf("%s: control-plane label %v, taints %v", tt.spec.Name, isCP, n.Spec.Taints)
+		}
+		if len(n.Status.Addresses) != tt.addresses {
+			t.Errorf("%s: addresses %v", tt.spec.Name, n.Status.Addresses)
+		}
+		if n.Status.NodeInfo.KubeletVersion != "v1.36.4" {
+			t.Errorf("%s: kubelet version %q", tt.spec.Name, n.Status.NodeInfo.KubeletVersion)
+		}
+	}
+}
+
+func TestNodeReady(t *testing.T) {
+	ready := corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue}
+	notReady := corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionFalse}
+	taint := corev1.Taint{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule}
+	tests := []struct {
+		name       string
+		conditions []corev1.NodeCondition
+		taints     []corev1.Taint
+		want       bool
+	}{
+		{"no conditions yet", nil, nil, false},
+		{"ready", []corev1.NodeCondition{ready}, nil, true},
+		{"not ready", []corev1.NodeCondition{notReady}, nil, false},
+		{"ready but not-ready taint not yet removed", []corev1.NodeCondition{ready}, []corev1.Taint{taint}, false},
+		{"control-plane taint does not matter", []corev1.NodeCondition{ready}, []corev1.Taint{{Key: LabelControlPlane, Effect: corev1.TaintEffectNoSchedule}}, true},
+	}
+	for _, tt := range tests {
+		n := &corev1.Node{Spec: corev1.NodeSpec{Taints: tt.taints}, Status: corev1.NodeStatus{Conditions: tt.conditions}}
+		if got := nodeReady(n); got != tt.want {
+			t.Errorf("%s: nodeReady = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestKubeadmConfig checks the rendered configuration parses and carries what kubeadm needs.
+func TestKubeadmConfig(t *testing.T) {
+	tests := []struct {
+		controlPlane bool
+		taints       int
+	}{{true, 1}, {false, 0}}
+	for _, tt := range tests {
+		out := KubeadmConfig(kubeadmConfigParams{
+			NodeName: "n-1", AdvertiseAddress: "192.0.2.11", ControlPlane: tt.controlPlane,
+			KubernetesVersion: "v1.35.2", Endpoint: "127.0.0.1:40001", CertificatesDir: "/etc/kubernetes/pki",
+		})
+		docs := strings.Split(out, "\n---\n")
+		if len(docs) != 2 {
+			t.Fatalf("want 2 documents, got %d:\n%s", len(docs), out)
+		}
+		var initCfg struct {
+			Kind             string
+			LocalAPIEndpoint struct{ AdvertiseAddress string }
+			NodeRegistration struct {
+				Name      string
+				CRISocket string
+				Taints    []corev1.Taint
+			}
+		}
+		var clusterCfg struct {
+			Kind                 string
+			KubernetesVersion    string
+			ControlPlaneEndpoint string
+			CertificatesDir      string
+			EncryptionAlgorithm  string
+		}
+		if err := yaml.UnmarshalStrict([]byte(docs[0]), &initCfg); err != nil && !strings.Contains(err.Error(), "unknown field") {
+			t.Fatalf("init configuration: %v\n%s", err, docs[0])
+		}
+		if err := yaml.Unmarshal([]byte(docs[1]), &clusterCfg); err != nil {
+			t.Fatalf("cluster configuration: %v\n%s", err, docs[1])
+		}
+		if initCfg.Kind != "InitConfiguration" || initCfg.NodeRegistration.Name != "n-1" || initCfg.LocalAPIEndpoint.AdvertiseAddress != "192.0.2.11" ||
+			initCfg.NodeRegistration.CRISocket != CRISocket || len(initCfg.NodeRegistration.Taints) != tt.taints {
+			t.Errorf("init configuration %+v", initCfg)
+		}
+		if clusterCfg.Kind != "ClusterConfiguration" || clusterCfg.KubernetesVersion != "v1.35.2" ||
+			clusterCfg.ControlPlaneEndpoint != "127.0.0.1:40001" || clusterCfg.CertificatesDir != "/etc/kubernetes/pki" || clusterCfg.EncryptionAlgorithm != "ECDSA-P256" {
+			t.Errorf("cluster configuration %+v", clusterCfg)
+		}
+	}
+}
+
+func TestKubeadmObjects(t *testing.T) {
+	objs := KubeadmObjects("v1.36.4", "127.0.0.1:6443", []byte("CA"))
+	var sawKubeadmConfig, sawKubeletConfig, sawAdmins bool
+	for _, o := range objs {
+		switch v := o.(type) {
+		case *corev1.ConfigMap:
+			switch v.Name {
+			case KubeadmConfigMap:
+				sawKubeadmConfig = strings.Contains(v.Data[ClusterConfigurationKey], "kubernetesVersion: v1.36.4") && v.Namespace == "kube-system"
+			case KubeletConfigMap:
+				sawKubeletConfig = strings.Contains(v.Data["kubelet"], "kind: KubeletConfiguration")
+			}
+		case *rbacv1.ClusterRoleBinding:
+			if v.Name == "kubeadm:cluster-admins" {
+				sawAdmins = v.RoleRef.Name == "cluster-admin" && v.Subjects[0].Name == "kubeadm:cluster-admins"
+			}
+		}
+	}
+	if !sawKubeadmConfig || !sawKubeletConfig || !sawAdmins {
+		t.Errorf("kubeadm-config %v, kubelet-config %v, kubeadm:cluster-admins binding %v", sawKubeadmConfig, sawKubeletConfig, sawAdmins)
+	}
+}
+
+func TestEmbeddedCRDs(t *testing.T) {
+	crds, err := CRDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, c := range crds {
+		names[c.Name] = true
+		if c.Spec.Group != "nodeops.io" || c.Spec.Scope != "Cluster" {
+			t.Errorf("%s: group %s scope %s", c.Name, c.Spec.Group, c.Spec.Scope)
+		}
+	}
+	for _, want := range []string{"nodeoperations.nodeops.io", "nodetasks.nodeops.io", "nodeprofiles.nodeops.io"} {
+		if !names[want] {
+			t.Errorf("CRD %s not embedded (have %v)", want, names)
+		}
+	}
+}
+
+func TestCheckBinariesNamesWhatIsMissing(t *testing.T) {
+	bin := t.TempDir()
+	for _, n := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kubeadm", "agent"} {
+		if err := os.WriteFile(filepath.Join(bin, n), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := checkBinaries(Options{BinDir: bin, ControlPlanes: 1})
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(bin, "manager")) || strings.Contains(err.Error(), filepath.Join(bin, "agent")) {
+		t.Fatalf("want an error naming %s only, got %v", filepath.Join(bin, "manager"), err)
+	}
+	_, err = checkBinaries(Options{BinDir: bin, ControlPlanes: 1, NoManager: true})
+	if err == nil || !strings.Contains(err.Error(), "kwok stage configs") {
+		t.Fatalf("want an error about kwok stage configs, got %v", err)
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	ok := Options{Dir: "d", ControlPlanes: 1, KubernetesVersion: "v1.36.4"}
+	tests := []struct {
+		name   string
+		mutate func(*Options)
+		valid  bool
+	}{
+		{"defaults", func(*Options) {}, true},
+		{"no dir", func(o *Options) { o.Dir = "" }, false},
+		{"no control plane", func(o *Options) { o.ControlPlanes = 0 }, false},
+		{"too many workers", func(o *Options) { o.Workers = 101 }, false},
+		{"many sim nodes", func(o *Options) { o.SimNodes = 5000 }, true},
+		{"bad version", func(o *Options) { o.KubernetesVersion = "1.36" }, false},
+	}
+	for _, tt := range tests {
+		o := ok
+		tt.mutate(&o)
+		if err := o.Validate(); (err == nil) != tt.valid {
+			t.Errorf("%s: Validate() = %v", tt.name, err)
+		}
+	}
+}
+
+// TestSupervisorStopsProcessGroups starts a child that starts a grandchild and checks stopAll
+// leaves neither alive.
+func TestSupervisorStopsProcessGroups(t *testing.T) {
+	dir := t.TempDir()
+	s := newSupervisor(dir, t.Logf)
+	if err := s.start("sleeper", "/bin/busybox", "sh", "-c", "/bin/busybox sleep 300 & /bin/busybox sleep 300"); err != nil {
+		t.Fatal(err)
+	}
+	procs, err := ReadProcesses(dir)
+	if err != nil || procs["sleeper"] == 0 {
+		t.Fatalf("process table %v, %v", procs, err)
+	}
+	pgid := procs["sleeper"]
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		members, _ := ProcessGroupMembers([]int{pgid})
+		if len(members) >= 2 { // the shell exec()s its last command: two sleeps
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("want two sleeps in group %d, have %v", pgid, members)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.stopAll(5 * time.Second)
+	members, err := ProcessGroupMembers([]int{pgid})
+	if err != nil || len(members) != 0 {
+		t.Fatalf("after stopAll, group %d still has %v (%v)", pgid, members, err)
+	}
+	if err := syscall.Kill(pgid, 0); err == nil {
+		t.Fatalf("pid %d still exists", pgid)
+	}
+}
+
+func TestInstallBusybox(t *testing.T) {
+	if _, err := os.Stat(BusyboxPath); err != nil {
+		t.Fatalf("%s is needed (Debian's busybox-static; hack/install-deps.sh): %v", BusyboxPath, err)
+	}
+	root := t.TempDir()
+	if err := installBusybox(root); err != nil {
+		t.Fatal(err)
+	}
+	// Running the root's own /bin/sh through its absolute applet links proves the layout without chroot.
+	out, err := exec.Command(filepath.Join(root, "bin/busybox"), "sh", "-c", "echo hello").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "hello" {
+		t.Fatalf("busybox sh: %v %s", err, out)
+	}
+	if target, err := os.Readlink(filepath.Join(root, "bin/sh")); err != nil || target != "/bin/busybox" {
+		t.Fatalf("/bin/sh links to %q (%v)", target, err)
+	}
+}

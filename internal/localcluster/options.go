@@ -1,0 +1,77 @@
+// Package localcluster runs nodeops-local: a real Kubernetes control plane (etcd, kube-apiserver,
+// kube-controller-manager, kube-scheduler) with kwok playing the kubelets, local nodes that have a
+// host-root directory each, simulated nodes for scale, and optionally the nodeops manager and agents,
+// all as child processes of one foreground process.
+package localcluster
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// DefaultKubernetesVersion is the version the local cluster pretends to run before any upgrade:
+// kubeadm-config, node roots and the nodes' kubelet versions all say it.
+const DefaultKubernetesVersion = "v1.36.4"
+
+// Options configure one local cluster.
+type Options struct {
+	// Dir holds everything the cluster writes; it must be empty or absent.
+	Dir string
+	// BinDir holds etcd, kube-apiserver, ..., kwok, kwok-stages/, manager and agent.
+	BinDir string
+	// ControlPlanes, Workers and SimNodes are the node counts (cp-*, worker-*, sim-*).
+	ControlPlanes, Workers, SimNodes int
+	// NoManager and NoAgents skip starting bin/manager and bin/agent.
+	NoManager, NoAgents bool
+	// KubernetesVersion is the cluster's version as kubeadm sees it (kubeadm-config, node roots, kubelet versions).
+	KubernetesVersion string
+	// ReadyTimeout bounds the start-up, from the first process to every node Ready.
+	ReadyTimeout time.Duration
+}
+
+// Validate reports the first problem with o.
+func (o *Options) Validate() error {
+	switch {
+	case o.Dir == "":
+		return errors.New("--dir is required")
+	case o.ControlPlanes < 1:
+		return fmt.Errorf("--control-planes must be at least 1, not %d", o.ControlPlanes)
+	case o.ControlPlanes > 100 || o.Workers > 100:
+		return fmt.Errorf("at most 100 control planes and 100 workers (they have host roots); use --sim-nodes for scale")
+	case o.Workers < 0 || o.SimNodes < 0:
+		return errors.New("--workers and --sim-nodes must not be negative")
+	case !strings.HasPrefix(o.KubernetesVersion, "v"):
+		return fmt.Errorf("--kubernetes-version %q must look like v1.36.4", o.KubernetesVersion)
+	}
+	return nil
+}
+
+// DefaultBinDir returns $NODEOPS_BIN, or else the bin/ directory beside the go.mod found by walking
+// up from the working directory and then from the running executable.
+func DefaultBinDir() (string, error) {
+	if d := os.Getenv("NODEOPS_BIN"); d != "" {
+		return filepath.Abs(d)
+	}
+	var starts []string
+	if wd, err := os.Getwd(); err == nil {
+		starts = append(starts, wd)
+	}
+	if exe, err := os.Executable(); err == nil {
+		starts = append(starts, filepath.Dir(exe))
+	}
+	for _, start := range starts {
+		for d := start; ; d = filepath.Dir(d) {
+			if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+				return filepath.Join(d, "bin"), nil
+			}
+			if filepath.Dir(d) == d {
+				break
+			}
+		}
+	}
+	return "", errors.New("cannot find bin/: set NODEOPS_BIN or run inside the nodeops repository")
+}

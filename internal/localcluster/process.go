@@ -1,0 +1,303 @@
+package localcluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// ProcessesFile lists, one "name pid" a line, the child processes of a running nodeops-local;
+// it is rewritten whenever a child starts, so tests can find (and kill) them by PID.
+const ProcessesFile = "processes"
+
+// supervisor runs the child processes, each in its own process group with its output in
+// DIR/logs/<name>.log. Once keepAlive is set (after start-up), a child that exits is started again
+// after a back-off, as a kubelet restarts a crashed static pod; before that an exit is reported on failed.
+type supervisor struct {
+	dir    string
+	logf   func(format string, args ...any)
+	failed chan error
+
+	mu        sync.Mutex
+	procs     []*child
+	keepAlive bool
+	stopping  bool
+}
+
+type child struct {
+	name string
+	path string
+	args []string
+
+	// guarded by supervisor.mu
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func newSupervisor(dir string, logf func(string, ...any)) *supervisor {
+	return &supervisor{dir: dir, logf: logf, failed: make(chan error, 1)}
+}
+
+// start launches bin with args as child name and supervises it until stopAll.
+func (s *supervisor) start(name, bin string, args ...string) error {
+	c := &child{name: name, path: bin, args: args}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopping {
+		return errors.New("stopping")
+	}
+	if err := s.launchLocked(c); err != nil {
+		return err
+	}
+	s.procs = append(s.procs, c)
+	return s.writePIDsLocked()
+}
+
+func (s *supervisor) launchLocked(c *child) error {
+	if err := os.MkdirAll(filepath.Join(s.dir, "logs"), 0o755); err != nil {
+		return fmt.Errorf("creating log directory: %w", err)
+	}
+	logPath := filepath.Join(s.dir, "logs", c.name+".log")
+	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", logPath, err)
+	}
+	fmt.Fprintf(log, "=== nodeops-local: starting %s %s at %s\n", c.path, strings.Join(c.args, " "), time.Now().Format(time.RFC3339Nano))
+	cmd := exec.Command(c.path, c.args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Dir = s.dir
+	// Own process group: a terminal's Ctrl-C reaches only nodeops-local, which stops children in order;
+	// Pdeathsig: if nodeops-local itself is killed, the children do not outlive it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		_ = log.Close()
+		return fmt.Errorf("starting %s (%s): %w", c.name, c.path, err)
+	}
+	c.cmd, c.done = cmd, make(chan struct{})
+	started := time.Now()
+	go func(cmd *exec.Cmd, done chan struct{}) {
+		err := cmd.Wait()
+		fmt.Fprintf(log, "=== nodeops-local: %s exited: %v\n", c.name, err)
+		_ = log.Close()
+		close(done)
+		s.exited(c, cmd, err, time.Since(started))
+	}(cmd, c.done)
+	return nil
+}
+
+func (s *supervisor) exited(c *child, cmd *exec.Cmd, err error, ran time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopping || c.cmd != cmd {
+		return
+	}
+	if !s.keepAlive {
+		select {
+		case s.failed <- fmt.Errorf("%s exited during start-up (%v); last lines of %s:\n%s", c.name, err,
+			filepath.Join(s.dir, "logs", c.name+".log"), tail(filepath.Join(s.dir, "logs", c.name+".log"), 15)):
+		default:
+		}
+		return
+	}
+	backoff := time.Second
+	if ran < 10*time.Second {
+		backoff = 5 * time.Second
+	}
+	s.logf("%s exited (%v); starting it again in %s", c.name, err, backoff)
+	go func() {
+		time.Sleep(backoff)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.stopping || c.cmd != cmd {
+			return
+		}
+		if err := s.launchLocked(c); err != nil {
+			s.logf("restarting %s: %v", c.name, err)
+			return
+		}
+		if err := s.writePIDsLocked(); err != nil {
+			s.logf("%v", err)
+		}
+	}()
+}
+
+// setKeepAlive switches from "an exit is a start-up failure" to "an exit is restarted".
+func (s *supervisor) setKeepAlive() {
+	s.mu.Lock()
+	s.keepAlive = true
+	s.mu.Unlock()
+}
+
+// stopAll stops the children in the reverse order of their start: SIGTERM to each process group,
+// SIGKILL to the groups still alive after grace.
+func (s *supervisor) stopAll(grace time.Duration) {
+	type running struct {
+		name string
+		pgid int
+		done chan struct{}
+	}
+	s.mu.Lock()
+	s.stopping = true
+	var procs []running
+	for _, c := range s.procs {
+		procs = append(procs, running{c.name, c.cmd.Process.Pid, c.done})
+	}
+	s.mu.Unlock()
+	for i := len(procs) - 1; i >= 0; i-- {
+		p := procs[i]
+		_ = syscall.Kill(-p.pgid, syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(grace):
+			s.logf("%s did not stop within %s; killing it", p.name, grace)
+			_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
+			<-p.done
+		}
+		// A child's own children may outlive it in its group.
+		_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
+	}
+}
+
+func (s *supervisor) writePIDsLocked() error {
+	var b bytes.Buffer
+	for _, c := range s.procs {
+		fmt.Fprintf(&b, "%s %d\n", c.name, c.cmd.Process.Pid)
+	}
+	return writeFileAtomic(filepath.Join(s.dir, ProcessesFile), b.Bytes(), 0o644)
+}
+
+// ReadProcesses returns the name -> PID table a running (or stopped) nodeops-local wrote in dir.
+func ReadProcesses(dir string) (map[string]int, error) {
+	data, err := os.ReadFile(filepath.Join(dir, ProcessesFile))
+	if err != nil {
+		return nil, fmt.Errorf("reading process table: %w", err)
+	}
+	out := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var name string
+		var pid int
+		if _, err := fmt.Sscanf(line, "%s %d", &name, &pid); err == nil {
+			out[name] = pid
+		}
+	}
+	return out, nil
+}
+
+// ProcessGroupMembers returns the PIDs of live processes whose process group is one of pgids,
+// read from /proc; zombies are not counted as alive.
+func ProcessGroupMembers(pgids []int) ([]int, error) {
+	want := map[int]bool{}
+	for _, p := range pgids {
+		want[p] = true
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("listing /proc: %w", err)
+	}
+	var found []int
+	for _, e := range entries {
+		var pid int
+		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// Fields after the parenthesised command: state ppid pgrp ...
+		s := string(stat)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		var state string
+		var ppid, pgrp int
+		if _, err := fmt.Sscanf(s[i+1:], " %s %d %d", &state, &ppid, &pgrp); err != nil {
+			continue
+		}
+		if (want[pgrp] || want[pid]) && state != "Z" {
+			found = append(found, pid)
+		}
+	}
+	sort.Ints(found)
+	return found, nil
+}
+
+func tail(path string, lines int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return strings.Join(all, "\n")
+}
+
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, mode); err != nil {
+		return fmt.Errorf("writing %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("renaming %s: %w", tmp, err)
+	}
+	return nil
+}
+
+// copyFile copies src to dst with mode, replacing dst.
+func copyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", src, err)
+	}
+	defer in.Close()
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", filepath.Dir(dst), err)
+	}
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
+	if err != nil {
+		return fmt.Errorf("creating %s: %w", dst, err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		_ = out.Close()
+		return fmt.Errorf("copying %s to %s: %w", src, dst, err)
+	}
+	if err := out.Close(); err != nil {
+		return fmt.Errorf("closing %s: %w", dst, err)
+	}
+	return nil
+}
+
+// waitUntil polls cond every interval until it returns true or an error, or ctx ends.
+func waitUntil(ctx context.Context, interval time.Duration, cond func(context.Context) (bool, error)) error {
+	var last error
+	for {
+		ok, err := cond(ctx)
+		if err == nil && ok {
+			return nil
+		}
+		if err != nil {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			if last != nil {
+				return fmt.Errorf("%w (last error: %v)", ctx.Err(), last)
+			}
+			return ctx.Err()
+		case <-time.After(interval):
+		}
+	}
+}

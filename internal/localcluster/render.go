@@ -1,0 +1,294 @@
+package localcluster
+
+import (
+	"bytes"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"text/template"
+)
+
+// Network ranges of the local cluster, the same as a default kubeadm cluster's.
+const (
+	ServiceSubnet = "10.96.0.0/12"
+	PodSubnet     = "10.244.0.0/16"
+	ClusterDNS    = "10.96.0.10"
+	// clusterAddress is the advertise address of the cluster-level PKI (the local apiserver's serving
+	// certificate also carries 127.0.0.1); 192.0.2.0/24 is a documentation range nothing is sent to.
+	clusterAddress = "192.0.2.1"
+	clusterName    = "kubernetes"
+)
+
+// kubeadmConfigParams fill the kubeadm InitConfiguration + ClusterConfiguration of a node root or of the cluster PKI.
+type kubeadmConfigParams struct {
+	NodeName          string
+	AdvertiseAddress  string
+	ControlPlane      bool
+	KubernetesVersion string
+	// Endpoint is host:port of the local apiserver; every kubeconfig kubeadm writes points there.
+	Endpoint        string
+	CertificatesDir string
+}
+
+var kubeadmConfigTemplate = template.Must(template.New("kubeadm").Parse(`apiVersion: kubeadm.k8s.io/v1beta4
+kind: InitConfiguration
+localAPIEndpoint:
+  advertiseAddress: {{.AdvertiseAddress}}
+  bindPort: 6443
+nodeRegistration:
+  name: {{.NodeName}}
+  criSocket: ` + CRISocket + `
+{{- if .ControlPlane}}
+  taints:
+  - key: node-role.kubernetes.io/control-plane
+    effect: NoSchedule
+{{- else}}
+  taints: []
+{{- end}}
+---
+{{.ClusterConfiguration}}`))
+
+var clusterConfigTemplate = template.Must(template.New("cluster").Parse(`apiVersion: kubeadm.k8s.io/v1beta4
+kind: ClusterConfiguration
+clusterName: ` + clusterName + `
+kubernetesVersion: {{.KubernetesVersion}}
+controlPlaneEndpoint: {{.Endpoint}}
+certificatesDir: {{.CertificatesDir}}
+imageRepository: registry.k8s.io
+encryptionAlgorithm: ECDSA-P256
+networking:
+  dnsDomain: cluster.local
+  serviceSubnet: ` + ServiceSubnet + `
+  podSubnet: ` + PodSubnet + `
+apiServer:
+  certSANs:
+  - 127.0.0.1
+  - localhost
+etcd:
+  local:
+    dataDir: /var/lib/etcd
+`))
+
+// ClusterConfiguration renders the kubeadm ClusterConfiguration stored in kube-system/kubeadm-config
+// and in every control-plane root (ECDSA keys: generating them is much cheaper than RSA).
+func ClusterConfiguration(kubernetesVersion, endpoint, certificatesDir string) string {
+	return execute(clusterConfigTemplate, kubeadmConfigParams{KubernetesVersion: kubernetesVersion, Endpoint: endpoint, CertificatesDir: certificatesDir})
+}
+
+// KubeadmConfig renders an InitConfiguration followed by the ClusterConfiguration, the file kubeadm's
+// init phases read.
+func KubeadmConfig(p kubeadmConfigParams) string {
+	type withCluster struct {
+		kubeadmConfigParams
+		ClusterConfiguration string
+	}
+	return execute(kubeadmConfigTemplate, withCluster{p, ClusterConfiguration(p.KubernetesVersion, p.Endpoint, p.CertificatesDir)})
+}
+
+// KubeletConfiguration renders the kubelet configuration kubeadm keeps in kube-system/kubelet-config.
+func KubeletConfiguration() string {
+	return `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    cacheTTL: 0s
+    enabled: true
+  x509:
+    clientCAFile: /etc/kubernetes/pki/ca.crt
+authorization:
+  mode: Webhook
+  webhook:
+    cacheAuthorizedTTL: 0s
+    cacheUnauthorizedTTL: 0s
+cgroupDriver: systemd
+clusterDNS:
+- ` + ClusterDNS + `
+clusterDomain: cluster.local
+containerRuntimeEndpoint: ""
+rotateCertificates: true
+staticPodPath: /etc/kubernetes/manifests
+`
+}
+
+// OSRelease is /etc/os-release of every node root.
+const OSRelease = `PRETTY_NAME="Debian GNU/Linux 13 (trixie)"
+NAME="Debian GNU/Linux"
+VERSION_ID="13"
+VERSION="13 (trixie)"
+VERSION_CODENAME=trixie
+DEBIAN_VERSION_FULL=13.1
+ID=debian
+HOME_URL="https://www.debian.org/"
+SUPPORT_URL="https://www.debian.org/support"
+BUG_REPORT_URL="https://bugs.debian.org/"
+`
+
+// ContainerdConfig is /etc/containerd/config.toml of every node root: containerd 2's version 3 format with runc.
+const ContainerdConfig = `version = 3
+root = "/var/lib/containerd"
+state = "/run/containerd"
+
+[grpc]
+  address = "/run/containerd/containerd.sock"
+
+[plugins]
+  [plugins.'io.containerd.cri.v1.images']
+    snapshotter = "overlayfs"
+
+  [plugins.'io.containerd.cri.v1.runtime']
+    [plugins.'io.containerd.cri.v1.runtime'.containerd]
+      default_runtime_name = "runc"
+
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes]
+        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+          runtime_type = "io.containerd.runc.v2"
+
+          [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+            SystemdCgroup = true
+`
+
+// KubeadmFlagsEnv is /var/lib/kubelet/kubeadm-flags.env, written by kubeadm init/join on a real node.
+const KubeadmFlagsEnv = `KUBELET_KUBEADM_ARGS="--container-runtime-endpoint=` + CRISocket + ` --pod-infra-container-image=registry.k8s.io/pause:3.10.1"
+`
+
+// placeholderBinary stands for the kubelet or kubectl a node had before nodeops replaces it; only
+// its version output is meaningful.
+func placeholderBinary(name, version string) string {
+	return fmt.Sprintf("#!/bin/sh\n# %s %s placeholder written by nodeops-local; installBinaries replaces it with the real binary.\necho \"Kubernetes %s\"\n", name, version, version)
+}
+
+// clusterLayout holds the files and ports of one running local cluster.
+type clusterLayout struct {
+	Dir                                   string
+	EtcdClientPort, EtcdPeerPort, APIPort int
+}
+
+func (l clusterLayout) pki(name string) string { return filepath.Join(l.Dir, "pki", name) }
+func (l clusterLayout) kubeconfig() string     { return filepath.Join(l.Dir, "kubeconfig") }
+func (l clusterLayout) endpoint() string       { return "127.0.0.1:" + strconv.Itoa(l.APIPort) }
+func (l clusterLayout) etcdURL() string        { return "http://127.0.0.1:" + strconv.Itoa(l.EtcdClientPort) }
+func (l clusterLayout) etcdPeerURL() string {
+	return "http://127.0.0.1:" + strconv.Itoa(l.EtcdPeerPort)
+}
+
+// etcd serves plain HTTP on loopback: nothing but the local apiserver talks to it.
+func (l clusterLayout) etcdArgs() []string {
+	return []string{
+		"--name=nodeops-local",
+		"--data-dir=" + filepath.Join(l.Dir, "etcd"),
+		"--listen-client-urls=" + l.etcdURL(),
+		"--advertise-client-urls=" + l.etcdURL(),
+		"--listen-peer-urls=" + l.etcdPeerURL(),
+		"--initial-advertise-peer-urls=" + l.etcdPeerURL(),
+		"--initial-cluster=nodeops-local=" + l.etcdPeerURL(),
+		"--unsafe-no-fsync=true",
+		"--quota-backend-bytes=8589934592",
+		"--log-level=warn",
+	}
+}
+
+func (l clusterLayout) apiserverArgs() []string {
+	return []string{
+		"--etcd-servers=" + l.etcdURL(),
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(l.APIPort),
+		// Loopback endpoints are invalid in the kubernetes Service's Endpoints; nothing in-cluster dials it.
+		"--endpoint-reconciler-type=none",
+		"--tls-cert-file=" + l.pki("apiserver.crt"),
+		"--tls-private-key-file=" + l.pki("apiserver.key"),
+		"--client-ca-file=" + l.pki("ca.crt"),
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + l.pki("sa.pub"),
+		"--service-account-signing-key-file=" + l.pki("sa.key"),
+		"--service-cluster-ip-range=" + ServiceSubnet,
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
+		"--allow-privileged=true",
+		"--max-requests-inflight=1000",
+		"--max-mutating-requests-inflight=500",
+		"--profiling=false",
+	}
+}
+
+func (l clusterLayout) controllerManagerArgs() []string {
+	return []string{
+		"--kubeconfig=" + l.kubeconfig(),
+		"--secure-port=0",
+		"--leader-elect=false",
+		"--controllers=*",
+		"--root-ca-file=" + l.pki("ca.crt"),
+		"--service-account-private-key-file=" + l.pki("sa.key"),
+		"--cluster-signing-cert-file=" + l.pki("ca.crt"),
+		"--cluster-signing-key-file=" + l.pki("ca.key"),
+		"--cluster-cidr=" + PodSubnet,
+		"--service-cluster-ip-range=" + ServiceSubnet,
+		// The defaults (20/30) throttle everything at hundreds of nodes.
+		"--kube-api-qps=500",
+		"--kube-api-burst=1000",
+		"--profiling=false",
+	}
+}
+
+func (l clusterLayout) schedulerArgs() []string {
+	return []string{
+		"--kubeconfig=" + l.kubeconfig(),
+		"--secure-port=0",
+		"--leader-elect=false",
+		"--kube-api-qps=500",
+		"--kube-api-burst=1000",
+		"--profiling=false",
+	}
+}
+
+// kwokArgs: kwok plays the kubelet of every node; stages are the stage config files it must load.
+func (l clusterLayout) kwokArgs(stages []string) []string {
+	args := []string{
+		"--kubeconfig=" + l.kubeconfig(),
+		"--manage-all-nodes=true",
+		"--cidr=" + PodSubnet,
+	}
+	for _, s := range stages {
+		args = append(args, "--config="+s)
+	}
+	return args
+}
+
+func (l clusterLayout) managerArgs() []string {
+	return []string{
+		"--kubeconfig=" + l.kubeconfig(),
+		"--kube-api-qps=800",
+		"--kube-api-burst=1600",
+		"--metrics-bind-address=0",
+		"--health-probe-bind-address=0",
+		"--leader-elect=false",
+	}
+}
+
+func (l clusterLayout) agentArgs(node string) []string {
+	return []string{
+		"--kubeconfig=" + l.kubeconfig(),
+		"--node-name=" + node,
+		"--host-root=" + filepath.Join(l.Dir, "nodes", node),
+		"--service-manager=local",
+	}
+}
+
+func (l clusterLayout) simAgentArgs() []string {
+	return []string{
+		"--kubeconfig=" + l.kubeconfig(),
+		"--noop-host",
+		"--node-prefix=sim-",
+	}
+}
+
+func execute(t *template.Template, data any) string {
+	var b bytes.Buffer
+	if err := t.Execute(&b, data); err != nil {
+		// The templates are fixed and their data plain strings: a failure is a bug in this file.
+		return fmt.Sprintf("# rendering %s: %v\n", t.Name(), err)
+	}
+	return b.String()
+}

@@ -1,0 +1,33 @@
+// Package framework runs end-to-end tests against nodeops-local: a real control plane, kwok nodes,
+// local nodes with host roots, and (unless told not to) the nodeops manager and agents as processes.
+//
+// Binaries come from $NODEOPS_BIN, or else bin/ of the repository; `make build` (and `make tools`)
+// must have run first (`make test-e2e` after `make build`, or `make test`, does both).
+//
+// Start a cluster, one per test or shared by subtests:
+//
+//	l := framework.StartLocal(t, "--control-planes=3", "--workers=3", "--no-manager")
+//
+// StartLocal runs `bin/nodeops-local up --dir DIR ARGS...` (DIR is a new t.TempDir() unless ARGS
+// hold --dir), waits for its "ready:" line (deadline StartTimeout), and registers a t.Cleanup that
+// stops it with SIGTERM and waits; when the test failed, the cleanup logs nodeops-local's output and
+// the last lines of every log in DIR/logs. The returned *Local has:
+//
+//	l.Dir, l.Kubeconfig, l.BinDir      paths; node roots are l.NodeRoot("cp-1") = DIR/nodes/cp-1
+//	l.Client                           controller-runtime client with Kubernetes, apiextensions and nodeops kinds
+//	l.RESTConfig                       for other clients
+//	l.Kubectl(args...) (string, error) bin/kubectl --kubeconfig DIR/kubeconfig ARGS; stdout, stderr in the error
+//	l.MustKubectl(t, args...) string   the same, failing the test on error
+//	l.Processes() (map[string]int, error)  name -> PID of the children (etcd, kube-apiserver, manager, agent-cp-1, ...)
+//	l.Stop() error                     SIGTERM, wait (idempotent; the cleanup calls it)
+//	l.PID()                            nodeops-local's own PID
+//	l.WaitNodesReady(t, n, timeout)    until at least n nodes are Ready without the not-ready taint
+//
+// Waiting: never sleep for a fixed time; wait on a condition with a deadline.
+//
+//	framework.Eventually(t, 2*time.Minute, "job pi completes", func(ctx context.Context) (bool, error) {...})
+//	err := framework.WaitFor(ctx, interval, cond)   // the same, returning an error instead of failing t
+//
+// Eventually polls every PollInterval, retries on errors, and on the deadline fails the test
+// naming what it waited for and the last error seen.
+package framework

@@ -1,0 +1,281 @@
+package framework
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nodeops/nodeops/internal/localcluster"
+)
+
+// Deadlines used by StartLocal and Stop.
+const (
+	StartTimeout = 10 * time.Minute
+	StopTimeout  = 2 * time.Minute
+)
+
+// Local is a running nodeops-local.
+type Local struct {
+	Dir        string
+	Kubeconfig string
+	BinDir     string
+	Client     client.Client
+	RESTConfig *rest.Config
+
+	cmd     *exec.Cmd
+	output  *syncBuffer
+	exited  chan struct{}
+	waitErr error
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// StartLocal starts `nodeops-local up` with args and returns once it printed its ready line.
+// See the package documentation.
+func StartLocal(t testing.TB, args ...string) *Local {
+	t.Helper()
+	bin, err := localcluster.DefaultBinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(bin, "nodeops-local")
+	if _, err := os.Stat(exe); err != nil {
+		t.Fatalf("%s is missing: run `make build` first (%v)", exe, err)
+	}
+	dir := flagValue(args, "dir")
+	if dir == "" {
+		dir = t.TempDir()
+		args = append([]string{"--dir", dir}, args...)
+	}
+	l := &Local{
+		Dir:        dir,
+		Kubeconfig: filepath.Join(dir, localcluster.KubeconfigFile),
+		BinDir:     bin,
+		output:     &syncBuffer{},
+		exited:     make(chan struct{}),
+	}
+	cmd := exec.Command(exe, append([]string{"up"}, args...)...)
+	cmd.Env = append(os.Environ(), "NODEOPS_BIN="+bin)
+	// If the test binary dies (a test timeout panics), nodeops-local is told to stop its children.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting nodeops-local: %v", err)
+	}
+	l.cmd = cmd
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			line := sc.Text()
+			l.output.WriteLine(line)
+			if strings.HasPrefix(line, localcluster.ReadyPrefix) {
+				select {
+				case ready <- strings.TrimPrefix(line, localcluster.ReadyPrefix):
+				default:
+				}
+			}
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	go func() {
+		l.waitErr = cmd.Wait()
+		_ = pw.Close()
+		close(l.exited)
+	}()
+	t.Cleanup(func() {
+		if err := l.Stop(); err != nil {
+			t.Errorf("stopping nodeops-local: %v", err)
+		}
+		if t.Failed() {
+			l.logDiagnostics(t)
+		}
+	})
+	t.Logf("nodeops-local up %s (pid %d)", strings.Join(args, " "), cmd.Process.Pid)
+	start := time.Now()
+	select {
+	case kc := <-ready:
+		if kc != l.Kubeconfig {
+			t.Fatalf("nodeops-local printed kubeconfig %s, expected %s", kc, l.Kubeconfig)
+		}
+	case <-l.exited:
+		t.Fatalf("nodeops-local exited before it was ready (%v):\n%s", l.waitErr, l.output.String())
+	case <-time.After(StartTimeout):
+		t.Fatalf("nodeops-local was not ready within %s:\n%s", StartTimeout, l.output.String())
+	}
+	t.Logf("nodeops-local ready in %s, kubeconfig %s", time.Since(start).Round(100*time.Millisecond), l.Kubeconfig)
+	cfg, err := localcluster.RESTConfig(l.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme, err := localcluster.NewScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatalf("creating client: %v", err)
+	}
+	l.RESTConfig, l.Client = cfg, c
+	return l
+}
+
+// PID is nodeops-local's own process ID.
+func (l *Local) PID() int { return l.cmd.Process.Pid }
+
+// NodeRoot is the host-root directory of a control-plane or worker node.
+func (l *Local) NodeRoot(node string) string { return filepath.Join(l.Dir, "nodes", node) }
+
+// Processes returns name -> PID of the processes nodeops-local started.
+func (l *Local) Processes() (map[string]int, error) { return localcluster.ReadProcesses(l.Dir) }
+
+// Output is what nodeops-local printed so far.
+func (l *Local) Output() string { return l.output.String() }
+
+// Stop sends SIGTERM to nodeops-local and waits until it exited, killing it after StopTimeout.
+// It returns nodeops-local's exit error; calling it again returns the same.
+func (l *Local) Stop() error {
+	l.stopOnce.Do(func() {
+		select {
+		case <-l.exited:
+		default:
+			_ = l.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-l.exited:
+			case <-time.After(StopTimeout):
+				_ = l.cmd.Process.Kill()
+				<-l.exited
+				l.stopErr = fmt.Errorf("nodeops-local did not stop within %s after SIGTERM; killed", StopTimeout)
+				return
+			}
+		}
+		l.stopErr = l.waitErr
+	})
+	return l.stopErr
+}
+
+// Exited is closed once the nodeops-local process has exited (for example after `nodeops-local down`).
+func (l *Local) Exited() <-chan struct{} { return l.exited }
+
+// Kubectl runs bin/kubectl against the cluster and returns its standard output.
+func (l *Local) Kubectl(args ...string) (string, error) {
+	cmd := exec.Command(filepath.Join(l.BinDir, "kubectl"), append([]string{"--kubeconfig", l.Kubeconfig}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+// MustKubectl is Kubectl failing t on error.
+func (l *Local) MustKubectl(t testing.TB, args ...string) string {
+	t.Helper()
+	out, err := l.Kubectl(args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// WaitNodesReady waits until at least n nodes are Ready and free of the not-ready taint.
+func (l *Local) WaitNodesReady(t testing.TB, n int, timeout time.Duration) {
+	t.Helper()
+	Eventually(t, timeout, fmt.Sprintf("%d nodes Ready", n), func(ctx context.Context) (bool, error) {
+		var nodes corev1.NodeList
+		if err := l.Client.List(ctx, &nodes); err != nil {
+			return false, err
+		}
+		ready := 0
+		for i := range nodes.Items {
+			if NodeReady(&nodes.Items[i]) {
+				ready++
+			}
+		}
+		if ready < n {
+			return false, fmt.Errorf("%d of %d nodes Ready", ready, n)
+		}
+		return true, nil
+	})
+}
+
+// NodeReady reports whether a node is Ready and schedulable as far as readiness goes (no not-ready taint).
+func NodeReady(n *corev1.Node) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable {
+			return false
+		}
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func (l *Local) logDiagnostics(t testing.TB) {
+	t.Logf("nodeops-local output:\n%s", l.output.String())
+	logs, _ := filepath.Glob(filepath.Join(l.Dir, "logs", "*.log"))
+	sort.Strings(logs)
+	for _, f := range logs {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		if len(lines) > 20 {
+			lines = lines[len(lines)-20:]
+		}
+		t.Logf("last lines of %s:\n%s", f, strings.Join(lines, "\n"))
+	}
+}
+
+// flagValue finds --name VALUE or --name=VALUE (or one dash) in args.
+func flagValue(args []string, name string) string {
+	for i, a := range args {
+		trimmed := strings.TrimLeft(a, "-")
+		if trimmed == name && i+1 < len(args) && a != trimmed {
+			return args[i+1]
+		}
+		if v, ok := strings.CutPrefix(trimmed, name+"="); ok && a != trimmed {
+			return v
+		}
+	}
+	return ""
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) WriteLine(line string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.WriteString(line)
+	s.b.WriteByte('\n')
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
