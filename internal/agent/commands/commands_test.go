@@ -1,0 +1,322 @@
+package commands
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/host"
+	"github.com/nodeops/nodeops/internal/host/hosttest"
+)
+
+func localEnv(t *testing.T, files map[string]string, dryRun bool) (*Env, string, *bytes.Buffer) {
+	t.Helper()
+	root := hosttest.NewRoot(t, files)
+	sm, err := host.NewServiceManager(host.ServiceManagerLocal, root, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &bytes.Buffer{}
+	return &Env{NodeName: "node-a", Operation: "op", DryRun: dryRun, Host: host.New(root, sm, true), Out: out, Arch: "amd64", Poll: 10 * time.Millisecond}, root, out
+}
+
+func sum(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}
+
+// fileServer serves files from a map on the loopback interface.
+func fileServer(t *testing.T, files map[string]string) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, ok := files[r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write([]byte(body))
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestScript(t *testing.T) {
+	env, root, out := localEnv(t, map[string]string{"/var/log/.keep": ""}, false)
+	res, err := Run(context.Background(), env, &v1alpha1.Command{Script: &v1alpha1.ScriptCommand{
+		Inline: `echo "$NODEOPS_NODE_NAME $NODEOPS_OPERATION $NODEOPS_DRY_RUN $GREETING" >> /var/log/ran; echo done`,
+		Env:    []v1alpha1.EnvVar{{Name: "GREETING", Value: "hello"}},
+	}})
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if got := hosttest.ReadFile(t, root, "/var/log/ran"); got != "node-a op false hello\n" {
+		t.Errorf("script wrote %q", got)
+	}
+	if !strings.Contains(out.String(), "done") || res.Message == "" {
+		t.Errorf("output %q, message %q", out, res.Message)
+	}
+
+	_, err = Run(context.Background(), env, &v1alpha1.Command{Script: &v1alpha1.ScriptCommand{Inline: "echo x > /appended; exit 3"}})
+	if host.ExitCode(err) != 3 {
+		t.Errorf("exit code %d (%v)", host.ExitCode(err), err)
+	}
+	if hosttest.ReadFile(t, root, "/appended") != "x\n" {
+		t.Errorf("script did not run inside the root")
+	}
+
+	dry, root2, _ := localEnv(t, nil, true)
+	res, err = Run(context.Background(), dry, &v1alpha1.Command{Script: &v1alpha1.ScriptCommand{Inline: "touch /touched"}})
+	if err != nil || hosttest.ReadFile(t, root2, "/touched") != "" || !strings.Contains(res.Message, "dry run") {
+		t.Errorf("dry run ran the script: %v %q", err, res.Message)
+	}
+}
+
+func TestInstallFile(t *testing.T) {
+	srv := fileServer(t, map[string]string{"/shim": "new shim"})
+	tests := []struct {
+		name     string
+		sha      string
+		dryRun   bool
+		mode     string
+		wantErr  string
+		wantFile string
+		wantMode os.FileMode
+	}{
+		{name: "verified and installed", sha: sum("new shim"), mode: "0755", wantFile: "new shim", wantMode: 0o755},
+		{name: "mismatch keeps the old file", sha: sum("something else"), wantErr: "left unchanged", wantFile: "old shim", wantMode: 0o644},
+		{name: "dry run changes nothing", sha: sum("new shim"), dryRun: true, wantFile: "old shim", wantMode: 0o644},
+		{name: "dry run reports a mismatch", sha: sum("x"), dryRun: true, wantErr: "sha256", wantFile: "old shim", wantMode: 0o644},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env, root, _ := localEnv(t, map[string]string{"/opt/bin/shim": "old shim"}, tt.dryRun)
+			_, err := Run(context.Background(), env, &v1alpha1.Command{InstallFile: &v1alpha1.InstallFileCommand{
+				URL: srv.URL + "/shim", SHA256: tt.sha, Path: "/opt/bin/shim", Mode: tt.mode,
+			}})
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Fatalf("err = %v, want %q", err, tt.wantErr)
+			}
+			if got := hosttest.ReadFile(t, root, "/opt/bin/shim"); got != tt.wantFile {
+				t.Errorf("file = %q, want %q", got, tt.wantFile)
+			}
+			fi, _ := os.Stat(filepath.Join(root, "opt/bin/shim"))
+			if fi.Mode().Perm() != tt.wantMode {
+				t.Errorf("mode = %v, want %v", fi.Mode().Perm(), tt.wantMode)
+			}
+			entries, _ := os.ReadDir(filepath.Join(root, "opt/bin"))
+			if len(entries) != 1 {
+				t.Errorf("files left in /opt/bin: %v", entries)
+			}
+		})
+	}
+}
+
+func TestInstallBinariesKeepsPreviousAndIsIdempotent(t *testing.T) {
+	srv := fileServer(t, map[string]string{
+		"/v1.37.2/bin/linux/amd64/kubelet":        "kubelet v1.37.2",
+		"/v1.37.2/bin/linux/amd64/kubelet.sha256": sum("kubelet v1.37.2") + "  kubelet\n",
+		"/v1.37.2/bin/linux/amd64/kubectl":        "kubectl tampered",
+		"/v1.37.2/bin/linux/amd64/kubectl.sha256": sum("kubectl v1.37.2"),
+	})
+	env, root, _ := localEnv(t, map[string]string{"/usr/bin/kubelet": "kubelet v1.36.0", "/usr/bin/kubectl": "kubectl v1.36.0"}, false)
+	cmd := &v1alpha1.Command{InstallBinaries: &v1alpha1.InstallBinariesCommand{Components: []string{"kubelet"}, Version: "v1.37.2", Source: v1alpha1.BinarySource{BaseURL: srv.URL + "/"}}}
+	for range 2 {
+		if _, err := Run(context.Background(), env, cmd); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := hosttest.ReadFile(t, root, "/usr/bin/kubelet"); got != "kubelet v1.37.2" {
+		t.Errorf("kubelet = %q", got)
+	}
+	if got := hosttest.ReadFile(t, root, "/usr/bin/kubelet"+PrevSuffix); got != "kubelet v1.36.0" {
+		t.Errorf("kept kubelet = %q (a second run must not overwrite it)", got)
+	}
+	_, err := Run(context.Background(), env, &v1alpha1.Command{InstallBinaries: &v1alpha1.InstallBinariesCommand{Components: []string{"kubectl"}, Version: "v1.37.2", Source: v1alpha1.BinarySource{BaseURL: srv.URL}}})
+	if err == nil || !strings.Contains(err.Error(), "sha256") {
+		t.Fatalf("tampered kubectl: err = %v", err)
+	}
+	if got := hosttest.ReadFile(t, root, "/usr/bin/kubectl"); got != "kubectl v1.36.0" {
+		t.Errorf("kubectl = %q after a bad download", got)
+	}
+}
+
+func TestContainerdRuntimeRestartsContainerd(t *testing.T) {
+	cfg, err := os.ReadFile("testdata/containerd/v3-default.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, root, _ := localEnv(t, map[string]string{"/etc/containerd/config.toml": string(cfg)}, false)
+	cmd := &v1alpha1.Command{ContainerdRuntime: &v1alpha1.ContainerdRuntimeCommand{Name: "wasmedge", RuntimeType: wasm.RuntimeType, BinaryPath: wasm.BinaryPath}}
+	if _, err := Run(context.Background(), env, cmd); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := os.ReadFile("testdata/containerd/v3-default.toml.add.golden")
+	if got := hosttest.ReadFile(t, root, "/etc/containerd/config.toml"); got != string(want) {
+		t.Errorf("config differs from the golden file")
+	}
+	if log := hosttest.ReadFile(t, root, host.LocalServiceLog); !strings.HasPrefix(log, "restart containerd ") {
+		t.Errorf("service table = %q", log)
+	}
+
+	dry, root2, _ := localEnv(t, map[string]string{"/etc/containerd/config.toml": string(cfg)}, true)
+	if _, err := Run(context.Background(), dry, cmd); err != nil {
+		t.Fatal(err)
+	}
+	if hosttest.ReadFile(t, root2, "/etc/containerd/config.toml") != string(cfg) || hosttest.ReadFile(t, root2, host.LocalServiceLog) != "" {
+		t.Errorf("dry run changed the host")
+	}
+}
+
+func TestPreflight(t *testing.T) {
+	env, _, _ := localEnv(t, map[string]string{"/usr/bin/kubeadm": "x"}, false)
+	ok := &v1alpha1.Command{Preflight: &v1alpha1.PreflightCommand{Checks: []v1alpha1.PreflightCheck{
+		{Binary: "/usr/bin/kubeadm"}, {MinFreeDiskMiB: 1}, {OSFamily: []string{"debian", "rhel"}},
+	}}}
+	if _, err := Run(context.Background(), env, ok); err != nil {
+		t.Fatal(err)
+	}
+	bad := &v1alpha1.Command{Preflight: &v1alpha1.PreflightCommand{Checks: []v1alpha1.PreflightCheck{
+		{Binary: "/usr/bin/kubelet"}, {MinFreeDiskMiB: 1 << 40}, {OSFamily: []string{"rhel"}},
+	}}}
+	_, err := Run(context.Background(), env, bad)
+	for _, want := range []string{"/usr/bin/kubelet is missing", "MiB needed", "OS family debian is not one of rhel"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v, want it to say %q", err, want)
+		}
+	}
+}
+
+func TestRestartStaticPodsOnLocalNode(t *testing.T) {
+	env, root, _ := localEnv(t, map[string]string{
+		"/etc/kubernetes/manifests/kube-apiserver.yaml": "apiserver", "/etc/kubernetes/manifests/etcd.yaml": "etcd",
+		// Left out by an interrupted run.
+		"/etc/kubernetes/nodeops-moved/kube-scheduler.yaml": "scheduler",
+	}, false)
+	if _, err := Run(context.Background(), env, &v1alpha1.Command{RestartStaticPods: &v1alpha1.RestartStaticPodsCommand{}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"kube-apiserver", "etcd", "kube-scheduler"} {
+		if hosttest.ReadFile(t, root, "/etc/kubernetes/manifests/"+c+".yaml") == "" {
+			t.Errorf("manifest of %s not back in place", c)
+		}
+	}
+	log := hosttest.ReadFile(t, root, host.LocalServiceLog)
+	for _, c := range []string{"etcd", "kube-apiserver", "kube-scheduler"} {
+		if !strings.Contains(log, "restart static-pod/"+c+" ") {
+			t.Errorf("service table lacks %s:\n%s", c, log)
+		}
+	}
+}
+
+func TestCordonUncordonRestoresPriorState(t *testing.T) {
+	for _, wasUnschedulable := range []bool{false, true} {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Spec: corev1.NodeSpec{Unschedulable: wasUnschedulable}}
+		cordoned := cordonPatch(node)
+		if cordoned == nil || !cordoned.Spec.Unschedulable {
+			t.Fatalf("cordon of unschedulable=%v made no change", wasUnschedulable)
+		}
+		if again := cordonPatch(cordoned); again != nil {
+			t.Errorf("a second cordon changed the record: %v", again.Annotations)
+		}
+		restored := uncordonPatch(cordoned)
+		if restored == nil || restored.Spec.Unschedulable != wasUnschedulable {
+			t.Errorf("uncordon after cordon of unschedulable=%v gave %+v", wasUnschedulable, restored)
+		}
+		if _, ok := restored.Annotations[AnnotationWasUnschedulable]; ok {
+			t.Errorf("uncordon left the annotation")
+		}
+	}
+	if uncordonPatch(&corev1.Node{}) != nil {
+		t.Errorf("uncordon of a schedulable node without a record changed it")
+	}
+}
+
+func TestPlanDrain(t *testing.T) {
+	no := false
+	ctrl := func(kind string) []metav1.OwnerReference {
+		yes := true
+		return []metav1.OwnerReference{{Kind: kind, Name: "x", Controller: &yes, APIVersion: "apps/v1", UID: "u"}}
+	}
+	pod := func(name string, mut func(*corev1.Pod)) corev1.Pod {
+		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, Labels: map[string]string{"app": name}}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+		if mut != nil {
+			mut(&p)
+		}
+		return p
+	}
+	pods := []corev1.Pod{
+		pod("web", func(p *corev1.Pod) { p.OwnerReferences = ctrl("ReplicaSet") }),
+		pod("ds", func(p *corev1.Pod) { p.OwnerReferences = ctrl("DaemonSet") }),
+		pod("mirror", func(p *corev1.Pod) { p.Annotations = map[string]string{mirrorPodAnnotation: "h"} }),
+		pod("cache", func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "c", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+		}),
+	}
+	names := func(ps []corev1.Pod) (out []string) {
+		for _, p := range ps {
+			out = append(out, p.Name)
+		}
+		return out
+	}
+	tests := []struct {
+		name        string
+		d           v1alpha1.DrainCommand
+		evict       string
+		left, refus int
+	}{
+		{name: "emptyDir refused by default", d: v1alpha1.DrainCommand{}, evict: "web", left: 2, refus: 1},
+		{name: "emptyDir data deleted when asked", d: v1alpha1.DrainCommand{DeleteEmptyDirData: true}, evict: "web,cache", left: 2},
+		{name: "DaemonSet refused when not ignored", d: v1alpha1.DrainCommand{IgnoreDaemonSets: &no, DeleteEmptyDirData: true}, evict: "web,cache", left: 1, refus: 1},
+		{name: "pod selector", d: v1alpha1.DrainCommand{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}, evict: "web"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := planDrain(pods, &tt.d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Join(names(p.Evict), ","); got != tt.evict || len(p.Left) != tt.left || len(p.Refused) != tt.refus {
+				t.Errorf("evict=%s left=%v refused=%v", got, p.Left, p.Refused)
+			}
+		})
+	}
+}
+
+func TestParseCheckExpiration(t *testing.T) {
+	text := `[check-expiration] Reading configuration from the "kubeadm-config" ConfigMap in namespace "kube-system"...
+
+CERTIFICATE                EXPIRES                  RESIDUAL TIME   CERTIFICATE AUTHORITY   EXTERNALLY MANAGED
+admin.conf                 Jan 02, 2027 15:04 UTC   364d            ca                      no
+apiserver                  Jan 03, 2027 10:00 UTC   365d            ca                      no
+
+CERTIFICATE AUTHORITY   EXPIRES                  RESIDUAL TIME   EXTERNALLY MANAGED
+ca                      Dec 30, 2035 15:04 UTC   9y              no
+`
+	got, err := ParseCheckExpiration([]byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Name != "admin.conf" || !got[0].NotAfter.Time.Equal(time.Date(2027, 1, 2, 15, 4, 0, 0, time.UTC)) || got[1].Name != "apiserver" {
+		t.Errorf("parsed %+v", got)
+	}
+	js := `{"kind":"CertificateExpirationInfo","certificates":[{"name":"admin.conf","expirationDate":"2027-01-02T15:04:05Z","missing":false},{"name":"etcd-server","missing":true}]}`
+	got, err = ParseCheckExpiration([]byte(js))
+	if err != nil || len(got) != 1 || got[0].Name != "admin.conf" {
+		t.Errorf("parsed %+v, %v", got, err)
+	}
+	if _, err := ParseCheckExpiration([]byte("nothing")); err == nil {
+		t.Errorf("no error for output without certificates")
+	}
+}
