@@ -1,0 +1,293 @@
+package nodeprofile
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"sort"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+)
+
+const h = "hhhhhhhhhh" // the current spec hash in these tests
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func member(name string) NodeView { return NodeView{Name: name, Member: true, Ready: true} }
+func other(name string) NodeView  { return NodeView{Name: name, Ready: true} }
+func provisioned(n NodeView, hash string) NodeView {
+	n.Labelled, n.Hash = true, hash
+	return n
+}
+
+func task(node string, a Action, hash string, phase v1alpha1.TaskPhase) TaskView {
+	return TaskView{Name: TaskName("p", a, hash, node), Node: node, Action: a, Hash: hash, Phase: phase, Created: t0}
+}
+
+func aborted(t TaskView) TaskView { t.Abort = true; return t }
+func failed(t TaskView, msg string) TaskView {
+	t.Failure = msg
+	return t
+}
+func created(t TaskView, at time.Time) TaskView { t.Created = at; return t }
+
+func mu(v int) *intstr.IntOrString { x := intstr.FromInt32(int32(v)); return &x }
+
+func TestDecideNode(t *testing.T) {
+	install, uninstall := ActionInstall, ActionUninstall
+	tests := []struct {
+		name         string
+		node         NodeView
+		tasks        []TaskView
+		noUninstall  bool
+		wantState    NodeState // StateIdle: not listed
+		wantStart    Action    // "" for none
+		wantDelete   []string  // in the start
+		wantPatch    *NodePatch
+		wantAbort    []string
+		wantBusy     bool
+		wantMessage  string
+		wantDeletion []string // Decision.Delete
+	}{
+		{name: "new member waits for install", node: member("a"), wantState: StateWaitingInstall, wantStart: install},
+		{name: "install pending", node: member("a"), tasks: []TaskView{task("a", install, h, "")}, wantState: StateInstalling, wantBusy: true},
+		{name: "install running", node: member("a"), tasks: []TaskView{task("a", install, h, v1alpha1.TaskRunning)}, wantState: StateInstalling, wantBusy: true},
+		{name: "install failed: no label, named", node: member("a"), tasks: []TaskView{failed(task("a", install, h, v1alpha1.TaskFailed), "command shim failed: sha256 mismatch")},
+			wantState: StateInstallFailed, wantBusy: true, wantMessage: "command shim failed: sha256 mismatch"},
+		{name: "install aborted by a person counts as failed", node: member("a"), tasks: []TaskView{aborted(task("a", install, h, ""))},
+			wantState: StateInstallFailed, wantBusy: true, wantMessage: "task " + TaskName("p", install, h, "a") + " Aborted"},
+		{name: "install succeeded: label now", node: member("a"), tasks: []TaskView{task("a", install, h, v1alpha1.TaskSucceeded)},
+			wantState: StateLabelling, wantPatch: &NodePatch{Node: "a", Provisioned: true}},
+		{name: "install succeeded and labelled", node: provisioned(member("a"), h), tasks: []TaskView{task("a", install, h, v1alpha1.TaskSucceeded)}, wantState: StateProvisioned},
+		{name: "labelled without a task (kept from before)", node: provisioned(member("a"), h), wantState: StateProvisioned},
+		{name: "labelled at an old hash: re-provision", node: provisioned(member("a"), "old"), tasks: []TaskView{task("a", install, "old", v1alpha1.TaskSucceeded)},
+			wantState: StateWaitingInstall, wantStart: install, wantDelete: []string{TaskName("p", install, "old", "a")}},
+		{name: "labelled at old hash, no task", node: provisioned(member("a"), "old"), wantState: StateWaitingInstall, wantStart: install},
+		{name: "old install failed: superseded by the spec change", node: member("a"), tasks: []TaskView{task("a", install, "old", v1alpha1.TaskFailed)},
+			wantState: StateWaitingInstall, wantAbort: []string{TaskName("p", install, "old", "a")}, wantBusy: true},
+		{name: "old install aborted: start the new one", node: member("a"), tasks: []TaskView{aborted(task("a", install, "old", v1alpha1.TaskFailed))},
+			wantState: StateWaitingInstall, wantStart: install, wantDelete: []string{TaskName("p", install, "old", "a")}},
+		{name: "old install running with abort: wait", node: member("a"), tasks: []TaskView{aborted(task("a", install, "old", v1alpha1.TaskRunning))},
+			wantState: StateWaitingInstall, wantBusy: true},
+		{name: "re-entering after uninstall: label goes first", node: provisioned(member("a"), h), tasks: []TaskView{task("a", uninstall, h, v1alpha1.TaskSucceeded)},
+			wantState: StateWaitingInstall, wantPatch: &NodePatch{Node: "a"}},
+		{name: "re-entering after uninstall, unlabelled: install", node: member("a"), tasks: []TaskView{task("a", uninstall, h, v1alpha1.TaskSucceeded)},
+			wantState: StateWaitingInstall, wantStart: install, wantDelete: []string{TaskName("p", uninstall, h, "a")}},
+		{name: "re-entering during uninstall: abort it", node: provisioned(member("a"), h), tasks: []TaskView{task("a", uninstall, h, v1alpha1.TaskRunning)},
+			wantState: StateWaitingInstall, wantAbort: []string{TaskName("p", uninstall, h, "a")}, wantBusy: true},
+		{name: "NotReady member waits and counts", node: NodeView{Name: "a", Member: true}, wantState: StateWaitingInstall, wantBusy: true},
+		{name: "NotReady provisioned member does not count", node: NodeView{Name: "a", Member: true, Labelled: true, Hash: h}, wantState: StateProvisioned},
+
+		{name: "never a member", node: other("a")},
+		{name: "leaving provisioned node: uninstall", node: provisioned(other("a"), h), tasks: []TaskView{task("a", install, h, v1alpha1.TaskSucceeded)},
+			wantState: StateWaitingUninstall, wantStart: uninstall, wantDelete: []string{TaskName("p", install, h, "a")}},
+		{name: "leaving, labelled, no task", node: provisioned(other("a"), "old"), wantState: StateWaitingUninstall, wantStart: uninstall},
+		{name: "leaving mid-install: abort, then uninstall", node: other("a"), tasks: []TaskView{task("a", install, h, v1alpha1.TaskRunning)},
+			wantState: StateWaitingUninstall, wantAbort: []string{TaskName("p", install, h, "a")}, wantBusy: true},
+		{name: "leaving after a failed install: clean up", node: other("a"), tasks: []TaskView{aborted(task("a", install, h, v1alpha1.TaskFailed))},
+			wantState: StateWaitingUninstall, wantStart: uninstall, wantDelete: []string{TaskName("p", install, h, "a")}},
+		{name: "uninstalling", node: provisioned(other("a"), h), tasks: []TaskView{task("a", uninstall, h, v1alpha1.TaskRunning)}, wantState: StateUninstalling, wantBusy: true},
+		{name: "uninstall failed keeps the label", node: provisioned(other("a"), h), tasks: []TaskView{failed(task("a", uninstall, h, v1alpha1.TaskFailed), "boom")},
+			wantState: StateUninstallFailed, wantBusy: true, wantMessage: "boom"},
+		{name: "uninstall succeeded: label goes", node: provisioned(other("a"), h), tasks: []TaskView{task("a", uninstall, h, v1alpha1.TaskSucceeded)},
+			wantState: StateUnlabelling, wantPatch: &NodePatch{Node: "a"}},
+		{name: "uninstalled and unlabelled: idle, task kept", node: other("a"), tasks: []TaskView{task("a", uninstall, h, v1alpha1.TaskSucceeded)}},
+		{name: "uninstalled at an older hash: done", node: other("a"), tasks: []TaskView{task("a", uninstall, "old", v1alpha1.TaskSucceeded)}},
+		{name: "old uninstall failed, spec fixed: abort it", node: provisioned(other("a"), h), tasks: []TaskView{task("a", uninstall, "old", v1alpha1.TaskFailed)},
+			wantState: StateWaitingUninstall, wantAbort: []string{TaskName("p", uninstall, "old", "a")}, wantBusy: true},
+		{name: "old uninstall aborted after failing: run the new one", node: other("a"), tasks: []TaskView{aborted(task("a", uninstall, "old", v1alpha1.TaskFailed))},
+			wantState: StateWaitingUninstall, wantStart: uninstall, wantDelete: []string{TaskName("p", uninstall, "old", "a")}},
+		{name: "no uninstall commands: just unlabel", node: provisioned(other("a"), h), tasks: []TaskView{task("a", install, h, v1alpha1.TaskSucceeded)}, noUninstall: true,
+			wantState: StateUnlabelling, wantPatch: &NodePatch{Node: "a"}},
+		{name: "older finished tasks are deleted, the latest kept", node: provisioned(member("a"), h),
+			tasks: []TaskView{
+				created(task("a", install, "old", v1alpha1.TaskSucceeded), t0),
+				created(task("a", uninstall, "old", v1alpha1.TaskSucceeded), t0.Add(time.Second)),
+				created(task("a", install, h, v1alpha1.TaskSucceeded), t0.Add(2*time.Second)),
+			},
+			wantState: StateProvisioned, wantDeletion: []string{TaskName("p", install, "old", "a"), TaskName("p", uninstall, "old", "a")}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, err := Decide(Input{Hash: h, HasUninstall: !tt.noUninstall, MaxUnavailable: mu(1), Nodes: []NodeView{tt.node}, Tasks: tt.tasks})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var state NodeState = StateIdle
+			var msg string
+			if len(d.Nodes) == 1 {
+				state, msg = d.Nodes[0].State, d.Nodes[0].Message
+			}
+			if tt.wantState == "" {
+				tt.wantState = StateIdle
+			}
+			if state != tt.wantState {
+				t.Errorf("state = %s, want %s", state, tt.wantState)
+			}
+			if msg != tt.wantMessage {
+				t.Errorf("message = %q, want %q", msg, tt.wantMessage)
+			}
+			var start Action
+			var del []string
+			if len(d.Starts) == 1 {
+				start, del = d.Starts[0].Action, d.Starts[0].Delete
+			}
+			if start != tt.wantStart || !reflect.DeepEqual(del, tt.wantDelete) {
+				t.Errorf("start = %q deleting %v, want %q deleting %v", start, del, tt.wantStart, tt.wantDelete)
+			}
+			var patch *NodePatch
+			if len(d.Patches) == 1 {
+				patch = &d.Patches[0]
+			}
+			if !reflect.DeepEqual(patch, tt.wantPatch) {
+				t.Errorf("patch = %+v, want %+v", patch, tt.wantPatch)
+			}
+			if !reflect.DeepEqual(d.Abort, tt.wantAbort) {
+				t.Errorf("abort = %v, want %v", d.Abort, tt.wantAbort)
+			}
+			if !reflect.DeepEqual(d.Delete, tt.wantDeletion) {
+				t.Errorf("delete = %v, want %v", d.Delete, tt.wantDeletion)
+			}
+			if busy := d.Room == 0; busy != tt.wantBusy {
+				t.Errorf("room = %d: busy %v, want busy %v", d.Room, busy, tt.wantBusy)
+			}
+			if d.Done != (state == StateIdle && len(d.Abort) == 0) {
+				t.Errorf("done = %v with state %s", d.Done, state)
+			}
+		})
+	}
+}
+
+func TestDecideMaxUnavailable(t *testing.T) {
+	nodes := func(n int) []NodeView {
+		var out []NodeView
+		for i := n - 1; i >= 0; i-- { // unsorted on purpose
+			out = append(out, member(fmt.Sprintf("n%03d", i)))
+		}
+		return out
+	}
+	tests := []struct {
+		name     string
+		nodes    []NodeView
+		tasks    []TaskView
+		max      *intstr.IntOrString
+		wantRoom int
+		first    string
+	}{
+		{name: "default one", nodes: nodes(5), wantRoom: 1, first: "n000"},
+		{name: "two", nodes: nodes(5), max: mu(2), wantRoom: 2, first: "n000"},
+		{name: "running counts", nodes: nodes(5), max: mu(2), tasks: []TaskView{task("n000", ActionInstall, h, v1alpha1.TaskRunning)}, wantRoom: 1, first: "n001"},
+		{name: "failed counts", nodes: nodes(5), max: mu(2), tasks: []TaskView{task("n003", ActionInstall, h, v1alpha1.TaskFailed), task("n004", ActionInstall, h, "")}, wantRoom: 0, first: "n000"},
+		{name: "succeeded does not count", nodes: nodes(5), max: mu(2), tasks: []TaskView{task("n000", ActionInstall, h, v1alpha1.TaskSucceeded)}, wantRoom: 2, first: "n001"},
+		{name: "percent of 200", nodes: nodes(200), max: func() *intstr.IntOrString { x := intstr.FromString("10%"); return &x }(), wantRoom: 20, first: "n000"},
+		{name: "small percent is at least one", nodes: nodes(5), max: func() *intstr.IntOrString { x := intstr.FromString("1%"); return &x }(), wantRoom: 1, first: "n000"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, err := Decide(Input{Hash: h, HasUninstall: true, MaxUnavailable: tt.max, Nodes: tt.nodes, Tasks: tt.tasks})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Room != tt.wantRoom {
+				t.Errorf("room = %d, want %d", d.Room, tt.wantRoom)
+			}
+			if len(d.Starts) == 0 || d.Starts[0].Node != tt.first {
+				t.Fatalf("starts = %+v, want first %s", d.Starts, tt.first)
+			}
+			if !sort.SliceIsSorted(d.Starts, func(i, j int) bool { return d.Starts[i].Node < d.Starts[j].Node }) {
+				t.Errorf("starts not in sorted order")
+			}
+		})
+	}
+}
+
+func TestDecideDeletedNodeForgotten(t *testing.T) {
+	d, err := Decide(Input{Hash: h, HasUninstall: true, Nodes: []NodeView{provisioned(member("a"), h)},
+		Tasks: []TaskView{task("a", ActionInstall, h, v1alpha1.TaskSucceeded), task("gone", ActionInstall, h, v1alpha1.TaskRunning)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{TaskName("p", ActionInstall, h, "gone")}; !reflect.DeepEqual(d.Delete, want) {
+		t.Errorf("delete = %v, want %v", d.Delete, want)
+	}
+	if d.Room != 1 || d.Counts != (v1alpha1.ProfileNodeCounts{Matched: 1, Provisioned: 1}) {
+		t.Errorf("a deleted node still counts: room %d, counts %+v", d.Room, d.Counts)
+	}
+}
+
+// TestDecideSimulated plays controller and agents over 200 nodes with autoProvision and random
+// completion orders (some failures a person then fixes by deleting the task): at no point do more
+// than maxUnavailable nodes hold an unfinished task, and in the end every node is labelled.
+func TestDecideSimulated(t *testing.T) {
+	for seed := range uint64(20) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 42))
+			const n, limit = 200, 7
+			nodes := make([]NodeView, n)
+			for i := range nodes {
+				nodes[i] = member(fmt.Sprintf("sim-%03d", i))
+			}
+			tasks := map[string]*TaskView{}
+			for step := 0; ; step++ {
+				if step > 10000 {
+					t.Fatal("no convergence")
+				}
+				var list []TaskView
+				for _, tv := range tasks {
+					list = append(list, *tv)
+				}
+				d, err := Decide(Input{Hash: h, HasUninstall: true, MaxUnavailable: mu(limit), Nodes: nodes, Tasks: list})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Counts.Provisioned == n {
+					return
+				}
+				for _, st := range d.Starts[:min(d.Room, len(d.Starts))] {
+					for _, name := range st.Delete {
+						delete(tasks, name)
+					}
+					tv := task(st.Node, st.Action, h, v1alpha1.TaskPending)
+					tasks[tv.Name] = &tv
+				}
+				for _, p := range d.Patches {
+					for i := range nodes {
+						if nodes[i].Name == p.Node {
+							nodes[i].Labelled, nodes[i].Hash = p.Provisioned, h
+						}
+					}
+				}
+				unfinished := 0
+				var live []*TaskView
+				for _, tv := range tasks {
+					if tv.Phase.Unfinished() {
+						unfinished++
+						live = append(live, tv)
+					}
+				}
+				if unfinished > limit {
+					t.Fatalf("step %d: %d unfinished tasks, maxUnavailable %d", step, unfinished, limit)
+				}
+				if len(live) == 0 {
+					continue
+				}
+				sort.Slice(live, func(i, j int) bool { return live[i].Name < live[j].Name })
+				tv := live[rng.IntN(len(live))]
+				switch r := rng.IntN(10); {
+				case tv.Phase == v1alpha1.TaskFailed:
+					delete(tasks, tv.Name) // a person deletes the failed task to try again
+				case tv.Phase == v1alpha1.TaskPending:
+					tv.Phase = v1alpha1.TaskRunning
+				case r == 0:
+					tv.Phase = v1alpha1.TaskFailed
+				default:
+					tv.Phase = v1alpha1.TaskSucceeded
+				}
+			}
+		})
+	}
+}
