@@ -1,0 +1,73 @@
+// Command agent executes NodeTasks on a node: `agent --node-name N --host-root DIR`, or, for simulated
+// nodes, `agent --noop-host --node-prefix sim-`, one process serving every node with that prefix.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/nodeops/nodeops/internal/agent"
+	"github.com/nodeops/nodeops/internal/host"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "agent:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		o          agent.Options
+		kubeconfig string
+		qps        float64
+		burst      int
+	)
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	fs.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "node whose NodeTasks to execute (default: $NODE_NAME, set from the downward API)")
+	fs.StringVar(&o.HostRoot, "host-root", "/host", "the node's / as the agent sees it")
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster config when empty")
+	fs.StringVar(&o.ServiceManager, "service-manager", host.ServiceManagerAuto, "auto, systemd, systemctl or local (the nodeops-local service table)")
+	fs.BoolVar(&o.Noop, "noop-host", false, "record every command and succeed without touching anything (simulated nodes)")
+	fs.StringVar(&o.NodePrefix, "node-prefix", "", "with --noop-host: serve every node whose name starts with this prefix")
+	fs.IntVar(&o.Workers, "workers", 0, "tasks run at once (default 1, or 64 with --node-prefix)")
+	fs.BoolVar(&o.ExitWhenIdle, "exit-when-idle", false, "exit once no task of the node needs the agent (Job mode)")
+	fs.DurationVar(&o.Heartbeat, "heartbeat", agent.DefaultHeartbeat, "how often status.agentHeartbeat is renewed while a command runs")
+	fs.Float64Var(&qps, "kube-api-qps", 500, "client requests per second to the API server")
+	fs.IntVar(&burst, "kube-api-burst", 1000, "client request burst to the API server")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(fs)
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		return err
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	if o.Workers == 0 {
+		o.Workers = 1
+		if o.NodePrefix != "" {
+			o.Workers = 64
+		}
+	}
+	if o.NodePrefix != "" {
+		o.NodeName = ""
+	}
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = 15 * time.Second
+	}
+
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return fmt.Errorf("loading the kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = float32(qps), burst
+	cfg.UserAgent = "nodeops-agent"
+	return agent.Run(ctrl.SetupSignalHandler(), cfg, o)
+}

@@ -1,0 +1,280 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/agent/commands"
+	"github.com/nodeops/nodeops/internal/host"
+)
+
+// DefaultHeartbeat is how often the agent renews status.agentHeartbeat while a command runs.
+const DefaultHeartbeat = 15 * time.Second
+
+// Reconciler executes the NodeTasks of the nodes it serves.
+type Reconciler struct {
+	// Client reads NodeTasks from the label-selected cache and writes their status.
+	Client client.Client
+	// Direct reads and writes without a cache: fresh NodeTasks, the node, its pods.
+	Direct client.Client
+	// Serves says whether this agent executes tasks of a node.
+	Serves func(node string) bool
+	// HostFor is the host of a node; nil with Noop.
+	HostFor func(node string) *host.Host
+	// Noop: record every command and succeed without touching anything (sim nodes).
+	Noop      bool
+	Heartbeat time.Duration
+	HTTP      *http.Client
+	// Poll is passed to waiting commands; zero for their default.
+	Poll time.Duration
+
+	mu sync.Mutex
+	// written is the resourceVersion of the agent's last status write per task: a cached task at
+	// another version may not show that write yet, so it is read again from the API.
+	written map[types.UID]string
+	// running counts tasks being worked on, for --exit-when-idle.
+	running int
+}
+
+// Reconcile runs the task's commands in order until it finishes or has to wait.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	task := &v1alpha1.NodeTask{}
+	if err := r.Client.Get(ctx, req.NamespacedName, task); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !r.Serves(task.Spec.NodeName) {
+		return ctrl.Result{}, nil
+	}
+	if r.stale(task) {
+		if err := r.Direct.Get(ctx, req.NamespacedName, task); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+	}
+	if Decide(task).Kind == ActNone {
+		r.forgetIfFinished(task)
+		return ctrl.Result{}, nil
+	}
+	r.setRunning(1)
+	defer r.setRunning(-1)
+	return ctrl.Result{}, r.execute(ctx, task)
+}
+
+func (r *Reconciler) stale(task *v1alpha1.NodeTask) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rv, ok := r.written[task.UID]
+	return ok && rv != task.ResourceVersion
+}
+
+func (r *Reconciler) remember(task *v1alpha1.NodeTask) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.written == nil {
+		r.written = map[types.UID]string{}
+	}
+	r.written[task.UID] = task.ResourceVersion
+}
+
+func (r *Reconciler) forgetIfFinished(task *v1alpha1.NodeTask) {
+	if task.EffectivePhase().Unfinished() {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.written, task.UID)
+}
+
+func (r *Reconciler) setRunning(d int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.running += d
+}
+
+// Busy reports whether a task is being worked on.
+func (r *Reconciler) Busy() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.running > 0
+}
+
+func now() metav1.MicroTime { return metav1.NewMicroTime(time.Now()) }
+
+// execute is the task's loop: each step is one status write (the result of the command before it
+// merged with the next command's Running record, approval wait or the task's end), then the command.
+func (r *Reconciler) execute(ctx context.Context, task *v1alpha1.NodeTask) error {
+	logger := log.FromContext(ctx).WithValues("node", task.Spec.NodeName)
+	status := task.Status.DeepCopy()
+	dirty := false // status holds a command result not yet written
+	runs := map[int]int32{}
+	for {
+		view := task.DeepCopy()
+		view.Status = *status
+		act := Decide(view)
+		if act.Kind == ActNone && !dirty {
+			return nil
+		}
+		next := status.DeepCopy()
+		apply(next, &task.Spec, act, now())
+		err := r.writeStatus(ctx, task, next)
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			fresh := &v1alpha1.NodeTask{}
+			if gerr := r.Direct.Get(ctx, client.ObjectKeyFromObject(task), fresh); gerr != nil {
+				if apierrors.IsNotFound(gerr) {
+					return nil
+				}
+				return fmt.Errorf("reading task %s: %w", task.Name, gerr)
+			}
+			if dirty {
+				// The agent owns the status of a running task: keep the result, take the new spec.
+				status.RecoveredGeneration = fresh.Status.RecoveredGeneration
+				task = fresh
+			} else {
+				task, status = fresh, fresh.Status.DeepCopy()
+			}
+			continue
+		}
+		if err != nil {
+			if !dirty {
+				return err
+			}
+			// A result must not be lost: keep trying until the agent stops.
+			logger.Error(err, "writing a command result; retrying", "task", task.Name)
+			if serr := sleepCtx(ctx, time.Second); serr != nil {
+				return errors.Join(err, serr)
+			}
+			continue
+		}
+		status, dirty = next, false
+		if act.Kind != ActStart {
+			return nil
+		}
+		runs[act.Index]++
+		o := r.run(ctx, task, act)
+		if o.err != nil && runs[act.Index] <= task.Spec.Commands[act.Index].Retries && ctx.Err() == nil {
+			o.retry = true
+		}
+		if ctx.Err() != nil {
+			// The agent is stopping: leave the command Running, as a restart expects.
+			return ctx.Err()
+		}
+		applyResult(status, &task.Spec, act.Index, o, now())
+		dirty = true
+		logger.V(1).Info("command ended", "task", task.Name, "command", act.Index, "error", o.err)
+	}
+}
+
+// writeStatus writes the whole status in one merge patch that fails on a concurrent change.
+func (r *Reconciler) writeStatus(ctx context.Context, task *v1alpha1.NodeTask, status *v1alpha1.NodeTaskStatus) error {
+	base := task.DeepCopy()
+	task.Status = *status.DeepCopy()
+	if err := r.Client.Status().Patch(ctx, task, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		task.Status = base.Status
+		task.ResourceVersion = base.ResourceVersion
+		return err
+	}
+	r.remember(task)
+	return nil
+}
+
+// run runs command a.Index once, renewing the heartbeat meanwhile.
+func (r *Reconciler) run(ctx context.Context, task *v1alpha1.NodeTask, a Action) outcome {
+	cmd := &task.Spec.Commands[a.Index]
+	tail := &tailBuffer{}
+	if a.Rerun {
+		_, _ = fmt.Fprintln(tail, "running again: the agent was interrupted while this command ran")
+	}
+	if r.Noop {
+		return outcome{message: fmt.Sprintf("noop host: %s recorded, nothing run", cmd.Kind())}
+	}
+	cctx := ctx
+	if cmd.Timeout != nil && cmd.Timeout.Duration > 0 {
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithTimeout(ctx, cmd.Timeout.Duration)
+		defer cancel()
+	}
+	stop := r.heartbeat(ctx, task)
+	env := &commands.Env{
+		NodeName:  task.Spec.NodeName,
+		Operation: task.Spec.Operation,
+		DryRun:    task.Spec.ExecutionMode == v1alpha1.ExecutionDryRun,
+		Host:      r.HostFor(task.Spec.NodeName),
+		Client:    r.Direct,
+		HTTP:      r.HTTP,
+		Out:       tail,
+		Poll:      r.Poll,
+	}
+	res, err := commands.Run(cctx, env, cmd)
+	stop()
+	o := outcome{err: err, message: res.Message, certs: res.Certificates}
+	if err != nil {
+		o.exitCode = int32(host.ExitCode(err)) //nolint:gosec // exit codes are small
+		if cctx.Err() != nil && ctx.Err() == nil {
+			o.err = fmt.Errorf("timed out after %s: %w", cmd.Timeout.Duration, err)
+		}
+		_, _ = fmt.Fprintf(tail, "error: %v\n", o.err)
+	}
+	o.tail = tail.String()
+	return o
+}
+
+// heartbeat renews status.agentHeartbeat until stop is called.
+func (r *Reconciler) heartbeat(ctx context.Context, task *v1alpha1.NodeTask) (stop func()) {
+	every := r.Heartbeat
+	if every <= 0 {
+		every = DefaultHeartbeat
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	obj := &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: task.Name}}
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				ts, _ := json.Marshal(now())
+				patch := []byte(`{"status":{"agentHeartbeat":` + string(ts) + `}}`)
+				if err := r.Client.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil && ctx.Err() == nil {
+					log.FromContext(ctx).Error(err, "heartbeat", "task", task.Name)
+				}
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// NodeServer says which nodes an agent serves: one by name, or every node with a prefix.
+func NodeServer(name, prefix string) func(string) bool {
+	if prefix != "" {
+		return func(n string) bool { return strings.HasPrefix(n, prefix) }
+	}
+	return func(n string) bool { return n == name }
+}

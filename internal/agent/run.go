@@ -1,0 +1,200 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/host"
+)
+
+// Options configure an agent process.
+type Options struct {
+	// NodeName is the one node served; ignored with NodePrefix.
+	NodeName string
+	// NodePrefix, with Noop: serve every node whose name starts with it.
+	NodePrefix string
+	// HostRoot is the node's / as the agent sees it.
+	HostRoot string
+	// ServiceManager is auto, systemd, systemctl or local.
+	ServiceManager string
+	Noop           bool
+	// Workers is how many tasks run at once (nodes served concurrently).
+	Workers int
+	// ExitWhenIdle: exit once no task of the served nodes needs the agent (Job mode).
+	ExitWhenIdle bool
+	Heartbeat    time.Duration
+	Poll         time.Duration
+	HTTP         *http.Client
+}
+
+// Scheme is the agent's own scheme: core, policy and nodeops kinds.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, policyv1.AddToScheme, v1alpha1.AddToScheme} {
+		if err := add(s); err != nil {
+			return nil, fmt.Errorf("building the scheme: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// TaskSelector selects the NodeTasks an agent caches: one node's by label, or (prefix mode) every
+// task with a node label, filtered by prefix as events arrive.
+func TaskSelector(o Options) (labels.Selector, error) {
+	op, values := selection.Equals, []string{o.NodeName}
+	if o.NodePrefix != "" {
+		op, values = selection.Exists, nil
+	}
+	req, err := labels.NewRequirement(v1alpha1.LabelNode, op, values)
+	if err != nil {
+		return nil, fmt.Errorf("node selector: %w", err)
+	}
+	return labels.NewSelector().Add(*req), nil
+}
+
+func (o Options) validate() error {
+	switch {
+	case o.NodePrefix != "" && !o.Noop:
+		return fmt.Errorf("--node-prefix serves many nodes and needs --noop-host")
+	case o.NodePrefix == "" && o.NodeName == "":
+		return fmt.Errorf("a node name is needed (--node-name or NODE_NAME)")
+	case !o.Noop && o.HostRoot == "":
+		return fmt.Errorf("a host root is needed (--host-root)")
+	}
+	return nil
+}
+
+// Run runs the agent until ctx ends (or, with ExitWhenIdle, until it has nothing left to do).
+func Run(ctx context.Context, cfg *rest.Config, o Options) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	scheme, err := Scheme()
+	if err != nil {
+		return err
+	}
+	sel, err := TaskSelector(o)
+	if err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&v1alpha1.NodeTask{}: {Label: sel},
+		}},
+	})
+	if err != nil {
+		return fmt.Errorf("creating the agent's manager: %w", err)
+	}
+	direct, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("creating a client: %w", err)
+	}
+	r := &Reconciler{
+		Client:    mgr.GetClient(),
+		Direct:    direct,
+		Serves:    NodeServer(o.NodeName, o.NodePrefix),
+		Noop:      o.Noop,
+		Heartbeat: o.Heartbeat,
+		HTTP:      o.HTTP,
+		Poll:      o.Poll,
+	}
+	if !o.Noop {
+		services, err := host.NewServiceManager(o.ServiceManager, o.HostRoot, &host.ChrootRunner{Root: o.HostRoot})
+		if err != nil {
+			return err
+		}
+		h := host.New(o.HostRoot, services, o.ServiceManager == host.ServiceManagerLocal)
+		r.HostFor = func(string) *host.Host { return h }
+	}
+	if err := r.SetupWithManager(mgr, o.Workers); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if o.ExitWhenIdle {
+		if err := mgr.Add(&idleExit{r: r, cache: mgr.GetClient(), cancel: cancel}); err != nil {
+			return fmt.Errorf("adding the idle watcher: %w", err)
+		}
+	}
+	log.FromContext(ctx).Info("agent starting", "node", o.NodeName, "prefix", o.NodePrefix, "root", o.HostRoot, "noop", o.Noop)
+	return mgr.Start(ctx)
+}
+
+// SetupWithManager registers the reconciler for the NodeTasks of the nodes it serves.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
+	if workers <= 0 {
+		workers = 1
+	}
+	serves := predicate.NewPredicateFuncs(func(obj client.Object) bool {
+		t, ok := obj.(*v1alpha1.NodeTask)
+		return ok && r.Serves(t.Spec.NodeName)
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("nodetask-agent").
+		For(&v1alpha1.NodeTask{}, builder.WithPredicates(serves, predicate.Funcs{DeleteFunc: func(event.DeleteEvent) bool { return false }})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		Complete(r)
+}
+
+// idleExit ends the agent once, after the cache synced, no served task needs it for a few seconds.
+type idleExit struct {
+	r      *Reconciler
+	cache  client.Reader
+	cancel context.CancelFunc
+}
+
+func (i *idleExit) Start(ctx context.Context) error {
+	quiet := 0
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		tasks := &v1alpha1.NodeTaskList{}
+		if err := i.cache.List(ctx, tasks); err != nil {
+			quiet = 0
+			continue
+		}
+		idle := !i.r.Busy()
+		for k := range tasks.Items {
+			if i.r.Serves(tasks.Items[k].Spec.NodeName) && NeedsAgent(&tasks.Items[k]) {
+				idle = false
+				break
+			}
+		}
+		if !idle {
+			quiet = 0
+			continue
+		}
+		if quiet++; quiet >= 3 {
+			log.FromContext(ctx).Info("no task needs the agent; exiting")
+			i.cancel()
+			return nil
+		}
+	}
+}
