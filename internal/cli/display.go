@@ -117,10 +117,10 @@ type view struct {
 }
 
 type groupLine struct {
-	name                                   string
-	phase                                  string
+	name                                  string
+	phase                                 string
 	total, done, running, failed, skipped int32
-	message                                string
+	message                               string
 }
 
 // activeTask: the live display shows a line for it.
@@ -165,9 +165,15 @@ func nodeLine(t *nodeopsv1.NodeTask, now time.Time) string {
 	var state string
 	switch {
 	case t.EffectivePhase() == nodeopsv1.TaskFailed:
-		state = "FAILED " + taskCommandText(t)
+		state = "FAILED"
+		if i := failedCommand(t); i >= 0 {
+			state += " at " + t.Spec.Commands[i].DisplayName()
+		}
 		if t.Status.Message != "" {
 			state += ": " + t.Status.Message
+		}
+		if t.Spec.RecoveryMode != "" {
+			state += " (" + string(t.Spec.RecoveryMode) + " requested)"
 		}
 	case awaitingApproval(t):
 		state = "awaiting approval: " + currentCommandName(t)
@@ -358,9 +364,14 @@ func (r *plainRenderer) draw(op *nodeopsv1.NodeOperation, tasks []nodeopsv1.Node
 		tl := fmt.Sprintf("node %s (%s): %s", t.Spec.NodeName, t.Spec.Group, t.EffectivePhase())
 		switch {
 		case t.EffectivePhase() == nodeopsv1.TaskFailed:
-			tl += " at " + taskCommandText(t)
+			if i := failedCommand(t); i >= 0 {
+				tl += " at " + t.Spec.Commands[i].DisplayName()
+			}
 			if t.Status.Message != "" {
 				tl += ": " + t.Status.Message
+			}
+			if t.Spec.RecoveryMode != "" {
+				tl += " (" + string(t.Spec.RecoveryMode) + " requested)"
 			}
 		case awaitingApproval(t):
 			tl += ", awaiting approval of " + currentCommandName(t)

@@ -119,7 +119,16 @@ See what an operation would do with 'plan', start one with 'upgrade' or 'renew-c
 
 // Execute runs the root command with os.Args and returns the process exit code.
 func Execute(o *Options) int {
+	return Run(o, os.Args[1:])
+}
+
+// Run runs the root command with args and returns the process exit code.
+func Run(o *Options, args []string) int {
 	cmd := NewCommand(o)
+	cmd.SetArgs(args)
+	cmd.SetIn(o.In)
+	cmd.SetOut(o.Out)
+	cmd.SetErr(o.ErrOut)
 	err := cmd.Execute()
 	if err == nil {
 		return 0

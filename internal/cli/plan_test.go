@@ -1,0 +1,102 @@
+package cli
+
+import (
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	nodeopsv1 "github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/plan"
+)
+
+var nodesOnce sync.Once
+
+// planCluster: three control planes, three workers of which w-3 is NotReady, a v1.36.4 kubeadm-config.
+func planCluster(t *testing.T) {
+	nodesOnce.Do(func() {
+		cp := map[string]string{plan.LabelControlPlane: ""}
+		for _, n := range []string{"cp-2", "cp-1", "cp-3"} {
+			createNode(t, n, cp, true)
+		}
+		createNode(t, "w-1", map[string]string{"pool": "blue"}, true)
+		createNode(t, "w-2", map[string]string{"pool": "green"}, true)
+		createNode(t, "w-3", map[string]string{"pool": "blue"}, false)
+		createNode(t, "w-4", map[string]string{"pool": "blue"}, true)
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kubeadm-config"},
+			Data: map[string]string{"ClusterConfiguration": "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nkubernetesVersion: v1.36.4\n"}}
+		if err := k8s.Create(ctx(t), cm); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func operationCount(t *testing.T) int {
+	var l nodeopsv1.NodeOperationList
+	if err := k8s.List(ctx(t), &l); err != nil {
+		t.Fatal(err)
+	}
+	return len(l.Items)
+}
+
+func TestPlanGolden(t *testing.T) {
+	planCluster(t)
+	tests := []struct {
+		golden string
+		args   []string
+	}{
+		{"plan-upgrade", []string{"plan", "upgrade", "v1.37.2", "--binary-source", "http://bins.local", "--max-unavailable", "2"}},
+		{"plan-upgrade-refused", []string{"plan", "upgrade", "v1.38.0", "--kubeadm-only", "--selector", "pool!=green"}},
+		{"plan-renew-certs", []string{"plan", "renew-certs", "--certificates", "apiserver,etcd-server", "--controlled"}},
+		{"plan-file", []string{"plan", "-f", "testdata/custom.yaml"}},
+		{"plan-renew-certs-json", []string{"plan", "renew-certs", "-o", "json"}},
+	}
+	before := operationCount(t)
+	for _, tt := range tests {
+		t.Run(tt.golden, func(t *testing.T) {
+			golden(t, tt.golden, mustRun(t, tt.args...))
+		})
+	}
+	if after := operationCount(t); after != before {
+		t.Errorf("plan created operations: %d before, %d after", before, after)
+	}
+}
+
+func TestPlanJSONIsData(t *testing.T) {
+	planCluster(t)
+	var p Plan
+	if err := json.Unmarshal([]byte(mustRun(t, "plan", "upgrade", "v1.37.2", "-o", "json")), &p); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, g := range p.Groups {
+		got = append(got, g.Name+"="+strings.Join(g.Nodes, ","))
+	}
+	want := "control-plane-first=cp-1 control-plane-rest=cp-2,cp-3 workers=w-1,w-2,w-3,w-4"
+	if strings.Join(got, " ") != want {
+		t.Errorf("groups = %v, want %s", got, want)
+	}
+	if p.ClusterVersion != "v1.36.4" || p.VersionCheck != "allowed" {
+		t.Errorf("version check = %q %q, want v1.36.4 allowed", p.ClusterVersion, p.VersionCheck)
+	}
+}
+
+func TestPlanRejectsBadInput(t *testing.T) {
+	planCluster(t)
+	for _, args := range [][]string{
+		{"plan"},
+		{"plan", "upgrade", "1.37"},
+		{"plan", "upgrade", "v1.37.2", "--max-unavailable", "abc%"},
+		{"plan", "renew-certs", "--selector", "a in (b"},
+		{"plan", "-f", "testdata/does-not-exist.yaml"},
+		{"plan", "renew-certs", "--dry-run", "--controlled"},
+	} {
+		_, errOut, code := run(t, args...)
+		if code != CodeError || !strings.HasPrefix(errOut, "error: ") {
+			t.Errorf("%v: exit %d, stderr %q; want exit 1 and an error", args, code, errOut)
+		}
+	}
+}
