@@ -60,6 +60,8 @@ var OwnedCandidates = []string{
 	"/etc/cdi", "/var/run/cdi", "/run/cdi", "/opt/containerd", "/var/run/netns", "/run/netns",
 	"/var/run/kubernetes", "/run/kubernetes", "/etc/default/kubelet", "/run/containerd", "/var/lib/containerd",
 	"/etc/containerd", "/run/flannel", "/var/lib/kubeadm",
+	// nodeops' installBinaries keeps each replaced binary beside it.
+	"/usr/bin/kubeadm.nodeops-prev", "/usr/bin/kubelet.nodeops-prev", "/usr/bin/kubectl.nodeops-prev",
 }
 
 // Layout is where the builds of one checkout go (under its bin/).
