@@ -1,0 +1,225 @@
+// Package nodelock is the manager's table of which NodeTask holds which node (safety rule 1: a node
+// runs at most one NodeTask at a time, across all operations and profiles).
+//
+// The table is fed by the NodeTask informer and, synchronously, by the controllers that create
+// tasks: a controller acquires the node before it creates the task, so a cache that has not yet
+// seen the new task can never let a second task onto the node. The table costs no API writes.
+package nodelock
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+)
+
+// Holder names the task holding a node and what owns it.
+type Holder struct {
+	// Task is the NodeTask's name.
+	Task string
+	// Owner is "NodeOperation/<name>" or "NodeProfile/<name>".
+	Owner string
+}
+
+func (h Holder) String() string {
+	if h.Owner == "" {
+		return "NodeTask " + h.Task
+	}
+	return fmt.Sprintf("NodeTask %s of %s", h.Task, h.Owner)
+}
+
+// OperationOwner is the Owner of tasks created for the NodeOperation name.
+func OperationOwner(name string) string { return "NodeOperation/" + name }
+
+// ProfileOwner is the Owner of tasks created for the NodeProfile name.
+func ProfileOwner(name string) string { return "NodeProfile/" + name }
+
+// OwnerOf reads a task's owner from its controller reference.
+func OwnerOf(t *v1alpha1.NodeTask) string {
+	for _, ref := range t.OwnerReferences {
+		if ref.Controller != nil && *ref.Controller {
+			return ref.Kind + "/" + ref.Name
+		}
+	}
+	return ""
+}
+
+// Holds reports whether the task holds its node: it is pending, running or failed, and not a
+// task that was told to abort and is not running (the agent will only end it).
+func Holds(t *v1alpha1.NodeTask) bool {
+	phase := t.EffectivePhase()
+	if !phase.Unfinished() {
+		return false
+	}
+	return !t.Spec.Abort || phase == v1alpha1.TaskRunning
+}
+
+type entry struct {
+	owner string
+	node  string
+	// seen: the informer has delivered the task; until then the entry is a reservation made by
+	// the creating controller, kept whatever the cache says about other tasks.
+	seen bool
+}
+
+// Table maps nodes to the tasks holding them. The zero value is not usable; call New.
+type Table struct {
+	mu     sync.Mutex
+	byNode map[string]map[string]*entry // node -> task -> entry
+	byTask map[string]*entry
+	synced func() bool
+}
+
+// New returns an empty table. Until Start has been called and the informer has delivered its
+// initial list, Synced is false and callers must not acquire.
+func New() *Table {
+	return &Table{byNode: map[string]map[string]*entry{}, byTask: map[string]*entry{}}
+}
+
+// Start registers the table with the cache's NodeTask informer. Call it once, before the
+// manager starts (from main, next to the controllers' setup).
+func (t *Table) Start(ctx context.Context, c cache.Cache) error {
+	inf, err := c.GetInformer(ctx, &v1alpha1.NodeTask{})
+	if err != nil {
+		return fmt.Errorf("get NodeTask informer: %w", err)
+	}
+	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { t.observe(obj) },
+		UpdateFunc: func(_, obj any) { t.observe(obj) },
+		DeleteFunc: func(obj any) { t.forget(obj) },
+	})
+	if err != nil {
+		return fmt.Errorf("watch NodeTasks for the node lock: %w", err)
+	}
+	t.mu.Lock()
+	t.synced = reg.HasSynced
+	t.mu.Unlock()
+	return nil
+}
+
+// Synced reports whether the table has seen every task that existed when the manager started.
+// A table never started (tests feeding Observe directly) counts as synced.
+func (t *Table) Synced() bool {
+	t.mu.Lock()
+	synced := t.synced
+	t.mu.Unlock()
+	return synced == nil || synced()
+}
+
+// TryAcquire gives node to task (owned by owner) unless another task holds it, in which case it
+// returns that holder and false. Acquiring a node the task already holds succeeds. The caller
+// creates the task after a successful acquire, and calls Release if the create fails.
+func (t *Table) TryAcquire(node, task, owner string) (Holder, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if h, ok := t.holderLocked(node, task); ok {
+		return h, false
+	}
+	if _, ok := t.byTask[task]; !ok {
+		t.putLocked(task, &entry{owner: owner, node: node})
+	}
+	return Holder{}, true
+}
+
+// Release drops a reservation whose task was never created. A task the informer has already
+// delivered stays: only the cache can say it no longer holds the node.
+func (t *Table) Release(node, task string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e, ok := t.byTask[task]; ok && !e.seen && e.node == node {
+		t.deleteLocked(task)
+	}
+}
+
+// Holder returns a task holding node, if any (the first by name when, after an unclean history,
+// several do).
+func (t *Table) Holder(node string) (Holder, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.holderLocked(node, "")
+}
+
+// Held reports whether task holds a node according to the table, including reservations the
+// cache has not seen yet.
+func (t *Table) Held(task string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.byTask[task]
+	return ok
+}
+
+// Observe records what the cache says about a task. Controllers need not call it: the informer does.
+func (t *Table) Observe(task *v1alpha1.NodeTask) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !Holds(task) {
+		t.deleteLocked(task.Name)
+		return
+	}
+	t.putLocked(task.Name, &entry{owner: OwnerOf(task), node: task.Spec.NodeName, seen: true})
+}
+
+// Forget records that a task was deleted.
+func (t *Table) Forget(name string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.deleteLocked(name)
+}
+
+func (t *Table) observe(obj any) {
+	if task, ok := obj.(*v1alpha1.NodeTask); ok {
+		t.Observe(task)
+	}
+}
+
+func (t *Table) forget(obj any) {
+	if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	if task, ok := obj.(*v1alpha1.NodeTask); ok {
+		t.Forget(task.Name)
+	}
+}
+
+func (t *Table) holderLocked(node, except string) (Holder, bool) {
+	tasks := t.byNode[node]
+	names := make([]string, 0, len(tasks))
+	for name := range tasks {
+		if name != except {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return Holder{}, false
+	}
+	sort.Strings(names)
+	return Holder{Task: names[0], Owner: tasks[names[0]].owner}, true
+}
+
+func (t *Table) putLocked(task string, e *entry) {
+	if old, ok := t.byTask[task]; ok && old.node != e.node {
+		t.deleteLocked(task)
+	}
+	if t.byNode[e.node] == nil {
+		t.byNode[e.node] = map[string]*entry{}
+	}
+	t.byNode[e.node][task] = e
+	t.byTask[task] = e
+}
+
+func (t *Table) deleteLocked(task string) {
+	e, ok := t.byTask[task]
+	if !ok {
+		return
+	}
+	delete(t.byTask, task)
+	delete(t.byNode[e.node], task)
+	if len(t.byNode[e.node]) == 0 {
+		delete(t.byNode, e.node)
+	}
+}

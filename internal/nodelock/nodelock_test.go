@@ -1,0 +1,134 @@
+package nodelock
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+)
+
+func task(name, node string, phase v1alpha1.TaskPhase, abort bool) *v1alpha1.NodeTask {
+	return &v1alpha1.NodeTask{
+		ObjectMeta: metav1.ObjectMeta{Name: name, OwnerReferences: []metav1.OwnerReference{
+			{Kind: "NodeOperation", Name: "op-" + name, Controller: ptr.To(true)}}},
+		Spec:   v1alpha1.NodeTaskSpec{NodeName: node, Abort: abort},
+		Status: v1alpha1.NodeTaskStatus{Phase: phase},
+	}
+}
+
+func TestHolds(t *testing.T) {
+	tests := []struct {
+		phase v1alpha1.TaskPhase
+		abort bool
+		want  bool
+	}{
+		{"", false, true}, {v1alpha1.TaskPending, false, true}, {v1alpha1.TaskRunning, false, true},
+		{v1alpha1.TaskFailed, false, true}, {v1alpha1.TaskSucceeded, false, false}, {v1alpha1.TaskAborted, false, false},
+		{"", true, false}, {v1alpha1.TaskPending, true, false}, {v1alpha1.TaskFailed, true, false},
+		{v1alpha1.TaskRunning, true, true}, {v1alpha1.TaskAborted, true, false},
+	}
+	for _, tt := range tests {
+		if got := Holds(task("t", "n", tt.phase, tt.abort)); got != tt.want {
+			t.Errorf("Holds(phase %q, abort %v) = %v, want %v", tt.phase, tt.abort, got, tt.want)
+		}
+	}
+}
+
+func TestAcquireWaitsForHolder(t *testing.T) {
+	tb := New()
+	if _, ok := tb.TryAcquire("n1", "a-g-n1", OperationOwner("a")); !ok {
+		t.Fatal("free node not acquired")
+	}
+	if _, ok := tb.TryAcquire("n1", "a-g-n1", OperationOwner("a")); !ok {
+		t.Fatal("re-acquiring one's own node must succeed")
+	}
+	h, ok := tb.TryAcquire("n1", "b-g-n1", ProfileOwner("b"))
+	if ok || h.Task != "a-g-n1" || h.Owner != "NodeOperation/a" {
+		t.Fatalf("second task got the node: ok=%v holder=%v", ok, h)
+	}
+	if h.String() != "NodeTask a-g-n1 of NodeOperation/a" {
+		t.Errorf("holder reads %q", h)
+	}
+	if _, ok := tb.TryAcquire("n2", "b-g-n2", ProfileOwner("b")); !ok {
+		t.Fatal("another node is free")
+	}
+}
+
+// The cache lags: it delivers old news about other tasks and about the reserved task itself.
+// Only news that the holding task itself stopped holding frees the node.
+func TestStaleCacheNeverFreesAReservation(t *testing.T) {
+	tb := New()
+	tb.TryAcquire("n1", "new", "NodeOperation/b")
+	tb.Observe(task("old", "n1", v1alpha1.TaskSucceeded, false)) // an older task on the node finished
+	tb.Forget("older")                                           // and another was deleted
+	if _, ok := tb.TryAcquire("n1", "other", "NodeOperation/c"); ok {
+		t.Fatal("a stale cache event freed a reserved node")
+	}
+	tb.Observe(task("new", "n1", v1alpha1.TaskPending, false))
+	tb.Observe(task("new", "n1", v1alpha1.TaskRunning, false))
+	if !tb.Held("new") {
+		t.Fatal("running task does not hold")
+	}
+	tb.Release("n1", "new") // a seen task is not released by a controller
+	if _, ok := tb.TryAcquire("n1", "other", "NodeOperation/c"); ok {
+		t.Fatal("Release dropped a task the cache has seen")
+	}
+	tb.Observe(task("new", "n1", v1alpha1.TaskSucceeded, false))
+	if _, ok := tb.TryAcquire("n1", "other", "NodeOperation/c"); !ok {
+		t.Fatal("node not freed when its task succeeded")
+	}
+}
+
+func TestReleaseAfterFailedCreate(t *testing.T) {
+	tb := New()
+	tb.TryAcquire("n1", "a", "NodeOperation/a")
+	tb.Release("n1", "a")
+	if _, ok := tb.Holder("n1"); ok {
+		t.Fatal("reservation survived its release")
+	}
+}
+
+func TestSeededFromCacheAndFailedTasksHold(t *testing.T) {
+	tb := New()
+	tb.Observe(task("failed", "n1", v1alpha1.TaskFailed, false))
+	tb.Observe(task("aborting", "n2", v1alpha1.TaskPending, true))
+	tb.Observe(task("aborting-running", "n3", v1alpha1.TaskRunning, true))
+	if h, ok := tb.TryAcquire("n1", "x", ""); ok || h.Task != "failed" || h.Owner != "NodeOperation/op-failed" {
+		t.Fatalf("failed task must hold its node until recovered: %v %v", h, ok)
+	}
+	if _, ok := tb.TryAcquire("n2", "y", ""); !ok {
+		t.Fatal("a pending task told to abort does not hold")
+	}
+	if _, ok := tb.TryAcquire("n3", "z", ""); ok {
+		t.Fatal("a running task told to abort still holds until it stops")
+	}
+	tb.forget(toolscache.DeletedFinalStateUnknown{Key: "aborting-running", Obj: task("aborting-running", "n3", v1alpha1.TaskRunning, true)})
+	if _, ok := tb.TryAcquire("n3", "z", ""); !ok {
+		t.Fatal("a deleted task (tombstone) still holds")
+	}
+}
+
+func TestConcurrentAcquireHasOneWinner(t *testing.T) {
+	tb := New()
+	for node := range 50 {
+		var winners atomic.Int32
+		var wg sync.WaitGroup
+		for i := range 16 {
+			wg.Go(func() {
+				if _, ok := tb.TryAcquire(fmt.Sprint("n", node), fmt.Sprint("t", node, "-", i), ""); ok {
+					winners.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if winners.Load() != 1 {
+			t.Fatalf("node %d: %d winners", node, winners.Load())
+		}
+	}
+}
