@@ -17,6 +17,9 @@ import (
 	"github.com/nodeops/nodeops/api/v1alpha1"
 )
 
+// conflictRetry is when to write a status again after a conflict with a newer profile.
+const conflictRetry = 100 * time.Millisecond
+
 func (r *Reconciler) removeFinalizer(ctx context.Context, s *scope) error {
 	p := s.profile
 	patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
@@ -63,9 +66,15 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope) (ctrl.Result, er
 	if !urgent && r.StatusInterval > 0 && now.Sub(last) < r.StatusInterval {
 		return ctrl.Result{RequeueAfter: r.StatusInterval - now.Sub(last)}, nil
 	}
-	if err := r.Client.Status().Patch(ctx, p, client.MergeFrom(s.orig)); err != nil {
+	// An update, not a merge patch: a patch of the counts alone would leave status.nodes without
+	// its required fields on a profile that has none yet. This controller is the status's only
+	// writer, so a conflict only means the cache was behind: look again shortly.
+	if err := r.Client.Status().Update(ctx, p); err != nil {
 		if apierrors.IsNotFound(err) {
 			return ctrl.Result{}, nil
+		}
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("patch status of NodeProfile %s: %w", p.Name, err)
 	}

@@ -1,0 +1,389 @@
+package nodeprofile_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/controller/nodeprofile"
+	"github.com/nodeops/nodeops/internal/nodelock"
+)
+
+// One API server and one manager for the package (DESIGN.md, test layers); each test uses its own
+// nodes, selected by a label of its own, and its own profiles.
+var (
+	env struct {
+		cfg    *rest.Config
+		client client.WithWatch // straight to the API server, no cache
+		scheme *runtime.Scheme
+	}
+	errNoAssets = fmt.Errorf("KUBEBUILDER_ASSETS is not set: run `make test-unit`, or export KUBEBUILDER_ASSETS=/work/main/bin after `make tools`")
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		fmt.Fprintln(os.Stderr, errNoAssets)
+		return 1
+	}
+	logf.SetLogger(testLogger())
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	te := &envtest.Environment{
+		// Only the kinds this controller uses, so that it is tested on its own.
+		CRDDirectoryPaths: []string{
+			filepath.Join("..", "..", "..", "config", "crd", "nodeops.io_nodeprofiles.yaml"),
+			filepath.Join("..", "..", "..", "config", "crd", "nodeops.io_nodetasks.yaml"),
+		},
+		ErrorIfCRDPathMissing: true,
+		BinaryAssetsDirectory: os.Getenv("KUBEBUILDER_ASSETS"),
+		Scheme:                scheme,
+	}
+	cfg, err := te.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start envtest:", err)
+		return 1
+	}
+	defer func() {
+		if err := te.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stop envtest:", err)
+		}
+	}()
+	cfg.QPS, cfg.Burst = 500, 1000
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	env.cfg, env.client, env.scheme = cfg, c, scheme
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "manager:", err)
+		return 1
+	}
+	lock := nodelock.New()
+	if err := lock.Start(ctx, mgr.GetCache()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	r := nodeprofile.New(mgr.GetClient(), lock, mgr.GetEventRecorder("nodeprofile-controller"))
+	r.StatusInterval = 200 * time.Millisecond
+	r.RetryAfter = time.Second
+	if err := r.SetupWithManager(mgr); err != nil {
+		fmt.Fprintln(os.Stderr, "setup:", err)
+		return 1
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "manager stopped:", err)
+		}
+	}()
+	code := m.Run()
+	cancel()
+	wg.Wait()
+	return code
+}
+
+// testLogger logs the controller's errors, and everything with NODEOPS_TEST_VERBOSE set.
+func testLogger() logr.Logger {
+	verbose := os.Getenv("NODEOPS_TEST_VERBOSE") != ""
+	return funcr.New(func(prefix, args string) {
+		if verbose || strings.Contains(args, `"error"`) {
+			fmt.Fprintln(os.Stderr, prefix, args)
+		}
+	}, funcr.Options{Verbosity: 1})
+}
+
+// eventually polls f until it returns nil or the deadline passes.
+func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for {
+		if err = f(); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s: %v", what, timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+const wait = 30 * time.Second
+
+// makeNode creates a Ready node carrying the test's label, plus labels and annotations.
+func makeNode(t *testing.T, ctx context.Context, name, testLabel string, labels, annotations map[string]string) {
+	t.Helper()
+	if err := createNode(t, ctx, name, testLabel, labels, annotations); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// createNode is makeNode for goroutines other than the test's.
+func createNode(t *testing.T, ctx context.Context, name, testLabel string, labels, annotations map[string]string) error {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"test": testLabel}, Annotations: annotations}}
+	for k, v := range labels {
+		n.Labels[k] = v
+	}
+	if err := env.client.Create(ctx, n); err != nil {
+		return fmt.Errorf("create node %s: %w", name, err)
+	}
+	t.Cleanup(func() { _ = env.client.Delete(context.Background(), n) })
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+	if err := env.client.Status().Update(ctx, n); err != nil {
+		return fmt.Errorf("make node %s Ready: %w", name, err)
+	}
+	return nil
+}
+
+func getNode(t *testing.T, ctx context.Context, name string) *corev1.Node {
+	t.Helper()
+	n := &corev1.Node{}
+	if err := env.client.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
+		t.Fatalf("get node %s: %v", name, err)
+	}
+	return n
+}
+
+func patchNode(t *testing.T, ctx context.Context, name, patch string) {
+	t.Helper()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := env.client.Patch(ctx, n, client.RawPatch("application/merge-patch+json", []byte(patch))); err != nil {
+		t.Fatalf("patch node %s: %v", name, err)
+	}
+}
+
+// makeProfile creates a profile restricted to the test's nodes, removing it (finalizer and all) afterwards.
+func makeProfile(t *testing.T, ctx context.Context, name, testLabel string, mutate func(*v1alpha1.NodeProfileSpec)) *v1alpha1.NodeProfile {
+	t.Helper()
+	p := &v1alpha1.NodeProfile{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.NodeProfileSpec{
+			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"test": testLabel}},
+			Trigger:      &v1alpha1.ProfileTrigger{Annotation: "kwasm.sh/kwasm-node=true"},
+			Install: []v1alpha1.Command{
+				{Name: "shim", InstallFile: &v1alpha1.InstallFileCommand{URL: "http://shims.example/shim", SHA256: strings.Repeat("a", 64), Path: "/usr/local/bin/shim", Mode: "0755"}},
+				{Name: "handler", ContainerdRuntime: &v1alpha1.ContainerdRuntimeCommand{Name: "wasmedge", RuntimeType: "io.containerd.wasmedge.v1"}},
+			},
+			Uninstall: []v1alpha1.Command{
+				{Name: "handler", ContainerdRuntime: &v1alpha1.ContainerdRuntimeCommand{Name: "wasmedge", Remove: true}},
+			},
+		},
+	}
+	if mutate != nil {
+		mutate(&p.Spec)
+	}
+	if err := env.client.Create(ctx, p); err != nil {
+		t.Fatalf("create profile %s: %v", name, err)
+	}
+	t.Cleanup(func() { forceDelete(context.Background(), name) })
+	return p
+}
+
+// forceDelete removes a profile without waiting for uninstalls no agent will run.
+func forceDelete(ctx context.Context, name string) {
+	p := &v1alpha1.NodeProfile{}
+	if err := env.client.Get(ctx, client.ObjectKey{Name: name}, p); err != nil {
+		return
+	}
+	_ = env.client.Delete(ctx, p)
+	_ = env.client.Patch(ctx, p, client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"finalizers":null}}`)))
+}
+
+func getProfile(t *testing.T, ctx context.Context, name string) *v1alpha1.NodeProfile {
+	t.Helper()
+	p := &v1alpha1.NodeProfile{}
+	if err := env.client.Get(ctx, client.ObjectKey{Name: name}, p); err != nil {
+		t.Fatalf("get profile %s: %v", name, err)
+	}
+	return p
+}
+
+// tasksOf lists the profile's tasks straight from the API server, by node.
+func tasksOf(ctx context.Context, profile string) (map[string][]v1alpha1.NodeTask, error) {
+	var list v1alpha1.NodeTaskList
+	if err := env.client.List(ctx, &list, client.MatchingLabels{v1alpha1.LabelProfile: profile}); err != nil {
+		return nil, fmt.Errorf("list tasks: %w", err)
+	}
+	out := map[string][]v1alpha1.NodeTask{}
+	for _, t := range list.Items {
+		out[t.Spec.NodeName] = append(out[t.Spec.NodeName], t)
+	}
+	return out, nil
+}
+
+// waitTask waits for the one task of profile on node whose group starts with action and returns it.
+func waitTask(t *testing.T, ctx context.Context, profile, node string, action nodeprofile.Action) *v1alpha1.NodeTask {
+	t.Helper()
+	var found *v1alpha1.NodeTask
+	eventually(t, wait, fmt.Sprintf("%s task for %s", action, node), func() error {
+		byNode, err := tasksOf(ctx, profile)
+		if err != nil {
+			return err
+		}
+		for i := range byNode[node] {
+			task := &byNode[node][i]
+			if strings.HasPrefix(task.Spec.Group, string(action)+"-") && task.EffectivePhase().Unfinished() && !task.Spec.Abort {
+				found = task
+				return nil
+			}
+		}
+		return fmt.Errorf("tasks: %v", names(byNode[node]))
+	})
+	return found
+}
+
+func names(tasks []v1alpha1.NodeTask) []string {
+	var out []string
+	for _, t := range tasks {
+		out = append(out, fmt.Sprintf("%s(%s)", t.Name, t.EffectivePhase()))
+	}
+	return out
+}
+
+// agent plays the node agent for one task: the status writes CONTRACTS.md describes.
+func agentRun(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	setTask(t, ctx, name, func(task *v1alpha1.NodeTask) {
+		now := metav1.NowMicro()
+		task.Status.Phase = v1alpha1.TaskRunning
+		task.Status.StartTime = &now
+		task.Status.Progress = fmt.Sprintf("0/%d", len(task.Spec.Commands))
+		task.Status.Commands = []v1alpha1.CommandStatus{{Name: task.Spec.Commands[0].DisplayName(), Phase: v1alpha1.CommandRunning, Attempt: 1, StartTime: &now}}
+	})
+}
+
+func agentSucceed(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	setTask(t, ctx, name, func(task *v1alpha1.NodeTask) {
+		now := metav1.NowMicro()
+		task.Status.Phase = v1alpha1.TaskSucceeded
+		task.Status.CompletionTime = &now
+		task.Status.Progress = fmt.Sprintf("%d/%d", len(task.Spec.Commands), len(task.Spec.Commands))
+		task.Status.Commands = nil
+		for _, c := range task.Spec.Commands {
+			task.Status.Commands = append(task.Status.Commands, v1alpha1.CommandStatus{Name: c.DisplayName(), Phase: v1alpha1.CommandSucceeded, Attempt: 1, CompletionTime: &now})
+		}
+	})
+}
+
+func agentFail(t *testing.T, ctx context.Context, name, message string) {
+	t.Helper()
+	setTask(t, ctx, name, func(task *v1alpha1.NodeTask) {
+		now := metav1.NowMicro()
+		exit := int32(1)
+		cmd := task.Spec.Commands[0].DisplayName()
+		task.Status.Phase = v1alpha1.TaskFailed
+		task.Status.Reason = v1alpha1.ReasonCommandFailed
+		task.Status.Message = fmt.Sprintf("command %s failed", cmd)
+		task.Status.Commands = []v1alpha1.CommandStatus{{Name: cmd, Phase: v1alpha1.CommandFailed, Attempt: 1, ExitCode: &exit, Message: message, CompletionTime: &now}}
+	})
+}
+
+// agentAbort ends a task the manager asked to abort, as the agent does.
+func agentAbort(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	setTask(t, ctx, name, func(task *v1alpha1.NodeTask) { task.Status.Phase = v1alpha1.TaskAborted })
+}
+
+func setTask(t *testing.T, ctx context.Context, name string, f func(*v1alpha1.NodeTask)) {
+	t.Helper()
+	for range 10 {
+		task := &v1alpha1.NodeTask{}
+		if err := env.client.Get(ctx, client.ObjectKey{Name: name}, task); err != nil {
+			t.Fatalf("get task %s: %v", name, err)
+		}
+		f(task)
+		err := env.client.Status().Update(ctx, task)
+		if err == nil {
+			return
+		}
+		if !apierrors.IsConflict(err) {
+			t.Fatalf("update task %s: %v", name, err)
+		}
+	}
+	t.Fatalf("update task %s: conflicts", name)
+}
+
+func condition(p *v1alpha1.NodeProfile, typ string) metav1.Condition {
+	if c := meta.FindStatusCondition(p.Status.Conditions, typ); c != nil {
+		return *c
+	}
+	return metav1.Condition{Type: typ, Status: metav1.ConditionUnknown}
+}
+
+func waitCondition(t *testing.T, ctx context.Context, profile, typ string, status metav1.ConditionStatus, messageHas ...string) metav1.Condition {
+	t.Helper()
+	var c metav1.Condition
+	eventually(t, wait, fmt.Sprintf("%s %s=%s", profile, typ, status), func() error {
+		c = condition(getProfile(t, ctx, profile), typ)
+		if c.Status != status {
+			return fmt.Errorf("%s is %s (%s: %s)", typ, c.Status, c.Reason, c.Message)
+		}
+		for _, s := range messageHas {
+			if !strings.Contains(c.Message, s) {
+				return fmt.Errorf("%s message %q lacks %q", typ, c.Message, s)
+			}
+		}
+		return nil
+	})
+	return c
+}
+
+func waitLabel(t *testing.T, ctx context.Context, profile, node string, want bool, hash string) {
+	t.Helper()
+	eventually(t, wait, fmt.Sprintf("node %s labelled=%v", node, want), func() error {
+		n := getNode(t, ctx, node)
+		label := n.Labels[nodeprofile.ProvisionedLabel(profile)]
+		annotation := n.Annotations[nodeprofile.HashAnnotation(profile)]
+		if want && (label != v1alpha1.ProvisionedValue || annotation != hash) {
+			return fmt.Errorf("label %q, hash annotation %q (want %q)", label, annotation, hash)
+		}
+		if !want && (label != "" || annotation != "") {
+			return fmt.Errorf("still labelled %q, hash annotation %q", label, annotation)
+		}
+		return nil
+	})
+}
