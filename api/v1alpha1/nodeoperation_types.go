@@ -85,6 +85,7 @@ type Group struct {
 	// MaxUnavailable overrides the operation's for this group.
 	// +optional
 	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=4
 	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')",message="must be an integer >= 1 or a percentage from 1% to 100%"
 	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
 	// +kubebuilder:validation:MinItems=1
@@ -101,7 +102,7 @@ type Group struct {
 // +kubebuilder:validation:XValidation:rule="has(self.maxUnavailable) == has(oldSelf.maxUnavailable) && (!has(self.maxUnavailable) || self.maxUnavailable == oldSelf.maxUnavailable)",message="maxUnavailable is immutable",fieldPath=".maxUnavailable"
 // +kubebuilder:validation:XValidation:rule="has(self.ttlSecondsAfterFinished) == has(oldSelf.ttlSecondsAfterFinished) && (!has(self.ttlSecondsAfterFinished) || self.ttlSecondsAfterFinished == oldSelf.ttlSecondsAfterFinished)",message="ttlSecondsAfterFinished is immutable",fieldPath=".ttlSecondsAfterFinished"
 // +kubebuilder:validation:XValidation:rule="self.executionMode == oldSelf.executionMode || (oldSelf.executionMode == 'Controlled' && self.executionMode == 'Auto')",message="executionMode may only change from Controlled to Auto",fieldPath=".executionMode"
-// +kubebuilder:validation:XValidation:rule="!oldSelf.abort || self.abort",message="abort cannot be undone",fieldPath=".abort"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.abort) || !oldSelf.abort || (has(self.abort) && self.abort)",message="abort cannot be undone",fieldPath=".abort"
 type NodeOperationSpec struct {
 	// +optional
 	Upgrade *UpgradeOperation `json:"upgrade,omitempty"`
