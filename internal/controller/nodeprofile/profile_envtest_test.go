@@ -571,6 +571,23 @@ func TestMaxUnavailableOver200Nodes(t *testing.T) {
 		}
 	}()
 
+	// Every change to the nodes from here on is the controller's: exactly one patch per node.
+	nw, err := env.client.Watch(ctx, &corev1.NodeList{}, client.MatchingLabels{"test": "many"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nw.Stop()
+	nodeWrites := map[string]int{}
+	go func() {
+		for ev := range nw.ResultChan() {
+			if n, ok := ev.Object.(*corev1.Node); ok && ev.Type == watch.Modified {
+				mu.Lock()
+				nodeWrites[n.Name]++
+				mu.Unlock()
+			}
+		}
+	}()
+
 	makeProfile(t, ctx, "many", "many", func(s *v1alpha1.NodeProfileSpec) {
 		s.Trigger = nil
 		s.AutoProvision = true
@@ -626,6 +643,11 @@ func TestMaxUnavailableOver200Nodes(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	for _, n := range nodes.Items {
+		if nodeWrites[n.Name] > 1 {
+			t.Errorf("node %s written %d times, want one patch per provisioned node", n.Name, nodeWrites[n.Name])
+		}
+	}
 	if violation != "" {
 		t.Fatal(violation)
 	}
