@@ -1,0 +1,474 @@
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/nodelock"
+	"github.com/nodeops/nodeops/test/e2e/framework"
+)
+
+// The sample's placeholders, replaced by the test's own HTTP server and the files' real digests.
+const (
+	profSampleBaseURL = "http://shims.example/v0.x/"
+	profShimDir       = "/usr/local/bin/"
+)
+
+var profSampleShims = []struct{ name, placeholder string }{
+	{"containerd-shim-wasmedge-v1", "0000000000000000000000000000000000000000000000000000000000000001"},
+	{"containerd-shim-wasmtime-v1", "0000000000000000000000000000000000000000000000000000000000000002"},
+	{"containerd-shim-spin-v2", "0000000000000000000000000000000000000000000000000000000000000003"},
+}
+
+// TestNodeProfile is issue 6 end to end: config/samples/wasm-shims.yaml applied with kubectl on
+// nodeops-local (real manager and agents), shims served over local HTTP.
+func TestNodeProfile(t *testing.T) {
+	const sims = 200
+	l := framework.StartLocal(t, "--control-planes=1", "--workers=2", fmt.Sprintf("--sim-nodes=%d", sims))
+	l.WaitNodesReady(t, 3+sims, 5*time.Minute)
+
+	shims, digests := map[string][]byte{}, map[string]string{}
+	for _, s := range profSampleShims {
+		data := make([]byte, 64<<10)
+		if _, err := rand.Read(data); err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(data)
+		shims[s.name], digests[s.name] = data, hex.EncodeToString(sum[:])
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		data, ok := shims[strings.TrimPrefix(r.URL.Path, "/v0.x/")]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write(data)
+	}))
+	t.Cleanup(srv.Close)
+
+	sample, err := os.ReadFile(filepath.Join("..", "..", "config", "samples", "wasm-shims.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest := strings.ReplaceAll(string(sample), profSampleBaseURL, srv.URL+"/v0.x/")
+	for _, s := range profSampleShims {
+		manifest = strings.ReplaceAll(manifest, s.placeholder, digests[s.name])
+	}
+	manifestFile := filepath.Join(t.TempDir(), "wasm-shims.yaml")
+	if err := os.WriteFile(manifestFile, []byte(manifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l.MustKubectl(t, "apply", "-f", manifestFile)
+	for _, rc := range []string{"wasmedge", "wasmtime", "spin"} {
+		framework.Eventually(t, time.Minute, "RuntimeClass "+rc, func(ctx context.Context) (bool, error) {
+			obj := &nodev1.RuntimeClass{}
+			if err := l.Client.Get(ctx, client.ObjectKey{Name: rc}, obj); err != nil {
+				return false, err
+			}
+			return obj.Handler == rc && obj.Scheduling != nil && obj.Scheduling.NodeSelector["nodeops.io/profile.wasm-shims"] == "provisioned", nil
+		})
+	}
+
+	t.Run("annotating worker-1 provisions it and only it", func(t *testing.T) {
+		l.MustKubectl(t, "annotate", "node", "worker-1", "kwasm.sh/kwasm-node=true")
+		profWaitProfileLabel(t, l, "wasm-shims", "worker-1", true)
+		root := l.NodeRoot("worker-1")
+		for name, want := range digests {
+			if got := profFileSHA256(t, filepath.Join(root, profShimDir, name)); got != want {
+				t.Errorf("%s on worker-1: sha256 %s, want %s", name, got, want)
+			}
+		}
+		config := profReadFile(t, filepath.Join(root, "etc/containerd/config.toml"))
+		for _, rt := range []string{"io.containerd.wasmedge.v1", "io.containerd.wasmtime.v1", "io.containerd.spin.v2"} {
+			if !strings.Contains(config, rt) {
+				t.Errorf("worker-1 config.toml lacks runtime %s:\n%s", rt, config)
+			}
+		}
+		if n := profRestarts(t, root, "containerd"); n < 1 {
+			t.Errorf("no containerd restart recorded on worker-1")
+		}
+		profWaitCondition(t, l, "wasm-shims", v1alpha1.ConditionReady, metav1.ConditionTrue)
+
+		other := l.NodeRoot("worker-2")
+		for name := range digests {
+			if _, err := os.Stat(filepath.Join(other, profShimDir, name)); !os.IsNotExist(err) {
+				t.Errorf("worker-2 has %s (%v)", name, err)
+			}
+		}
+		if strings.Contains(profReadFile(t, filepath.Join(other, "etc/containerd/config.toml")), "wasmedge") {
+			t.Errorf("worker-2's containerd config was changed")
+		}
+		if profRestarts(t, other, "containerd") != 0 {
+			t.Errorf("containerd restarted on worker-2")
+		}
+		if profProfileLabel(t, l, "wasm-shims", "worker-2") {
+			t.Errorf("worker-2 labelled")
+		}
+	})
+
+	t.Run("a wrong sha256 fails the task, no label, the condition names node and why", func(t *testing.T) {
+		bad := fmt.Sprintf(`apiVersion: nodeops.io/v1alpha1
+kind: NodeProfile
+metadata:
+  name: bad-shim
+spec:
+  trigger:
+    annotation: nodeops.io/e2e-bad=true
+  install:
+  - name: bad-shim
+    installFile:
+      url: %s/v0.x/containerd-shim-wasmedge-v1
+      sha256: "%s"
+      path: /usr/local/bin/bad-shim
+      mode: "0755"
+`, srv.URL, strings.Repeat("f", 64))
+		badFile := filepath.Join(t.TempDir(), "bad.yaml")
+		if err := os.WriteFile(badFile, []byte(bad), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		l.MustKubectl(t, "apply", "-f", badFile)
+		l.MustKubectl(t, "annotate", "node", "worker-2", "nodeops.io/e2e-bad=true")
+		c := profWaitCondition(t, l, "bad-shim", v1alpha1.ConditionDegraded, metav1.ConditionTrue)
+		if !strings.Contains(c.Message, "worker-2") || !strings.Contains(strings.ToLower(c.Message), "sha256") {
+			t.Errorf("Degraded does not name worker-2 and the sha256 mismatch: %s", c.Message)
+		}
+		if profProfileLabel(t, l, "bad-shim", "worker-2") {
+			t.Errorf("worker-2 labelled after a failed install")
+		}
+		if _, err := os.Stat(filepath.Join(l.NodeRoot("worker-2"), profShimDir, "bad-shim")); !os.IsNotExist(err) {
+			t.Errorf("a file that failed verification was installed (%v)", err)
+		}
+		out := l.MustKubectl(t, "get", "nodeprofile", "bad-shim", "-o", "jsonpath={.status.failures[0].node}")
+		if out != "worker-2" {
+			t.Errorf("status.failures[0].node = %q", out)
+		}
+		l.MustKubectl(t, "delete", "nodeprofile", "bad-shim", "--wait=false")
+		profWaitGone(t, l, "bad-shim")
+	})
+
+	t.Run("removing the annotation uninstalls", func(t *testing.T) {
+		before := profRestarts(t, l.NodeRoot("worker-1"), "containerd")
+		l.MustKubectl(t, "annotate", "node", "worker-1", "kwasm.sh/kwasm-node-")
+		profWaitProfileLabel(t, l, "wasm-shims", "worker-1", false)
+		root := l.NodeRoot("worker-1")
+		for name := range digests {
+			if _, err := os.Stat(filepath.Join(root, profShimDir, name)); !os.IsNotExist(err) {
+				t.Errorf("%s still on worker-1 (%v)", name, err)
+			}
+		}
+		config := profReadFile(t, filepath.Join(root, "etc/containerd/config.toml"))
+		for _, rt := range []string{"io.containerd.wasmedge.v1", "io.containerd.wasmtime.v1", "io.containerd.spin.v2"} {
+			if strings.Contains(config, rt) {
+				t.Errorf("worker-1 config.toml still has %s:\n%s", rt, config)
+			}
+		}
+		if after := profRestarts(t, root, "containerd"); after <= before {
+			t.Errorf("containerd not restarted by the uninstall (%d profRestarts before, %d after)", before, after)
+		}
+		if n := profGetNode(t, l, "worker-1"); n.Annotations["nodeops.io/profile-hash.wasm-shims"] != "" {
+			t.Errorf("hash annotation left on worker-1")
+		}
+	})
+
+	t.Run("autoProvision over the sim nodes never exceeds maxUnavailable", func(t *testing.T) {
+		const limit = 20
+		ctx := context.Background()
+		profLabelSims(t, l, sims)
+		w, err := profWatchTasks(ctx, l, "sim-shims", limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.stop()
+		prof := &v1alpha1.NodeProfile{
+			ObjectMeta: metav1.ObjectMeta{Name: "sim-shims"},
+			Spec: v1alpha1.NodeProfileSpec{
+				NodeSelector:   &metav1.LabelSelector{MatchLabels: map[string]string{"e2e.nodeops.io/pool": "sim"}},
+				AutoProvision:  true,
+				MaxUnavailable: profPtrIntOrString(limit),
+				Install: []v1alpha1.Command{{Name: "shim", InstallFile: &v1alpha1.InstallFileCommand{
+					URL: srv.URL + "/v0.x/containerd-shim-wasmedge-v1", SHA256: digests["containerd-shim-wasmedge-v1"], Path: profShimDir + "containerd-shim-wasmedge-v1", Mode: "0755",
+				}}},
+				Uninstall: []v1alpha1.Command{{Name: "shim", InstallFile: &v1alpha1.InstallFileCommand{
+					URL: srv.URL + "/v0.x/containerd-shim-wasmedge-v1", SHA256: digests["containerd-shim-wasmedge-v1"], Path: profShimDir + "containerd-shim-wasmedge-v1", Remove: true,
+				}}},
+			},
+		}
+		if err := l.Client.Create(ctx, prof); err != nil {
+			t.Fatal(err)
+		}
+		framework.Eventually(t, 10*time.Minute, "every sim node provisioned", func(ctx context.Context) (bool, error) {
+			n, err := profCountLabelled(ctx, l, "sim-shims")
+			if err != nil || n < sims {
+				return false, fmt.Errorf("%d of %d labelled (%v)", n, sims, err)
+			}
+			return true, nil
+		})
+		profWaitCondition(t, l, "sim-shims", v1alpha1.ConditionReady, metav1.ConditionTrue)
+		peak, violation := w.result()
+		if violation != "" {
+			t.Fatal(violation)
+		}
+		t.Logf("peak %d sim nodes with unfinished tasks (maxUnavailable %d)", peak, limit)
+
+		// Deleting the profile uninstalls every node, then the profile goes.
+		l.MustKubectl(t, "delete", "nodeprofile", "sim-shims", "--wait=false")
+		profWaitGone(t, l, "sim-shims")
+		if n, err := profCountLabelled(ctx, l, "sim-shims"); err != nil || n != 0 {
+			t.Errorf("%d sim nodes still labelled after the profile went (%v)", n, err)
+		}
+		if _, violation := w.result(); violation != "" {
+			t.Fatal(violation)
+		}
+	})
+
+	t.Run("deleting the profile uninstalls every node, then the profile is gone", func(t *testing.T) {
+		l.MustKubectl(t, "annotate", "node", "worker-1", "worker-2", "kwasm.sh/kwasm-node=true", "--overwrite")
+		profWaitProfileLabel(t, l, "wasm-shims", "worker-1", true)
+		profWaitProfileLabel(t, l, "wasm-shims", "worker-2", true)
+		l.MustKubectl(t, "delete", "nodeprofile", "wasm-shims", "--wait=false")
+		profWaitGone(t, l, "wasm-shims")
+		for _, node := range []string{"worker-1", "worker-2"} {
+			if profProfileLabel(t, l, "wasm-shims", node) {
+				t.Errorf("%s still labelled", node)
+			}
+			for name := range digests {
+				if _, err := os.Stat(filepath.Join(l.NodeRoot(node), profShimDir, name)); !os.IsNotExist(err) {
+					t.Errorf("%s still on %s (%v)", name, node, err)
+				}
+			}
+		}
+		for _, rc := range []string{"wasmedge", "wasmtime", "spin"} {
+			err := l.Client.Get(context.Background(), client.ObjectKey{Name: rc}, &nodev1.RuntimeClass{})
+			if !apierrors.IsNotFound(err) {
+				t.Errorf("RuntimeClass %s still there (%v)", rc, err)
+			}
+		}
+	})
+}
+
+func profGetNode(t *testing.T, l *framework.Local, name string) *corev1.Node {
+	t.Helper()
+	n := &corev1.Node{}
+	if err := l.Client.Get(context.Background(), client.ObjectKey{Name: name}, n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func profProfileLabel(t *testing.T, l *framework.Local, profile, node string) bool {
+	t.Helper()
+	return profGetNode(t, l, node).Labels["nodeops.io/profile."+profile] == "provisioned"
+}
+
+func profWaitProfileLabel(t *testing.T, l *framework.Local, profile, node string, want bool) {
+	t.Helper()
+	framework.Eventually(t, 3*time.Minute, fmt.Sprintf("%s labelled=%v by %s", node, want, profile), func(ctx context.Context) (bool, error) {
+		n := &corev1.Node{}
+		if err := l.Client.Get(ctx, client.ObjectKey{Name: node}, n); err != nil {
+			return false, err
+		}
+		if got := n.Labels["nodeops.io/profile."+profile] == "provisioned"; got != want {
+			return false, fmt.Errorf("labelled=%v; profile says %s", got, profProfileSummary(ctx, l, profile))
+		}
+		return true, nil
+	})
+}
+
+func profProfileSummary(ctx context.Context, l *framework.Local, name string) string {
+	p := &v1alpha1.NodeProfile{}
+	if err := l.Client.Get(ctx, client.ObjectKey{Name: name}, p); err != nil {
+		return err.Error()
+	}
+	var parts []string
+	for _, c := range p.Status.Conditions {
+		parts = append(parts, fmt.Sprintf("%s=%s (%s: %s)", c.Type, c.Status, c.Reason, c.Message))
+	}
+	return fmt.Sprintf("%+v %s", p.Status.Nodes, strings.Join(parts, "; "))
+}
+
+func profWaitCondition(t *testing.T, l *framework.Local, profile, typ string, status metav1.ConditionStatus) metav1.Condition {
+	t.Helper()
+	var got metav1.Condition
+	framework.Eventually(t, 3*time.Minute, fmt.Sprintf("%s %s=%s", profile, typ, status), func(ctx context.Context) (bool, error) {
+		p := &v1alpha1.NodeProfile{}
+		if err := l.Client.Get(ctx, client.ObjectKey{Name: profile}, p); err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(p.Status.Conditions, typ)
+		if c == nil || c.Status != status {
+			return false, fmt.Errorf("%s", profProfileSummary(ctx, l, profile))
+		}
+		got = *c
+		return true, nil
+	})
+	return got
+}
+
+func profWaitGone(t *testing.T, l *framework.Local, profile string) {
+	t.Helper()
+	framework.Eventually(t, 10*time.Minute, "profile "+profile+" gone", func(ctx context.Context) (bool, error) {
+		err := l.Client.Get(ctx, client.ObjectKey{Name: profile}, &v1alpha1.NodeProfile{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, fmt.Errorf("still there: %s", profProfileSummary(ctx, l, profile))
+	})
+}
+
+func profFileSHA256(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Errorf("read %s: %v", path, err)
+		return ""
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+func profReadFile(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read %s: %v", path, err)
+	}
+	return string(data)
+}
+
+// profRestarts counts the profRestarts of service recorded in the local node's service table (CONTRACTS.md).
+func profRestarts(t *testing.T, root, service string) int {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(root, "var/lib/nodeops-local/services.log"))
+	if os.IsNotExist(err) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "restart "+service+" ") {
+			n++
+		}
+	}
+	return n
+}
+
+// profLabelSims gives the sim nodes a label of this test's own, for the profile's selector.
+func profLabelSims(t *testing.T, l *framework.Local, sims int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, sims)
+	sem := make(chan struct{}, 16)
+	for i := 1; i <= sims; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("sim-%d", i)}}
+			patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"e2e.nodeops.io/pool":"sim"}}}`))
+			if err := l.Client.Patch(context.Background(), n, patch); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+func profCountLabelled(ctx context.Context, l *framework.Local, profile string) (int, error) {
+	var nodes corev1.NodeList
+	if err := l.Client.List(ctx, &nodes, client.MatchingLabels{"nodeops.io/profile." + profile: "provisioned"}); err != nil {
+		return 0, err
+	}
+	return len(nodes.Items), nil
+}
+
+// profTaskWatch follows every NodeTask event of a profile and remembers the most nodes that held an
+// unfinished task at once, and the first moment that exceeded the limit.
+type profTaskWatch struct {
+	w         watch.Interface
+	mu        sync.Mutex
+	peak      int
+	violation string
+	done      chan struct{}
+}
+
+func profWatchTasks(ctx context.Context, l *framework.Local, profile string, limit int) (*profTaskWatch, error) {
+	wc, err := client.NewWithWatch(l.RESTConfig, client.Options{Scheme: l.Client.Scheme()})
+	if err != nil {
+		return nil, err
+	}
+	w, err := wc.Watch(ctx, &v1alpha1.NodeTaskList{}, client.MatchingLabels{v1alpha1.LabelProfile: profile})
+	if err != nil {
+		return nil, err
+	}
+	tw := &profTaskWatch{w: w, done: make(chan struct{})}
+	go func() {
+		defer close(tw.done)
+		holding := map[string]string{}
+		for ev := range w.ResultChan() {
+			task, ok := ev.Object.(*v1alpha1.NodeTask)
+			if !ok {
+				continue
+			}
+			if ev.Type == watch.Deleted || !nodelock.Holds(task) {
+				delete(holding, task.Name)
+			} else {
+				holding[task.Name] = task.Spec.NodeName
+			}
+			nodes := map[string]bool{}
+			for _, n := range holding {
+				nodes[n] = true
+			}
+			tw.mu.Lock()
+			tw.peak = max(tw.peak, len(nodes))
+			if len(nodes) > limit && tw.violation == "" {
+				tw.violation = fmt.Sprintf("%d nodes held unfinished tasks at once (maxUnavailable %d) after %s %s", len(nodes), limit, ev.Type, task.Name)
+			}
+			tw.mu.Unlock()
+		}
+	}()
+	return tw, nil
+}
+
+func (tw *profTaskWatch) result() (int, string) {
+	tw.mu.Lock()
+	defer tw.mu.Unlock()
+	return tw.peak, tw.violation
+}
+
+func (tw *profTaskWatch) stop() {
+	tw.w.Stop()
+	<-tw.done
+}
+
+func profPtrIntOrString(v int) *intstr.IntOrString {
+	x := intstr.FromInt32(int32(v))
+	return &x
+}
