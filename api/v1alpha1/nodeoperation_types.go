@@ -29,6 +29,7 @@ const (
 )
 
 // UpgradeOperation upgrades a kubeadm cluster, one minor version at a time.
+// +kubebuilder:validation:XValidation:rule="(has(self.upgradeKubeletAndKubectl) && !self.upgradeKubeletAndKubectl) || has(self.binarySource)",message="binarySource is required when upgradeKubeletAndKubectl is true",fieldPath=".binarySource"
 type UpgradeOperation struct {
 	// KubernetesVersion to upgrade to.
 	// +kubebuilder:validation:Pattern=`^v[0-9]+\.[0-9]+\.[0-9]+$`
@@ -175,6 +176,9 @@ type NodeCounts struct {
 	Succeeded int32 `json:"succeeded"`
 	Failed    int32 `json:"failed"`
 	Skipped   int32 `json:"skipped"`
+	// Aborted counts tasks that ended Aborted.
+	// +optional
+	Aborted int32 `json:"aborted,omitempty"`
 }
 
 // GroupPhase is a group's state.

@@ -1,0 +1,348 @@
+// Package nodeoperation is the NodeOperation controller: it expands an operation into groups, runs
+// the groups strictly in order by creating one NodeTask per node under maxUnavailable and the node
+// lock, and reports progress, failures and waits in the operation's status, conditions and events.
+package nodeoperation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/nodelock"
+	"github.com/nodeops/nodeops/internal/plan"
+)
+
+// +kubebuilder:rbac:groups=nodeops.io,resources=nodeoperations,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=nodeops.io,resources=nodeoperations/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=nodeops.io,resources=nodeoperations/finalizers,verbs=update
+// +kubebuilder:rbac:groups=nodeops.io,resources=nodetasks,verbs=get;list;watch;create;patch;delete;deletecollection
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get,namespace=kube-system
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// The manager's leader election, declared here so that `make generate` sees it:
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete,namespace=nodeops-system
+
+// Locker is the manager's node lock table (internal/nodelock), shared with the NodeProfile controller.
+type Locker interface {
+	TryAcquire(node, task, owner string) (nodelock.Holder, bool)
+	Release(node, task string)
+	Held(task string) bool
+	Observe(task *v1alpha1.NodeTask)
+	Synced() bool
+}
+
+var _ Locker = (*nodelock.Table)(nil)
+
+// Reconciler reconciles NodeOperations.
+type Reconciler struct {
+	// Client reads from the cache and writes to the API server.
+	Client client.Client
+	// APIReader reads past the cache: the kubeadm-config ConfigMap (not worth caching) and tasks
+	// whose create raced with the cache.
+	APIReader client.Reader
+	Locks     Locker
+	Recorder  events.EventRecorder
+	// StatusInterval batches status writes that only move counts: at most one per interval.
+	// Phase, group phase and condition changes are written at once.
+	StatusInterval time.Duration
+	// CreateParallelism bounds concurrent task creates.
+	CreateParallelism int
+	// WaitRecheck is how soon an operation waiting for another task's node looks again, in case
+	// the holder's end was missed.
+	WaitRecheck time.Duration
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+
+	mu sync.Mutex
+	// lastWrite is when each operation's status was last written, by UID.
+	lastWrite map[types.UID]time.Time
+	// waiters are the operations waiting for each node's lock, so that the holder's end wakes them.
+	waiters map[string]map[string]bool
+}
+
+// New returns a Reconciler with default tunables.
+func New(c client.Client, apiReader client.Reader, locks Locker, recorder events.EventRecorder) *Reconciler {
+	return &Reconciler{
+		Client: c, APIReader: apiReader, Locks: locks, Recorder: recorder,
+		StatusInterval: time.Second, CreateParallelism: 64, WaitRecheck: 5 * time.Second,
+	}
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// scope is one reconcile's view of an operation.
+type scope struct {
+	op     *v1alpha1.NodeOperation
+	before *v1alpha1.NodeOperationStatus
+	tasks  []*v1alpha1.NodeTask
+	in     input
+}
+
+// Reconcile follows STYLE.md's skeleton: get, then ordered phase functions over a scope, then
+// the status write and the actions it records. There is no finalizer: tasks carry an owner
+// reference, and the node lock forgets deleted tasks through the informer.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	op := &v1alpha1.NodeOperation{}
+	if err := r.Client.Get(ctx, req.NamespacedName, op); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.Name)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !op.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	if op.Status.Phase.Finished() {
+		return r.reconcileFinished(ctx, op)
+	}
+	if !r.Locks.Synced() {
+		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
+	}
+	s := &scope{op: op, before: op.Status.DeepCopy()}
+	if err := r.observe(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	d := decide(&s.in, r.acquireFor(op))
+	r.noteWaiting(op.Name, d.waiting)
+
+	result, err := r.writeStatus(ctx, s, &d.status)
+	if err != nil {
+		r.releaseAll(op, d.create)
+		return ctrl.Result{}, err
+	}
+	if err := r.createTasks(ctx, op, d.create); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.mirror(ctx, op, s.tasks); err != nil {
+		return ctrl.Result{}, err
+	}
+	if len(d.waiting) > 0 {
+		result = shorter(result, r.WaitRecheck)
+	}
+	if d.status.Phase.Finished() {
+		if ttl, ok := ttlLeft(op, &d.status, r.now()); ok {
+			result = shorter(result, ttl)
+		}
+	}
+	return result, nil
+}
+
+// observe gathers the operation's tasks and the cluster's nodes, resolves the plan, and checks
+// the version policy before the operation starts.
+func (r *Reconciler) observe(ctx context.Context, s *scope) error {
+	op := s.op
+	s.in = input{op: op, now: metav1.NewTime(r.now()), notReady: map[string]bool{}, tasks: map[string]map[string]taskView{}}
+
+	// Reservations are read before the cache: a task the table no longer holds as a reservation
+	// is then always in the cache (see nodelock), so no created task is ever missed.
+	reserved := func(name string) bool { return r.Locks.Held(name) }
+	var tasks v1alpha1.NodeTaskList
+	if err := r.Client.List(ctx, &tasks, client.MatchingFields{ownerIndex: string(op.UID)}, client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("list tasks of NodeOperation %s: %w", op.Name, err)
+	}
+	var nodes corev1.NodeList
+	if err := r.Client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("list nodes: %w", err)
+	}
+	for i := range nodes.Items {
+		if !plan.NodeReady(&nodes.Items[i]) {
+			s.in.notReady[nodes.Items[i].Name] = true
+		}
+	}
+	groups, err := plan.Resolve(&op.Spec, nodes.Items)
+	if err != nil {
+		s.in.fail = &failure{reason: ReasonInvalidSpec, message: err.Error()}
+		return nil
+	}
+	s.in.groups = groups
+	if op.Status.StartTime == nil && op.Spec.Upgrade != nil {
+		f, err := r.checkVersion(ctx, op.Spec.Upgrade.KubernetesVersion)
+		if err != nil {
+			return err
+		}
+		if f != nil {
+			s.in.fail = f
+			return nil
+		}
+	}
+	for i := range tasks.Items {
+		t := &tasks.Items[i]
+		s.tasks = append(s.tasks, t)
+		if s.in.tasks[t.Spec.Group] == nil {
+			s.in.tasks[t.Spec.Group] = map[string]taskView{}
+		}
+		s.in.tasks[t.Spec.Group][t.Spec.NodeName] = view(t)
+	}
+	for _, g := range groups {
+		for _, node := range g.Nodes {
+			if _, ok := s.in.tasks[g.Name][node]; ok {
+				continue
+			}
+			if name := plan.TaskName(op.Name, g.Name, node); reserved(name) {
+				if s.in.tasks[g.Name] == nil {
+					s.in.tasks[g.Name] = map[string]taskView{}
+				}
+				s.in.tasks[g.Name][node] = taskView{Name: name, Node: node, Group: g.Name, Phase: v1alpha1.TaskPending}
+			}
+		}
+	}
+	return nil
+}
+
+// checkVersion applies the version policy against kube-system/kubeadm-config.
+func (r *Reconciler) checkVersion(ctx context.Context, requested string) (*failure, error) {
+	var cm corev1.ConfigMap
+	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: "kube-system", Name: "kubeadm-config"}, &cm); err != nil {
+		if apierrors.IsNotFound(err) {
+			return &failure{reason: ReasonNoKubeadmConfig, message: "kube-system/kubeadm-config not found: the current cluster version is unknown, so the upgrade cannot be checked against the version policy"}, nil
+		}
+		return nil, fmt.Errorf("read kube-system/kubeadm-config: %w", err)
+	}
+	current, err := plan.KubeadmConfigVersion(cm.Data["ClusterConfiguration"])
+	if err != nil {
+		return &failure{reason: plan.ReasonUnsupportedVersionSkew, message: fmt.Sprintf("kube-system/kubeadm-config: %v", err)}, nil
+	}
+	if err := plan.CheckUpgradeVersion(current, requested); err != nil {
+		var skew *plan.VersionSkewError
+		if errors.As(err, &skew) {
+			return &failure{reason: skew.Reason(), message: skew.Error()}, nil
+		}
+		return &failure{reason: plan.ReasonUnsupportedVersionSkew, message: err.Error()}, nil
+	}
+	return nil, nil
+}
+
+func view(t *v1alpha1.NodeTask) taskView {
+	v := taskView{Name: t.Name, Node: t.Spec.NodeName, Group: t.Spec.Group, Phase: t.EffectivePhase(), Message: t.Status.Message}
+	for i, c := range t.Status.Commands {
+		if c.Phase == v1alpha1.CommandSkipped {
+			v.Skipped = true
+		}
+		if c.Phase == v1alpha1.CommandFailed && v.FailedCommand == "" {
+			v.FailedCommand = c.Name
+			if v.FailedCommand == "" && i < len(t.Spec.Commands) {
+				v.FailedCommand = t.Spec.Commands[i].DisplayName()
+			}
+			if v.Message == "" {
+				v.Message = c.Message
+			}
+		}
+	}
+	if v.Phase == v1alpha1.TaskFailed && v.FailedCommand == "" {
+		if i := int(t.Status.CurrentCommand); i >= 0 && i < len(t.Spec.Commands) {
+			v.FailedCommand = t.Spec.Commands[i].DisplayName()
+		} else {
+			v.FailedCommand = "(unknown)"
+		}
+	}
+	return v
+}
+
+func (r *Reconciler) acquireFor(op *v1alpha1.NodeOperation) acquireFunc {
+	owner := nodelock.OperationOwner(op.Name)
+	return func(group, node string) (nodelock.Holder, bool) {
+		return r.Locks.TryAcquire(node, plan.TaskName(op.Name, group, node), owner)
+	}
+}
+
+func (r *Reconciler) releaseAll(op *v1alpha1.NodeOperation, starts []start) {
+	for _, s := range starts {
+		r.Locks.Release(s.node, plan.TaskName(op.Name, s.group.Name, s.node))
+	}
+}
+
+func (r *Reconciler) noteWaiting(op string, waiting map[string]nodelock.Holder) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.waiters == nil {
+		r.waiters = map[string]map[string]bool{}
+	}
+	for node, ops := range r.waiters {
+		if _, still := waiting[node]; !still {
+			delete(ops, op)
+			if len(ops) == 0 {
+				delete(r.waiters, node)
+			}
+		}
+	}
+	for node := range waiting {
+		if r.waiters[node] == nil {
+			r.waiters[node] = map[string]bool{}
+		}
+		r.waiters[node][op] = true
+	}
+}
+
+// waitersOf returns the operations waiting for node.
+func (r *Reconciler) waitersOf(node string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.waiters[node]))
+	for op := range r.waiters[node] {
+		out = append(out, op)
+	}
+	return out
+}
+
+func (r *Reconciler) forget(name string) {
+	r.noteWaiting(name, nil)
+}
+
+func shorter(r ctrl.Result, d time.Duration) ctrl.Result {
+	if d <= 0 {
+		d = time.Millisecond
+	}
+	if r.RequeueAfter == 0 || d < r.RequeueAfter {
+		r.RequeueAfter = d
+	}
+	return r
+}
+
+// ttlLeft is how long until a finished operation with ttlSecondsAfterFinished is due for deletion.
+func ttlLeft(op *v1alpha1.NodeOperation, st *v1alpha1.NodeOperationStatus, now time.Time) (time.Duration, bool) {
+	if op.Spec.TTLSecondsAfterFinished == nil || st.CompletionTime == nil {
+		return 0, false
+	}
+	due := st.CompletionTime.Add(time.Duration(*op.Spec.TTLSecondsAfterFinished) * time.Second)
+	return due.Sub(now), true
+}
+
+// reconcileFinished deletes a finished operation and its tasks once its TTL has passed; nothing
+// is deleted without a TTL (safety rule 7).
+func (r *Reconciler) reconcileFinished(ctx context.Context, op *v1alpha1.NodeOperation) (ctrl.Result, error) {
+	r.noteWaiting(op.Name, nil)
+	left, ok := ttlLeft(op, &op.Status, r.now())
+	if !ok {
+		return ctrl.Result{}, nil
+	}
+	if left > 0 {
+		return ctrl.Result{RequeueAfter: left}, nil
+	}
+	// Tasks are deleted explicitly too, so that the TTL holds where no garbage collector runs.
+	if err := r.Client.DeleteAllOf(ctx, &v1alpha1.NodeTask{}, client.MatchingLabels{v1alpha1.LabelOperation: plan.LabelValue(op.Name)}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("delete tasks of expired NodeOperation %s: %w", op.Name, err)
+	}
+	if err := r.Client.Delete(ctx, op, client.PropagationPolicy(metav1.DeletePropagationBackground), client.Preconditions{UID: &op.UID}); client.IgnoreNotFound(err) != nil {
+		return ctrl.Result{}, fmt.Errorf("delete expired NodeOperation %s: %w", op.Name, err)
+	}
+	log.FromContext(ctx).Info("deleted NodeOperation after ttlSecondsAfterFinished", "ttl", *op.Spec.TTLSecondsAfterFinished)
+	return ctrl.Result{}, nil
+}

@@ -1,0 +1,333 @@
+package nodeoperation
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/nodelock"
+	"github.com/nodeops/nodeops/internal/plan"
+)
+
+// Condition reasons of a NodeOperation.
+const (
+	ReasonRunning         = "Running"
+	ReasonWaitingForNode  = "WaitingForNode"
+	ReasonAborting        = "Aborting"
+	ReasonPaused          = "Paused"
+	ReasonTaskFailed      = "TaskFailed"
+	ReasonNotBlocked      = "NotBlocked"
+	ReasonSucceeded       = "Succeeded"
+	ReasonAborted         = "Aborted"
+	ReasonInvalidSpec     = "InvalidSpec"
+	ReasonNoKubeadmConfig = "KubeadmConfigNotFound"
+)
+
+// taskView is what the operation needs to know about one of its tasks.
+type taskView struct {
+	Name, Node, Group string
+	Phase             v1alpha1.TaskPhase
+	// Skipped: some command was skipped by a person.
+	Skipped bool
+	// Failure, for a failed task: the command that failed and why.
+	FailedCommand, Message string
+}
+
+// input is everything decide looks at; the controller gathers it from the cache.
+type input struct {
+	op     *v1alpha1.NodeOperation
+	groups []plan.ResolvedGroup
+	// tasks by group, then node. Tasks just created that the cache has not seen yet are here as Pending.
+	tasks    map[string]map[string]taskView
+	notReady map[string]bool
+	// fail, when set, ends the operation at once: it was refused before anything ran.
+	fail *failure
+	now  metav1.Time
+}
+
+type failure struct{ reason, message string }
+
+// start is one task to create.
+type start struct {
+	group *v1alpha1.Group
+	node  string
+}
+
+// decision is the operation's new status and the tasks to create to get there.
+type decision struct {
+	status  v1alpha1.NodeOperationStatus
+	create  []start
+	waiting map[string]nodelock.Holder
+}
+
+// acquireFunc takes the node lock for a task of group on node, or names the holder.
+type acquireFunc func(group, node string) (nodelock.Holder, bool)
+
+// decide computes the operation's status from its tasks and nodes, and which nodes start now.
+// Groups run strictly in order: a group starts only when the one before it succeeded. A group the
+// status already records as Succeeded is never revisited, so nodes that join later do not reopen it.
+func decide(in *input, acquire acquireFunc) decision {
+	op := in.op
+	st := *op.Status.DeepCopy()
+	st.ObservedGeneration = op.Generation
+	if st.StartTime == nil {
+		st.StartTime = &in.now
+	}
+	d := decision{waiting: map[string]nodelock.Holder{}}
+	if in.fail != nil {
+		st.Phase = v1alpha1.OperationFailed
+		st.CompletionTime = &in.now
+		setConditions(&st, op.Generation, v1alpha1.OperationFailed, in.fail.reason, in.fail.message)
+		d.status = st
+		return d
+	}
+	st.Groups = alignGroups(st.Groups, in.groups)
+
+	phase := v1alpha1.OperationSucceeded
+	reason, message := ReasonSucceeded, ""
+	current := -1
+	for i := range in.groups {
+		g := &in.groups[i]
+		gs := &st.Groups[i]
+		if gs.Phase == v1alpha1.GroupSucceeded {
+			continue
+		}
+		if current >= 0 {
+			// A later group: not started; it shows what it would cover now.
+			*gs = v1alpha1.GroupStatus{Name: g.Name, Phase: v1alpha1.GroupPending, Nodes: v1alpha1.NodeCounts{Total: int32(len(g.Nodes)), Pending: int32(len(g.Nodes))}}
+			if op.Spec.Abort {
+				gs.Phase = v1alpha1.GroupAborted
+			}
+			continue
+		}
+		tasks := in.tasks[g.Name]
+		nodes := groupNodes(g.Nodes, tasks)
+		phases := make(map[string]v1alpha1.TaskPhase, len(tasks))
+		var failed []taskView
+		running := 0
+		for node, t := range tasks {
+			phases[node] = t.Phase
+			switch t.Phase {
+			case v1alpha1.TaskFailed:
+				failed = append(failed, t)
+			case v1alpha1.TaskRunning:
+				running++
+			}
+		}
+		gs.Name, gs.Nodes, gs.Message = g.Name, count(nodes, tasks), ""
+		if gs.Nodes.Succeeded+gs.Nodes.Skipped == gs.Nodes.Total {
+			gs.Phase = v1alpha1.GroupSucceeded
+			gs.Message = succeededMessage(g, gs.Nodes)
+			continue
+		}
+		current = i
+		sort.Slice(failed, func(a, b int) bool { return failed[a].Node < failed[b].Node })
+		switch {
+		case op.Spec.Abort:
+			gs.Phase = v1alpha1.GroupAborted
+			phase, reason = v1alpha1.OperationAborted, ReasonAborted
+			message = fmt.Sprintf("aborted in group %s: %d of %d nodes done", g.Name, gs.Nodes.Succeeded+gs.Nodes.Skipped, gs.Nodes.Total)
+			if running > 0 {
+				gs.Phase = v1alpha1.GroupRunning
+				phase, reason = v1alpha1.OperationRunning, ReasonAborting
+				message = fmt.Sprintf("aborting: waiting for %d running tasks of group %s to stop", running, g.Name)
+			}
+		case len(failed) > 0:
+			gs.Phase = v1alpha1.GroupBlocked
+			phase, reason = v1alpha1.OperationBlocked, ReasonTaskFailed
+			message = blockedMessage(failed)
+			gs.Message = message
+		case op.Spec.Paused:
+			gs.Phase = v1alpha1.GroupRunning
+			phase, reason = v1alpha1.OperationPaused, ReasonPaused
+			message = fmt.Sprintf("paused in group %s: no new command starts; %d running", g.Name, running)
+		default:
+			gs.Phase = v1alpha1.GroupRunning
+			phase, reason = v1alpha1.OperationRunning, ReasonRunning
+			for _, node := range plan.Next(nodes, phases, in.notReady, g.MaxUnavailable) {
+				if holder, ok := acquire(g.Name, node); !ok {
+					d.waiting[node] = holder
+					continue
+				}
+				d.create = append(d.create, start{group: &g.Group, node: node})
+			}
+			message = runningMessage(g.Name, gs.Nodes, len(d.create))
+			if waits := waitingMessage(nodes, tasks, in.notReady, d.waiting); waits != "" {
+				gs.Message = waits
+				message += "; " + waits
+				if len(d.waiting) > 0 {
+					reason = ReasonWaitingForNode
+				}
+			}
+		}
+	}
+	if phase == v1alpha1.OperationSucceeded {
+		message = fmt.Sprintf("all %d groups succeeded", len(in.groups))
+	}
+	st.Phase = phase
+	st.Progress = progress(st.Groups)
+	if phase.Finished() && st.CompletionTime == nil {
+		st.CompletionTime = &in.now
+	}
+	setConditions(&st, op.Generation, phase, reason, message)
+	d.status = st
+	return d
+}
+
+// alignGroups keeps the recorded group statuses when they match the plan, else starts afresh.
+func alignGroups(recorded []v1alpha1.GroupStatus, groups []plan.ResolvedGroup) []v1alpha1.GroupStatus {
+	if len(recorded) == len(groups) {
+		same := true
+		for i := range groups {
+			same = same && recorded[i].Name == groups[i].Name
+		}
+		if same {
+			return recorded
+		}
+	}
+	out := make([]v1alpha1.GroupStatus, len(groups))
+	for i := range groups {
+		out[i] = v1alpha1.GroupStatus{Name: groups[i].Name, Phase: v1alpha1.GroupPending}
+	}
+	return out
+}
+
+// groupNodes is the group's nodes now plus those that already have a task in it, sorted.
+func groupNodes(resolved []string, tasks map[string]taskView) []string {
+	seen := make(map[string]bool, len(resolved)+len(tasks))
+	out := make([]string, 0, len(resolved)+len(tasks))
+	for _, n := range resolved {
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	for n := range tasks {
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func count(nodes []string, tasks map[string]taskView) v1alpha1.NodeCounts {
+	c := v1alpha1.NodeCounts{Total: int32(len(nodes))}
+	for _, n := range nodes {
+		t, ok := tasks[n]
+		switch {
+		case !ok || t.Phase == v1alpha1.TaskPending || t.Phase == "":
+			c.Pending++
+		case t.Phase == v1alpha1.TaskRunning:
+			c.Running++
+		case t.Phase == v1alpha1.TaskFailed:
+			c.Failed++
+		case t.Phase == v1alpha1.TaskAborted:
+			c.Aborted++
+		case t.Skipped:
+			c.Skipped++
+		default:
+			c.Succeeded++
+		}
+	}
+	return c
+}
+
+func progress(groups []v1alpha1.GroupStatus) string {
+	var done, total int32
+	for _, g := range groups {
+		done += g.Nodes.Succeeded + g.Nodes.Skipped
+		total += g.Nodes.Total
+	}
+	return fmt.Sprintf("%d/%d nodes", done, total)
+}
+
+func succeededMessage(g *plan.ResolvedGroup, c v1alpha1.NodeCounts) string {
+	if c.Total == 0 {
+		return "no node matched this group's selectors: succeeded with 0 nodes"
+	}
+	if c.Skipped > 0 {
+		return fmt.Sprintf("%d nodes succeeded, %d with skipped commands", c.Succeeded+c.Skipped, c.Skipped)
+	}
+	return fmt.Sprintf("%d nodes succeeded", c.Succeeded)
+}
+
+func blockedMessage(failed []taskView) string {
+	f := failed[0]
+	msg := fmt.Sprintf("NodeTask %s on node %s failed at command %s", f.Name, f.Node, f.FailedCommand)
+	if f.Message != "" {
+		msg += ": " + f.Message
+	}
+	if len(failed) > 1 {
+		msg += fmt.Sprintf(" (and %d more failed tasks)", len(failed)-1)
+	}
+	return msg + "; set spec.recoveryMode Retry or Skip on the task (kubectl nodeops retry|skip) or abort the operation"
+}
+
+func runningMessage(group string, c v1alpha1.NodeCounts, starting int) string {
+	return fmt.Sprintf("group %s: %d/%d nodes done, %d running, %d starting", group, c.Succeeded+c.Skipped, c.Total, c.Running, starting)
+}
+
+// waitingMessage names the nodes the group waits for: those held by another task, and NotReady ones without a task.
+func waitingMessage(nodes []string, tasks map[string]taskView, notReady map[string]bool, waiting map[string]nodelock.Holder) string {
+	var parts []string
+	held := make([]string, 0, len(waiting))
+	for n := range waiting {
+		held = append(held, n)
+	}
+	sort.Strings(held)
+	for i, n := range held {
+		if i == 3 {
+			parts = append(parts, fmt.Sprintf("and %d more nodes held by other tasks", len(held)-3))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("waiting for node %s, held by %s", n, waiting[n]))
+	}
+	var down []string
+	for _, n := range nodes {
+		if _, has := tasks[n]; !has && notReady[n] {
+			down = append(down, n)
+		}
+	}
+	if len(down) > 0 {
+		if len(down) > 3 {
+			down = append(down[:3], fmt.Sprintf("and %d more", len(down)-3))
+		}
+		parts = append(parts, "waiting for NotReady nodes "+strings.Join(down, ", "))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// setConditions writes all four conditions, each with a reason, from the phase.
+func setConditions(st *v1alpha1.NodeOperationStatus, gen int64, phase v1alpha1.OperationPhase, reason, message string) {
+	set := func(t string, ok bool, r, m string) {
+		s := metav1.ConditionFalse
+		if ok {
+			s = metav1.ConditionTrue
+		}
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: r, Message: m, ObservedGeneration: gen})
+	}
+	progressing := phase == v1alpha1.OperationRunning || phase == v1alpha1.OperationPending
+	set(v1alpha1.ConditionProgressing, progressing, reason, message)
+	if phase == v1alpha1.OperationBlocked {
+		set(v1alpha1.ConditionBlocked, true, reason, message)
+	} else {
+		set(v1alpha1.ConditionBlocked, false, ReasonNotBlocked, "no task has failed")
+	}
+	other := string(phase)
+	if phase == v1alpha1.OperationSucceeded {
+		set(v1alpha1.ConditionSucceeded, true, reason, message)
+	} else {
+		set(v1alpha1.ConditionSucceeded, false, other, "the operation has not succeeded (yet)")
+	}
+	if phase == v1alpha1.OperationFailed {
+		set(v1alpha1.ConditionFailed, true, reason, message)
+	} else {
+		set(v1alpha1.ConditionFailed, false, other, "the operation has not failed")
+	}
+}

@@ -1,0 +1,111 @@
+package nodeoperation
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/nodelock"
+	"github.com/nodeops/nodeops/internal/plan"
+)
+
+// ownerIndex indexes NodeTasks by the UID of the NodeOperation that controls them.
+const ownerIndex = "nodeoperation.nodeops.io/owner-uid"
+
+// SetupWithManager registers the NodeOperation controller with default tunables; locks is the
+// node lock table shared with the NodeProfile controller.
+func SetupWithManager(mgr ctrl.Manager, locks Locker) error {
+	return New(mgr.GetClient(), mgr.GetAPIReader(), locks, mgr.GetEventRecorder("nodeoperation-controller")).SetupWithManager(mgr)
+}
+
+// SetupWithManager registers r with mgr: it watches operations (spec changes), their tasks,
+// tasks of others that free a node an operation waits for, and nodes (labels and readiness).
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.NodeTask{}, ownerIndex, func(o client.Object) []string {
+		for _, ref := range o.GetOwnerReferences() {
+			if ref.Controller != nil && *ref.Controller && ref.Kind == "NodeOperation" && ref.APIVersion == v1alpha1.GroupVersion.String() {
+				return []string{string(ref.UID)}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("index NodeTasks by NodeOperation: %w", err)
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("nodeoperation").
+		For(&v1alpha1.NodeOperation{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Owns(&v1alpha1.NodeTask{}).
+		Watches(&v1alpha1.NodeTask{}, handler.EnqueueRequestsFromMapFunc(r.waitingFor), builder.WithPredicates(releasesNode())).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.unfinished), builder.WithPredicates(nodeChanged())).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		Complete(r)
+}
+
+// waitingFor wakes the operations waiting for the task's node.
+func (r *Reconciler) waitingFor(_ context.Context, o client.Object) []reconcile.Request {
+	task, ok := o.(*v1alpha1.NodeTask)
+	if !ok {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, op := range r.waitersOf(task.Spec.NodeName) {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: op}})
+	}
+	return out
+}
+
+// releasesNode passes task events after which the task no longer holds its node.
+func releasesNode() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return true },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, okO := e.ObjectOld.(*v1alpha1.NodeTask)
+			n, okN := e.ObjectNew.(*v1alpha1.NodeTask)
+			return okO && okN && nodelock.Holds(o) && !nodelock.Holds(n)
+		},
+	}
+}
+
+// unfinished maps a node event to every operation not yet finished: any of them may select it.
+func (r *Reconciler) unfinished(ctx context.Context, _ client.Object) []reconcile.Request {
+	var ops v1alpha1.NodeOperationList
+	if err := r.Client.List(ctx, &ops, client.UnsafeDisableDeepCopy); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range ops.Items {
+		if !ops.Items[i].Status.Phase.Finished() {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: ops.Items[i].Name}})
+		}
+	}
+	return out
+}
+
+// nodeChanged passes node events that can change a plan: added, deleted, relabelled, or readiness flipped.
+func nodeChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, okO := e.ObjectOld.(*corev1.Node)
+			n, okN := e.ObjectNew.(*corev1.Node)
+			if !okO || !okN {
+				return false
+			}
+			return !equality.Semantic.DeepEqual(o.Labels, n.Labels) || plan.NodeReady(o) != plan.NodeReady(n)
+		},
+	}
+}

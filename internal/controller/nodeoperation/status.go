@@ -1,0 +1,151 @@
+package nodeoperation
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+)
+
+// writeStatus writes the operation's new status when it differs: at once when the phase, a
+// group's phase, a condition's status or reason, or the generation changed; otherwise at most
+// once per StatusInterval, asking to be called again when the interval is up.
+func (r *Reconciler) writeStatus(ctx context.Context, s *scope, st *v1alpha1.NodeOperationStatus) (ctrl.Result, error) {
+	if equality.Semantic.DeepEqual(s.before, st) {
+		return ctrl.Result{}, nil
+	}
+	now := r.now()
+	if !significant(s.before, st) {
+		r.mu.Lock()
+		last := r.lastWrite[s.op.UID]
+		r.mu.Unlock()
+		if wait := r.StatusInterval - now.Sub(last); wait > 0 {
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
+	}
+	orig := s.op.DeepCopy()
+	s.op.Status = *st
+	if err := r.Client.Status().Patch(ctx, s.op, client.MergeFrom(orig)); err != nil {
+		return ctrl.Result{}, fmt.Errorf("write status of NodeOperation %s: %w", s.op.Name, err)
+	}
+	r.mu.Lock()
+	if r.lastWrite == nil {
+		r.lastWrite = map[types.UID]time.Time{}
+	}
+	r.lastWrite[s.op.UID] = now
+	r.mu.Unlock()
+	r.emit(s.op, transitions(s.before, st))
+	return ctrl.Result{}, nil
+}
+
+// significant reports a change a watcher must see at once, rather than a count moving.
+func significant(before, after *v1alpha1.NodeOperationStatus) bool {
+	if before.Phase != after.Phase || before.ObservedGeneration != after.ObservedGeneration ||
+		len(before.Groups) != len(after.Groups) || (before.StartTime == nil) != (after.StartTime == nil) ||
+		(before.CompletionTime == nil) != (after.CompletionTime == nil) {
+		return true
+	}
+	for i := range before.Groups {
+		if before.Groups[i].Phase != after.Groups[i].Phase {
+			return true
+		}
+	}
+	for _, c := range after.Conditions {
+		old := meta.FindStatusCondition(before.Conditions, c.Type)
+		if old == nil || old.Status != c.Status || old.Reason != c.Reason {
+			return true
+		}
+	}
+	return false
+}
+
+// opEvent is one Kubernetes event to record.
+type opEvent struct {
+	kind, reason, action, note string
+}
+
+// transitions are the events a status change deserves; per-node progress gets none, so events
+// cost no writes per node.
+func transitions(before, after *v1alpha1.NodeOperationStatus) []opEvent {
+	var out []opEvent
+	if before.StartTime == nil && after.StartTime != nil && after.Phase != v1alpha1.OperationFailed {
+		out = append(out, opEvent{corev1.EventTypeNormal, "Started", "Start", fmt.Sprintf("started with %d groups", len(after.Groups))})
+	}
+	old := map[string]v1alpha1.GroupPhase{}
+	for _, g := range before.Groups {
+		old[g.Name] = g.Phase
+	}
+	for _, g := range after.Groups {
+		if old[g.Name] == g.Phase {
+			continue
+		}
+		switch g.Phase {
+		case v1alpha1.GroupRunning:
+			out = append(out, opEvent{corev1.EventTypeNormal, "GroupStarted", "StartGroup", fmt.Sprintf("group %s started on %d nodes", g.Name, g.Nodes.Total)})
+		case v1alpha1.GroupSucceeded:
+			out = append(out, opEvent{corev1.EventTypeNormal, "GroupSucceeded", "FinishGroup", fmt.Sprintf("group %s: %s", g.Name, g.Message)})
+		}
+	}
+	cond := func(st *v1alpha1.NodeOperationStatus) *metav1.Condition {
+		return meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionProgressing)
+	}
+	if p := cond(after); p != nil && p.Reason == ReasonWaitingForNode {
+		if q := cond(before); q == nil || q.Reason != ReasonWaitingForNode {
+			out = append(out, opEvent{corev1.EventTypeNormal, ReasonWaitingForNode, "Wait", p.Message})
+		}
+	}
+	if before.Phase != after.Phase {
+		msg := ""
+		if c := phaseCondition(after); c != nil {
+			msg = c.Message
+		}
+		switch after.Phase {
+		case v1alpha1.OperationBlocked:
+			out = append(out, opEvent{corev1.EventTypeWarning, "Blocked", "Block", msg})
+		case v1alpha1.OperationPaused:
+			out = append(out, opEvent{corev1.EventTypeNormal, "Paused", "Pause", msg})
+		case v1alpha1.OperationSucceeded:
+			out = append(out, opEvent{corev1.EventTypeNormal, "Succeeded", "Finish", msg})
+		case v1alpha1.OperationFailed:
+			reason := "Failed"
+			if c := meta.FindStatusCondition(after.Conditions, v1alpha1.ConditionFailed); c != nil {
+				reason = c.Reason
+			}
+			out = append(out, opEvent{corev1.EventTypeWarning, reason, "Fail", msg})
+		case v1alpha1.OperationAborted:
+			out = append(out, opEvent{corev1.EventTypeNormal, "Aborted", "Abort", msg})
+		case v1alpha1.OperationRunning:
+			if before.Phase == v1alpha1.OperationBlocked || before.Phase == v1alpha1.OperationPaused {
+				out = append(out, opEvent{corev1.EventTypeNormal, "Resumed", "Resume", msg})
+			}
+		}
+	}
+	return out
+}
+
+func phaseCondition(st *v1alpha1.NodeOperationStatus) *metav1.Condition {
+	for _, t := range []string{v1alpha1.ConditionFailed, v1alpha1.ConditionBlocked, v1alpha1.ConditionSucceeded} {
+		if c := meta.FindStatusCondition(st.Conditions, t); c != nil && c.Status == "True" {
+			return c
+		}
+	}
+	return meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionProgressing)
+}
+
+func (r *Reconciler) emit(op *v1alpha1.NodeOperation, evs []opEvent) {
+	if r.Recorder == nil {
+		return
+	}
+	for _, e := range evs {
+		r.Recorder.Eventf(op, nil, e.kind, e.reason, e.action, "%s", e.note)
+	}
+}

@@ -1,0 +1,127 @@
+package nodeoperation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/plan"
+)
+
+// buildTask is the NodeTask that runs group's commands on node for op (CONTRACTS.md, lifecycle).
+func buildTask(op *v1alpha1.NodeOperation, group *v1alpha1.Group, node string) *v1alpha1.NodeTask {
+	mode := op.Spec.ExecutionMode
+	if mode == "" {
+		mode = v1alpha1.ExecutionAuto
+	}
+	commands := make([]v1alpha1.Command, len(group.Commands))
+	for i := range group.Commands {
+		group.Commands[i].DeepCopyInto(&commands[i])
+	}
+	return &v1alpha1.NodeTask{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: plan.TaskName(op.Name, group.Name, node),
+			Labels: map[string]string{
+				v1alpha1.LabelOperation: plan.LabelValue(op.Name),
+				v1alpha1.LabelNode:      plan.LabelValue(node),
+				v1alpha1.LabelGroup:     plan.LabelValue(group.Name),
+			},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeOperation", Name: op.Name, UID: op.UID,
+				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+			}},
+		},
+		Spec: v1alpha1.NodeTaskSpec{
+			NodeName:      node,
+			Operation:     op.Name,
+			Group:         group.Name,
+			Commands:      commands,
+			ExecutionMode: mode,
+			Paused:        op.Spec.Paused,
+		},
+	}
+}
+
+// createTasks creates the tasks in parallel. Each node was acquired in the lock table before;
+// a create that fails gives its node back, and one that finds the task already there (the
+// cache lagged) lets the table learn the task's real state from the API server.
+func (r *Reconciler) createTasks(ctx context.Context, op *v1alpha1.NodeOperation, starts []start) error {
+	if len(starts) == 0 {
+		return nil
+	}
+	work := make(chan start)
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	for range min(max(r.CreateParallelism, 1), len(starts)) {
+		wg.Go(func() {
+			for s := range work {
+				if err := r.createTask(ctx, op, s); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for _, s := range starts {
+		work <- s
+	}
+	close(work)
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (r *Reconciler) createTask(ctx context.Context, op *v1alpha1.NodeOperation, s start) error {
+	task := buildTask(op, s.group, s.node)
+	err := r.Client.Create(ctx, task)
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsAlreadyExists(err):
+		r.Locks.Release(s.node, task.Name)
+		var live v1alpha1.NodeTask
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(task), &live); err != nil {
+			return fmt.Errorf("read NodeTask %s after a create conflict: %w", task.Name, err)
+		}
+		r.Locks.Observe(&live)
+		return nil
+	default:
+		r.Locks.Release(s.node, task.Name)
+		return fmt.Errorf("create NodeTask %s for node %s: %w", task.Name, s.node, err)
+	}
+}
+
+// mirror carries the operation's paused, abort and executionMode (Controlled to Auto) onto its
+// unfinished tasks; the agent acts on them. Nothing is written for a task already in step.
+func (r *Reconciler) mirror(ctx context.Context, op *v1alpha1.NodeOperation, tasks []*v1alpha1.NodeTask) error {
+	var errs []error
+	for _, t := range tasks {
+		if !t.EffectivePhase().Unfinished() {
+			continue
+		}
+		want := t.Spec.DeepCopy()
+		want.Paused = op.Spec.Paused
+		want.Abort = want.Abort || op.Spec.Abort
+		if op.Spec.ExecutionMode == v1alpha1.ExecutionAuto && want.ExecutionMode == v1alpha1.ExecutionControlled {
+			want.ExecutionMode = v1alpha1.ExecutionAuto
+		}
+		if want.Paused == t.Spec.Paused && want.Abort == t.Spec.Abort && want.ExecutionMode == t.Spec.ExecutionMode {
+			continue
+		}
+		// The cache's object must not be modified: patch a copy.
+		patched := t.DeepCopy()
+		patched.Spec = *want
+		if err := r.Client.Patch(ctx, patched, client.MergeFrom(t)); client.IgnoreNotFound(err) != nil {
+			errs = append(errs, fmt.Errorf("mirror paused/abort/executionMode onto NodeTask %s: %w", t.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
