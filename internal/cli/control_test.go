@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -138,13 +139,14 @@ func TestProfileStatus(t *testing.T) {
 	if err := k8s.Create(ctx(t), n); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), n) }) // plan tests count the cluster's nodes
 	for _, tc := range []struct {
 		node  string
 		phase nodeopsv1.TaskPhase
 	}{{"wasm-2", nodeopsv1.TaskRunning}, {"wasm-3", nodeopsv1.TaskFailed}} {
 		task := &nodeopsv1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: "wasm-install-" + tc.node,
 			Labels: map[string]string{nodeopsv1.LabelProfile: "wasm", nodeopsv1.LabelNode: tc.node}},
-			Spec: nodeopsv1.NodeTaskSpec{NodeName: tc.node, Commands: p.Spec.Install}}
+			Spec: nodeopsv1.NodeTaskSpec{NodeName: tc.node, Commands: p.Spec.Install, ExecutionMode: nodeopsv1.ExecutionAuto}}
 		if err := k8s.Create(ctx(t), task); err != nil {
 			t.Fatal(err)
 		}

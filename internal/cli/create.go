@@ -11,6 +11,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -96,7 +98,7 @@ func (f *operationFlags) finish(op *nodeopsv1.NodeOperation, defaultPrefix strin
 		op.Spec.ExecutionMode = nodeopsv1.ExecutionAuto
 	}
 	if f.selector != "" {
-		sel, err := metav1.ParseToLabelSelector(f.selector)
+		sel, err := parseSelector(f.selector)
 		if err != nil {
 			return fmt.Errorf("--selector %q: %w", f.selector, err)
 		}
@@ -230,4 +232,38 @@ func (o *Options) create(ctx context.Context, op *nodeopsv1.NodeOperation, f *cr
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
 	defer stop()
 	return o.runWatch(ctx, c, op.Name, 0)
+}
+
+// parseSelector turns kubectl's -l syntax (=, ==, !=, in, notin, key, !key) into a LabelSelector.
+func parseSelector(s string) (*metav1.LabelSelector, error) {
+	parsed, err := labels.Parse(s)
+	if err != nil {
+		return nil, err
+	}
+	reqs, _ := parsed.Requirements()
+	sel := &metav1.LabelSelector{}
+	for _, r := range reqs {
+		values := r.Values().List()
+		var op metav1.LabelSelectorOperator
+		switch r.Operator() {
+		case selection.Equals, selection.DoubleEquals:
+			if sel.MatchLabels == nil {
+				sel.MatchLabels = map[string]string{}
+			}
+			sel.MatchLabels[r.Key()] = values[0]
+			continue
+		case selection.NotEquals, selection.NotIn:
+			op = metav1.LabelSelectorOpNotIn
+		case selection.In:
+			op = metav1.LabelSelectorOpIn
+		case selection.Exists:
+			op = metav1.LabelSelectorOpExists
+		case selection.DoesNotExist:
+			op = metav1.LabelSelectorOpDoesNotExist
+		default:
+			return nil, fmt.Errorf("operator %q is not supported in a node selector", r.Operator())
+		}
+		sel.MatchExpressions = append(sel.MatchExpressions, metav1.LabelSelectorRequirement{Key: r.Key(), Operator: op, Values: values})
+	}
+	return sel, nil
 }

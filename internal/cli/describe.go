@@ -53,7 +53,22 @@ func (o *Options) runDescribe(ctx context.Context, c Client, name string, tail i
 }
 
 // writeDescription is pure so that its output can be compared with golden files.
-func writeDescription(w io.Writer, op *nodeopsv1.NodeOperation, tasks []nodeopsv1.NodeTask, tail int) {
+func writeDescription(out io.Writer, op *nodeopsv1.NodeOperation, tasks []nodeopsv1.NodeTask, tail int) {
+	var b strings.Builder
+	describeTo(&b, op, tasks, tail)
+	_, _ = io.WriteString(out, trimLines(b.String()))
+}
+
+// trimLines drops the spaces tabwriter leaves after an empty last column.
+func trimLines(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimRight(l, " ")
+	}
+	return strings.Join(lines, "\n")
+}
+
+func describeTo(w io.Writer, op *nodeopsv1.NodeOperation, tasks []nodeopsv1.NodeTask, tail int) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	field := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
 	field("Name", op.Name)

@@ -26,7 +26,7 @@ func operationOutcome(op *nodeopsv1.NodeOperation, tasks []nodeopsv1.NodeTask) *
 	switch op.Status.Phase {
 	case nodeopsv1.OperationSucceeded, nodeopsv1.OperationFailed, nodeopsv1.OperationAborted:
 	case nodeopsv1.OperationBlocked:
-		if op.Spec.Abort || recoveryPending(tasks) {
+		if op.Spec.Abort || !blockedSettled(tasks) {
 			return nil
 		}
 	default:
@@ -39,14 +39,21 @@ func operationOutcome(op *nodeopsv1.NodeOperation, tasks []nodeopsv1.NodeTask) *
 	return out
 }
 
-// recoveryPending: some failed task carries a Retry or Skip the manager has not acted on yet.
-func recoveryPending(tasks []nodeopsv1.NodeTask) bool {
+// blockedSettled: the tasks agree that the operation waits for a person. It does while a failed
+// task carries no Retry or Skip. It does not while every failed task has one the manager has not
+// acted on yet, nor when a task was just recovered and the operation's status has not caught up.
+func blockedSettled(tasks []nodeopsv1.NodeTask) bool {
+	recovering := false
 	for i := range tasks {
-		if tasks[i].EffectivePhase() == nodeopsv1.TaskFailed && tasks[i].Spec.RecoveryMode != "" {
+		t := &tasks[i]
+		switch {
+		case t.EffectivePhase() == nodeopsv1.TaskFailed && t.Spec.RecoveryMode == "":
 			return true
+		case t.EffectivePhase() == nodeopsv1.TaskFailed, t.Status.RecoveredGeneration > 0:
+			recovering = true
 		}
 	}
-	return false
+	return !recovering
 }
 
 // phaseCondition is the condition that explains the phase.
@@ -141,7 +148,7 @@ func buildView(op *nodeopsv1.NodeOperation, tasks []nodeopsv1.NodeTask, now time
 		if op.Status.CompletionTime != nil {
 			end = op.Status.CompletionTime.Time
 		}
-		h += " | " + end.Sub(op.Status.StartTime.Time).Round(time.Second).String()
+		h += " | " + max(end.Sub(op.Status.StartTime.Time), 0).Round(time.Second).String()
 	}
 	v.header = h
 	for _, g := range op.Status.Groups {
@@ -180,7 +187,7 @@ func nodeLine(t *nodeopsv1.NodeTask, now time.Time) string {
 	default:
 		state = currentCommandName(t)
 		if cs := commandStatus(t, int(t.Status.CurrentCommand)); cs != nil && cs.StartTime != nil && cs.Phase == nodeopsv1.CommandRunning {
-			state += fmt.Sprintf(" (%s)", now.Sub(cs.StartTime.Time).Round(time.Second))
+			state += fmt.Sprintf(" (%s)", max(now.Sub(cs.StartTime.Time), 0).Round(time.Second))
 		}
 	}
 	return fmt.Sprintf("%-20s %-14s %5s  %s", t.Spec.NodeName, t.Spec.Group, taskProgress(t), state)

@@ -243,6 +243,7 @@ func writePlan(w io.Writer, op *nodeopsv1.NodeOperation, p *Plan) {
 		switch {
 		case len(g.Nodes) == 0:
 			fmt.Fprint(w, ", nothing to do (the group succeeds at once)")
+		case len(g.Nodes) == 1:
 		case g.MaxUnavailable >= len(g.Nodes):
 			fmt.Fprint(w, ", all at once")
 		case g.MaxUnavailable == 1:

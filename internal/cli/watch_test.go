@@ -153,10 +153,23 @@ func TestWatchWaitsOutRequestedRecovery(t *testing.T) {
 	})
 	waitOutput(t, out, name+": Blocked")
 
+	// The manager recovers the task; the operation's status still says Blocked for a moment.
+	recovered := getTask(t, task.Name)
 	setTaskStatus(t, task.Name, func(s *nodeopsv1.NodeTaskStatus) {
-		s.Phase, s.Progress, s.Reason, s.Message = nodeopsv1.TaskSucceeded, "1/1", "", ""
+		s.Phase, s.Reason, s.Message, s.Attempt = nodeopsv1.TaskPending, "", "", 2
+		s.RecoveredGeneration = recovered.Generation
+		s.Commands[0].Phase, s.Commands[0].ExitCode = nodeopsv1.CommandPending, nil
+	})
+	if err := patchTask(ctx(t), k8s, recovered, func(t *nodeopsv1.NodeTask) { t.Spec.RecoveryMode = "" }); err != nil {
+		t.Fatal(err)
+	}
+	waitOutput(t, out, "node n-1 (main): Pending")
+	// The agent runs it again.
+	setTaskStatus(t, task.Name, func(s *nodeopsv1.NodeTaskStatus) {
+		s.Phase, s.Progress = nodeopsv1.TaskSucceeded, "1/1"
 		s.Commands[0].Phase, s.Commands[0].Attempt, s.Commands[0].ExitCode = nodeopsv1.CommandSucceeded, 2, exit(0)
 	})
+	waitOutput(t, out, "node n-1 (main): Succeeded")
 	setOperationStatus(t, name, func(s *nodeopsv1.NodeOperationStatus) {
 		s.Phase, s.Progress = nodeopsv1.OperationSucceeded, "1/1 nodes"
 		s.Conditions = []metav1.Condition{cond(nodeopsv1.ConditionSucceeded, metav1.ConditionTrue, "AllGroupsSucceeded", "done")}
