@@ -37,6 +37,8 @@ func NewOptions(streams genericiooptions.IOStreams) *Options {
 		Now:          time.Now,
 		PollInterval: 2 * time.Second,
 	}
+	// Every nodeops kind is cluster-scoped: no --namespace flag.
+	o.ConfigFlags.Namespace = nil
 	o.NewClient = func() (Client, error) { return clientFromFlags(o.ConfigFlags) }
 	o.Terminal = func() (bool, int, int) { return fileTerminal(o.Out) }
 	return o
