@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nodeopsv1 "github.com/nodeops/nodeops/api/v1alpha1"
 )
@@ -17,15 +18,19 @@ import (
 func newDescribeCommand(o *Options) *cobra.Command {
 	var tail int
 	cmd := &cobra.Command{
-		Use:   "describe NAME",
-		Short: "Show an operation: its groups, its tasks and the output of a failed command",
+		Use:   "describe NAME|TASK",
+		Short: "Show an operation (its groups, tasks and the output of a failed command), or one task",
 		Long: `Show a node operation in full: what it does, its mode, its conditions, its groups
 in order with their node counts, one line per task, and for each failed task the
-last lines of the failed command's output, with the commands that would unblock it.`,
+last lines of the failed command's output, with the commands that would unblock it.
+Given a task's name instead (a profile's install task, say), show that task's commands.`,
 		Example: `  kubectl nodeops describe renew-certs-x7k2p
 
   # More of the failed command's output
-  kubectl nodeops describe renew-certs-x7k2p --tail 100`,
+  kubectl nodeops describe renew-certs-x7k2p --tail 100
+
+  # One task
+  kubectl nodeops describe renew-certs-x7k2p-control-planes-cp-2`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := o.NewClient()
@@ -42,6 +47,14 @@ last lines of the failed command's output, with the commands that would unblock 
 func (o *Options) runDescribe(ctx context.Context, c Client, name string, tail int) error {
 	op, err := getOperation(ctx, c, name)
 	if err != nil {
+		// A task (of a profile, say) can be described too.
+		task := &nodeopsv1.NodeTask{}
+		if terr := c.Get(ctx, client.ObjectKey{Name: name}, task); terr == nil {
+			var b strings.Builder
+			writeTaskDescription(&b, task, tail)
+			_, err = io.WriteString(o.Out, trimLines(b.String()))
+			return err
+		}
 		return err
 	}
 	tasks, err := listTasks(ctx, c, op)
@@ -317,4 +330,51 @@ func tailLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+func writeTaskDescription(w io.Writer, t *nodeopsv1.NodeTask, tail int) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	field := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	field("Task", t.Name)
+	field("Node", t.Spec.NodeName)
+	owner := t.Labels[nodeopsv1.LabelOperation]
+	if owner != "" {
+		owner = "nodeoperation/" + owner
+	} else if p := t.Labels[nodeopsv1.LabelProfile]; p != "" {
+		owner = "nodeprofile/" + p
+	}
+	field("Owner", orDash(owner))
+	field("Group", orDash(t.Spec.Group))
+	field("Mode", fmt.Sprintf("%s (%d approved)", t.Spec.ExecutionMode, t.Spec.ApprovedCommands))
+	field("Phase", taskPhaseText(t))
+	field("Progress", taskProgress(t))
+	if t.Status.Reason != "" || t.Status.Message != "" {
+		field("Reason", orDash(t.Status.Reason)+": "+t.Status.Message)
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w, "\nCommands:")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  #\tNAME\tPHASE\tATTEMPT\tEXIT\tTOOK\tDOES")
+	for i := range t.Spec.Commands {
+		c := &t.Spec.Commands[i]
+		phase, attempt, code, took := string(nodeopsv1.CommandPending), "-", "-", "-"
+		if cs := commandStatus(t, i); cs != nil {
+			phase = string(cs.Phase)
+			if cs.Attempt > 0 {
+				attempt = fmt.Sprint(cs.Attempt)
+			}
+			if cs.ExitCode != nil {
+				code = fmt.Sprint(*cs.ExitCode)
+			}
+			if cs.StartTime != nil && cs.CompletionTime != nil {
+				took = cs.CompletionTime.Sub(cs.StartTime.Time).Round(time.Millisecond).String()
+			}
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, c.DisplayName(), phase, attempt, code, took, commandText(c))
+	}
+	_ = tw.Flush()
+	if t.EffectivePhase() == nodeopsv1.TaskFailed {
+		writeFailure(w, t, tail)
+		fmt.Fprintf(w, "\nNext: kubectl nodeops retry %s, or kubectl nodeops skip %s\n", t.Name, t.Name)
+	}
 }

@@ -99,9 +99,14 @@ func TestDescribeGolden(t *testing.T) {
 		s.Groups = []nodeopsv1.GroupStatus{{Name: "all", Phase: nodeopsv1.GroupSucceeded, Message: "no node matched the group's selector"}}
 	})
 
-	for _, name := range []string{"describe-blocked", "describe-controlled", "describe-succeeded"} {
-		t.Run(name, func(t *testing.T) {
-			golden(t, name, mustRun(t, "describe", name))
+	for _, tc := range []struct{ golden, name string }{
+		{"describe-blocked", "describe-blocked"},
+		{"describe-controlled", "describe-controlled"},
+		{"describe-succeeded", "describe-succeeded"},
+		{"describe-task", "describe-blocked-rest-b-3"},
+	} {
+		t.Run(tc.golden, func(t *testing.T) {
+			golden(t, tc.golden, mustRun(t, "describe", tc.name))
 		})
 	}
 	if _, errOut, code := run(t, "describe", "no-such-operation"); code != CodeError || !strings.Contains(errOut, `nodeoperation "no-such-operation" not found`) {
