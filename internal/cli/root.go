@@ -25,17 +25,14 @@ type Options struct {
 	Now func() time.Time
 	// Terminal reports whether Out is a terminal and its width and height.
 	Terminal func() (ok bool, width, height int)
-	// PollInterval bounds how long watch waits between checks when watch events are quiet.
-	PollInterval time.Duration
 }
 
 // NewOptions returns Options for a real terminal session.
 func NewOptions(streams genericiooptions.IOStreams) *Options {
 	o := &Options{
-		IOStreams:    streams,
-		ConfigFlags:  genericclioptions.NewConfigFlags(true),
-		Now:          time.Now,
-		PollInterval: 2 * time.Second,
+		IOStreams:   streams,
+		ConfigFlags: genericclioptions.NewConfigFlags(true),
+		Now:         time.Now,
 	}
 	// Every nodeops kind is cluster-scoped: no --namespace flag.
 	o.ConfigFlags.Namespace = nil

@@ -101,7 +101,7 @@ func (o *Options) runWatch(ctx context.Context, c Client, name string, timeout t
 			}
 			return &ExitError{Code: res.code, Msg: string(res.phase), Silent: true}
 		}
-		if dirty && time.Since(lastDraw) >= 200*time.Millisecond || tty != nil && time.Since(lastDraw) >= time.Second {
+		if (dirty && time.Since(lastDraw) >= 200*time.Millisecond) || (tty != nil && time.Since(lastDraw) >= time.Second) {
 			draw()
 			dirty, lastDraw = false, time.Now()
 		}
