@@ -84,7 +84,11 @@ func Up(ctx context.Context, o Options, out io.Writer) (retErr error) {
 	startCtx, cancelTimeout := context.WithTimeoutCause(startCtx, o.ReadyTimeout,
 		fmt.Errorf("the cluster was not ready within %s (logs in %s)", o.ReadyTimeout, filepath.Join(dir, "logs")))
 	defer cancelTimeout()
-	if err := bringUp(startCtx, o, sup, stages, logf); err != nil {
+	c, err := bringUp(startCtx, o, sup, stages, logf)
+	if err == nil {
+		err = startStandIns(ctx, startCtx, o, c, logf)
+	}
+	if err != nil {
 		if cause := context.Cause(startCtx); cause != nil && ctx.Err() == nil {
 			return cause
 		}
@@ -96,16 +100,38 @@ func Up(ctx context.Context, o Options, out io.Writer) (retErr error) {
 	return nil
 }
 
-func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, logf func(string, ...any)) error {
+// startStandIns starts, for the life of ctx, what stands in for parts of a real cluster nodeops-local
+// lacks: the binary source of upgrades and the kubelets' mirror pods (see MirrorPods).
+func startStandIns(ctx, startCtx context.Context, o Options, c client.Client, logf func(string, ...any)) error {
+	url, err := serveBinaries(ctx, o.BinDir, o.Dir)
+	if err != nil {
+		return err
+	}
+	logf("serving bin/{%s} as an upgrade binary source at %s", strings.Join(servedBinaries, ","), url)
+	var cps []string
+	for _, s := range NodeSpecs(o.ControlPlanes, 0, 0) {
+		cps = append(cps, s.Name)
+	}
+	if err := waitUntil(startCtx, pollInterval, func(ctx context.Context) (bool, error) {
+		return true, syncMirrorPods(ctx, c, o.Dir, cps)
+	}); err != nil {
+		return fmt.Errorf("creating mirror pods: %w", err)
+	}
+	logf("mirroring the control planes' static pod manifests into kube-system (the local stand-in for their kubelets)")
+	go runMirrorPods(ctx, c, o.Dir, cps, logf)
+	return nil
+}
+
+func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, logf func(string, ...any)) (client.Client, error) {
 	bin := o.BinDir
 	ports, err := freePorts(3)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	l := clusterLayout{Dir: o.Dir, EtcdClientPort: ports[0], EtcdPeerPort: ports[1], APIPort: ports[2]}
 	logf("making the cluster PKI with kubeadm (apiserver on https://%s)", l.endpoint())
 	if err := makeClusterPKI(ctx, bin, l, o.KubernetesVersion); err != nil {
-		return err
+		return nil, err
 	}
 	specs := NodeSpecs(o.ControlPlanes, o.Workers, o.SimNodes)
 
@@ -115,43 +141,43 @@ func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, l
 
 	logf("starting etcd")
 	if err := sup.start("etcd", filepath.Join(bin, "etcd"), l.etcdArgs()...); err != nil {
-		return err
+		return nil, err
 	}
 	if err := waitUntil(ctx, pollInterval, func(ctx context.Context) (bool, error) { return etcdHealthy(ctx, l.etcdURL()) }); err != nil {
-		return fmt.Errorf("waiting for etcd: %w", err)
+		return nil, fmt.Errorf("waiting for etcd: %w", err)
 	}
 	logf("starting kube-apiserver")
 	if err := sup.start("kube-apiserver", filepath.Join(bin, "kube-apiserver"), l.apiserverArgs()...); err != nil {
-		return err
+		return nil, err
 	}
 	cfg, err := RESTConfig(l.kubeconfig())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	scheme, err := NewScheme()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
-		return fmt.Errorf("creating client: %w", err)
+		return nil, fmt.Errorf("creating client: %w", err)
 	}
 	if err := waitAPIServer(ctx, cfg); err != nil {
-		return err
+		return nil, err
 	}
 	logf("installing kubeadm's configuration and the nodeops CRDs")
 	caPEM, err := os.ReadFile(l.pki("ca.crt"))
 	if err != nil {
-		return fmt.Errorf("reading CA: %w", err)
+		return nil, fmt.Errorf("reading CA: %w", err)
 	}
 	if err := waitUntil(ctx, pollInterval, func(ctx context.Context) (bool, error) {
 		// kube-system and kube-public are created by the apiserver shortly after it is ready.
 		return createAll(ctx, c, KubeadmObjects(o.KubernetesVersion, l.endpoint(), caPEM)) == nil, nil
 	}); err != nil {
-		return fmt.Errorf("creating kubeadm objects: %w (last try: %v)", err, createAll(ctx, c, KubeadmObjects(o.KubernetesVersion, l.endpoint(), caPEM)))
+		return nil, fmt.Errorf("creating kubeadm objects: %w (last try: %v)", err, createAll(ctx, c, KubeadmObjects(o.KubernetesVersion, l.endpoint(), caPEM)))
 	}
 	if err := installCRDs(ctx, c); err != nil {
-		return err
+		return nil, err
 	}
 	logf("starting kube-controller-manager, kube-scheduler and kwok")
 	for _, p := range []struct {
@@ -163,37 +189,37 @@ func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, l
 		{"kwok", l.kwokArgs(stages)},
 	} {
 		if err := sup.start(p.name, filepath.Join(bin, p.name), p.args...); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	logf("creating %d nodes (%d control planes, %d workers, %d simulated)", len(specs), o.ControlPlanes, o.Workers, o.SimNodes)
 	if err := createNodes(ctx, c, specs, o.KubernetesVersion); err != nil {
-		return err
+		return nil, err
 	}
 	select {
 	case err := <-rootsDone:
 		if err != nil {
-			return err
+			return nil, err
 		}
 	case <-ctx.Done():
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
 	logf("node roots ready in %s", filepath.Join(o.Dir, "nodes"))
 	if err := startNodeops(o, l, sup, specs); err != nil {
-		return err
+		return nil, err
 	}
 	logf("waiting for %d nodes to be Ready", len(specs))
 	if err := waitNodesReady(ctx, c, len(specs)); err != nil {
-		return err
+		return nil, err
 	}
 	if err := waitUntil(ctx, pollInterval, func(ctx context.Context) (bool, error) {
 		// Pods are refused until the service-account controller made the namespace's default account.
 		err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "default"}, &corev1.ServiceAccount{})
 		return err == nil, client.IgnoreNotFound(err)
 	}); err != nil {
-		return fmt.Errorf("waiting for the default service account: %w", err)
+		return nil, fmt.Errorf("waiting for the default service account: %w", err)
 	}
-	return nil
+	return c, nil
 }
 
 func startNodeops(o Options, l clusterLayout, sup *supervisor, specs []NodeSpec) error {

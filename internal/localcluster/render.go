@@ -153,6 +153,13 @@ state = "/run/containerd"
 const KubeadmFlagsEnv = `KUBELET_KUBEADM_ARGS="--container-runtime-endpoint=` + CRISocket + ` --pod-infra-container-image=registry.k8s.io/pause:3.10.1"
 `
 
+// KubeletInstanceConfig is /var/lib/kubelet/instance-config.yaml, the node-local kubelet settings
+// kubeadm (v1.34+) writes beside config.yaml and reads the node's CRI socket from.
+const KubeletInstanceConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+containerRuntimeEndpoint: ` + CRISocket + `
+`
+
 // placeholderBinary stands for the kubelet or kubectl a node had before nodeops replaces it; only
 // its version output is meaningful.
 func placeholderBinary(name, version string) string {

@@ -3,11 +3,15 @@ package localcluster
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
+
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // BusyboxPath is the static busybox (Debian's busybox-static) copied into every node root as /bin/sh and its applets.
@@ -80,6 +84,9 @@ func makeNodeRoot(ctx context.Context, bin string, l clusterLayout, spec NodeSpe
 	if err := os.Symlink("../run", filepath.Join(root, "var/run")); err != nil {
 		return fmt.Errorf("node root %s: %w", spec.Name, err)
 	}
+	if err := makeDevices(root); err != nil {
+		return fmt.Errorf("node root %s: %w", spec.Name, err)
+	}
 	if err := installBusybox(root); err != nil {
 		return fmt.Errorf("node root %s: %w", spec.Name, err)
 	}
@@ -87,12 +94,13 @@ func makeNodeRoot(ctx context.Context, bin string, l clusterLayout, spec NodeSpe
 		return fmt.Errorf("node root %s: %w", spec.Name, err)
 	}
 	files := map[string]string{
-		"etc/os-release":                    OSRelease,
-		"etc/debian_version":                "13.1\n",
-		"etc/hostname":                      spec.Name + "\n",
-		"etc/hosts":                         "127.0.0.1 localhost\n" + spec.IP + " " + spec.Name + "\n",
-		"etc/containerd/config.toml":        ContainerdConfig,
-		"var/lib/kubelet/kubeadm-flags.env": KubeadmFlagsEnv,
+		"etc/os-release":                       OSRelease,
+		"etc/debian_version":                   "13.1\n",
+		"etc/hostname":                         spec.Name + "\n",
+		"etc/hosts":                            "127.0.0.1 localhost\n" + spec.IP + " " + spec.Name + "\n",
+		"etc/containerd/config.toml":           ContainerdConfig,
+		"var/lib/kubelet/kubeadm-flags.env":    KubeadmFlagsEnv,
+		"var/lib/kubelet/instance-config.yaml": KubeletInstanceConfig,
 	}
 	if spec.Role == RoleControlPlane {
 		files[strings.TrimPrefix(kubeadmConfigInRoot, "/")] = KubeadmConfig(kubeadmConfigParams{
@@ -130,6 +138,28 @@ func controlPlaneKubernetesDir(ctx context.Context, bin string, l clusterLayout,
 			return err
 		}
 	}
+	return pointKubeconfigsAt(filepath.Join(root, "etc/kubernetes"), "https://"+l.endpoint())
+}
+
+// pointKubeconfigsAt makes every kubeconfig in dir talk to server: kubeadm points the kubelet's,
+// controller-manager's and scheduler's at the node's own advertise address, where nothing listens.
+func pointKubeconfigsAt(dir, server string) error {
+	confs, err := filepath.Glob(filepath.Join(dir, "*.conf"))
+	if err != nil {
+		return fmt.Errorf("listing kubeconfigs in %s: %w", dir, err)
+	}
+	for _, f := range confs {
+		cfg, err := clientcmd.LoadFromFile(f)
+		if err != nil {
+			return fmt.Errorf("loading %s: %w", f, err)
+		}
+		for _, c := range cfg.Clusters {
+			c.Server = server
+		}
+		if err := clientcmd.WriteToFile(*cfg, f); err != nil {
+			return fmt.Errorf("writing %s: %w", f, err)
+		}
+	}
 	return nil
 }
 
@@ -156,7 +186,34 @@ func workerKubernetesDir(ctx context.Context, bin string, l clusterLayout, spec 
 	if err := copyFile(filepath.Join(tmp, "kubelet.conf"), filepath.Join(root, "etc/kubernetes/kubelet.conf"), 0o600); err != nil {
 		return err
 	}
+	if err := pointKubeconfigsAt(filepath.Join(root, "etc/kubernetes"), "https://"+l.endpoint()); err != nil {
+		return err
+	}
 	return copyFile(filepath.Join(l.Dir, "pki", "ca.crt"), filepath.Join(root, "etc/kubernetes/pki/ca.crt"), 0o644)
+}
+
+// makeDevices creates /dev/null, /dev/zero, /dev/random and /dev/urandom: programs run in the root
+// need them (Go's os/exec opens /dev/null for a command without stdin). Without the privilege to make
+// device nodes (not root) the root is left without them; chroot needs that privilege anyway.
+func makeDevices(root string) error {
+	for _, d := range []struct {
+		name         string
+		major, minor int
+	}{{"null", 1, 3}, {"zero", 1, 5}, {"random", 1, 8}, {"urandom", 1, 9}} {
+		path := filepath.Join(root, "dev", d.name)
+		err := syscall.Mknod(path, syscall.S_IFCHR|0o666, d.major<<8|d.minor)
+		if errors.Is(err, syscall.EPERM) {
+			return nil
+		}
+		if err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("creating %s: %w", path, err)
+		}
+		// mknod applies the umask.
+		if err := os.Chmod(path, 0o666); err != nil {
+			return fmt.Errorf("chmod %s: %w", path, err)
+		}
+	}
+	return nil
 }
 
 // installBusybox copies the static busybox to /bin/busybox and links every applet to it, /bin/sh included.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,9 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/nodeops/nodeops/internal/localcluster"
 )
@@ -28,6 +31,8 @@ const (
 	StartTimeout = 10 * time.Minute
 	StopTimeout  = 2 * time.Minute
 )
+
+var loggerOnce sync.Once
 
 // Local is a running nodeops-local.
 type Local struct {
@@ -121,6 +126,10 @@ func StartLocal(t testing.TB, args ...string) *Local {
 		t.Fatalf("nodeops-local was not ready within %s:\n%s", StartTimeout, l.output.String())
 	}
 	t.Logf("nodeops-local ready in %s, kubeconfig %s", time.Since(start).Round(100*time.Millisecond), l.Kubeconfig)
+	loggerOnce.Do(func() {
+		// controller-runtime's client logs through this; without it, it prints a stack trace instead.
+		ctrllog.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	})
 	cfg, err := localcluster.RESTConfig(l.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,89 @@
+package localcluster
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestBinarySource(t *testing.T) {
+	bin := t.TempDir()
+	content := []byte("a kubeadm binary")
+	if err := os.WriteFile(filepath.Join(bin, "kubeadm"), content, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(&binarySource{bin: bin, version: "v1.37.2"})
+	defer srv.Close()
+	sum := sha256.Sum256(content)
+	tests := []struct {
+		path   string
+		status int
+		body   string
+	}{
+		{"/v1.37.2/bin/linux/amd64/kubeadm", http.StatusOK, string(content)},
+		{"/v1.37.2/bin/linux/amd64/kubeadm.sha256", http.StatusOK, hex.EncodeToString(sum[:])},
+		{"/v1.36.0/bin/linux/amd64/kubeadm", http.StatusNotFound, ""},
+		{"/v1.37.2/bin/linux/amd64/etcd", http.StatusNotFound, ""},
+		{"/v1.37.2/bin/linux/amd64/../../../../kubeadm", http.StatusNotFound, ""},
+		{"/v1.37.2/bin/linux/amd64/kubelet", http.StatusNotFound, ""}, // served, but absent from bin/
+	}
+	for _, tt := range tests {
+		resp, err := http.Get(srv.URL + tt.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tt.status || (tt.body != "" && string(body) != tt.body) {
+			t.Errorf("GET %s: %d %q, want %d %q", tt.path, resp.StatusCode, body, tt.status, tt.body)
+		}
+	}
+}
+
+func TestMirrorPods(t *testing.T) {
+	apiserver := []byte(`apiVersion: v1
+kind: Pod
+metadata:
+  annotations:
+    kubeadm.kubernetes.io/kube-apiserver.advertise-address.endpoint: 192.0.2.11:6443
+  labels:
+    component: kube-apiserver
+  name: kube-apiserver
+  namespace: kube-system
+spec:
+  containers:
+  - name: kube-apiserver
+    image: registry.k8s.io/kube-apiserver:v1.36.4
+`)
+	changed := append([]byte(nil), apiserver...)
+	changed = append(changed[:len(changed)-len("v1.36.4\n")], []byte("v1.37.2\n")...)
+	a, err := MirrorPods("cp-1", map[string][]byte{"kube-apiserver.yaml": apiserver})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := MirrorPods("cp-1", map[string][]byte{"kube-apiserver.yaml": changed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := a[0]
+	if p.Name != "kube-apiserver-cp-1" || p.Namespace != "kube-system" || p.Spec.NodeName != "cp-1" {
+		t.Errorf("mirror pod %s/%s on %q", p.Namespace, p.Name, p.Spec.NodeName)
+	}
+	if p.Annotations[AnnotationAdvertiseAddress] != "192.0.2.11:6443" || p.Labels["component"] != "kube-apiserver" {
+		t.Errorf("manifest metadata not kept: %v %v", p.Annotations, p.Labels)
+	}
+	if h := p.Annotations[AnnotationConfigHash]; h == "" || p.Annotations[AnnotationConfigMirror] != h {
+		t.Errorf("config hash %q, mirror %q", h, p.Annotations[AnnotationConfigMirror])
+	}
+	if a[0].Annotations[AnnotationConfigHash] == b[0].Annotations[AnnotationConfigHash] {
+		t.Errorf("the config hash did not change with the manifest")
+	}
+	if _, err := MirrorPods("cp-1", map[string][]byte{"broken.yaml": []byte("kind: [")}); err == nil {
+		t.Errorf("a broken manifest was accepted")
+	}
+}
