@@ -119,7 +119,7 @@ type NodeOperationSpec struct {
 	// ExecutionMode: Auto, Controlled (each command waits for approval) or DryRun.
 	// +optional
 	// +kubebuilder:default=Auto
-	ExecutionMode ExecutionMode `json:"executionMode"`
+	ExecutionMode ExecutionMode `json:"executionMode,omitempty"`
 
 	// Paused stops new commands from starting; running ones finish.
 	// +optional

@@ -38,7 +38,7 @@ type NodeTaskSpec struct {
 	Commands []Command `json:"commands"`
 	// +optional
 	// +kubebuilder:default=Auto
-	ExecutionMode ExecutionMode `json:"executionMode"`
+	ExecutionMode ExecutionMode `json:"executionMode,omitempty"`
 	// ApprovedCommands is how many commands, from the first, may start in Controlled mode.
 	// +optional
 	// +kubebuilder:validation:Minimum=0

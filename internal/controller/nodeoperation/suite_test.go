@@ -1,0 +1,392 @@
+package nodeoperation_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/controller/nodeoperation"
+	"github.com/nodeops/nodeops/internal/controller/nodetask"
+	"github.com/nodeops/nodeops/internal/nodelock"
+	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/testutil"
+)
+
+// One API server and one manager for the package; each test has its own nodes, selected by a
+// label of its own, and its own operations.
+var (
+	env *testutil.Env
+	// managerWrites counts every request the manager makes that is not a read.
+	managerWrites writeCounter
+)
+
+const testLabel = "nodeops.test/id"
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	logf.SetLogger(testutil.Logger())
+	var err error
+	env, err = testutil.Start("nodeoperations", "nodetasks")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() {
+		if err := env.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+	}()
+	cfg := rest.CopyConfig(env.Config)
+	cfg.QPS, cfg.Burst = 800, 1600
+	cfg.Wrap(managerWrites.wrap)
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 env.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "manager:", err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	locks := nodelock.New()
+	if err := locks.Start(ctx, mgr.GetCache()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	r := nodeoperation.New(mgr.GetClient(), mgr.GetAPIReader(), locks, mgr.GetEventRecorder("nodeoperation-controller"))
+	r.StatusInterval = 200 * time.Millisecond
+	r.WaitRecheck = time.Second
+	if err := r.SetupWithManager(mgr); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := nodetask.SetupWithManager(mgr); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "manager stopped:", err)
+		}
+	})
+	code := m.Run()
+	cancel()
+	wg.Wait()
+	return code
+}
+
+// writeCounter counts non-read requests, in total and creates of NodeTasks.
+type writeCounter struct {
+	total, taskCreates atomic.Int64
+}
+
+func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		if req.Method != http.MethodGet && req.Method != http.MethodHead {
+			w.total.Add(1)
+			if req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/nodetasks") {
+				w.taskCreates.Add(1)
+			}
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+var ids atomic.Int64
+
+// fixture is one test's nodes and operations.
+type fixture struct {
+	t   *testing.T
+	ctx context.Context
+	id  string
+	c   client.WithWatch
+}
+
+func newFixture(t *testing.T) *fixture {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return &fixture{t: t, ctx: ctx, id: fmt.Sprintf("t%d", ids.Add(1)), c: env.Client}
+}
+
+// nodes creates Ready nodes named <id>-<name> with the fixture's label plus labels.
+func (f *fixture) nodes(labels map[string]string, names ...string) []string {
+	f.t.Helper()
+	var out []string
+	for _, name := range names {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: f.id + "-" + name, Labels: map[string]string{testLabel: f.id}}}
+		for k, v := range labels {
+			n.Labels[k] = v
+		}
+		if err := f.c.Create(f.ctx, n); err != nil {
+			f.t.Fatalf("create node: %v", err)
+		}
+		f.setReady(n.Name, true)
+		out = append(out, n.Name)
+	}
+	return out
+}
+
+func (f *fixture) setReady(node string, ready bool) {
+	f.t.Helper()
+	status := corev1.ConditionTrue
+	if !ready {
+		status = corev1.ConditionFalse
+	}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var n corev1.Node
+		if err := f.c.Get(f.ctx, client.ObjectKey{Name: node}, &n); err != nil {
+			return err
+		}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, Reason: "Test", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		return f.c.Status().Update(f.ctx, &n)
+	})
+	if err != nil {
+		f.t.Fatalf("set node %s ready=%v: %v", node, ready, err)
+	}
+}
+
+// selector selects the fixture's nodes, plus labels.
+func (f *fixture) selector(labels map[string]string) *metav1.LabelSelector {
+	m := map[string]string{testLabel: f.id}
+	for k, v := range labels {
+		m[k] = v
+	}
+	return &metav1.LabelSelector{MatchLabels: m}
+}
+
+func intOrStr(s string) *intstr.IntOrString {
+	v := intstr.Parse(s)
+	return &v
+}
+
+func script(name string) v1alpha1.Command {
+	return v1alpha1.Command{Name: name, Script: &v1alpha1.ScriptCommand{Inline: "true"}}
+}
+
+func waitCmd() v1alpha1.Command { return v1alpha1.Command{Wait: &v1alpha1.WaitCommand{}} }
+
+// operation creates a custom operation over the fixture's nodes.
+func (f *fixture) operation(name string, mutate func(*v1alpha1.NodeOperation), groups ...v1alpha1.Group) *v1alpha1.NodeOperation {
+	f.t.Helper()
+	op := &v1alpha1.NodeOperation{
+		ObjectMeta: metav1.ObjectMeta{Name: f.id + "-" + name},
+		Spec: v1alpha1.NodeOperationSpec{
+			NodeSelector: f.selector(nil),
+			Custom:       &v1alpha1.CustomOperation{Groups: groups},
+		},
+	}
+	if mutate != nil {
+		mutate(op)
+	}
+	if err := f.c.Create(f.ctx, op); err != nil {
+		f.t.Fatalf("create operation: %v", err)
+	}
+	return op
+}
+
+func (f *fixture) get(name string) *v1alpha1.NodeOperation {
+	f.t.Helper()
+	var op v1alpha1.NodeOperation
+	if err := f.c.Get(f.ctx, client.ObjectKey{Name: name}, &op); err != nil {
+		f.t.Fatalf("get operation %s: %v", name, err)
+	}
+	return &op
+}
+
+func (f *fixture) update(name string, mutate func(*v1alpha1.NodeOperation)) {
+	f.t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var op v1alpha1.NodeOperation
+		if err := f.c.Get(f.ctx, client.ObjectKey{Name: name}, &op); err != nil {
+			return err
+		}
+		mutate(&op)
+		return f.c.Update(f.ctx, &op)
+	})
+	if err != nil {
+		f.t.Fatalf("update operation %s: %v", name, err)
+	}
+}
+
+// tasks lists the operation's tasks from the API server.
+func (f *fixture) tasks(op string) []v1alpha1.NodeTask {
+	f.t.Helper()
+	var list v1alpha1.NodeTaskList
+	if err := f.c.List(f.ctx, &list, client.MatchingLabels{v1alpha1.LabelOperation: plan.LabelValue(op)}); err != nil {
+		f.t.Fatalf("list tasks: %v", err)
+	}
+	return list.Items
+}
+
+func (f *fixture) task(name string) *v1alpha1.NodeTask {
+	f.t.Helper()
+	var t v1alpha1.NodeTask
+	if err := f.c.Get(f.ctx, client.ObjectKey{Name: name}, &t); err != nil {
+		f.t.Fatalf("get task %s: %v", name, err)
+	}
+	return &t
+}
+
+// waitPhase waits for the operation's phase.
+func (f *fixture) waitPhase(name string, phase v1alpha1.OperationPhase) *v1alpha1.NodeOperation {
+	f.t.Helper()
+	var op *v1alpha1.NodeOperation
+	testutil.Eventually(f.t, 30*time.Second, fmt.Sprintf("operation %s %s", name, phase), func() error {
+		op = f.get(name)
+		if op.Status.Phase != phase {
+			return fmt.Errorf("phase %q, conditions %+v", op.Status.Phase, op.Status.Conditions)
+		}
+		return nil
+	})
+	return op
+}
+
+// waitTasks waits until the operation has n tasks, and returns them.
+func (f *fixture) waitTasks(op string, n int) []v1alpha1.NodeTask {
+	f.t.Helper()
+	var tasks []v1alpha1.NodeTask
+	testutil.Eventually(f.t, 30*time.Second, fmt.Sprintf("%d tasks of %s", n, op), func() error {
+		tasks = f.tasks(op)
+		if len(tasks) != n {
+			return fmt.Errorf("%d tasks", len(tasks))
+		}
+		return nil
+	})
+	return tasks
+}
+
+func condition(op *v1alpha1.NodeOperation, t string) metav1.Condition {
+	if c := meta.FindStatusCondition(op.Status.Conditions, t); c != nil {
+		return *c
+	}
+	return metav1.Condition{}
+}
+
+// The test agent writes task status exactly as CONTRACTS.md says the agent does.
+
+func (f *fixture) writeTaskStatus(name string, mutate func(*v1alpha1.NodeTask)) {
+	f.t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var t v1alpha1.NodeTask
+		if err := f.c.Get(f.ctx, client.ObjectKey{Name: name}, &t); err != nil {
+			return err
+		}
+		mutate(&t)
+		return f.c.Status().Update(f.ctx, &t)
+	})
+	if err != nil {
+		f.t.Fatalf("write status of task %s: %v", name, err)
+	}
+}
+
+func ensureCommands(t *v1alpha1.NodeTask) {
+	for len(t.Status.Commands) < len(t.Spec.Commands) {
+		i := len(t.Status.Commands)
+		t.Status.Commands = append(t.Status.Commands, v1alpha1.CommandStatus{Name: t.Spec.Commands[i].DisplayName(), Phase: v1alpha1.CommandPending})
+	}
+}
+
+func done(t *v1alpha1.NodeTask) int {
+	n := 0
+	for _, c := range t.Status.Commands {
+		if c.Phase.Done() {
+			n++
+		}
+	}
+	return n
+}
+
+func markRunning(t *v1alpha1.NodeTask, i int) {
+	now := metav1.NowMicro()
+	ensureCommands(t)
+	t.Status.Phase = v1alpha1.TaskRunning
+	if t.Status.StartTime == nil {
+		t.Status.StartTime = &now
+	}
+	t.Status.CurrentCommand = int32(i)
+	t.Status.Commands[i].Phase = v1alpha1.CommandRunning
+	t.Status.Commands[i].Attempt++
+	t.Status.Commands[i].StartTime = &now
+	t.Status.Progress = fmt.Sprintf("%d/%d", done(t), len(t.Spec.Commands))
+}
+
+// begin records command i Running: one write.
+func (f *fixture) begin(task string, i int) {
+	f.writeTaskStatus(task, func(t *v1alpha1.NodeTask) { markRunning(t, i) })
+}
+
+// end records command i's result, merged with the next command's Running record or the task's end: one write.
+func (f *fixture) end(task string, i int, ok bool, message string) {
+	f.writeTaskStatus(task, func(t *v1alpha1.NodeTask) {
+		now := metav1.NowMicro()
+		ensureCommands(t)
+		c := &t.Status.Commands[i]
+		c.CompletionTime = &now
+		c.Message = message
+		code := int32(0)
+		if !ok {
+			code = 1
+		}
+		c.ExitCode = &code
+		switch {
+		case !ok:
+			c.Phase = v1alpha1.CommandFailed
+			t.Status.Phase = v1alpha1.TaskFailed
+			t.Status.Reason = v1alpha1.ReasonCommandFailed
+			t.Status.Message = fmt.Sprintf("command %s failed: %s", c.Name, message)
+		case i+1 < len(t.Spec.Commands):
+			c.Phase = v1alpha1.CommandSucceeded
+			markRunning(t, i+1)
+		default:
+			c.Phase = v1alpha1.CommandSucceeded
+			t.Status.Phase = v1alpha1.TaskSucceeded
+			t.Status.CompletionTime = &now
+		}
+		t.Status.Progress = fmt.Sprintf("%d/%d", done(t), len(t.Spec.Commands))
+	})
+}
+
+// runAll runs every command of the task successfully: 1 + len(commands) writes.
+func (f *fixture) runAll(task string) {
+	t := f.task(task)
+	f.begin(task, 0)
+	for i := range t.Spec.Commands {
+		f.end(task, i, true, "ok")
+	}
+}
+
+// abortTask ends a task told to abort, as the agent does.
+func (f *fixture) abortTask(task string) {
+	f.writeTaskStatus(task, func(t *v1alpha1.NodeTask) {
+		now := metav1.NowMicro()
+		t.Status.Phase = v1alpha1.TaskAborted
+		t.Status.Reason = "Aborted"
+		t.Status.CompletionTime = &now
+	})
+}

@@ -1,0 +1,135 @@
+package nodeoperation_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+)
+
+// Invalid specs are rejected by the real API server (OpenAPI schema and CEL rules), each with a
+// message naming the field.
+func TestInvalidSpecsRejected(t *testing.T) {
+	f := newFixture(t)
+	wait := []v1alpha1.Command{waitCmd()}
+	custom := func(groups ...v1alpha1.Group) v1alpha1.NodeOperationSpec {
+		return v1alpha1.NodeOperationSpec{Custom: &v1alpha1.CustomOperation{Groups: groups}}
+	}
+	source := &v1alpha1.BinarySource{BaseURL: "http://b.local"}
+	many := make([]v1alpha1.Group, 17)
+	for i := range many {
+		many[i] = v1alpha1.Group{Name: fmt.Sprint("g", i), Commands: wait}
+	}
+	withMU := func(s v1alpha1.NodeOperationSpec, mu string) v1alpha1.NodeOperationSpec {
+		s.MaxUnavailable = intOrStr(mu)
+		return s
+	}
+	tests := []struct {
+		name  string
+		spec  v1alpha1.NodeOperationSpec
+		field string // the field the message must name
+		why   string
+	}{
+		{"no operation", v1alpha1.NodeOperationSpec{}, "spec", "exactly one of upgrade, renewCertificates or custom"},
+		{"two operations", v1alpha1.NodeOperationSpec{RenewCertificates: &v1alpha1.RenewCertificatesOperation{}, Custom: &v1alpha1.CustomOperation{Groups: []v1alpha1.Group{{Name: "g", Commands: wait}}}}, "spec", "exactly one of"},
+		{"bad version", v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "1.37", BinarySource: source}}, "spec.upgrade.kubernetesVersion", ""},
+		{"upgrade without binary source", v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2"}}, "spec.upgrade.binarySource", "binarySource is required"},
+		{"bad binary source", v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2", BinarySource: &v1alpha1.BinarySource{BaseURL: "ftp://x"}}}, "spec.upgrade.binarySource.baseURL", ""},
+		{"unknown certificate", v1alpha1.NodeOperationSpec{RenewCertificates: &v1alpha1.RenewCertificatesOperation{Certificates: []string{"everything"}}}, "spec.renewCertificates.certificates[0]", "Unsupported value"},
+		{"no groups", custom(), "spec.custom.groups", ""},
+		{"too many groups", custom(many...), "spec.custom.groups", "must have at most 16 items"},
+		{"duplicate group names", custom(v1alpha1.Group{Name: "g", Commands: wait}, v1alpha1.Group{Name: "g", Commands: wait}), "spec.custom.groups[1]", "Duplicate value"},
+		{"bad group name", custom(v1alpha1.Group{Name: "Bad_Name", Commands: wait}), "spec.custom.groups[0].name", ""},
+		{"no commands", custom(v1alpha1.Group{Name: "g"}), "spec.custom.groups[0].commands", ""},
+		{"command without kind", custom(v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{{Name: "nothing"}}}), "spec.custom.groups[0].commands[0]", "exactly one command kind"},
+		{"command with two kinds", custom(v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{{Cordon: &v1alpha1.CordonCommand{}, Uncordon: &v1alpha1.UncordonCommand{}}}}), "spec.custom.groups[0].commands[0]", "exactly one command kind"},
+		{"bad node filter", custom(v1alpha1.Group{Name: "g", NodeFilter: "Middle", Commands: wait}), "spec.custom.groups[0].nodeFilter", "Unsupported value"},
+		{"group maxUnavailable 0", custom(v1alpha1.Group{Name: "g", MaxUnavailable: intOrStr("0"), Commands: wait}), "spec.custom.groups[0].maxUnavailable", "integer >= 1"},
+		{"maxUnavailable 0%", withMU(custom(v1alpha1.Group{Name: "g", Commands: wait}), "0%"), "spec.maxUnavailable", "percentage from 1% to 100%"},
+		{"maxUnavailable 150%", withMU(custom(v1alpha1.Group{Name: "g", Commands: wait}), "150%"), "spec.maxUnavailable", "percentage from 1% to 100%"},
+		{"maxUnavailable words", withMU(custom(v1alpha1.Group{Name: "g", Commands: wait}), "half"), "spec.maxUnavailable", ""},
+		{"bad execution mode", func() v1alpha1.NodeOperationSpec {
+			s := custom(v1alpha1.Group{Name: "g", Commands: wait})
+			s.ExecutionMode = "Fast"
+			return s
+		}(), "spec.executionMode", "Unsupported value"},
+		{"negative ttl", func() v1alpha1.NodeOperationSpec {
+			s := custom(v1alpha1.Group{Name: "g", Commands: wait})
+			s.TTLSecondsAfterFinished = ptr.To(int32(-1))
+			return s
+		}(), "spec.ttlSecondsAfterFinished", ""},
+		{"empty script", custom(v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{{Script: &v1alpha1.ScriptCommand{}}}}), "spec.custom.groups[0].commands[0].script.inline", ""},
+		{"bad sha256", custom(v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{{InstallFile: &v1alpha1.InstallFileCommand{URL: "http://x/f", SHA256: "abc", Path: "/usr/bin/f"}}}}), "spec.custom.groups[0].commands[0].installFile.sha256", ""},
+		{"relative path", custom(v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{{InstallFile: &v1alpha1.InstallFileCommand{URL: "http://x/f", SHA256: strings.Repeat("a", 64), Path: "usr/bin/f"}}}}), "spec.custom.groups[0].commands[0].installFile.path", ""},
+		{"bad service name", custom(v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{{RestartService: &v1alpha1.RestartServiceCommand{Name: "kubelet; reboot"}}}}), "spec.custom.groups[0].commands[0].restartService.name", ""},
+		{"too many retries", custom(v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{{Retries: 11, Wait: &v1alpha1.WaitCommand{}}}}), "spec.custom.groups[0].commands[0].retries", ""},
+		{"unknown binary", custom(v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{{InstallBinaries: &v1alpha1.InstallBinariesCommand{Components: []string{"etcd"}, Version: "v1.37.2", Source: *source}}}}), "spec.custom.groups[0].commands[0].installBinaries.components[0]", "Unsupported value"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			op := &v1alpha1.NodeOperation{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-invalid-%d", f.id, i)}, Spec: tt.spec}
+			err := f.c.Create(f.ctx, op)
+			if err == nil {
+				t.Fatalf("accepted: %+v", tt.spec)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, tt.field+":") && !strings.Contains(msg, tt.field+" ") {
+				t.Errorf("message does not name %s: %s", tt.field, msg)
+			}
+			if tt.why != "" && !strings.Contains(msg, tt.why) {
+				t.Errorf("message does not say %q: %s", tt.why, msg)
+			}
+		})
+	}
+	if len(tests) < 15 {
+		t.Fatalf("only %d invalid specs", len(tests))
+	}
+}
+
+// The spec is immutable except paused, abort (one way) and executionMode from Controlled to Auto.
+func TestImmutableSpec(t *testing.T) {
+	f := newFixture(t)
+	op := f.operation("immutable", func(o *v1alpha1.NodeOperation) {
+		o.Spec.ExecutionMode = v1alpha1.ExecutionControlled
+		o.Spec.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"nobody": f.id}}
+	}, v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{waitCmd()}})
+	tests := []struct {
+		name   string
+		mutate func(*v1alpha1.NodeOperation)
+		field  string
+	}{
+		{"groups", func(o *v1alpha1.NodeOperation) { o.Spec.Custom.Groups[0].Name = "other" }, "spec.custom"},
+		{"selector", func(o *v1alpha1.NodeOperation) { o.Spec.NodeSelector = nil }, "spec.nodeSelector"},
+		{"maxUnavailable", func(o *v1alpha1.NodeOperation) { o.Spec.MaxUnavailable = intOrStr("5") }, "spec.maxUnavailable"},
+		{"mode to DryRun", func(o *v1alpha1.NodeOperation) { o.Spec.ExecutionMode = v1alpha1.ExecutionDryRun }, "spec.executionMode"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				o := f.get(op.Name)
+				tt.mutate(o)
+				return f.c.Update(f.ctx, o)
+			})
+			if err == nil || !strings.Contains(err.Error(), tt.field) {
+				t.Fatalf("update of %s: %v", tt.name, err)
+			}
+		})
+	}
+	// What may change does.
+	f.update(op.Name, func(o *v1alpha1.NodeOperation) { o.Spec.Paused = true })
+	f.update(op.Name, func(o *v1alpha1.NodeOperation) { o.Spec.ExecutionMode = v1alpha1.ExecutionAuto })
+	f.update(op.Name, func(o *v1alpha1.NodeOperation) { o.Spec.Abort = true })
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		o := f.get(op.Name)
+		o.Spec.Abort = false
+		return f.c.Update(f.ctx, o)
+	})
+	if err == nil || !strings.Contains(err.Error(), "spec.abort") {
+		t.Fatalf("abort undone: %v", err)
+	}
+}

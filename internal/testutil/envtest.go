@@ -1,0 +1,176 @@
+// Package testutil starts a real kube-apiserver and etcd (controller-runtime's envtest) with
+// nodeops' committed CRDs installed, for the controller tests of every package.
+package testutil
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/config"
+)
+
+// Env is a running API server with nodeops' CRDs.
+type Env struct {
+	// Config reaches the API server as an administrator.
+	Config *rest.Config
+	// Scheme knows the Kubernetes kinds and nodeops'.
+	Scheme *runtime.Scheme
+	// Client talks straight to the API server, without a cache.
+	Client client.WithWatch
+
+	env *envtest.Environment
+}
+
+// NewScheme is a scheme with client-go's kinds and nodeops.io/v1alpha1.
+func NewScheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, fmt.Errorf("add client-go kinds: %w", err)
+	}
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		return nil, fmt.Errorf("add nodeops kinds: %w", err)
+	}
+	return s, nil
+}
+
+// CRDs reads the committed CRDs (config/crd, embedded); only those whose file name contains
+// one of only, or all when only is empty.
+func CRDs(only ...string) ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	files, err := fs.Glob(config.CRDs, "crd/*.yaml")
+	if err != nil {
+		return nil, fmt.Errorf("list CRDs: %w", err)
+	}
+	var out []*apiextensionsv1.CustomResourceDefinition
+	for _, f := range files {
+		if len(only) > 0 && !containsAny(f, only) {
+			continue
+		}
+		data, err := config.CRDs.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", f, err)
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.UnmarshalStrict(data, crd); err != nil {
+			return nil, fmt.Errorf("parse %s: %w", f, err)
+		}
+		out = append(out, crd)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no CRD matches %v", only)
+	}
+	return out, nil
+}
+
+func containsAny(s string, subs []string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
+}
+
+// Start starts etcd and kube-apiserver from $KUBEBUILDER_ASSETS and installs the CRDs whose
+// file names contain one of crds ("nodeoperations", "nodetasks", ...), or all of them.
+func Start(crds ...string) (*Env, error) {
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		return nil, fmt.Errorf("KUBEBUILDER_ASSETS is not set: run `make test-unit`, or export KUBEBUILDER_ASSETS=/work/main/bin after `make tools`")
+	}
+	scheme, err := NewScheme()
+	if err != nil {
+		return nil, err
+	}
+	defs, err := CRDs(crds...)
+	if err != nil {
+		return nil, err
+	}
+	te := &envtest.Environment{
+		CRDInstallOptions:     envtest.CRDInstallOptions{CRDs: defs},
+		BinaryAssetsDirectory: assets,
+		Scheme:                scheme,
+	}
+	cfg, err := te.Start()
+	if err != nil {
+		return nil, fmt.Errorf("start envtest (etcd and kube-apiserver from %s): %w", assets, err)
+	}
+	cfg.QPS, cfg.Burst = 500, 1000
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		_ = te.Stop()
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	return &Env{Config: cfg, Scheme: scheme, Client: c, env: te}, nil
+}
+
+// Stop stops the API server and etcd.
+func (e *Env) Stop() error {
+	if err := e.env.Stop(); err != nil {
+		return fmt.Errorf("stop envtest: %w", err)
+	}
+	return nil
+}
+
+// WriteKubeconfig writes a kubeconfig for an administrator of the API server into dir and
+// returns its path, for kubectl and the nodeops binaries.
+func (e *Env) WriteKubeconfig(dir string) (string, error) {
+	user, err := e.env.AddUser(envtest.User{Name: "nodeops-test-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return "", fmt.Errorf("add envtest user: %w", err)
+	}
+	data, err := user.KubeConfig()
+	if err != nil {
+		return "", fmt.Errorf("render kubeconfig: %w", err)
+	}
+	path := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		return "", fmt.Errorf("write kubeconfig: %w", err)
+	}
+	return path, nil
+}
+
+// Logger logs errors only, or everything when NODEOPS_TEST_VERBOSE is set.
+func Logger() logr.Logger {
+	verbose := os.Getenv("NODEOPS_TEST_VERBOSE") != ""
+	return funcr.New(func(prefix, args string) {
+		if verbose || strings.Contains(args, `"error"`) {
+			fmt.Fprintln(os.Stderr, prefix, args)
+		}
+	}, funcr.Options{Verbosity: 1})
+}
+
+// Eventually polls f every 50ms until it returns nil, failing the test with f's last error
+// once timeout has passed. It waits on conditions, never on time alone.
+func Eventually(t testing.TB, timeout time.Duration, what string, f func() error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var err error
+	for {
+		if err = f(); err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: not true after %s: %v", what, timeout, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
