@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make demo: bring up nodeops-local with 3 control planes, 3 workers and 50 simulated nodes, show
-# the nodes, and stop. Runs unattended and exits; the cluster's directory is left for inspection.
+# the nodes, and stop. Runs unattended and exits. The cluster's directory (logs, node roots) is
+# removed at the end unless NODEOPS_DEMO_KEEP=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$PWD/bin
@@ -33,14 +34,26 @@ done
 
 echo
 echo "demo: kubectl get nodes"
-kubectl get nodes -o wide | head -n 12
-echo "... $(kubectl get nodes --no-headers | wc -l) nodes in all, $(kubectl get nodes --no-headers | grep -c ' Ready ') Ready"
+nodes=$(kubectl get nodes -o wide)
+echo "$nodes" | grep -v '^sim-'
+echo "$nodes" | grep '^sim-' | sort -V | sed -n 1,3p
+echo "... $(echo "$nodes" | grep -c '^sim-') sim nodes; $(echo "$nodes" | grep -c ' Ready ') of $(($(echo "$nodes" | wc -l) - 1)) nodes Ready"
 echo
 echo "demo: the host root of cp-1 ($dir/nodes/cp-1):"
-chroot "$dir/nodes/cp-1" /usr/bin/kubeadm certs check-expiration 2>/dev/null | head -n 8 || ls "$dir/nodes/cp-1/etc/kubernetes"
+if certs=$(chroot "$dir/nodes/cp-1" /usr/bin/kubeadm certs check-expiration 2>/dev/null); then
+	echo "\$ chroot $dir/nodes/cp-1 /usr/bin/kubeadm certs check-expiration"
+	echo "$certs" | awk '/^CERTIFICATE /{n++} n==1 && c<7 {print; c++}'
+else
+	ls "$dir/nodes/cp-1/etc/kubernetes" # chroot needs root
+fi
 echo
 echo "demo: nodeops-local down --dir $dir"
 "$bin/nodeops-local" down --dir "$dir"
 wait "$pid" || true
 trap - EXIT
-echo "demo: done; logs and node roots are in $dir"
+if [ "${NODEOPS_DEMO_KEEP:-}" = 1 ]; then
+	echo "demo: done; logs and node roots are in $dir"
+else
+	rm -rf "$work"
+	echo "demo: done (NODEOPS_DEMO_KEEP=1 keeps the cluster's directory)"
+fi
