@@ -1,0 +1,242 @@
+package nodeoperation
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/nodelock"
+	"github.com/nodeops/nodeops/internal/plan"
+)
+
+func resolved(name string, limit int, nodes ...string) plan.ResolvedGroup {
+	return plan.ResolvedGroup{Group: v1alpha1.Group{Name: name, Commands: []v1alpha1.Command{{Name: "step", Wait: &v1alpha1.WaitCommand{}}}}, Nodes: nodes, MaxUnavailable: limit}
+}
+
+func tv(group, node string, phase v1alpha1.TaskPhase) taskView {
+	return taskView{Name: plan.TaskName("op", group, node), Node: node, Group: group, Phase: phase}
+}
+
+func TestDecide(t *testing.T) {
+	now := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	free := func(string, string) (nodelock.Holder, bool) { return nodelock.Holder{}, true }
+	type want struct {
+		phase      v1alpha1.OperationPhase
+		groups     []v1alpha1.GroupPhase
+		create     []string
+		waiting    []string
+		reason     string // Progressing, or the true condition's reason
+		message    []string
+		progress   string
+		completion bool
+	}
+	tests := []struct {
+		name    string
+		op      v1alpha1.NodeOperation
+		groups  []plan.ResolvedGroup
+		tasks   []taskView
+		down    []string
+		fail    *failure
+		acquire acquireFunc
+		want    want
+	}{
+		{
+			name:   "fresh: first group starts in sorted order",
+			groups: []plan.ResolvedGroup{resolved("a", 2, "n3", "n1", "n2"), resolved("b", 1, "n1")},
+			want: want{phase: v1alpha1.OperationRunning, groups: []v1alpha1.GroupPhase{v1alpha1.GroupRunning, v1alpha1.GroupPending},
+				create: []string{"n1", "n2"}, reason: ReasonRunning, progress: "0/4 nodes"},
+		},
+		{
+			name:   "finished group hands over to the next one",
+			groups: []plan.ResolvedGroup{resolved("a", 1, "n1"), resolved("b", 1, "n1", "n2")},
+			tasks:  []taskView{tv("a", "n1", v1alpha1.TaskSucceeded)},
+			want: want{phase: v1alpha1.OperationRunning, groups: []v1alpha1.GroupPhase{v1alpha1.GroupSucceeded, v1alpha1.GroupRunning},
+				create: []string{"n1"}, reason: ReasonRunning, progress: "1/3 nodes"},
+		},
+		{
+			name:   "everything done",
+			groups: []plan.ResolvedGroup{resolved("a", 1, "n1"), resolved("b", 1)},
+			tasks:  []taskView{tv("a", "n1", v1alpha1.TaskSucceeded)},
+			want: want{phase: v1alpha1.OperationSucceeded, groups: []v1alpha1.GroupPhase{v1alpha1.GroupSucceeded, v1alpha1.GroupSucceeded},
+				reason: ReasonSucceeded, progress: "1/1 nodes", completion: true},
+		},
+		{
+			name:   "a failed task blocks and names node and command",
+			groups: []plan.ResolvedGroup{resolved("a", 3, "n1", "n2", "n3")},
+			tasks: []taskView{{Name: "op-a-n2", Node: "n2", Group: "a", Phase: v1alpha1.TaskFailed, FailedCommand: "step", Message: "exit 2"},
+				tv("a", "n1", v1alpha1.TaskSucceeded)},
+			want: want{phase: v1alpha1.OperationBlocked, groups: []v1alpha1.GroupPhase{v1alpha1.GroupBlocked},
+				reason: ReasonTaskFailed, message: []string{"op-a-n2", "node n2", "command step", "exit 2", "Retry or Skip"}, progress: "1/3 nodes"},
+		},
+		{
+			name:   "paused starts nothing",
+			op:     v1alpha1.NodeOperation{Spec: v1alpha1.NodeOperationSpec{Paused: true}},
+			groups: []plan.ResolvedGroup{resolved("a", 3, "n1", "n2")},
+			want:   want{phase: v1alpha1.OperationPaused, groups: []v1alpha1.GroupPhase{v1alpha1.GroupRunning}, reason: ReasonPaused, progress: "0/2 nodes"},
+		},
+		{
+			name:   "abort with a running task waits",
+			op:     v1alpha1.NodeOperation{Spec: v1alpha1.NodeOperationSpec{Abort: true}},
+			groups: []plan.ResolvedGroup{resolved("a", 3, "n1", "n2"), resolved("b", 1, "n1")},
+			tasks:  []taskView{tv("a", "n1", v1alpha1.TaskRunning)},
+			want: want{phase: v1alpha1.OperationRunning, groups: []v1alpha1.GroupPhase{v1alpha1.GroupRunning, v1alpha1.GroupAborted},
+				reason: ReasonAborting, progress: "0/3 nodes"},
+		},
+		{
+			name:   "abort with nothing running ends the operation",
+			op:     v1alpha1.NodeOperation{Spec: v1alpha1.NodeOperationSpec{Abort: true}},
+			groups: []plan.ResolvedGroup{resolved("a", 3, "n1", "n2")},
+			tasks:  []taskView{tv("a", "n1", v1alpha1.TaskFailed)},
+			want: want{phase: v1alpha1.OperationAborted, groups: []v1alpha1.GroupPhase{v1alpha1.GroupAborted},
+				reason: ReasonAborted, progress: "0/2 nodes", completion: true},
+		},
+		{
+			name:   "a node held elsewhere waits and names the holder",
+			groups: []plan.ResolvedGroup{resolved("a", 2, "n1", "n2")},
+			acquire: func(_, node string) (nodelock.Holder, bool) {
+				if node == "n1" {
+					return nodelock.Holder{Task: "other-g-n1", Owner: "NodeProfile/wasm"}, false
+				}
+				return nodelock.Holder{}, true
+			},
+			want: want{phase: v1alpha1.OperationRunning, groups: []v1alpha1.GroupPhase{v1alpha1.GroupRunning}, create: []string{"n2"}, waiting: []string{"n1"},
+				reason: ReasonWaitingForNode, message: []string{"node n1", "NodeTask other-g-n1 of NodeProfile/wasm"}, progress: "0/2 nodes"},
+		},
+		{
+			name:   "NotReady nodes count and wait",
+			groups: []plan.ResolvedGroup{resolved("a", 2, "n1", "n2", "n3")},
+			down:   []string{"n1"},
+			want: want{phase: v1alpha1.OperationRunning, groups: []v1alpha1.GroupPhase{v1alpha1.GroupRunning}, create: []string{"n2"},
+				reason: ReasonRunning, message: []string{"NotReady nodes n1"}, progress: "0/3 nodes"},
+		},
+		{
+			name:   "refused before anything ran",
+			groups: []plan.ResolvedGroup{resolved("a", 1, "n1")},
+			fail:   &failure{reason: plan.ReasonUnsupportedVersionSkew, message: "cannot upgrade the cluster from v1.35.0 to v1.37.2"},
+			want:   want{phase: v1alpha1.OperationFailed, reason: plan.ReasonUnsupportedVersionSkew, message: []string{"v1.35.0", "v1.37.2"}, completion: true},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			op := tt.op
+			op.Name, op.Generation = "op", 3
+			in := &input{op: &op, groups: tt.groups, tasks: map[string]map[string]taskView{}, notReady: map[string]bool{}, fail: tt.fail, now: now}
+			for _, task := range tt.tasks {
+				if in.tasks[task.Group] == nil {
+					in.tasks[task.Group] = map[string]taskView{}
+				}
+				in.tasks[task.Group][task.Node] = task
+			}
+			for _, n := range tt.down {
+				in.notReady[n] = true
+			}
+			acquire := tt.acquire
+			if acquire == nil {
+				acquire = free
+			}
+			d := decide(in, acquire)
+			st := d.status
+			if st.Phase != tt.want.phase {
+				t.Errorf("phase %s, want %s", st.Phase, tt.want.phase)
+			}
+			var groups []v1alpha1.GroupPhase
+			for _, g := range st.Groups {
+				groups = append(groups, g.Phase)
+			}
+			if !reflect.DeepEqual(groups, tt.want.groups) {
+				t.Errorf("groups %v, want %v", groups, tt.want.groups)
+			}
+			var create []string
+			for _, s := range d.create {
+				create = append(create, s.node)
+			}
+			if !reflect.DeepEqual(create, tt.want.create) {
+				t.Errorf("create %v, want %v", create, tt.want.create)
+			}
+			var waiting []string
+			for n := range d.waiting {
+				waiting = append(waiting, n)
+			}
+			if !reflect.DeepEqual(waiting, tt.want.waiting) {
+				t.Errorf("waiting %v, want %v", waiting, tt.want.waiting)
+			}
+			c := phaseCondition(&st)
+			if c == nil || c.Reason != tt.want.reason {
+				t.Errorf("condition %+v, want reason %s", c, tt.want.reason)
+			}
+			for _, m := range tt.want.message {
+				if c == nil || !strings.Contains(c.Message, m) {
+					t.Errorf("message %q lacks %q", c.Message, m)
+				}
+			}
+			if st.Progress != tt.want.progress {
+				t.Errorf("progress %q, want %q", st.Progress, tt.want.progress)
+			}
+			if (st.CompletionTime != nil) != tt.want.completion || st.StartTime == nil || st.ObservedGeneration != 3 {
+				t.Errorf("times/generation: start %v completion %v gen %d", st.StartTime, st.CompletionTime, st.ObservedGeneration)
+			}
+			for _, ct := range []string{v1alpha1.ConditionProgressing, v1alpha1.ConditionSucceeded, v1alpha1.ConditionFailed, v1alpha1.ConditionBlocked} {
+				if c := meta.FindStatusCondition(st.Conditions, ct); c == nil || c.Reason == "" || c.ObservedGeneration != 3 {
+					t.Errorf("condition %s missing or without reason: %+v", ct, c)
+				}
+			}
+		})
+	}
+}
+
+// A group the status records as Succeeded is not reopened by a node that joins later.
+func TestDecideKeepsSucceededGroups(t *testing.T) {
+	op := v1alpha1.NodeOperation{Status: v1alpha1.NodeOperationStatus{Groups: []v1alpha1.GroupStatus{
+		{Name: "a", Phase: v1alpha1.GroupSucceeded, Nodes: v1alpha1.NodeCounts{Total: 1, Succeeded: 1}},
+		{Name: "b", Phase: v1alpha1.GroupPending},
+	}}}
+	in := &input{op: &op, groups: []plan.ResolvedGroup{resolved("a", 1, "n1", "new"), resolved("b", 1, "n1")},
+		tasks: map[string]map[string]taskView{}, notReady: map[string]bool{}}
+	d := decide(in, func(string, string) (nodelock.Holder, bool) { return nodelock.Holder{}, true })
+	if len(d.create) != 1 || d.create[0].group.Name != "b" {
+		t.Fatalf("create %+v", d.create)
+	}
+}
+
+func TestSignificantAndTransitions(t *testing.T) {
+	base := v1alpha1.NodeOperationStatus{Phase: v1alpha1.OperationRunning, StartTime: &metav1.Time{},
+		Groups: []v1alpha1.GroupStatus{{Name: "a", Phase: v1alpha1.GroupRunning, Nodes: v1alpha1.NodeCounts{Total: 2, Pending: 2}}}}
+	setConditions(&base, 1, v1alpha1.OperationRunning, ReasonRunning, "group a: 0/2")
+
+	counts := *base.DeepCopy()
+	counts.Groups[0].Nodes = v1alpha1.NodeCounts{Total: 2, Pending: 1, Succeeded: 1}
+	setConditions(&counts, 1, v1alpha1.OperationRunning, ReasonRunning, "group a: 1/2")
+	if significant(&base, &counts) {
+		t.Error("a count moving is batched, not written at once")
+	}
+	if evs := transitions(&base, &counts); len(evs) != 0 {
+		t.Errorf("a count moving raised events %v", evs)
+	}
+
+	blocked := *base.DeepCopy()
+	blocked.Phase = v1alpha1.OperationBlocked
+	blocked.Groups[0].Phase = v1alpha1.GroupBlocked
+	setConditions(&blocked, 1, v1alpha1.OperationBlocked, ReasonTaskFailed, "NodeTask x on node n failed")
+	if !significant(&base, &blocked) {
+		t.Error("blocking is written at once")
+	}
+	evs := transitions(&base, &blocked)
+	if len(evs) != 1 || evs[0].reason != "Blocked" || evs[0].kind != "Warning" || !strings.Contains(evs[0].note, "node n") {
+		t.Errorf("events %+v", evs)
+	}
+
+	fresh := v1alpha1.NodeOperationStatus{}
+	evs = transitions(&fresh, &base)
+	var reasons []string
+	for _, e := range evs {
+		reasons = append(reasons, e.reason)
+	}
+	if !reflect.DeepEqual(reasons, []string{"Started", "GroupStarted"}) {
+		t.Errorf("start events %v", reasons)
+	}
+}
