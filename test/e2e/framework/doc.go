@@ -28,6 +28,6 @@
 //	framework.Eventually(t, 2*time.Minute, "job pi completes", func(ctx context.Context) (bool, error) {...})
 //	err := framework.WaitFor(ctx, interval, cond)   // the same, returning an error instead of failing t
 //
-// Eventually polls every PollInterval, retries on errors, and on the deadline fails the test
+// Eventually polls every PollInterval until cond returns (true, nil) — (true, err) is not done —, retries on errors, and on the deadline fails the test
 // naming what it waited for and the last error seen.
 package framework

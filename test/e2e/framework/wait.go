@@ -10,7 +10,7 @@ import (
 // PollInterval is how often Eventually and WaitFor check their condition.
 const PollInterval = 500 * time.Millisecond
 
-// Eventually polls cond until it returns true, failing t (Fatal) when timeout passes first. An error
+// Eventually polls cond until it returns (true, nil), failing t (Fatal) when timeout passes first. An error
 // from cond does not stop the wait; the last one is shown on failure, so conditions can explain
 // themselves by returning (false, fmt.Errorf("3 of 5 ready")).
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) {

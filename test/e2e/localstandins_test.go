@@ -1,0 +1,152 @@
+package e2e
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nodeops/nodeops/internal/localcluster"
+	"github.com/nodeops/nodeops/test/e2e/framework"
+)
+
+// TestLocalStandIns checks what nodeops-local provides in place of parts of a real cluster: the
+// binary source upgrades download from, and the control planes' mirror pods (the kubelet's job).
+func TestLocalStandIns(t *testing.T) {
+	l := framework.StartLocal(t, "--control-planes=2", "--workers=1", "--no-manager", "--no-agents")
+
+	t.Run("the binary source serves kubeadm, kubelet and kubectl with their sha256", func(t *testing.T) {
+		raw, err := os.ReadFile(filepath.Join(l.Dir, localcluster.BinarySourceURLFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := strings.TrimSpace(string(raw))
+		for _, name := range []string{"kubeadm", "kubelet", "kubectl"} {
+			url := fmt.Sprintf("%s/v1.37.2/bin/linux/amd64/%s", base, name)
+			got := sha256Hex(t, httpGet(t, url))
+			want := sha256Hex(t, mustOpen(t, filepath.Join(l.BinDir, name)))
+			published, _ := io.ReadAll(httpGet(t, url+".sha256"))
+			if got != want || strings.TrimSpace(string(published)) != want {
+				t.Errorf("%s: downloaded sha256 %s, published %q, bin/%s has %s", url, got, published, name, want)
+			}
+		}
+	})
+
+	t.Run("each control plane has a Running mirror pod per static pod manifest", func(t *testing.T) {
+		for _, node := range []string{"cp-1", "cp-2"} {
+			for _, component := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+				name := component + "-" + node
+				framework.Eventually(t, time.Minute, "mirror pod "+name+" Running", func(ctx context.Context) (bool, error) {
+					var p corev1.Pod
+					if err := l.Client.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: name}, &p); err != nil {
+						return false, err
+					}
+					if p.Spec.NodeName != node || p.Annotations[localcluster.AnnotationConfigHash] == "" || p.Annotations[localcluster.AnnotationConfigMirror] == "" {
+						return false, fmt.Errorf("node %q annotations %v", p.Spec.NodeName, p.Annotations)
+					}
+					if p.Status.Phase != corev1.PodRunning {
+						return false, fmt.Errorf("phase %s", p.Status.Phase)
+					}
+					return true, nil
+				})
+			}
+		}
+		var p corev1.Pod
+		if err := l.Client.Get(context.Background(), client.ObjectKey{Namespace: "kube-system", Name: "kube-apiserver-cp-2"}, &p); err != nil {
+			t.Fatal(err)
+		}
+		if got := p.Annotations[localcluster.AnnotationAdvertiseAddress]; got != "192.0.2.12:6443" {
+			t.Errorf("kube-apiserver-cp-2 advertise-address endpoint %q", got)
+		}
+	})
+
+	t.Run("mirror pods follow their manifests", func(t *testing.T) {
+		manifests := filepath.Join(l.NodeRoot("cp-1"), "etc/kubernetes/manifests")
+		manifest := filepath.Join(manifests, "kube-scheduler.yaml")
+		key := client.ObjectKey{Namespace: "kube-system", Name: "kube-scheduler-cp-1"}
+		var before corev1.Pod
+		if err := l.Client.Get(context.Background(), key, &before); err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(manifest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(manifest, []byte(strings.ReplaceAll(string(data), ":v1.36.4", ":v1.37.2")), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		framework.Eventually(t, time.Minute, "kube-scheduler-cp-1 to follow its new manifest", func(ctx context.Context) (bool, error) {
+			var p corev1.Pod
+			if err := l.Client.Get(ctx, key, &p); err != nil {
+				return false, err
+			}
+			if p.Annotations[localcluster.AnnotationConfigHash] == before.Annotations[localcluster.AnnotationConfigHash] ||
+				p.Spec.Containers[0].Image != "registry.k8s.io/kube-scheduler:v1.37.2" {
+				return false, fmt.Errorf("image %s, hash %s", p.Spec.Containers[0].Image, p.Annotations[localcluster.AnnotationConfigHash])
+			}
+			return true, nil
+		})
+		// kubeadm restarts a static pod by moving its manifest out and back.
+		aside := filepath.Join(l.NodeRoot("cp-1"), "etc/kubernetes/kube-scheduler.yaml")
+		if err := os.Rename(manifest, aside); err != nil {
+			t.Fatal(err)
+		}
+		framework.Eventually(t, time.Minute, "kube-scheduler-cp-1 to go with its manifest", func(ctx context.Context) (bool, error) {
+			err := l.Client.Get(ctx, key, &corev1.Pod{})
+			return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+		})
+		if err := os.Rename(aside, manifest); err != nil {
+			t.Fatal(err)
+		}
+		framework.Eventually(t, time.Minute, "kube-scheduler-cp-1 to come back", func(ctx context.Context) (bool, error) {
+			if err := l.Client.Get(ctx, key, &corev1.Pod{}); err != nil {
+				return false, err
+			}
+			return true, nil
+		})
+	})
+}
+
+func httpGet(t *testing.T, url string) io.ReadCloser {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		t.Fatalf("GET %s: %s", url, resp.Status)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp.Body
+}
+
+func mustOpen(t *testing.T, path string) io.ReadCloser {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+func sha256Hex(t *testing.T, r io.Reader) string {
+	t.Helper()
+	h := sha256.New()
+	if _, err := io.Copy(h, r); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
