@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -273,6 +274,47 @@ func waitTask(t *testing.T, ctx context.Context, profile, node string, action no
 		return fmt.Errorf("tasks: %v", names(byNode[node]))
 	})
 	return found
+}
+
+// follow calls f with every event of the objects list selects, from now until ctx ends, resuming
+// from the last resourceVersion seen whenever the API server closes the watch (it drops watchers
+// that fall behind on a loaded machine), so that no event is missed. It returns an error when
+// events may have been missed (the resume point expired).
+func follow(ctx context.Context, list client.ObjectList, selector client.MatchingLabels, f func(watch.Event)) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		rv := ""
+		for ctx.Err() == nil {
+			opts := []client.ListOption{selector}
+			if rv != "" {
+				opts = append(opts, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
+			}
+			w, err := env.client.Watch(ctx, list, opts...)
+			if err != nil {
+				if ctx.Err() == nil {
+					done <- fmt.Errorf("watch: %w", err)
+				}
+				close(done)
+				return
+			}
+			for ev := range w.ResultChan() {
+				if ev.Type == watch.Error {
+					if ctx.Err() == nil {
+						done <- fmt.Errorf("watch error: %v", apierrors.FromObject(ev.Object))
+					}
+					close(done)
+					w.Stop()
+					return
+				}
+				if o, ok := ev.Object.(client.Object); ok {
+					rv = o.GetResourceVersion()
+				}
+				f(ev)
+			}
+		}
+		close(done)
+	}()
+	return done
 }
 
 func names(tasks []v1alpha1.NodeTask) []string {

@@ -539,54 +539,40 @@ func TestMaxUnavailableOver200Nodes(t *testing.T) {
 		t.FailNow()
 	}
 
-	w, err := env.client.Watch(ctx, &v1alpha1.NodeTaskList{}, client.MatchingLabels{v1alpha1.LabelProfile: "many"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
 	var mu sync.Mutex
 	peak, violation := 0, ""
-	go func() {
-		holding := map[string]string{} // task -> node
-		for ev := range w.ResultChan() {
-			task, ok := ev.Object.(*v1alpha1.NodeTask)
-			if !ok {
-				continue
-			}
-			if ev.Type == watch.Deleted || !nodelock.Holds(task) {
-				delete(holding, task.Name)
-			} else {
-				holding[task.Name] = task.Spec.NodeName
-			}
-			nodes := map[string]bool{}
-			for _, n := range holding {
-				nodes[n] = true
-			}
-			mu.Lock()
-			peak = max(peak, len(nodes))
-			if len(nodes) > limit && violation == "" {
-				violation = fmt.Sprintf("%d nodes hold unfinished tasks after %s of %s", len(nodes), ev.Type, task.Name)
-			}
-			mu.Unlock()
+	holding := map[string]string{} // task -> node
+	taskWatch := follow(ctx, &v1alpha1.NodeTaskList{}, client.MatchingLabels{v1alpha1.LabelProfile: "many"}, func(ev watch.Event) {
+		task, ok := ev.Object.(*v1alpha1.NodeTask)
+		if !ok {
+			return
 		}
-	}()
+		mu.Lock()
+		defer mu.Unlock()
+		if ev.Type == watch.Deleted || !nodelock.Holds(task) {
+			delete(holding, task.Name)
+		} else {
+			holding[task.Name] = task.Spec.NodeName
+		}
+		nodes := map[string]bool{}
+		for _, n := range holding {
+			nodes[n] = true
+		}
+		peak = max(peak, len(nodes))
+		if len(nodes) > limit && violation == "" {
+			violation = fmt.Sprintf("%d nodes hold unfinished tasks after %s of %s", len(nodes), ev.Type, task.Name)
+		}
+	})
 
 	// Every change to the nodes from here on is the controller's: exactly one patch per node.
-	nw, err := env.client.Watch(ctx, &corev1.NodeList{}, client.MatchingLabels{"test": "many"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nw.Stop()
 	nodeWrites := map[string]int{}
-	go func() {
-		for ev := range nw.ResultChan() {
-			if n, ok := ev.Object.(*corev1.Node); ok && ev.Type == watch.Modified {
-				mu.Lock()
-				nodeWrites[n.Name]++
-				mu.Unlock()
-			}
+	nodeWatch := follow(ctx, &corev1.NodeList{}, client.MatchingLabels{"test": "many"}, func(ev watch.Event) {
+		if n, ok := ev.Object.(*corev1.Node); ok && ev.Type == watch.Modified {
+			mu.Lock()
+			nodeWrites[n.Name]++
+			mu.Unlock()
 		}
-	}()
+	})
 
 	makeProfile(t, ctx, "many", "many", func(s *v1alpha1.NodeProfileSpec) {
 		s.Trigger = nil
@@ -640,6 +626,12 @@ func TestMaxUnavailableOver200Nodes(t *testing.T) {
 	}
 	if len(nodes.Items) != total {
 		t.Errorf("%d nodes labelled, want %d", len(nodes.Items), total)
+	}
+	cancel()
+	for what, ch := range map[string]<-chan error{"tasks": taskWatch, "nodes": nodeWatch} {
+		if err := <-ch; err != nil {
+			t.Errorf("following %s: %v", what, err)
+		}
 	}
 	mu.Lock()
 	defer mu.Unlock()
