@@ -76,7 +76,9 @@ func TestNodeProfile(t *testing.T) {
 	for _, s := range profSampleShims {
 		manifest = strings.ReplaceAll(manifest, s.placeholder, digests[s.name])
 	}
-	manifestFile := filepath.Join(t.TempDir(), "wasm-shims.yaml")
+	// Manifests live in the parent test's directory: kubectl -f splits a path at commas, which subtest names have.
+	manifests := t.TempDir()
+	manifestFile := filepath.Join(manifests, "wasm-shims.yaml")
 	if err := os.WriteFile(manifestFile, []byte(manifest), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -144,13 +146,14 @@ spec:
       path: /usr/local/bin/bad-shim
       mode: "0755"
 `, srv.URL, strings.Repeat("f", 64))
-		badFile := filepath.Join(t.TempDir(), "bad.yaml")
+		badFile := filepath.Join(manifests, "bad.yaml")
 		if err := os.WriteFile(badFile, []byte(bad), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		l.MustKubectl(t, "apply", "-f", badFile)
 		l.MustKubectl(t, "annotate", "node", "worker-2", "nodeops.io/e2e-bad=true")
 		c := profWaitCondition(t, l, "bad-shim", v1alpha1.ConditionDegraded, metav1.ConditionTrue)
+		t.Logf("Degraded: %s", c.Message)
 		if !strings.Contains(c.Message, "worker-2") || !strings.Contains(strings.ToLower(c.Message), "sha256") {
 			t.Errorf("Degraded does not name worker-2 and the sha256 mismatch: %s", c.Message)
 		}
@@ -412,7 +415,7 @@ func profCountLabelled(ctx context.Context, l *framework.Local, profile string) 
 // profTaskWatch follows every NodeTask event of a profile and remembers the most nodes that held an
 // unfinished task at once, and the first moment that exceeded the limit.
 type profTaskWatch struct {
-	w         watch.Interface
+	cancel    context.CancelFunc
 	mu        sync.Mutex
 	peak      int
 	violation string
@@ -424,37 +427,72 @@ func profWatchTasks(ctx context.Context, l *framework.Local, profile string, lim
 	if err != nil {
 		return nil, err
 	}
-	w, err := wc.Watch(ctx, &v1alpha1.NodeTaskList{}, client.MatchingLabels{v1alpha1.LabelProfile: profile})
+	ctx, cancel := context.WithCancel(ctx)
+	tw := &profTaskWatch{cancel: cancel, done: make(chan struct{})}
+	selector := client.MatchingLabels{v1alpha1.LabelProfile: profile}
+	w, err := wc.Watch(ctx, &v1alpha1.NodeTaskList{}, selector)
 	if err != nil {
+		cancel()
 		return nil, err
 	}
-	tw := &profTaskWatch{w: w, done: make(chan struct{})}
 	go func() {
 		defer close(tw.done)
 		holding := map[string]string{}
-		for ev := range w.ResultChan() {
-			task, ok := ev.Object.(*v1alpha1.NodeTask)
-			if !ok {
-				continue
+		rv := ""
+		for {
+			for ev := range w.ResultChan() {
+				if ev.Type == watch.Error {
+					if ctx.Err() == nil {
+						tw.fail(fmt.Sprintf("watching tasks: %v (events may have been missed)", apierrors.FromObject(ev.Object)))
+					}
+					return
+				}
+				task, ok := ev.Object.(*v1alpha1.NodeTask)
+				if !ok {
+					continue
+				}
+				rv = task.ResourceVersion
+				if ev.Type == watch.Deleted || !nodelock.Holds(task) {
+					delete(holding, task.Name)
+				} else {
+					holding[task.Name] = task.Spec.NodeName
+				}
+				nodes := map[string]bool{}
+				for _, n := range holding {
+					nodes[n] = true
+				}
+				tw.mu.Lock()
+				tw.peak = max(tw.peak, len(nodes))
+				tw.mu.Unlock()
+				if len(nodes) > limit {
+					tw.fail(fmt.Sprintf("%d nodes held unfinished tasks at once (maxUnavailable %d) after %s %s", len(nodes), limit, ev.Type, task.Name))
+				}
 			}
-			if ev.Type == watch.Deleted || !nodelock.Holds(task) {
-				delete(holding, task.Name)
-			} else {
-				holding[task.Name] = task.Spec.NodeName
+			if ctx.Err() != nil {
+				return
 			}
-			nodes := map[string]bool{}
-			for _, n := range holding {
-				nodes[n] = true
+			// The API server drops watchers that fall behind on a loaded machine: resume where this one stopped.
+			opts := []client.ListOption{selector}
+			if rv != "" {
+				opts = append(opts, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
 			}
-			tw.mu.Lock()
-			tw.peak = max(tw.peak, len(nodes))
-			if len(nodes) > limit && tw.violation == "" {
-				tw.violation = fmt.Sprintf("%d nodes held unfinished tasks at once (maxUnavailable %d) after %s %s", len(nodes), limit, ev.Type, task.Name)
+			if w, err = wc.Watch(ctx, &v1alpha1.NodeTaskList{}, opts...); err != nil {
+				if ctx.Err() == nil {
+					tw.fail(fmt.Sprintf("watching tasks again: %v", err))
+				}
+				return
 			}
-			tw.mu.Unlock()
 		}
 	}()
 	return tw, nil
+}
+
+func (tw *profTaskWatch) fail(msg string) {
+	tw.mu.Lock()
+	defer tw.mu.Unlock()
+	if tw.violation == "" {
+		tw.violation = msg
+	}
 }
 
 func (tw *profTaskWatch) result() (int, string) {
@@ -464,7 +502,7 @@ func (tw *profTaskWatch) result() (int, string) {
 }
 
 func (tw *profTaskWatch) stop() {
-	tw.w.Stop()
+	tw.cancel()
 	<-tw.done
 }
 
