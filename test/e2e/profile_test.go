@@ -223,8 +223,11 @@ spec:
 		}
 		framework.Eventually(t, 10*time.Minute, "every sim node provisioned", func(ctx context.Context) (bool, error) {
 			n, err := profCountLabelled(ctx, l, "sim-shims")
-			if err != nil || n < sims {
-				return false, fmt.Errorf("%d of %d labelled (%v)", n, sims, err)
+			if err != nil {
+				return false, err
+			}
+			if n < sims {
+				return false, fmt.Errorf("%d of %d labelled: %s", n, sims, profProfileSummary(ctx, l, "sim-shims"))
 			}
 			return true, nil
 		})

@@ -117,7 +117,7 @@ func TestDecideNode(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var state NodeState = StateIdle
+			state := StateIdle
 			var msg string
 			if len(d.Nodes) == 1 {
 				state, msg = d.Nodes[0].State, d.Nodes[0].Message

@@ -300,7 +300,7 @@ func follow(ctx context.Context, list client.ObjectList, selector client.Matchin
 			for ev := range w.ResultChan() {
 				if ev.Type == watch.Error {
 					if ctx.Err() == nil {
-						done <- fmt.Errorf("watch error: %v", apierrors.FromObject(ev.Object))
+						done <- fmt.Errorf("watch error: %w", apierrors.FromObject(ev.Object))
 					}
 					close(done)
 					w.Stop()

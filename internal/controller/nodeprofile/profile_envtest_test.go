@@ -340,14 +340,14 @@ func TestDeletionUninstallsThenRemovesFinalizer(t *testing.T) {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		return fmt.Errorf("still there (%v)", err)
+		return stillThere(err)
 	})
 	eventually(t, wait, "RuntimeClass deleted", func() error {
 		err := env.client.Get(ctx, client.ObjectKey{Name: "gone-wasmedge"}, &nodev1.RuntimeClass{})
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		return fmt.Errorf("still there (%v)", err)
+		return stillThere(err)
 	})
 }
 
@@ -417,7 +417,7 @@ func TestRuntimeClasses(t *testing.T) {
 	})
 	eventually(t, wait, "rc-wasmedge deleted", func() error {
 		if _, err := getRC("rc-wasmedge"); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("still there (%v)", err)
+			return stillThere(err)
 		}
 		return nil
 	})
@@ -657,4 +657,12 @@ func getProfileErr(ctx context.Context, name string) (*v1alpha1.NodeProfile, err
 func ptrIntOrString(v int) *intstr.IntOrString {
 	x := intstr.FromInt32(int32(v))
 	return &x
+}
+
+// stillThere explains why an object that should be gone is not.
+func stillThere(getErr error) error {
+	if getErr != nil {
+		return fmt.Errorf("get: %w", getErr)
+	}
+	return fmt.Errorf("still there")
 }
