@@ -190,9 +190,10 @@ func Decide(in Input) (Decision, error) {
 		case StateInstallFailed, StateUninstallFailed:
 			d.Counts.Failed++
 		}
-		// Safety rule 2: failed and running tasks count against maxUnavailable, and so do NotReady nodes.
-		if holds || r.State == StateInstallFailed || r.State == StateUninstallFailed ||
-			(!n.Ready && r.State != StateProvisioned) {
+		// Safety rule 2: failed and running tasks count against maxUnavailable, and so do NotReady
+		// nodes of the profile, provisioned ones included (a containerd restart elsewhere would take
+		// more capacity away while they are down).
+		if holds || r.State == StateInstallFailed || r.State == StateUninstallFailed || !n.Ready {
 			busy++
 		}
 		if start != nil {

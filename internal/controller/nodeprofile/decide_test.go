@@ -80,7 +80,8 @@ func TestDecideNode(t *testing.T) {
 		{name: "re-entering during uninstall: abort it", node: provisioned(member("a"), h), tasks: []TaskView{task("a", uninstall, h, v1alpha1.TaskRunning)},
 			wantState: StateWaitingInstall, wantAbort: []string{TaskName("p", uninstall, h, "a")}, wantBusy: true},
 		{name: "NotReady member waits and counts", node: NodeView{Name: "a", Member: true}, wantState: StateWaitingInstall, wantBusy: true},
-		{name: "NotReady provisioned member does not count", node: NodeView{Name: "a", Member: true, Labelled: true, Hash: h}, wantState: StateProvisioned},
+		{name: "NotReady provisioned member counts too", node: NodeView{Name: "a", Member: true, Labelled: true, Hash: h}, wantState: StateProvisioned, wantBusy: true},
+		{name: "NotReady node outside the profile does not count", node: NodeView{Name: "a"}},
 
 		{name: "never a member", node: other("a")},
 		{name: "leaving provisioned node: uninstall", node: provisioned(other("a"), h), tasks: []TaskView{task("a", install, h, v1alpha1.TaskSucceeded)},

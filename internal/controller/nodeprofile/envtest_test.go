@@ -42,24 +42,42 @@ var (
 	errNoAssets = fmt.Errorf("KUBEBUILDER_ASSETS is not set: run `make test-unit`, or export KUBEBUILDER_ASSETS=/work/main/bin after `make tools`")
 )
 
-func TestMain(m *testing.M) {
-	os.Exit(run(m))
+// started holds the shared environment once a test needed it; pure tests run without it.
+var started struct {
+	once sync.Once
+	err  error
+	stop func()
 }
 
-func run(m *testing.M) int {
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if started.stop != nil {
+		started.stop()
+	}
+	os.Exit(code)
+}
+
+// needEnv starts the package's API server and manager on first use; every envtest test calls it
+// first, and fails (never skips) when they cannot start.
+func needEnv(t *testing.T) {
+	t.Helper()
+	started.once.Do(func() { started.stop, started.err = startEnv() })
+	if started.err != nil {
+		t.Fatal(started.err)
+	}
+}
+
+func startEnv() (stop func(), err error) {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		fmt.Fprintln(os.Stderr, errNoAssets)
-		return 1
+		return nil, errNoAssets
 	}
 	logf.SetLogger(testLogger())
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return nil, fmt.Errorf("scheme: %w", err)
 	}
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return nil, fmt.Errorf("scheme: %w", err)
 	}
 	te := &envtest.Environment{
 		// Only the kinds this controller uses, so that it is tested on its own.
@@ -73,44 +91,44 @@ func run(m *testing.M) int {
 	}
 	cfg, err := te.Start()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "start envtest:", err)
-		return 1
+		return nil, fmt.Errorf("start envtest: %w", err)
 	}
-	defer func() {
+	stopEnv := func() {
 		if err := te.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "stop envtest:", err)
 		}
-	}()
+	}
 	cfg.QPS, cfg.Burst = 500, 1000
 	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		stopEnv()
+		return nil, fmt.Errorf("client: %w", err)
 	}
 	env.cfg, env.client, env.scheme = cfg, c, scheme
 
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	fail := func(err error) (func(), error) {
+		cancel()
+		stopEnv()
+		return nil, err
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 	})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "manager:", err)
-		return 1
+		return fail(fmt.Errorf("manager: %w", err))
 	}
 	lock := nodelock.New()
 	if err := lock.Start(ctx, mgr.GetCache()); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return fail(err)
 	}
 	r := nodeprofile.New(mgr.GetClient(), lock, mgr.GetEventRecorder("nodeprofile-controller"))
 	r.StatusInterval = 200 * time.Millisecond
 	r.RetryAfter = time.Second
 	if err := r.SetupWithManager(mgr); err != nil {
-		fmt.Fprintln(os.Stderr, "setup:", err)
-		return 1
+		return fail(fmt.Errorf("setup: %w", err))
 	}
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -120,10 +138,11 @@ func run(m *testing.M) int {
 			fmt.Fprintln(os.Stderr, "manager stopped:", err)
 		}
 	}()
-	code := m.Run()
-	cancel()
-	wg.Wait()
-	return code
+	return func() {
+		cancel()
+		wg.Wait()
+		stopEnv()
+	}, nil
 }
 
 // testLogger logs the controller's errors, and everything with NODEOPS_TEST_VERBOSE set.

@@ -39,6 +39,7 @@ func provision(t *testing.T, ctx context.Context, profile, node string) *v1alpha
 }
 
 func TestProvisionByAnnotationAndSelector(t *testing.T) {
+	needEnv(t)
 	ctx := context.Background()
 	makeNode(t, ctx, "annot-worker-1", "annot", nil, kwasm)
 	makeNode(t, ctx, "annot-worker-2", "annot", nil, nil)
@@ -94,6 +95,7 @@ func TestProvisionByAnnotationAndSelector(t *testing.T) {
 }
 
 func TestFailedInstallIsNamedAndFixedBySpec(t *testing.T) {
+	needEnv(t)
 	ctx := context.Background()
 	makeNode(t, ctx, "fail-1", "fail", nil, kwasm)
 	makeProfile(t, ctx, "fail", "fail", nil)
@@ -171,6 +173,7 @@ func TestFailedInstallIsNamedAndFixedBySpec(t *testing.T) {
 }
 
 func TestUninstallOnLeave(t *testing.T) {
+	needEnv(t)
 	ctx := context.Background()
 	makeNode(t, ctx, "leave-1", "leave", nil, kwasm)
 	makeNode(t, ctx, "leave-2", "leave", nil, kwasm)
@@ -214,6 +217,7 @@ func TestUninstallOnLeave(t *testing.T) {
 }
 
 func TestLeaveDuringInstall(t *testing.T) {
+	needEnv(t)
 	ctx := context.Background()
 	makeNode(t, ctx, "midway-1", "midway", nil, kwasm)
 	makeProfile(t, ctx, "midway", "midway", nil)
@@ -246,6 +250,7 @@ func TestLeaveDuringInstall(t *testing.T) {
 }
 
 func TestSpecChangeReprovisions(t *testing.T) {
+	needEnv(t)
 	ctx := context.Background()
 	nodes := []string{"respec-1", "respec-2", "respec-3"}
 	for _, n := range nodes {
@@ -313,6 +318,7 @@ func TestSpecChangeReprovisions(t *testing.T) {
 }
 
 func TestDeletionUninstallsThenRemovesFinalizer(t *testing.T) {
+	needEnv(t)
 	ctx := context.Background()
 	makeNode(t, ctx, "gone-1", "gone", nil, kwasm)
 	makeNode(t, ctx, "gone-2", "gone", nil, kwasm)
@@ -352,6 +358,7 @@ func TestDeletionUninstallsThenRemovesFinalizer(t *testing.T) {
 }
 
 func TestDeletedNodeIsForgotten(t *testing.T) {
+	needEnv(t)
 	ctx := context.Background()
 	makeNode(t, ctx, "forget-1", "forget", nil, kwasm)
 	makeProfile(t, ctx, "forget", "forget", nil)
@@ -377,6 +384,7 @@ func TestDeletedNodeIsForgotten(t *testing.T) {
 }
 
 func TestRuntimeClasses(t *testing.T) {
+	needEnv(t)
 	ctx := context.Background()
 	tol := []corev1.Toleration{{Key: "wasm", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
 	p := makeProfile(t, ctx, "rc", "rc", func(s *v1alpha1.NodeProfileSpec) {
@@ -443,6 +451,7 @@ func TestRuntimeClasses(t *testing.T) {
 }
 
 func TestSampleWasmShims(t *testing.T) {
+	needEnv(t)
 	ctx := context.Background()
 	data, err := os.ReadFile(filepath.Join("..", "..", "..", "config", "samples", "wasm-shims.yaml"))
 	if err != nil {
@@ -519,6 +528,7 @@ func TestSampleWasmShims(t *testing.T) {
 // on every NodeTask event the API server sends that no more than maxUnavailable nodes hold an
 // unfinished task.
 func TestMaxUnavailableOver200Nodes(t *testing.T) {
+	needEnv(t)
 	const total, limit = 200, 10
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
