@@ -1,0 +1,538 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/localcluster"
+)
+
+// Scenario names (also the -only values).
+const (
+	scenarioRaw     = "raw"
+	scenarioOp100   = "op100"
+	scenarioOp10    = "op10"
+	scenarioProfile = "profile"
+)
+
+// profileName is the benchmark's NodeProfile; its nodes get the label nodeops.io/profile.bench.
+const profileName = "bench"
+
+// settle is how long the cluster is left alone before and after a measured run, so that start-up,
+// clean-up and trailing batched status writes fall outside or inside the window on purpose.
+const (
+	settleBefore = 5 * time.Second
+	settleAfter  = 3 * time.Second
+	quietWindow  = 3 * time.Second
+	quietMax     = 2 * time.Minute
+)
+
+// measured are the processes whose CPU time each run records.
+var measured = []string{"manager", "agent-sim", "kube-apiserver", "etcd"}
+
+// clusterResult is everything measured on one cluster of K sim nodes.
+type clusterResult struct {
+	K       int
+	StartUp time.Duration
+	Load    string // 1/5/15-minute load averages when the cluster was ready
+	Raw     *rawResult
+	Runs    []runResult
+	Err     string
+}
+
+// rawResult is the API server's raw write limit.
+type rawResult struct {
+	Creates, Clients, Errors int
+	Seconds                  float64
+	Load                     string
+}
+
+func (r rawResult) rate() float64 { return float64(r.Creates-r.Errors) / r.Seconds }
+
+// runResult is one measured nodeops run.
+type runResult struct {
+	Scenario string
+	// Wall: create to Succeeded (operation) or to every node labelled (profile).
+	Wall time.Duration
+	// Tasks: create to the earliest task's status.startTime (first Running), the last start and the last end.
+	Tasks      taskTimes
+	Writes     writeCounts
+	CPU        map[string]float64
+	ManagerRSS uint64
+	Load       string
+	Err        string
+}
+
+// simSelector selects the sim nodes: the cluster's only other node is its control plane.
+func simSelector() *metav1.LabelSelector {
+	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+		{Key: localcluster.LabelControlPlane, Operator: metav1.LabelSelectorOpDoesNotExist},
+	}}
+}
+
+func waitZero() []v1alpha1.Command {
+	return []v1alpha1.Command{{Wait: &v1alpha1.WaitCommand{Duration: metav1.Duration{}}}}
+}
+
+// benchK brings up a cluster of k sim nodes and runs every scenario on it.
+func benchK(ctx context.Context, o options, k int, dir string, logf func(string, ...any)) (clusterResult, error) {
+	res := clusterResult{K: k}
+	start := time.Now()
+	c, err := startCluster(ctx, o.binDir, dir, k, logf)
+	if err != nil {
+		return res, err
+	}
+	defer func() {
+		logf("K=%d: stopping nodeops-local", k)
+		c.stop()
+	}()
+	res.StartUp = time.Since(start)
+	res.Load = readLoadAvg()
+	logf("K=%d: ready in %s (load %s)", k, res.StartUp.Round(time.Second), res.Load)
+
+	if o.wants(scenarioRaw) {
+		_ = sleepCtx(ctx, settleBefore)
+		raw, err := rawWriteLimit(ctx, c.cfg, o.rawCreates, o.rawClients)
+		if err != nil {
+			return res, fmt.Errorf("raw write limit: %w", err)
+		}
+		res.Raw = &raw
+		logf("K=%d: raw write limit %.0f writes/s (%d creates, %d clients, %d errors)", k, raw.rate(), raw.Creates, raw.Clients, raw.Errors)
+	}
+	type scenario struct {
+		name string
+		run  func(context.Context) (time.Duration, taskTimes, error)
+		undo func(context.Context) error
+	}
+	var scenarios []scenario
+	for _, pct := range []int{100, 10} {
+		name := map[int]string{100: scenarioOp100, 10: scenarioOp10}[pct]
+		if !o.wants(name) {
+			continue
+		}
+		opName := fmt.Sprintf("bench-%d", pct)
+		scenarios = append(scenarios, scenario{
+			name: name,
+			run: func(ctx context.Context) (time.Duration, taskTimes, error) {
+				return runOperation(ctx, c, opName, pct, k)
+			},
+			undo: func(ctx context.Context) error { return deleteOperation(ctx, c, opName) },
+		})
+	}
+	if o.wants(scenarioProfile) {
+		scenarios = append(scenarios, scenario{
+			name: scenarioProfile,
+			run:  func(ctx context.Context) (time.Duration, taskTimes, error) { return runProfile(ctx, c, k) },
+		})
+	}
+	for _, s := range scenarios {
+		if ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+		r := measure(ctx, c, s.name, o.timeout, s.run)
+		res.Runs = append(res.Runs, r)
+		logf("K=%d: %s: %s", k, s.name, r.summary(k))
+		if s.undo != nil {
+			if err := s.undo(ctx); err != nil {
+				return res, fmt.Errorf("cleaning up after %s: %w", s.name, err)
+			}
+		}
+	}
+	return res, nil
+}
+
+// measure runs one scenario between two samples of the API server's write counters and the
+// processes' CPU times; the manager's peak RSS is reset before and read after.
+func measure(ctx context.Context, c *cluster, name string, timeout time.Duration,
+	run func(context.Context) (time.Duration, taskTimes, error)) runResult {
+	r := runResult{Scenario: name, CPU: map[string]float64{}}
+	fail := func(err error) runResult { r.Err = err.Error(); return r }
+	if err := waitQuiet(ctx, c); err != nil {
+		return fail(err)
+	}
+	pids := map[string]int{}
+	for _, p := range measured {
+		pid, err := c.pid(p)
+		if err != nil {
+			return fail(err)
+		}
+		pids[p] = pid
+	}
+	if err := resetPeakRSS(pids["manager"]); err != nil {
+		return fail(err)
+	}
+	before := map[string]float64{}
+	for p, pid := range pids {
+		s, err := cpuSeconds(pid)
+		if err != nil {
+			return fail(err)
+		}
+		before[p] = s
+	}
+	w0, err := scrapeWrites(ctx, c.cfg)
+	if err != nil {
+		return fail(err)
+	}
+	r.Load = readLoadAvg()
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	r.Wall, r.Tasks, err = run(rctx)
+	cancel()
+	if err != nil {
+		return fail(err)
+	}
+	_ = sleepCtx(ctx, settleAfter)
+	w1, err := scrapeWrites(ctx, c.cfg)
+	if err != nil {
+		return fail(err)
+	}
+	r.Writes = w1.sub(w0)
+	for p, pid := range pids {
+		s, err := cpuSeconds(pid)
+		if err != nil {
+			return fail(fmt.Errorf("%s restarted during the run? %w", p, err))
+		}
+		r.CPU[p] = s - before[p]
+	}
+	if r.ManagerRSS, err = peakRSS(pids["manager"]); err != nil {
+		return fail(err)
+	}
+	return r
+}
+
+// background is a write that a quiet local cluster keeps making: kwok's node heartbeats.
+func background(k writeKey) bool {
+	return k.Resource == "leases" || (k.Resource == "nodes" && k.Subresource == "status")
+}
+
+// waitQuiet waits until the cluster made no writes but kwok's heartbeats for quietWindow (at
+// most quietMax), so that the controller-manager's start-up work on the nodes (for example the
+// TTL controller annotating every node once there are more than 100) is not counted as nodeops'.
+func waitQuiet(ctx context.Context, c *cluster) error {
+	deadline := time.Now().Add(quietMax)
+	prev, err := scrapeWrites(ctx, c.cfg)
+	if err != nil {
+		return err
+	}
+	for time.Now().Before(deadline) {
+		if err := sleepCtx(ctx, quietWindow); err != nil {
+			return err
+		}
+		cur, err := scrapeWrites(ctx, c.cfg)
+		if err != nil {
+			return err
+		}
+		busy := cur.sub(prev).total(func(k writeKey) bool { return !background(k) })
+		prev = cur
+		if busy == 0 {
+			return nil
+		}
+	}
+	return nil // measured anyway; the write breakdown shows what else ran
+}
+
+// rawWriteLimit creates n small ConfigMaps from clients parallel clients, each with its own
+// connection and no client-side rate limit, and times it.
+func rawWriteLimit(ctx context.Context, base *rest.Config, n, clients int) (rawResult, error) {
+	res := rawResult{Creates: n, Clients: clients, Load: readLoadAvg()}
+	ns := fmt.Sprintf("bench-raw-%d", time.Now().UnixNano())
+	sets := make([]kubernetes.Interface, clients)
+	for i := range sets {
+		cfg := rest.CopyConfig(base)
+		cfg.QPS, cfg.Burst = -1, 0 // no client-side rate limit
+		// A Dial function of its own keeps client-go from sharing one cached transport (and one
+		// HTTP/2 connection) between the clients.
+		d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+		cfg.Dial = d.DialContext
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return res, fmt.Errorf("client %d: %w", i, err)
+		}
+		sets[i] = cs
+	}
+	if _, err := sets[0].CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return res, fmt.Errorf("creating namespace %s: %w", ns, err)
+	}
+	// Warm every connection so that TLS handshakes are not timed.
+	for _, cs := range sets {
+		if _, err := cs.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+			return res, fmt.Errorf("warming a client: %w", err)
+		}
+	}
+	var next, errs atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, cs := range sets {
+		wg.Go(func() {
+			for {
+				i := next.Add(1)
+				if i > int64(n) || ctx.Err() != nil {
+					return
+				}
+				cm := &corev1.ConfigMap{
+					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("raw-%d", i)},
+					Data:       map[string]string{"k": "v"},
+				}
+				if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+					errs.Add(1)
+					once.Do(func() { firstErr = err })
+				}
+			}
+		})
+	}
+	wg.Wait()
+	res.Seconds = time.Since(start).Seconds()
+	res.Errors = int(errs.Load())
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	if res.Errors > n/100 {
+		return res, fmt.Errorf("%d of %d creates failed, first: %w", res.Errors, n, firstErr)
+	}
+	return res, nil
+}
+
+// runOperation creates a custom operation with one `wait 0s` over the sim nodes at maxUnavailable
+// pct% and returns the time from create to the Succeeded condition and to the first task's start.
+func runOperation(ctx context.Context, c *cluster, name string, pct, k int) (time.Duration, taskTimes, error) {
+	mu := intstr.FromString(fmt.Sprintf("%d%%", pct))
+	op := &v1alpha1.NodeOperation{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.NodeOperationSpec{
+			Custom:         &v1alpha1.CustomOperation{Groups: []v1alpha1.Group{{Name: "wait", Commands: waitZero()}}},
+			NodeSelector:   simSelector(),
+			MaxUnavailable: &mu,
+		},
+	}
+	w, err := c.client.Watch(ctx, &v1alpha1.NodeOperationList{}, client.MatchingFields{"metadata.name": name})
+	if err != nil {
+		return 0, taskTimes{}, fmt.Errorf("watching NodeOperation %s: %w", name, err)
+	}
+	defer w.Stop()
+	t0 := time.Now()
+	if err := c.client.Create(ctx, op); err != nil {
+		return 0, taskTimes{}, fmt.Errorf("creating NodeOperation %s: %w", name, err)
+	}
+	done := func(o *v1alpha1.NodeOperation) (bool, error) {
+		if meta.IsStatusConditionTrue(o.Status.Conditions, v1alpha1.ConditionSucceeded) {
+			return true, nil
+		}
+		switch o.Status.Phase {
+		case v1alpha1.OperationFailed, v1alpha1.OperationAborted, v1alpha1.OperationBlocked:
+			return false, fmt.Errorf("NodeOperation %s is %s: %s", name, o.Status.Phase, conditionMessages(o.Status.Conditions))
+		}
+		return false, nil
+	}
+	if err := untilOperation(ctx, c, w, name, done); err != nil {
+		return 0, taskTimes{}, err
+	}
+	wall := time.Since(t0)
+	tt, err := observeTasks(ctx, c, client.MatchingLabels{v1alpha1.LabelOperation: name}, t0)
+	if err != nil {
+		return 0, tt, err
+	}
+	if tt.Count != k {
+		return 0, tt, fmt.Errorf("NodeOperation %s succeeded with %d tasks, not %d", name, tt.Count, k)
+	}
+	return wall, tt, nil
+}
+
+// untilOperation follows the operation's watch (falling back to a read when the watch ends) until done says so.
+func untilOperation(ctx context.Context, c *cluster, w watch.Interface, name string, done func(*v1alpha1.NodeOperation) (bool, error)) error {
+	for {
+		select {
+		case <-ctx.Done():
+			var o v1alpha1.NodeOperation
+			_ = c.client.Get(context.Background(), client.ObjectKey{Name: name}, &o)
+			return fmt.Errorf("waiting for NodeOperation %s (phase %q, groups %+v): %w", name, o.Status.Phase, o.Status.Groups, ctx.Err())
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				// The watch ended (a timeout on the server): read once, then watch again.
+				var o v1alpha1.NodeOperation
+				if err := c.client.Get(ctx, client.ObjectKey{Name: name}, &o); err != nil {
+					return fmt.Errorf("reading NodeOperation %s: %w", name, err)
+				}
+				if ok, err := done(&o); ok || err != nil {
+					return err
+				}
+				nw, err := c.client.Watch(ctx, &v1alpha1.NodeOperationList{}, client.MatchingFields{"metadata.name": name})
+				if err != nil {
+					return fmt.Errorf("watching NodeOperation %s again: %w", name, err)
+				}
+				defer nw.Stop()
+				w = nw
+				continue
+			}
+			o, isOp := ev.Object.(*v1alpha1.NodeOperation)
+			if !isOp {
+				continue
+			}
+			if ok, err := done(o); ok || err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func conditionMessages(cs []metav1.Condition) string {
+	var out string
+	for _, c := range cs {
+		if c.Status == metav1.ConditionTrue {
+			out += fmt.Sprintf("%s=%s (%s) ", c.Type, c.Reason, c.Message)
+		}
+	}
+	return out
+}
+
+// taskTimes are the selected tasks' start and end times, from t0.
+type taskTimes struct {
+	FirstStart, LastStart, LastDone time.Duration
+	Count                           int
+}
+
+// observeTasks lists the selected tasks, which must all have Succeeded, and returns when the
+// first and the last started and when the last finished (status.startTime and completionTime,
+// written by the agent on this machine), measured from t0.
+func observeTasks(ctx context.Context, c *cluster, sel client.MatchingLabels, t0 time.Time) (taskTimes, error) {
+	var tasks v1alpha1.NodeTaskList
+	if err := c.client.List(ctx, &tasks, sel); err != nil {
+		return taskTimes{}, fmt.Errorf("listing tasks: %w", err)
+	}
+	tt := taskTimes{Count: len(tasks.Items), FirstStart: -1}
+	for i := range tasks.Items {
+		t := &tasks.Items[i]
+		if t.Status.Phase != v1alpha1.TaskSucceeded {
+			return tt, fmt.Errorf("task %s is %q, not Succeeded", t.Name, t.Status.Phase)
+		}
+		if st := t.Status.StartTime; st != nil {
+			d := st.Sub(t0)
+			if tt.FirstStart < 0 || d < tt.FirstStart {
+				tt.FirstStart = d
+			}
+			tt.LastStart = max(tt.LastStart, d)
+		}
+		if ct := t.Status.CompletionTime; ct != nil {
+			tt.LastDone = max(tt.LastDone, ct.Sub(t0))
+		}
+	}
+	if tt.FirstStart < 0 {
+		return tt, errors.New("no task recorded a start time")
+	}
+	return tt, nil
+}
+
+// deleteOperation deletes the operation and its tasks and waits until the tasks are gone, so the
+// next run starts from the same state.
+func deleteOperation(ctx context.Context, c *cluster, name string) error {
+	sel := client.MatchingLabels{v1alpha1.LabelOperation: name}
+	op := &v1alpha1.NodeOperation{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := c.client.Delete(ctx, op); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting NodeOperation %s: %w", name, err)
+	}
+	// One deletecollection rather than thousands of deletes by the garbage collector.
+	if err := c.client.DeleteAllOf(ctx, &v1alpha1.NodeTask{}, sel); err != nil {
+		return fmt.Errorf("deleting tasks of %s: %w", name, err)
+	}
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	for {
+		var tasks v1alpha1.NodeTaskList
+		if err := c.client.List(dctx, &tasks, sel, client.Limit(1)); err != nil {
+			return fmt.Errorf("listing tasks of %s: %w", name, err)
+		}
+		if len(tasks.Items) == 0 {
+			return nil
+		}
+		if err := sleepCtx(dctx, time.Second); err != nil {
+			return fmt.Errorf("waiting for the tasks of %s to go: %w", name, err)
+		}
+	}
+}
+
+// runProfile creates an autoProvision NodeProfile (install: one `wait 0s`, maxUnavailable 100%)
+// over the sim nodes and returns the time from create until every one of them carries the
+// provisioned label, and to the first task's start.
+func runProfile(ctx context.Context, c *cluster, k int) (time.Duration, taskTimes, error) {
+	label := v1alpha1.ProfileLabelPrefix + profileName
+	sel := client.MatchingLabels{label: v1alpha1.ProvisionedValue}
+	mu := intstr.FromString("100%")
+	p := &v1alpha1.NodeProfile{
+		ObjectMeta: metav1.ObjectMeta{Name: profileName},
+		Spec: v1alpha1.NodeProfileSpec{
+			NodeSelector:   simSelector(),
+			AutoProvision:  true,
+			Install:        waitZero(),
+			MaxUnavailable: &mu,
+		},
+	}
+	w, err := c.client.Watch(ctx, &corev1.NodeList{}, sel)
+	if err != nil {
+		return 0, taskTimes{}, fmt.Errorf("watching labelled nodes: %w", err)
+	}
+	defer func() { w.Stop() }()
+	t0 := time.Now()
+	if err := c.client.Create(ctx, p); err != nil {
+		return 0, taskTimes{}, fmt.Errorf("creating NodeProfile %s: %w", profileName, err)
+	}
+	labelled := map[string]bool{}
+	for len(labelled) < k {
+		select {
+		case <-ctx.Done():
+			return 0, taskTimes{}, fmt.Errorf("waiting for %d nodes labelled %s (have %d): %w", k, label, len(labelled), ctx.Err())
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				var nodes corev1.NodeList
+				if err := c.client.List(ctx, &nodes, sel); err != nil {
+					return 0, taskTimes{}, fmt.Errorf("listing labelled nodes: %w", err)
+				}
+				for i := range nodes.Items {
+					labelled[nodes.Items[i].Name] = true
+				}
+				if w, err = c.client.Watch(ctx, &corev1.NodeList{}, sel); err != nil {
+					return 0, taskTimes{}, fmt.Errorf("watching labelled nodes again: %w", err)
+				}
+				continue
+			}
+			if n, isNode := ev.Object.(*corev1.Node); isNode && ev.Type != watch.Deleted && n.Labels[label] == v1alpha1.ProvisionedValue {
+				labelled[n.Name] = true
+			}
+		}
+	}
+	wall := time.Since(t0)
+	tt, err := observeTasks(ctx, c, client.MatchingLabels{v1alpha1.LabelProfile: profileName}, t0)
+	if err != nil {
+		return 0, tt, err
+	}
+	if tt.Count != k {
+		return 0, tt, fmt.Errorf("NodeProfile %s provisioned with %d tasks, not %d", profileName, tt.Count, k)
+	}
+	return wall, tt, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
