@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -154,7 +155,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nodetask-agent").
 		For(&v1alpha1.NodeTask{}, builder.WithPredicates(serves, predicate.Funcs{DeleteFunc: func(event.DeleteEvent) bool { return false }})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		// Tests run several agents in one process; a real one has one controller.
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers, SkipNameValidation: ptr.To(true)}).
 		Complete(r)
 }
 

@@ -136,12 +136,14 @@ func runDrain(ctx context.Context, env *Env, d *v1alpha1.DrainCommand) (Result, 
 				}
 				blocked[pod.UID] = pdbFor(ctx, env, &pod, err)
 			case ctx.Err() != nil:
+			case errors.Is(err, context.DeadlineExceeded):
+				blocked[pod.UID] = "the API server, which did not answer the eviction in time"
 			default:
 				return Result{}, fmt.Errorf("evicting pod %s/%s: %w", pod.Namespace, pod.Name, err)
 			}
 		}
 		if env.DryRun && len(blocked) == 0 {
-			return Result{Message: fmt.Sprintf("dry run: %d pods of node %s would be evicted", len(evicted), env.NodeName)}, nil
+			break
 		}
 		if !env.DryRun {
 			if err := forgetGone(ctx, env, pending, evicted); err != nil {
@@ -155,10 +157,19 @@ func runDrain(ctx context.Context, env *Env, d *v1alpha1.DrainCommand) (Result, 
 			return Result{}, drainTimeoutError(env.NodeName, timeout, pending, blocked)
 		}
 	}
+	if env.DryRun {
+		return Result{Message: fmt.Sprintf("dry run: %d pods of node %s would be evicted, %d left", len(plan.Evict), env.NodeName, len(plan.Left))}, nil
+	}
 	return Result{Message: fmt.Sprintf("drained node %s: %d pods evicted, %d left", env.NodeName, len(plan.Evict), len(plan.Left))}, nil
 }
 
+// evictCallTimeout bounds one eviction request, so one pod the server is slow about (a budget it has
+// not yet computed) does not hold up the others.
+const evictCallTimeout = 10 * time.Second
+
 func evict(ctx context.Context, env *Env, pod *corev1.Pod, grace *int64) error {
+	ctx, cancel := context.WithTimeout(ctx, evictCallTimeout)
+	defer cancel()
 	ev := &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
 		DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: grace, Preconditions: &metav1.Preconditions{UID: &pod.UID}},

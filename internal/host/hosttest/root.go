@@ -18,7 +18,7 @@ func NewRoot(t testing.TB, files map[string]string) string {
 	root := t.TempDir()
 	mustMkdir(t, filepath.Join(root, "bin"))
 	copyFile(t, Busybox, filepath.Join(root, "bin/busybox"), 0o755)
-	for _, applet := range []string{"sh", "echo", "cat", "sleep", "env", "printf", "touch", "mkdir", "ls", "pwd", "sha256sum", "rm", "seq"} {
+	for _, applet := range []string{"sh", "echo", "cat", "sleep", "env", "printf", "touch", "mkdir", "ls", "pwd", "sha256sum", "rm", "seq", "wc", "grep", "test", "["} {
 		if err := os.Symlink("busybox", filepath.Join(root, "bin", applet)); err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,467 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/agent"
+	"github.com/nodeops/nodeops/internal/agent/commands"
+	"github.com/nodeops/nodeops/internal/host"
+	"github.com/nodeops/nodeops/internal/host/hosttest"
+)
+
+// One API server for the package; each test uses its own node names.
+var (
+	cfg *rest.Config
+	cl  client.WithWatch
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run `make test-unit`, or export KUBEBUILDER_ASSETS=/work/main/bin after `make tools`")
+		return 1
+	}
+	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(true)))
+	scheme, err := agent.Scheme()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	te := &envtest.Environment{
+		// The agent only needs NodeTasks.
+		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "nodeops.io_nodetasks.yaml")},
+		ErrorIfCRDPathMissing: true,
+		BinaryAssetsDirectory: os.Getenv("KUBEBUILDER_ASSETS"),
+		Scheme:                scheme,
+	}
+	cfg, err = te.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start envtest:", err)
+		return 1
+	}
+	defer func() { _ = te.Stop() }()
+	cfg.QPS, cfg.Burst = 500, 1000
+	cl, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
+// startAgent runs an agent for one node (or, with a prefix, a noop agent) until stopped.
+func startAgent(t *testing.T, o agent.Options) (stop func()) {
+	t.Helper()
+	if o.ServiceManager == "" {
+		o.ServiceManager = host.ServiceManagerLocal
+	}
+	if o.Poll == 0 {
+		o.Poll = 100 * time.Millisecond
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := agent.Run(ctx, cfg, o); err != nil && ctx.Err() == nil {
+			t.Errorf("agent: %v", err)
+		}
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
+	t.Cleanup(stop)
+	return stop
+}
+
+func newTask(name, node string, mode v1alpha1.ExecutionMode, cmds ...v1alpha1.Command) *v1alpha1.NodeTask {
+	return &v1alpha1.NodeTask{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelNode: node}},
+		Spec:       v1alpha1.NodeTaskSpec{NodeName: node, Operation: "op-" + name, Commands: cmds, ExecutionMode: mode},
+	}
+}
+
+func script(s string, idempotent bool) v1alpha1.Command {
+	return v1alpha1.Command{Script: &v1alpha1.ScriptCommand{Inline: s, Idempotent: idempotent}}
+}
+
+func create(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := cl.Create(context.Background(), obj); err != nil {
+		t.Fatalf("creating %s: %v", obj.GetName(), err)
+	}
+}
+
+// waitTask waits until cond holds for the task, failing with its last state after the deadline.
+func waitTask(t *testing.T, name string, cond func(*v1alpha1.NodeTask) bool) *v1alpha1.NodeTask {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	task := &v1alpha1.NodeTask{}
+	for {
+		err := cl.Get(context.Background(), client.ObjectKey{Name: name}, task)
+		if err == nil && cond(task) {
+			return task
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task %s: condition not met; last status %+v (err %v)", name, task.Status, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func phaseIs(p v1alpha1.TaskPhase) func(*v1alpha1.NodeTask) bool {
+	return func(t *v1alpha1.NodeTask) bool { return t.Status.Phase == p }
+}
+
+func TestOneCommandTaskCostsTwoStatusWrites(t *testing.T) {
+	root := hosttest.NewRoot(t, nil)
+	startAgent(t, agent.Options{NodeName: "writes-1", HostRoot: root})
+	w, err := cl.Watch(context.Background(), &v1alpha1.NodeTaskList{}, client.MatchingLabels{v1alpha1.LabelNode: "writes-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	create(t, newTask("writes-1", "writes-1", v1alpha1.ExecutionAuto, script("echo hello from $NODEOPS_NODE_NAME", false)))
+	task := waitTask(t, "writes-1", phaseIs(v1alpha1.TaskSucceeded))
+
+	// Every write to the task is one watch event; count them up to the final one, then a little more
+	// to see that nothing follows.
+	modified := 0
+	timeout := time.After(3 * time.Second)
+	for done := false; !done; {
+		select {
+		case ev := <-w.ResultChan():
+			if ev.Type == watch.Modified {
+				modified++
+			}
+		case <-timeout:
+			done = true
+		}
+	}
+	if modified != 2 {
+		t.Errorf("the agent made %d writes for a one-command task, want 2", modified)
+	}
+	c := task.Status.Commands[0]
+	if c.Phase != v1alpha1.CommandSucceeded || c.ExitCode == nil || *c.ExitCode != 0 || c.Attempt != 1 ||
+		!strings.Contains(c.OutputTail, "hello from writes-1") || c.StartTime == nil || c.CompletionTime == nil {
+		t.Errorf("command status %+v", c)
+	}
+	if task.Status.Progress != "1/1" || task.Status.StartTime == nil || task.Status.CompletionTime == nil {
+		t.Errorf("task status %+v", task.Status)
+	}
+}
+
+func TestFailedCommandFailsTaskAndRetries(t *testing.T) {
+	root := hosttest.NewRoot(t, nil)
+	startAgent(t, agent.Options{NodeName: "fail-1", HostRoot: root})
+	retried := script("echo run >> /runs; [ $(cat /runs | wc -l) -ge 2 ]", false)
+	retried.Retries = 2
+	create(t, newTask("fail-1", "fail-1", v1alpha1.ExecutionAuto, retried, script("echo out; exit 4", false), script("touch /never", false)))
+	task := waitTask(t, "fail-1", phaseIs(v1alpha1.TaskFailed))
+	if got := hosttest.ReadFile(t, root, "/runs"); got != "run\nrun\n" {
+		t.Errorf("the retried command ran %q, want twice", got)
+	}
+	c0, c1 := task.Status.Commands[0], task.Status.Commands[1]
+	if c0.Phase != v1alpha1.CommandSucceeded || c0.Attempt != 2 {
+		t.Errorf("retried command %+v", c0)
+	}
+	if c1.Phase != v1alpha1.CommandFailed || *c1.ExitCode != 4 || !strings.Contains(c1.OutputTail, "out") {
+		t.Errorf("failed command %+v", c1)
+	}
+	if task.Status.Reason != v1alpha1.ReasonCommandFailed || !strings.Contains(task.Status.Message, "command 1 (script)") {
+		t.Errorf("task reason %q message %q", task.Status.Reason, task.Status.Message)
+	}
+	if hosttest.ReadFile(t, root, "/never") != "" || task.Status.Commands[2].Phase != v1alpha1.CommandPending {
+		t.Errorf("a command after the failure ran")
+	}
+}
+
+func TestRestartNeverRerunsFinishedAndFailsInterruptedNonIdempotent(t *testing.T) {
+	root := hosttest.NewRoot(t, nil)
+	stop := startAgent(t, agent.Options{NodeName: "restart-1", HostRoot: root})
+	create(t, newTask("restart-1", "restart-1", v1alpha1.ExecutionAuto,
+		script("echo first >> /ran", false), script("echo second >> /ran; sleep 60", false), script("echo third >> /ran", false)))
+	waitTask(t, "restart-1", func(tk *v1alpha1.NodeTask) bool {
+		return len(tk.Status.Commands) == 3 && tk.Status.Commands[1].Phase == v1alpha1.CommandRunning
+	})
+	waitFor(t, "both commands to start", func() bool { return hosttest.ReadFile(t, root, "/ran") == "first\nsecond\n" })
+	stop()
+	startAgent(t, agent.Options{NodeName: "restart-1", HostRoot: root})
+	task := waitTask(t, "restart-1", phaseIs(v1alpha1.TaskFailed))
+	if task.Status.Reason != v1alpha1.ReasonInterrupted || task.Status.Commands[1].Phase != v1alpha1.CommandFailed {
+		t.Errorf("reason %q, command 1 %+v", task.Status.Reason, task.Status.Commands[1])
+	}
+	if got := hosttest.ReadFile(t, root, "/ran"); got != "first\nsecond\n" {
+		t.Errorf("commands ran %q; finished and interrupted ones must not run again", got)
+	}
+}
+
+func TestRestartRerunsInterruptedIdempotent(t *testing.T) {
+	root := hosttest.NewRoot(t, nil)
+	stop := startAgent(t, agent.Options{NodeName: "restart-2", HostRoot: root})
+	create(t, newTask("restart-2", "restart-2", v1alpha1.ExecutionAuto,
+		script("echo first >> /ran", false),
+		script("echo second >> /ran; [ -f /marker ] && exit 0; touch /marker; sleep 60", true)))
+	waitFor(t, "the second command to start", func() bool { return fileExists(root, "/marker") })
+	waitTask(t, "restart-2", func(tk *v1alpha1.NodeTask) bool {
+		return len(tk.Status.Commands) == 2 && tk.Status.Commands[1].Phase == v1alpha1.CommandRunning
+	})
+	stop()
+	startAgent(t, agent.Options{NodeName: "restart-2", HostRoot: root})
+	task := waitTask(t, "restart-2", phaseIs(v1alpha1.TaskSucceeded))
+	if got := hosttest.ReadFile(t, root, "/ran"); got != "first\nsecond\nsecond\n" {
+		t.Errorf("commands ran %q; the idempotent one should run again, the finished one not", got)
+	}
+	if a := task.Status.Commands[1].Attempt; a != 2 {
+		t.Errorf("attempt of the re-run command = %d, want 2", a)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func fileExists(root, p string) bool {
+	_, err := os.Stat(filepath.Join(root, p))
+	return err == nil
+}
+
+func TestControlledModeWaitsForApprovals(t *testing.T) {
+	root := hosttest.NewRoot(t, nil)
+	startAgent(t, agent.Options{NodeName: "controlled-1", HostRoot: root})
+	create(t, newTask("controlled-1", "controlled-1", v1alpha1.ExecutionControlled, script("echo 1 >> /ran", false), script("echo 2 >> /ran", false)))
+	waitTask(t, "controlled-1", func(tk *v1alpha1.NodeTask) bool {
+		return len(tk.Status.Commands) == 2 && tk.Status.Commands[0].Phase == v1alpha1.CommandAwaitingApproval
+	})
+	if hosttest.ReadFile(t, root, "/ran") != "" {
+		t.Fatal("a command ran before it was approved")
+	}
+	approve := func(n int32) {
+		task := &v1alpha1.NodeTask{}
+		if err := cl.Get(context.Background(), client.ObjectKey{Name: "controlled-1"}, task); err != nil {
+			t.Fatal(err)
+		}
+		base := task.DeepCopy()
+		task.Spec.ApprovedCommands = n
+		if err := cl.Patch(context.Background(), task, client.MergeFrom(base)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	approve(1)
+	waitTask(t, "controlled-1", func(tk *v1alpha1.NodeTask) bool {
+		return tk.Status.Commands[0].Phase == v1alpha1.CommandSucceeded && tk.Status.Commands[1].Phase == v1alpha1.CommandAwaitingApproval
+	})
+	if got := hosttest.ReadFile(t, root, "/ran"); got != "1\n" {
+		t.Fatalf("ran %q after approving one command", got)
+	}
+	approve(2)
+	waitTask(t, "controlled-1", phaseIs(v1alpha1.TaskSucceeded))
+	if got := hosttest.ReadFile(t, root, "/ran"); got != "1\n2\n" {
+		t.Fatalf("ran %q", got)
+	}
+}
+
+func TestPauseAndAbort(t *testing.T) {
+	root := hosttest.NewRoot(t, nil)
+	startAgent(t, agent.Options{NodeName: "abort-1", HostRoot: root})
+	task := newTask("abort-1", "abort-1", v1alpha1.ExecutionAuto, script("touch /ran", false))
+	task.Spec.Paused = true
+	create(t, task)
+	time.Sleep(time.Second) // nothing can be waited for: a paused task shows no change
+	if fileExists(root, "/ran") {
+		t.Fatal("a paused task ran a command")
+	}
+	base := task.DeepCopy()
+	task.Spec.Abort = true
+	if err := cl.Patch(context.Background(), task, client.MergeFrom(base)); err != nil {
+		t.Fatal(err)
+	}
+	waitTask(t, "abort-1", phaseIs(v1alpha1.TaskAborted))
+	if fileExists(root, "/ran") {
+		t.Fatal("an aborted task ran a command")
+	}
+}
+
+func TestDryRunChangesNothing(t *testing.T) {
+	cfgToml, err := os.ReadFile("commands/testdata/containerd/v2-default.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := hosttest.NewRoot(t, map[string]string{"/etc/containerd/config.toml": string(cfgToml)})
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "dryrun-1"}}
+	create(t, node)
+	startAgent(t, agent.Options{NodeName: "dryrun-1", HostRoot: root})
+	create(t, newTask("dryrun-1", "dryrun-1", v1alpha1.ExecutionDryRun,
+		script("touch /ran", false),
+		v1alpha1.Command{Cordon: &v1alpha1.CordonCommand{}},
+		v1alpha1.Command{ContainerdRuntime: &v1alpha1.ContainerdRuntimeCommand{Name: "wasmedge", RuntimeType: "io.containerd.wasmedge.v1"}},
+		v1alpha1.Command{RestartService: &v1alpha1.RestartServiceCommand{Name: "kubelet"}},
+		v1alpha1.Command{Drain: &v1alpha1.DrainCommand{}},
+	))
+	task := waitTask(t, "dryrun-1", phaseIs(v1alpha1.TaskSucceeded))
+	for _, c := range task.Status.Commands {
+		if !strings.HasPrefix(c.Message, "dry run") {
+			t.Errorf("command %s: message %q does not say dry run", c.Name, c.Message)
+		}
+	}
+	if fileExists(root, "/ran") || fileExists(root, host.LocalServiceLog) || hosttest.ReadFile(t, root, "/etc/containerd/config.toml") != string(cfgToml) {
+		t.Error("dry run changed the host root")
+	}
+	if err := cl.Get(context.Background(), client.ObjectKey{Name: "dryrun-1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	if node.Spec.Unschedulable || node.Annotations[commands.AnnotationWasUnschedulable] != "" {
+		t.Errorf("dry run changed the node: %+v", node.Spec)
+	}
+}
+
+func TestDrainHonoursPDBAndUncordonRestores(t *testing.T) {
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "drain-test"}}
+	create(t, ns)
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "drain-1"}}
+	create(t, node)
+	yes := true
+	mkPod := func(name string, labels map[string]string, owner string) {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns.Name, Labels: labels},
+			Spec:       corev1.PodSpec{NodeName: node.Name, Containers: []corev1.Container{{Name: "c", Image: "pause"}}},
+		}
+		if owner != "" {
+			pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: owner, Name: "owner", UID: types.UID("uid-" + name), Controller: &yes}}
+		}
+		create(t, pod)
+		pod.Status.Phase = corev1.PodRunning
+		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		if err := cl.Status().Update(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mkPod("web", map[string]string{"app": "web"}, "ReplicaSet")
+	mkPod("db", map[string]string{"app": "db"}, "StatefulSet")
+	mkPod("logs", map[string]string{"app": "logs"}, "DaemonSet")
+	minAvailable := intstr.FromInt32(1)
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "db-pdb", Namespace: ns.Name},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &minAvailable, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
+	}
+	create(t, pdb)
+	// What the disruption controller (not part of envtest) would report: the one db pod is needed.
+	pdb.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: pdb.Generation, DisruptionsAllowed: 0, CurrentHealthy: 1, DesiredHealthy: 1, ExpectedPods: 1}
+	if err := cl.Status().Update(ctx, pdb); err != nil {
+		t.Fatal(err)
+	}
+
+	root := hosttest.NewRoot(t, nil)
+	startAgent(t, agent.Options{NodeName: node.Name, HostRoot: root})
+	zero := int64(0)
+	create(t, newTask("drain-1", node.Name, v1alpha1.ExecutionAuto,
+		v1alpha1.Command{Cordon: &v1alpha1.CordonCommand{}},
+		v1alpha1.Command{Drain: &v1alpha1.DrainCommand{Timeout: &metav1.Duration{Duration: 3 * time.Second}, GracePeriodSeconds: &zero}},
+	))
+	task := waitTask(t, "drain-1", phaseIs(v1alpha1.TaskFailed))
+	msg := task.Status.Commands[1].Message
+	for _, want := range []string{"timed out", "drain-test/db", "PodDisruptionBudget drain-test/db-pdb"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("drain message %q does not say %q; output:\n%s", msg, want, task.Status.Commands[1].OutputTail)
+		}
+	}
+	pods := &corev1.PodList{}
+	if err := cl.List(ctx, pods, client.InNamespace(ns.Name)); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, p := range pods.Items {
+		left = append(left, p.Name)
+	}
+	if strings.Join(left, ",") != "db,logs" {
+		t.Errorf("pods left %v, want db (PDB) and logs (DaemonSet)", left)
+	}
+	if err := cl.Get(ctx, client.ObjectKey{Name: node.Name}, node); err != nil {
+		t.Fatal(err)
+	}
+	if !node.Spec.Unschedulable || node.Annotations[commands.AnnotationWasUnschedulable] != "false" {
+		t.Errorf("after cordon: unschedulable=%v annotations=%v", node.Spec.Unschedulable, node.Annotations)
+	}
+
+	create(t, newTask("uncordon-1", node.Name, v1alpha1.ExecutionAuto, v1alpha1.Command{Uncordon: &v1alpha1.UncordonCommand{}}))
+	waitTask(t, "uncordon-1", phaseIs(v1alpha1.TaskSucceeded))
+	if err := cl.Get(ctx, client.ObjectKey{Name: node.Name}, node); err != nil {
+		t.Fatal(err)
+	}
+	if node.Spec.Unschedulable || node.Annotations[commands.AnnotationWasUnschedulable] != "" {
+		t.Errorf("after uncordon: unschedulable=%v annotations=%v", node.Spec.Unschedulable, node.Annotations)
+	}
+
+	// A node that was already unschedulable stays so through cordon and uncordon.
+	base := node.DeepCopy()
+	node.Spec.Unschedulable = true
+	if err := cl.Patch(ctx, node, client.MergeFrom(base)); err != nil {
+		t.Fatal(err)
+	}
+	create(t, newTask("cordon-2", node.Name, v1alpha1.ExecutionAuto, v1alpha1.Command{Cordon: &v1alpha1.CordonCommand{}}, v1alpha1.Command{Uncordon: &v1alpha1.UncordonCommand{}}))
+	waitTask(t, "cordon-2", phaseIs(v1alpha1.TaskSucceeded))
+	if err := cl.Get(ctx, client.ObjectKey{Name: node.Name}, node); err != nil {
+		t.Fatal(err)
+	}
+	if !node.Spec.Unschedulable {
+		t.Errorf("uncordon made a node schedulable that was unschedulable before cordon")
+	}
+}
+
+func TestNoopHostServesManyNodes(t *testing.T) {
+	startAgent(t, agent.Options{NodePrefix: "sim-", Noop: true, Workers: 16})
+	const n = 50
+	for i := range n {
+		name := fmt.Sprintf("sim-%03d", i)
+		create(t, newTask(name, name, v1alpha1.ExecutionAuto, script("rm -rf /", false), v1alpha1.Command{Cordon: &v1alpha1.CordonCommand{}}))
+	}
+	// A task of a node the agent does not serve stays untouched.
+	create(t, newTask("other-1", "other-1", v1alpha1.ExecutionAuto, script("true", false)))
+	for i := range n {
+		task := waitTask(t, fmt.Sprintf("sim-%03d", i), phaseIs(v1alpha1.TaskSucceeded))
+		if !strings.Contains(task.Status.Commands[0].Message, "noop host") {
+			t.Fatalf("message %q", task.Status.Commands[0].Message)
+		}
+	}
+	other := &v1alpha1.NodeTask{}
+	if err := cl.Get(context.Background(), client.ObjectKey{Name: "other-1"}, other); err != nil {
+		t.Fatal(err)
+	}
+	if other.Status.Phase != "" {
+		t.Errorf("the sim agent touched another node's task: %+v", other.Status)
+	}
+	if err := cl.Delete(context.Background(), other); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+}
