@@ -311,12 +311,65 @@ ca                      Dec 30, 2035 15:04 UTC   9y              no
 	if len(got) != 2 || got[0].Name != "admin.conf" || !got[0].NotAfter.Time.Equal(time.Date(2027, 1, 2, 15, 4, 0, 0, time.UTC)) || got[1].Name != "apiserver" {
 		t.Errorf("parsed %+v", got)
 	}
-	js := `{"kind":"CertificateExpirationInfo","certificates":[{"name":"admin.conf","expirationDate":"2027-01-02T15:04:05Z","missing":false},{"name":"etcd-server","missing":true}]}`
+	js := `[check-expiration] Reading configuration from the cluster...
+{
+"kind":"CertificateExpirationInfo","certificates":[{"name":"admin.conf","expirationDate":"2027-01-02T15:04:05Z","missing":false},{"name":"etcd-server","missing":true}]}`
 	got, err = ParseCheckExpiration([]byte(js))
 	if err != nil || len(got) != 1 || got[0].Name != "admin.conf" {
 		t.Errorf("parsed %+v, %v", got, err)
 	}
 	if _, err := ParseCheckExpiration([]byte("nothing")); err == nil {
 		t.Errorf("no error for output without certificates")
+	}
+}
+
+// TestRenewCertificatesWithRealKubeadm renews the certificates of a root made by the real kubeadm.
+func TestRenewCertificatesWithRealKubeadm(t *testing.T) {
+	bin := os.Getenv("NODEOPS_BIN")
+	if bin == "" {
+		t.Fatal("NODEOPS_BIN is not set: run `make test-unit`, or export NODEOPS_BIN=/work/main/bin after `make tools`")
+	}
+	kubeadmBin, err := os.ReadFile(filepath.Join(bin, "kubeadm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, root, out := localEnv(t, nil, false)
+	hosttest.WriteFile(t, root, "/usr/bin/kubeadm", string(kubeadmBin), 0o755)
+	if err := env.Host.Kubeadm.Kubeadm(context.Background(), out, "init", "phase", "certs", "all"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	before, _ := os.Stat(filepath.Join(root, "etc/kubernetes/pki/apiserver.crt"))
+	time.Sleep(1100 * time.Millisecond) // certificate times have a resolution of one second
+
+	res, err := Run(context.Background(), env, &v1alpha1.Command{KubeadmRenewCertificates: &v1alpha1.KubeadmRenewCertificatesCommand{Certificates: []string{"apiserver"}}})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	after, _ := os.Stat(filepath.Join(root, "etc/kubernetes/pki/apiserver.crt"))
+	if !after.ModTime().After(before.ModTime()) {
+		t.Errorf("apiserver.crt was not renewed")
+	}
+	names := map[string]bool{}
+	for _, c := range res.Certificates {
+		names[c.Name] = true
+		if c.NotAfter.Before(&metav1.Time{Time: time.Now()}) {
+			t.Errorf("certificate %s expires %v", c.Name, c.NotAfter)
+		}
+	}
+	if !names["apiserver"] || !names["front-proxy-client"] {
+		t.Errorf("certificates reported: %v", res.Certificates)
+	}
+
+	dry, droot, dout := localEnv(t, nil, true)
+	hosttest.WriteFile(t, droot, "/usr/bin/kubeadm", string(kubeadmBin), 0o755)
+	if err := dry.Host.Kubeadm.Kubeadm(context.Background(), dout, "init", "phase", "certs", "all"); err != nil {
+		t.Fatal(err)
+	}
+	crt := hosttest.ReadFile(t, droot, "/etc/kubernetes/pki/apiserver.crt")
+	if _, err := Run(context.Background(), dry, &v1alpha1.Command{KubeadmRenewCertificates: &v1alpha1.KubeadmRenewCertificatesCommand{}}); err != nil {
+		t.Fatalf("%v\n%s", err, dout)
+	}
+	if hosttest.ReadFile(t, droot, "/etc/kubernetes/pki/apiserver.crt") != crt {
+		t.Errorf("dry run renewed a certificate")
 	}
 }

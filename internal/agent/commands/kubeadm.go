@@ -78,7 +78,7 @@ func runKubeadmRenewCertificates(ctx context.Context, env *Env, c *v1alpha1.Kube
 	if env.Out != nil {
 		w = io.MultiWriter(&out, env.Out)
 	}
-	if err := env.Host.Kubeadm.Kubeadm(ctx, w, "certs", "check-expiration"); err != nil {
+	if err := env.Host.Kubeadm.Kubeadm(ctx, w, "certs", "check-expiration", "-o", "json"); err != nil {
 		return Result{}, err
 	}
 	expiry, err := ParseCheckExpiration(out.Bytes())
@@ -101,7 +101,7 @@ func dryRunPrefix(env *Env) string {
 // ParseCheckExpiration reads the certificates table of `kubeadm certs check-expiration` (JSON output
 // or the text table); certificate authorities are not included.
 func ParseCheckExpiration(out []byte) ([]v1alpha1.CertificateExpiry, error) {
-	if i := bytes.IndexByte(out, '{'); i >= 0 {
+	if i := bytes.Index(out, []byte("{\n")); i >= 0 {
 		var doc struct {
 			Certificates []struct {
 				Name           string    `json:"name"`
