@@ -2,6 +2,8 @@ package localcluster
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -84,9 +86,9 @@ func Up(ctx context.Context, o Options, out io.Writer) (retErr error) {
 	startCtx, cancelTimeout := context.WithTimeoutCause(startCtx, o.ReadyTimeout,
 		fmt.Errorf("the cluster was not ready within %s (logs in %s)", o.ReadyTimeout, filepath.Join(dir, "logs")))
 	defer cancelTimeout()
-	c, err := bringUp(startCtx, o, sup, stages, logf)
+	c, l, err := bringUp(startCtx, o, sup, stages, logf)
 	if err == nil {
-		err = startStandIns(ctx, startCtx, o, c, logf)
+		err = startStandIns(ctx, startCtx, o, c, l.etcdURL(), logf)
 	}
 	if err != nil {
 		if cause := context.Cause(startCtx); cause != nil && ctx.Err() == nil {
@@ -102,7 +104,7 @@ func Up(ctx context.Context, o Options, out io.Writer) (retErr error) {
 
 // startStandIns starts, for the life of ctx, what stands in for parts of a real cluster nodeops-local
 // lacks: the binary source of upgrades and the kubelets' mirror pods (see MirrorPods).
-func startStandIns(ctx, startCtx context.Context, o Options, c client.Client, logf func(string, ...any)) error {
+func startStandIns(ctx, startCtx context.Context, o Options, c client.Client, etcdURL string, logf func(string, ...any)) error {
 	url, err := serveBinaries(ctx, o.BinDir, o.Dir)
 	if err != nil {
 		return err
@@ -113,25 +115,25 @@ func startStandIns(ctx, startCtx context.Context, o Options, c client.Client, lo
 		cps = append(cps, s.Name)
 	}
 	if err := waitUntil(startCtx, pollInterval, func(ctx context.Context) (bool, error) {
-		return true, syncMirrorPods(ctx, c, o.Dir, cps)
+		return true, syncMirrorPods(ctx, c, o.Dir, cps, etcdURL)
 	}); err != nil {
 		return fmt.Errorf("creating mirror pods: %w", err)
 	}
 	logf("mirroring the control planes' static pod manifests into kube-system (the local stand-in for their kubelets)")
-	go runMirrorPods(ctx, c, o.Dir, cps, logf)
+	go runMirrorPods(ctx, c, o.Dir, cps, etcdURL, logf)
 	return nil
 }
 
-func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, logf func(string, ...any)) (client.Client, error) {
+func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, logf func(string, ...any)) (client.Client, clusterLayout, error) {
 	bin := o.BinDir
 	ports, err := freePorts(3)
 	if err != nil {
-		return nil, err
+		return nil, clusterLayout{}, err
 	}
 	l := clusterLayout{Dir: o.Dir, EtcdClientPort: ports[0], EtcdPeerPort: ports[1], APIPort: ports[2]}
 	logf("making the cluster PKI with kubeadm (apiserver on https://%s)", l.endpoint())
 	if err := makeClusterPKI(ctx, bin, l, o.KubernetesVersion); err != nil {
-		return nil, err
+		return nil, clusterLayout{}, err
 	}
 	specs := NodeSpecs(o.ControlPlanes, o.Workers, o.SimNodes)
 
@@ -141,43 +143,48 @@ func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, l
 
 	logf("starting etcd")
 	if err := sup.start("etcd", filepath.Join(bin, "etcd"), l.etcdArgs()...); err != nil {
-		return nil, err
+		return nil, clusterLayout{}, err
 	}
-	if err := waitUntil(ctx, pollInterval, func(ctx context.Context) (bool, error) { return etcdHealthy(ctx, l.etcdURL()) }); err != nil {
-		return nil, fmt.Errorf("waiting for etcd: %w", err)
+	if err := waitUntil(ctx, pollInterval, func(ctx context.Context) (bool, error) { return etcdHealthy(ctx, l) }); err != nil {
+		return nil, clusterLayout{}, fmt.Errorf("waiting for etcd: %w", err)
 	}
 	logf("starting kube-apiserver")
 	if err := sup.start("kube-apiserver", filepath.Join(bin, "kube-apiserver"), l.apiserverArgs()...); err != nil {
-		return nil, err
+		return nil, clusterLayout{}, err
 	}
 	cfg, err := RESTConfig(l.kubeconfig())
 	if err != nil {
-		return nil, err
+		return nil, clusterLayout{}, err
 	}
 	scheme, err := NewScheme()
 	if err != nil {
-		return nil, err
+		return nil, clusterLayout{}, err
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
-		return nil, fmt.Errorf("creating client: %w", err)
+		return nil, clusterLayout{}, fmt.Errorf("creating client: %w", err)
 	}
 	if err := waitAPIServer(ctx, cfg); err != nil {
-		return nil, err
+		return nil, clusterLayout{}, err
 	}
 	logf("installing kubeadm's configuration and the nodeops CRDs")
 	caPEM, err := os.ReadFile(l.pki("ca.crt"))
 	if err != nil {
-		return nil, fmt.Errorf("reading CA: %w", err)
+		return nil, clusterLayout{}, fmt.Errorf("reading CA: %w", err)
 	}
 	if err := waitUntil(ctx, pollInterval, func(ctx context.Context) (bool, error) {
 		// kube-system and kube-public are created by the apiserver shortly after it is ready.
 		return createAll(ctx, c, KubeadmObjects(o.KubernetesVersion, l.endpoint(), caPEM)) == nil, nil
 	}); err != nil {
-		return nil, fmt.Errorf("creating kubeadm objects: %w (last try: %v)", err, createAll(ctx, c, KubeadmObjects(o.KubernetesVersion, l.endpoint(), caPEM)))
+		return nil, clusterLayout{}, fmt.Errorf("creating kubeadm objects: %w (last try: %v)", err, createAll(ctx, c, KubeadmObjects(o.KubernetesVersion, l.endpoint(), caPEM)))
+	}
+	// CoreDNS as kubeadm init installs it: kubeadm upgrade's preflight refuses a cluster without it.
+	// (kube-proxy is left out: its DaemonSet would put a pod on every simulated node.)
+	if err := kubeadm(ctx, bin, "init", "phase", "addon", "coredns", "--config", filepath.Join(o.Dir, "kubeadm-config.yaml"), "--kubeconfig", l.kubeconfig()); err != nil {
+		return nil, clusterLayout{}, err
 	}
 	if err := installCRDs(ctx, c); err != nil {
-		return nil, err
+		return nil, clusterLayout{}, err
 	}
 	logf("starting kube-controller-manager, kube-scheduler and kwok")
 	for _, p := range []struct {
@@ -189,37 +196,37 @@ func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, l
 		{"kwok", l.kwokArgs(stages)},
 	} {
 		if err := sup.start(p.name, filepath.Join(bin, p.name), p.args...); err != nil {
-			return nil, err
+			return nil, clusterLayout{}, err
 		}
 	}
 	logf("creating %d nodes (%d control planes, %d workers, %d simulated)", len(specs), o.ControlPlanes, o.Workers, o.SimNodes)
 	if err := createNodes(ctx, c, specs, o.KubernetesVersion); err != nil {
-		return nil, err
+		return nil, clusterLayout{}, err
 	}
 	select {
 	case err := <-rootsDone:
 		if err != nil {
-			return nil, err
+			return nil, clusterLayout{}, err
 		}
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, clusterLayout{}, ctx.Err()
 	}
 	logf("node roots ready in %s", filepath.Join(o.Dir, "nodes"))
 	if err := startNodeops(o, l, sup, specs); err != nil {
-		return nil, err
+		return nil, clusterLayout{}, err
 	}
 	logf("waiting for %d nodes to be Ready", len(specs))
 	if err := waitNodesReady(ctx, c, len(specs)); err != nil {
-		return nil, err
+		return nil, clusterLayout{}, err
 	}
 	if err := waitUntil(ctx, pollInterval, func(ctx context.Context) (bool, error) {
 		// Pods are refused until the service-account controller made the namespace's default account.
 		err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "default"}, &corev1.ServiceAccount{})
 		return err == nil, client.IgnoreNotFound(err)
 	}); err != nil {
-		return nil, fmt.Errorf("waiting for the default service account: %w", err)
+		return nil, clusterLayout{}, fmt.Errorf("waiting for the default service account: %w", err)
 	}
-	return c, nil
+	return c, l, nil
 }
 
 func startNodeops(o Options, l clusterLayout, sup *supervisor, specs []NodeSpec) error {
@@ -340,12 +347,24 @@ func RESTConfig(kubeconfig string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-func etcdHealthy(ctx context.Context, url string) (bool, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/health", nil)
+func etcdHealthy(ctx context.Context, l clusterLayout) (bool, error) {
+	cert, err := tls.LoadX509KeyPair(l.pki("etcd/healthcheck-client.crt"), l.pki("etcd/healthcheck-client.key"))
+	if err != nil {
+		return false, fmt.Errorf("loading etcd client certificate: %w", err)
+	}
+	caPEM, err := os.ReadFile(l.pki("etcd/ca.crt"))
+	if err != nil {
+		return false, fmt.Errorf("reading etcd CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	defer hc.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, l.etcdURL()+"/health", nil)
 	if err != nil {
 		return false, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return false, err
 	}

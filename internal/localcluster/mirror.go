@@ -26,6 +26,8 @@ const (
 	AnnotationConfigSource = "kubernetes.io/config.source"
 	// AnnotationAdvertiseAddress is on kubeadm's kube-apiserver manifest; kubeadm upgrade reads it from the mirror pod.
 	AnnotationAdvertiseAddress = "kubeadm.kubernetes.io/kube-apiserver.advertise-address.endpoint"
+	// AnnotationEtcdClientURLs is on kubeadm's etcd manifest; kubeadm upgrade dials etcd there.
+	AnnotationEtcdClientURLs = "kubeadm.kubernetes.io/etcd.advertise-client-urls"
 )
 
 // mirrorInterval is how often the mirror-pod stand-in looks at the control-plane roots' manifests.
@@ -37,7 +39,11 @@ const mirrorInterval = time.Second
 // (as the kubelet does), and replaced whenever the manifest changes or removed when it goes away.
 // kubeadm upgrade finds the apiserver's advertise address on these pods and waits for their hash
 // to change after writing a new manifest. kwok then reports them Running.
-func MirrorPods(node string, manifests map[string][]byte) ([]*corev1.Pod, error) {
+//
+// One departure from the manifests: every control plane's etcd is the local cluster's one etcd, so
+// etcd mirror pods advertise etcdURL (it serves TLS with the roots' etcd CA), where kubeadm upgrade
+// checks etcd's health, rather than the node's 192.0.2.x address nothing listens on.
+func MirrorPods(node string, manifests map[string][]byte, etcdURL string) ([]*corev1.Pod, error) {
 	names := make([]string, 0, len(manifests))
 	for f := range manifests {
 		names = append(names, f)
@@ -62,6 +68,9 @@ func MirrorPods(node string, manifests map[string][]byte) ([]*corev1.Pod, error)
 		pod.Annotations[AnnotationConfigMirror] = hash
 		pod.Annotations[AnnotationConfigHash] = hash
 		pod.Annotations[AnnotationConfigSource] = "file"
+		if _, ok := pod.Annotations[AnnotationEtcdClientURLs]; ok && etcdURL != "" {
+			pod.Annotations[AnnotationEtcdClientURLs] = etcdURL
+		}
 		pod.Spec.NodeName = node
 		pod.Status = corev1.PodStatus{}
 		pods = append(pods, pod)
@@ -90,7 +99,7 @@ func readManifests(root string) (map[string][]byte, error) {
 }
 
 // syncMirrorPods makes kube-system's mirror pods on nodes match their roots' manifests.
-func syncMirrorPods(ctx context.Context, c client.Client, dir string, nodes []string) error {
+func syncMirrorPods(ctx context.Context, c client.Client, dir string, nodes []string, etcdURL string) error {
 	var existing corev1.PodList
 	if err := c.List(ctx, &existing, client.InNamespace(metav1.NamespaceSystem)); err != nil {
 		return fmt.Errorf("listing mirror pods: %w", err)
@@ -109,7 +118,7 @@ func syncMirrorPods(ctx context.Context, c client.Client, dir string, nodes []st
 			errs = append(errs, err.Error())
 			continue
 		}
-		want, err := MirrorPods(node, manifests)
+		want, err := MirrorPods(node, manifests, etcdURL)
 		if err != nil {
 			errs = append(errs, err.Error())
 			continue
@@ -154,7 +163,7 @@ func deleteNow(ctx context.Context, c client.Client, p *corev1.Pod) error {
 }
 
 // runMirrorPods keeps mirror pods in step until ctx ends, logging errors (at most one a minute).
-func runMirrorPods(ctx context.Context, c client.Client, dir string, nodes []string, logf func(string, ...any)) {
+func runMirrorPods(ctx context.Context, c client.Client, dir string, nodes []string, etcdURL string, logf func(string, ...any)) {
 	var lastLog time.Time
 	for {
 		select {
@@ -162,7 +171,7 @@ func runMirrorPods(ctx context.Context, c client.Client, dir string, nodes []str
 			return
 		case <-time.After(mirrorInterval):
 		}
-		if err := syncMirrorPods(ctx, c, dir, nodes); err != nil && ctx.Err() == nil && time.Since(lastLog) > time.Minute {
+		if err := syncMirrorPods(ctx, c, dir, nodes, etcdURL); err != nil && ctx.Err() == nil && time.Since(lastLog) > time.Minute {
 			logf("%v", err)
 			lastLog = time.Now()
 		}

@@ -175,14 +175,20 @@ type clusterLayout struct {
 func (l clusterLayout) pki(name string) string { return filepath.Join(l.Dir, "pki", name) }
 func (l clusterLayout) kubeconfig() string     { return filepath.Join(l.Dir, "kubeconfig") }
 func (l clusterLayout) endpoint() string       { return "127.0.0.1:" + strconv.Itoa(l.APIPort) }
-func (l clusterLayout) etcdURL() string        { return "http://127.0.0.1:" + strconv.Itoa(l.EtcdClientPort) }
+func (l clusterLayout) etcdURL() string        { return "https://127.0.0.1:" + strconv.Itoa(l.EtcdClientPort) }
 func (l clusterLayout) etcdPeerURL() string {
 	return "http://127.0.0.1:" + strconv.Itoa(l.EtcdPeerPort)
 }
 
-// etcd serves plain HTTP on loopback: nothing but the local apiserver talks to it.
+// etcd serves TLS with the cluster's etcd CA, like a kubeadm control plane's etcd, so kubeadm in a
+// control-plane root can reach it with that root's certificates (kubeadm upgrade apply does);
+// its peer port is loopback-only plain HTTP, as it has no peers.
 func (l clusterLayout) etcdArgs() []string {
 	return []string{
+		"--cert-file=" + l.pki("etcd/server.crt"),
+		"--key-file=" + l.pki("etcd/server.key"),
+		"--client-cert-auth=true",
+		"--trusted-ca-file=" + l.pki("etcd/ca.crt"),
 		"--name=nodeops-local",
 		"--data-dir=" + filepath.Join(l.Dir, "etcd"),
 		"--listen-client-urls=" + l.etcdURL(),
@@ -199,6 +205,9 @@ func (l clusterLayout) etcdArgs() []string {
 func (l clusterLayout) apiserverArgs() []string {
 	return []string{
 		"--etcd-servers=" + l.etcdURL(),
+		"--etcd-cafile=" + l.pki("etcd/ca.crt"),
+		"--etcd-certfile=" + l.pki("apiserver-etcd-client.crt"),
+		"--etcd-keyfile=" + l.pki("apiserver-etcd-client.key"),
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(l.APIPort),

@@ -62,11 +62,11 @@ spec:
 `)
 	changed := append([]byte(nil), apiserver...)
 	changed = append(changed[:len(changed)-len("v1.36.4\n")], []byte("v1.37.2\n")...)
-	a, err := MirrorPods("cp-1", map[string][]byte{"kube-apiserver.yaml": apiserver})
+	a, err := MirrorPods("cp-1", map[string][]byte{"kube-apiserver.yaml": apiserver}, "https://127.0.0.1:2379")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := MirrorPods("cp-1", map[string][]byte{"kube-apiserver.yaml": changed})
+	b, err := MirrorPods("cp-1", map[string][]byte{"kube-apiserver.yaml": changed}, "https://127.0.0.1:2379")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,18 @@ spec:
 	if a[0].Annotations[AnnotationConfigHash] == b[0].Annotations[AnnotationConfigHash] {
 		t.Errorf("the config hash did not change with the manifest")
 	}
-	if _, err := MirrorPods("cp-1", map[string][]byte{"broken.yaml": []byte("kind: [")}); err == nil {
+	etcd := []byte(`apiVersion: v1
+kind: Pod
+metadata:
+  annotations:
+    kubeadm.kubernetes.io/etcd.advertise-client-urls: https://192.0.2.11:2379
+  name: etcd
+`)
+	e, err := MirrorPods("cp-1", map[string][]byte{"etcd.yaml": etcd}, "https://127.0.0.1:2379")
+	if err != nil || e[0].Name != "etcd-cp-1" || e[0].Annotations[AnnotationEtcdClientURLs] != "https://127.0.0.1:2379" {
+		t.Errorf("etcd mirror pod does not advertise the local etcd: %v %v", err, e)
+	}
+	if _, err := MirrorPods("cp-1", map[string][]byte{"broken.yaml": []byte("kind: [")}, ""); err == nil {
 		t.Errorf("a broken manifest was accepted")
 	}
 }

@@ -8,7 +8,9 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -71,6 +73,32 @@ func TestLocalStandIns(t *testing.T) {
 		}
 	})
 
+	// The mirror pods and the TLS etcd are what `kubeadm upgrade apply` needs to finish without a kubelet.
+	t.Run("kubeadm upgrades the control planes and the worker for real", func(t *testing.T) {
+		out := kubeadmInRoot(t, l.NodeRoot("cp-1"), "upgrade", "apply", "v1.37.2", "--yes")
+		if !strings.Contains(out, `SUCCESS! A control plane node of your cluster was upgraded to "v1.37.2"`) {
+			t.Fatalf("kubeadm upgrade apply on cp-1:\n%s", out)
+		}
+		var p corev1.Pod
+		if err := l.Client.Get(context.Background(), client.ObjectKey{Namespace: "kube-system", Name: "kube-apiserver-cp-1"}, &p); err != nil {
+			t.Fatal(err)
+		}
+		if img := p.Spec.Containers[0].Image; img != "registry.k8s.io/kube-apiserver:v1.37.2" {
+			t.Errorf("kube-apiserver-cp-1 runs %s after the upgrade", img)
+		}
+		kubeadmInRoot(t, l.NodeRoot("cp-2"), "upgrade", "node")
+		config := filepath.Join(l.NodeRoot("worker-1"), "var/lib/kubelet/config.yaml")
+		before, err := os.ReadFile(config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kubeadmInRoot(t, l.NodeRoot("worker-1"), "upgrade", "node")
+		after, err := os.ReadFile(config)
+		if err != nil || string(after) == string(before) {
+			t.Errorf("kubeadm upgrade node did not rewrite worker-1's %s (%v)", config, err)
+		}
+	})
+
 	t.Run("mirror pods follow their manifests", func(t *testing.T) {
 		manifests := filepath.Join(l.NodeRoot("cp-1"), "etc/kubernetes/manifests")
 		manifest := filepath.Join(manifests, "kube-scheduler.yaml")
@@ -83,7 +111,11 @@ func TestLocalStandIns(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(manifest, []byte(strings.ReplaceAll(string(data), ":v1.36.4", ":v1.37.2")), 0o600); err != nil {
+		changed := regexp.MustCompile(`(image: \S+/kube-scheduler):\S+`).ReplaceAllString(string(data), "${1}:v1.99.0")
+		if changed == string(data) {
+			t.Fatalf("no kube-scheduler image in %s:\n%s", manifest, data)
+		}
+		if err := os.WriteFile(manifest, []byte(changed), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		framework.Eventually(t, time.Minute, "kube-scheduler-cp-1 to follow its new manifest", func(ctx context.Context) (bool, error) {
@@ -92,7 +124,7 @@ func TestLocalStandIns(t *testing.T) {
 				return false, err
 			}
 			if p.Annotations[localcluster.AnnotationConfigHash] == before.Annotations[localcluster.AnnotationConfigHash] ||
-				p.Spec.Containers[0].Image != "registry.k8s.io/kube-scheduler:v1.37.2" {
+				p.Spec.Containers[0].Image != "registry.k8s.io/kube-scheduler:v1.99.0" {
 				return false, fmt.Errorf("image %s, hash %s", p.Spec.Containers[0].Image, p.Annotations[localcluster.AnnotationConfigHash])
 			}
 			return true, nil
@@ -116,6 +148,18 @@ func TestLocalStandIns(t *testing.T) {
 			return true, nil
 		})
 	})
+}
+
+// kubeadmInRoot runs the root's kubeadm chrooted into it. Local roots have no container runtime,
+// /proc, kernel config or images: those preflight checks cannot pass there.
+func kubeadmInRoot(t *testing.T, root string, args ...string) string {
+	t.Helper()
+	args = append(append([]string{root, "/usr/bin/kubeadm"}, args...), "--ignore-preflight-errors=SystemVerification,ContainerRuntimeVersion,ImagePull")
+	out, err := exec.Command("chroot", args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("chroot %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
 }
 
 func httpGet(t *testing.T, url string) io.ReadCloser {
