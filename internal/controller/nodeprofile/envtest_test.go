@@ -4,31 +4,27 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/controller/nodeprofile"
 	"github.com/nodeops/nodeops/internal/nodelock"
+	"github.com/nodeops/nodeops/internal/testutil"
 )
 
 // One API server and one manager for the package (DESIGN.md, test layers); each test uses its own
@@ -39,7 +35,6 @@ var (
 		client client.WithWatch // straight to the API server, no cache
 		scheme *runtime.Scheme
 	}
-	errNoAssets = fmt.Errorf("KUBEBUILDER_ASSETS is not set: run `make test-unit`, or export KUBEBUILDER_ASSETS=/work/main/bin after `make tools`")
 )
 
 // started holds the shared environment once a test needed it; pure tests run without it.
@@ -68,43 +63,19 @@ func needEnv(t *testing.T) {
 }
 
 func startEnv() (stop func(), err error) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		return nil, errNoAssets
-	}
-	logf.SetLogger(testLogger())
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, fmt.Errorf("scheme: %w", err)
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return nil, fmt.Errorf("scheme: %w", err)
-	}
-	te := &envtest.Environment{
-		// Only the kinds this controller uses, so that it is tested on its own.
-		CRDDirectoryPaths: []string{
-			filepath.Join("..", "..", "..", "config", "crd", "nodeops.io_nodeprofiles.yaml"),
-			filepath.Join("..", "..", "..", "config", "crd", "nodeops.io_nodetasks.yaml"),
-		},
-		ErrorIfCRDPathMissing: true,
-		BinaryAssetsDirectory: os.Getenv("KUBEBUILDER_ASSETS"),
-		Scheme:                scheme,
-	}
-	cfg, err := te.Start()
+	logf.SetLogger(testutil.Logger())
+	// Only the kinds this controller uses, so that it is tested on its own.
+	te, err := testutil.Start("nodeprofiles", "nodetasks")
 	if err != nil {
-		return nil, fmt.Errorf("start envtest: %w", err)
+		return nil, err
 	}
 	stopEnv := func() {
 		if err := te.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stop envtest:", err)
+			fmt.Fprintln(os.Stderr, err)
 		}
 	}
-	cfg.QPS, cfg.Burst = 500, 1000
-	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		stopEnv()
-		return nil, fmt.Errorf("client: %w", err)
-	}
-	env.cfg, env.client, env.scheme = cfg, c, scheme
+	cfg, scheme := te.Config, te.Scheme
+	env.cfg, env.client, env.scheme = cfg, te.Client, scheme
 
 	ctx, cancel := context.WithCancel(context.Background())
 	fail := func(err error) (func(), error) {
@@ -143,16 +114,6 @@ func startEnv() (stop func(), err error) {
 		wg.Wait()
 		stopEnv()
 	}, nil
-}
-
-// testLogger logs the controller's errors, and everything with NODEOPS_TEST_VERBOSE set.
-func testLogger() logr.Logger {
-	verbose := os.Getenv("NODEOPS_TEST_VERBOSE") != ""
-	return funcr.New(func(prefix, args string) {
-		if verbose || strings.Contains(args, `"error"`) {
-			fmt.Fprintln(os.Stderr, prefix, args)
-		}
-	}, funcr.Options{Verbosity: 1})
 }
 
 // eventually polls f until it returns nil or the deadline passes.
