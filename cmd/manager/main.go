@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -20,6 +21,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/controller/agentjob"
 	"github.com/nodeops/nodeops/internal/controller/nodeoperation"
 	"github.com/nodeops/nodeops/internal/controller/nodeprofile"
 	"github.com/nodeops/nodeops/internal/controller/nodetask"
@@ -29,6 +31,7 @@ import (
 type options struct {
 	kubeconfig       string
 	agentMode        string
+	agentImage       string
 	qps              float64
 	burst            int
 	metricsAddr      string
@@ -49,6 +52,7 @@ func run(args []string) error {
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster config when empty")
 	fs.StringVar(&o.agentMode, "agent-mode", "DaemonSet", "how agents run: DaemonSet (deployed beside the manager) or Job (a Job per node with pending tasks)")
+	fs.StringVar(&o.agentImage, "agent-image", "ghcr.io/nodeops/agent:latest", "agent image for --agent-mode=Job")
 	// Deliberately high: a 1,000-node operation needs about 1,000 creates in a second or two, and
 	// client-go's defaults (5/10) would make the manager, not the API server, the bottleneck.
 	fs.Float64Var(&o.qps, "kube-api-qps", 800, "client requests per second to the API server")
@@ -96,6 +100,8 @@ func run(args []string) error {
 			DefaultTransform: cache.TransformStripManagedFields(),
 			ByObject: map[client.Object]cache.ByObject{
 				&corev1.Node{}: {Transform: stripNode},
+				// Agent Jobs (--agent-mode=Job) live in nodeops-system only.
+				&batchv1.Job{}: {Namespaces: map[string]cache.Config{"nodeops-system": {}}},
 			},
 		},
 	})
@@ -131,7 +137,9 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 		return fmt.Errorf("set up the NodeProfile controller: %w", err)
 	}
 	if o.agentMode == "Job" {
-		return fmt.Errorf("--agent-mode=Job is not wired into this manager yet: run the agent as a DaemonSet")
+		if err := agentjob.SetupWithManager(mgr, agentjob.Options{Image: o.agentImage}); err != nil {
+			return fmt.Errorf("set up the agent Job controller: %w", err)
+		}
 	}
 	return nil
 }

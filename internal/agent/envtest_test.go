@@ -76,6 +76,11 @@ func run(m *testing.M) int {
 // startAgent runs an agent for one node (or, with a prefix, a noop agent) until stopped.
 func startAgent(t *testing.T, o agent.Options) (stop func()) {
 	t.Helper()
+	return startAgentWith(t, cfg, o)
+}
+
+func startAgentWith(t *testing.T, cfg *rest.Config, o agent.Options) (stop func()) {
+	t.Helper()
 	if o.ServiceManager == "" {
 		o.ServiceManager = host.ServiceManagerLocal
 	}

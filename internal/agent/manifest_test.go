@@ -1,0 +1,59 @@
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/agent"
+	"github.com/nodeops/nodeops/internal/host/hosttest"
+)
+
+// TestAgentWorksWithItsDeploymentRBAC installs config/agent/daemonset.yaml and runs an agent as its
+// ServiceAccount: every API call the commands make must be allowed by the manifest's ClusterRole.
+func TestAgentWorksWithItsDeploymentRBAC(t *testing.T) {
+	ctx := context.Background()
+	data, err := os.ReadFile("../../config/agent/daemonset.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nodeops-system"}})
+	for _, doc := range bytes.Split(data, []byte("\n---\n")) {
+		obj := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(doc, &obj.Object); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.Create(ctx, obj); err != nil {
+			t.Fatalf("creating %s %s from the manifest: %v", obj.GetKind(), obj.GetName(), err)
+		}
+	}
+	create(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "rbac-1"}})
+	create(t, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "victim", Namespace: "default"},
+		Spec:       corev1.PodSpec{NodeName: "rbac-1", Containers: []corev1.Container{{Name: "c", Image: "pause"}}},
+	})
+
+	asAgent := rest.CopyConfig(cfg)
+	asAgent.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:nodeops-system:nodeops-agent"}
+	root := hosttest.NewRoot(t, nil)
+	stop := startAgentWith(t, asAgent, agent.Options{NodeName: "rbac-1", HostRoot: root})
+	defer stop()
+	zero := int64(0)
+	create(t, newTask("rbac-1", "rbac-1", v1alpha1.ExecutionAuto,
+		v1alpha1.Command{Cordon: &v1alpha1.CordonCommand{}},
+		v1alpha1.Command{Drain: &v1alpha1.DrainCommand{GracePeriodSeconds: &zero}},
+		v1alpha1.Command{Uncordon: &v1alpha1.UncordonCommand{}},
+	))
+	task := waitTask(t, "rbac-1", func(tk *v1alpha1.NodeTask) bool { return !tk.EffectivePhase().Unfinished() || tk.Status.Phase == v1alpha1.TaskFailed })
+	if task.Status.Phase != v1alpha1.TaskSucceeded {
+		t.Fatalf("task %s: %s", task.Status.Phase, task.Status.Message)
+	}
+}

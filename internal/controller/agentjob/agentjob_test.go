@@ -1,0 +1,134 @@
+package agentjob_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/controller/agentjob"
+	"github.com/nodeops/nodeops/internal/testutil"
+)
+
+var env *testutil.Env
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	logf.SetLogger(testutil.Logger())
+	var err error
+	env, err = testutil.Start("nodetasks")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:  env.Scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&batchv1.Job{}: {Namespaces: map[string]cache.Config{"nodeops-system": {}}},
+		}},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := agentjob.SetupWithManager(mgr, agentjob.Options{Image: "example.com/agent:test"}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nodeops-system"}}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	go func() {
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "manager:", err)
+		}
+	}()
+	return m.Run()
+}
+
+func TestJobNameIsDeterministicAndShort(t *testing.T) {
+	long := strings.Repeat("n", 200)
+	if agentjob.JobName("worker-1") != "nodeops-agent-worker-1" {
+		t.Errorf("JobName(worker-1) = %s", agentjob.JobName("worker-1"))
+	}
+	if n := agentjob.JobName(long); len(n) > 63 || n != agentjob.JobName(long) || n == agentjob.JobName(long+"x") {
+		t.Errorf("JobName(long) = %s", n)
+	}
+}
+
+func TestJobPerNodeWithPendingTasks(t *testing.T) {
+	ctx := context.Background()
+	c := env.Client
+	mk := func(name, node string, paused bool) {
+		task := &v1alpha1.NodeTask{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelNode: node}},
+			Spec:       v1alpha1.NodeTaskSpec{NodeName: node, Paused: paused, Commands: []v1alpha1.Command{{Wait: &v1alpha1.WaitCommand{}}}},
+		}
+		if err := c.Create(ctx, task); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A paused task needs no agent until it is resumed.
+	mk("paused-task", "idle-node", true)
+	mk("pending-task", "busy-node", false)
+
+	job := &batchv1.Job{}
+	testutil.Eventually(t, 30*time.Second, "a Job for the node with a pending task", func() error {
+		return c.Get(ctx, client.ObjectKey{Namespace: "nodeops-system", Name: "nodeops-agent-busy-node"}, job)
+	})
+	pod := job.Spec.Template.Spec
+	ctr := pod.Containers[0]
+	if pod.NodeName != "busy-node" || !pod.HostPID || !*ctr.SecurityContext.Privileged || ctr.Image != "example.com/agent:test" ||
+		!strings.Contains(strings.Join(ctr.Args, " "), "--exit-when-idle") || pod.Volumes[0].HostPath.Path != "/" || ctr.VolumeMounts[0].MountPath != "/host" ||
+		len(pod.Tolerations) != 1 || pod.Tolerations[0].Operator != corev1.TolerationOpExists {
+		t.Errorf("agent job pod spec %+v", pod)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "nodeops-system", Name: "nodeops-agent-idle-node"}, &batchv1.Job{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a Job exists for a node with no pending task (err %v)", err)
+	}
+
+	// The agent exited while the node has work again: the finished Job is replaced.
+	oldUID := job.UID
+	now := metav1.Now()
+	job.Status.StartTime = &now
+	job.Status.CompletionTime = &now
+	job.Status.Succeeded = 1
+	job.Status.Conditions = []batchv1.JobCondition{
+		{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now},
+	}
+	if err := c.Status().Update(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, "the finished Job replaced by a new one", func() error {
+		j := &batchv1.Job{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "nodeops-system", Name: "nodeops-agent-busy-node"}, j); err != nil {
+			return err
+		}
+		if j.UID == oldUID {
+			return fmt.Errorf("still the old job")
+		}
+		return nil
+	})
+}

@@ -1,0 +1,100 @@
+package agentjob
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/agent"
+)
+
+// nodeIndex indexes NodeTasks by node for this controller.
+const nodeIndex = "agentjob.spec.nodeName"
+
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=nodeops.io,resources=nodetasks,verbs=get;list;watch
+
+// Reconciler keeps one agent Job per node whose tasks need an agent. Requests are keyed by node name.
+type Reconciler struct {
+	Client  client.Client
+	Options Options
+}
+
+// Reconcile converges a node's agent Job: present while a task needs an agent, replaced once it
+// finished while one still does.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	node := req.Name
+	tasks := &v1alpha1.NodeTaskList{}
+	if err := r.Client.List(ctx, tasks, client.MatchingFields{nodeIndex: node}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing the tasks of node %s: %w", node, err)
+	}
+	need := false
+	for i := range tasks.Items {
+		if agent.NeedsAgent(&tasks.Items[i]) {
+			need = true
+			break
+		}
+	}
+	if !need {
+		return ctrl.Result{}, nil
+	}
+	want := BuildJob(node, r.Options)
+	job := &batchv1.Job{}
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), job)
+	switch {
+	case apierrors.IsNotFound(err):
+		if err := r.Client.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
+			return ctrl.Result{}, fmt.Errorf("creating agent job %s: %w", want.Name, err)
+		}
+		return ctrl.Result{}, nil
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("reading agent job %s: %w", want.Name, err)
+	case job.DeletionTimestamp != nil:
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	case finished(job):
+		// The agent exited (idle, or failed) but the node has work again: start a new one.
+		if err := r.Client.Delete(ctx, job, client.PropagationPolicy("Background")); err != nil && !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, fmt.Errorf("replacing agent job %s: %w", job.Name, err)
+		}
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+// SetupWithManager registers the controller; the manager's cache must hold Jobs of o.Namespace.
+func SetupWithManager(mgr ctrl.Manager, o Options) error {
+	o = o.withDefaults()
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.NodeTask{}, nodeIndex, func(obj client.Object) []string {
+		return []string{obj.(*v1alpha1.NodeTask).Spec.NodeName}
+	}); err != nil {
+		return fmt.Errorf("indexing tasks by node: %w", err)
+	}
+	r := &Reconciler{Client: mgr.GetClient(), Options: o}
+	byTask := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+		t, ok := obj.(*v1alpha1.NodeTask)
+		if !ok {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: t.Spec.NodeName}}}
+	})
+	byJob := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+		node := obj.GetAnnotations()[AnnotationNode]
+		if obj.GetNamespace() != o.Namespace || obj.GetLabels()[LabelComponent] != componentAgent || node == "" {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: node}}}
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("agentjob").
+		Watches(&v1alpha1.NodeTask{}, byTask).
+		Watches(&batchv1.Job{}, byJob).
+		Complete(r)
+}
