@@ -4,20 +4,32 @@
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 var (
 	// GroupVersion is the group and version of every nodeops kind.
 	GroupVersion = schema.GroupVersion{Group: "nodeops.io", Version: "v1alpha1"}
 
-	// SchemeBuilder registers the nodeops kinds with a scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	// SchemeBuilder registers the nodeops kinds with a scheme. It is apimachinery's, so
+	// importing the API does not pull in controller-runtime.
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 
 	// AddToScheme adds the nodeops kinds to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
+
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion,
+		&NodeOperation{}, &NodeOperationList{},
+		&NodeTask{}, &NodeTaskList{},
+		&NodeProfile{}, &NodeProfileList{},
+	)
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}
 
 // Labels and annotations nodeops sets.
 const (

@@ -246,7 +246,3 @@ type NodeOperationList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []NodeOperation `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&NodeOperation{}, &NodeOperationList{})
-}

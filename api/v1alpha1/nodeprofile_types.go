@@ -125,7 +125,3 @@ type NodeProfileList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []NodeProfile `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&NodeProfile{}, &NodeProfileList{})
-}

@@ -190,7 +190,3 @@ type NodeTaskList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []NodeTask `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&NodeTask{}, &NodeTaskList{})
-}
