@@ -284,3 +284,46 @@ func TestInstallBusybox(t *testing.T) {
 		t.Fatalf("/bin/sh links to %q (%v)", target, err)
 	}
 }
+
+// TestSupervisorRestartsAfterStartUp: once started up, a child that dies is started again and the
+// process table names its new PID; before that, its death is reported as a start-up failure.
+func TestSupervisorRestartsAfterStartUp(t *testing.T) {
+	dir := t.TempDir()
+	s := newSupervisor(dir, t.Logf)
+	defer s.stopAll(5 * time.Second)
+	if err := s.start("quitter", "/bin/busybox", "sh", "-c", "exit 3"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-s.failed:
+		if !strings.Contains(err.Error(), "quitter exited during start-up") {
+			t.Fatalf("unexpected failure report: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a child dying during start-up was not reported")
+	}
+
+	if err := s.start("sleeper", "/bin/busybox", "sleep", "300"); err != nil {
+		t.Fatal(err)
+	}
+	s.setKeepAlive()
+	procs, _ := ReadProcesses(dir)
+	first := procs["sleeper"]
+	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		procs, _ = ReadProcesses(dir)
+		if pid := procs["sleeper"]; pid != 0 && pid != first {
+			if err := syscall.Kill(pid, 0); err != nil {
+				t.Fatalf("restarted sleeper %d is not running: %v", pid, err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sleeper was not restarted: %v", procs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
