@@ -399,7 +399,9 @@ func waitAPIServer(ctx context.Context, cfg *rest.Config) error {
 
 func waitNodesReady(ctx context.Context, c client.Client, want int) error {
 	ready := 0
-	err := waitUntil(ctx, time.Second, func(ctx context.Context) (bool, error) {
+	// Listing thousands of nodes is not free: poll less often the more there are.
+	interval := time.Second + time.Duration(want/1000)*time.Second
+	err := waitUntil(ctx, interval, func(ctx context.Context) (bool, error) {
 		var nodes corev1.NodeList
 		if err := c.List(ctx, &nodes); err != nil {
 			return false, err
