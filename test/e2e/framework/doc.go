@@ -18,10 +18,17 @@
 //	l.RESTConfig                       for other clients
 //	l.Kubectl(args...) (string, error) bin/kubectl --kubeconfig DIR/kubeconfig ARGS; stdout, stderr in the error
 //	l.MustKubectl(t, args...) string   the same, failing the test on error
-//	l.Processes() (map[string]int, error)  name -> PID of the children (etcd, kube-apiserver, manager, agent-cp-1, ...)
+//	l.Processes() (map[string]int, error)  name -> PID of the children: etcd, kube-apiserver,
+//	                                   kube-controller-manager, kube-scheduler, kwok, manager, agent-<node>, agent-sim
 //	l.Stop() error                     SIGTERM, wait (idempotent; the cleanup calls it)
+//	l.Exited() <-chan struct{}         closed once nodeops-local exited (after `nodeops-local down`, say)
 //	l.PID()                            nodeops-local's own PID
+//	l.Output() string                  what nodeops-local printed so far
 //	l.WaitNodesReady(t, n, timeout)    until at least n nodes are Ready without the not-ready taint
+//	framework.NodeReady(node) bool     Ready and free of the not-ready/unreachable taints
+//
+// A child killed after start-up (a fault test's SIGKILL to the manager or an agent) is started
+// again by nodeops-local after a few seconds, with a new PID in l.Processes().
 //
 // Waiting: never sleep for a fixed time; wait on a condition with a deadline.
 //
