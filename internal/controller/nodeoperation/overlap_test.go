@@ -37,6 +37,7 @@ func TestOverlappingOperationsShareNoNode(t *testing.T) {
 	defer w.Stop()
 	var mu sync.Mutex
 	var violation string
+	finished := map[string]bool{} // tasks the watch saw finish, so the check is not vacuous
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
@@ -48,6 +49,9 @@ func TestOverlappingOperationsShareNoNode(t *testing.T) {
 			}
 			if ev.Type == watch.Deleted || !nodelock.Holds(task) {
 				delete(holding, task.Name)
+				mu.Lock()
+				finished[task.Name] = true
+				mu.Unlock()
 				continue
 			}
 			holding[task.Name] = task.Spec.NodeName
@@ -115,5 +119,8 @@ func TestOverlappingOperationsShareNoNode(t *testing.T) {
 	defer mu.Unlock()
 	if violation != "" {
 		t.Fatal(violation)
+	}
+	if len(finished) != 8 {
+		t.Fatalf("the watch saw %d of 8 tasks finish", len(finished))
 	}
 }
