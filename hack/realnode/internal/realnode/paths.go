@@ -64,14 +64,14 @@ var OwnedCandidates = []string{
 	"/usr/bin/kubeadm.nodeops-prev", "/usr/bin/kubelet.nodeops-prev", "/usr/bin/kubectl.nodeops-prev",
 }
 
-// Layout is where the builds of one checkout go (under its bin/).
+// Layout is where the builds of one checkout go (bin/realnode-build; bin/realnode is the driver itself).
 type Layout struct {
 	Repo string // checkout root
 	Bin  string // checkout's bin/, holding the v1.37.2 tools from hack/tools.sh
 }
 
 // Out is the realnode build directory.
-func (l Layout) Out() string { return filepath.Join(l.Bin, "realnode") }
+func (l Layout) Out() string { return filepath.Join(l.Bin, "realnode-build") }
 
 // KubeDir holds the Kubernetes binaries and etcd of version v.
 func (l Layout) KubeDir(v string) string {
