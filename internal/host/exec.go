@@ -52,7 +52,8 @@ func (r *ChrootRunner) Run(ctx context.Context, c Cmd) error {
 		cmd.Env = []string{"PATH=" + DefaultPath}
 	}
 	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: r.Root, Setpgid: true}
+	// Pdeathsig: a program never outlives its agent, as it would not outlive the agent's container.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: r.Root, Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	// exec.Command resolves a bare path against the agent's filesystem; the program lives in the root.
 	cmd.Path = c.Path
 	cmd.Stdout, cmd.Stderr, cmd.Stdin = c.Output, c.Output, c.Stdin

@@ -1,0 +1,252 @@
+package e2e
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/test/e2e/framework"
+)
+
+// TestAgent runs the agent's issue-4 scenarios on nodeops-local: real agent processes executing
+// NodeTasks that the real manager creates from NodeOperations, on local node roots.
+func TestAgent(t *testing.T) {
+	l := framework.StartLocal(t, "--control-planes=1", "--workers=2")
+	l.WaitNodesReady(t, 3, 3*time.Minute)
+	nodes := []string{"cp-1", "worker-1", "worker-2"}
+
+	t.Run("a script appending to a file runs exactly once on every node", func(t *testing.T) {
+		op := customOp("append-once", nil, script("mkdir -p /var/tmp && echo \"$NODEOPS_NODE_NAME $NODEOPS_OPERATION\" >> /var/tmp/e2e-append", false))
+		runOp(t, l, op, v1alpha1.OperationSucceeded)
+		for _, n := range nodes {
+			got, err := os.ReadFile(filepath.Join(l.NodeRoot(n), "var/tmp/e2e-append"))
+			if err != nil || string(got) != n+" append-once\n" {
+				t.Errorf("node %s: file %q (%v), want the script to have run once", n, got, err)
+			}
+		}
+	})
+
+	t.Run("killing the agent: finished commands stay done, an interrupted non-idempotent one fails Interrupted", func(t *testing.T) {
+		root := l.NodeRoot("worker-1")
+		op := customOp("kill-nonidem", onNode("worker-1"),
+			script("mkdir -p /var/tmp && echo first >> /var/tmp/e2e-kill", false),
+			script("echo second >> /var/tmp/e2e-kill; sleep 120", false),
+			script("echo third >> /var/tmp/e2e-kill", false))
+		create(t, l, op)
+		waitFileIs(t, filepath.Join(root, "var/tmp/e2e-kill"), "first\nsecond\n")
+		killAgent(t, l, "worker-1")
+		task := waitTaskOf(t, l, op.Name, func(tk *v1alpha1.NodeTask) bool { return tk.Status.Phase == v1alpha1.TaskFailed })
+		if task.Status.Reason != v1alpha1.ReasonInterrupted {
+			t.Errorf("task failed with reason %q (%s), want Interrupted", task.Status.Reason, task.Status.Message)
+		}
+		if got, _ := os.ReadFile(filepath.Join(root, "var/tmp/e2e-kill")); string(got) != "first\nsecond\n" {
+			t.Errorf("commands ran %q after the restart", got)
+		}
+		abort(t, l, op.Name)
+	})
+
+	t.Run("killing the agent: an interrupted idempotent command runs again", func(t *testing.T) {
+		root := l.NodeRoot("worker-2")
+		op := customOp("kill-idem", onNode("worker-2"),
+			script("mkdir -p /var/tmp && echo first >> /var/tmp/e2e-idem", false),
+			script("echo second >> /var/tmp/e2e-idem; [ -f /var/tmp/e2e-idem-marker ] && exit 0; touch /var/tmp/e2e-idem-marker; sleep 120", true))
+		create(t, l, op)
+		waitFileIs(t, filepath.Join(root, "var/tmp/e2e-idem"), "first\nsecond\n")
+		killAgent(t, l, "worker-2")
+		waitOp(t, l, op.Name, v1alpha1.OperationSucceeded)
+		if got, _ := os.ReadFile(filepath.Join(root, "var/tmp/e2e-idem")); string(got) != "first\nsecond\nsecond\n" {
+			t.Errorf("commands ran %q; want the finished one once and the idempotent one twice", got)
+		}
+	})
+
+	t.Run("installFile refuses a download whose sha256 differs and keeps the old file", func(t *testing.T) {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("new content")) }))
+		defer srv.Close()
+		target := filepath.Join(l.NodeRoot("worker-1"), "opt/e2e/file")
+		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(target, []byte("old content"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		wrong := sha256.Sum256([]byte("other content"))
+		op := customOp("install-bad-sha", onNode("worker-1"), v1alpha1.Command{InstallFile: &v1alpha1.InstallFileCommand{
+			URL: srv.URL + "/file", SHA256: hex.EncodeToString(wrong[:]), Path: "/opt/e2e/file",
+		}})
+		create(t, l, op)
+		task := waitTaskOf(t, l, op.Name, func(tk *v1alpha1.NodeTask) bool { return tk.Status.Phase == v1alpha1.TaskFailed })
+		if msg := task.Status.Commands[0].Message; !strings.Contains(msg, "sha256") || !strings.Contains(msg, "left unchanged") {
+			t.Errorf("message %q", msg)
+		}
+		if got, _ := os.ReadFile(target); string(got) != "old content" {
+			t.Errorf("file is %q after a refused download", got)
+		}
+		abort(t, l, op.Name)
+
+		right := sha256.Sum256([]byte("new content"))
+		op = customOp("install-good-sha", onNode("worker-1"), v1alpha1.Command{InstallFile: &v1alpha1.InstallFileCommand{
+			URL: srv.URL + "/file", SHA256: hex.EncodeToString(right[:]), Path: "/opt/e2e/file", Mode: "0600",
+		}})
+		runOp(t, l, op, v1alpha1.OperationSucceeded)
+		if got, _ := os.ReadFile(target); string(got) != "new content" {
+			t.Errorf("file is %q after a verified download", got)
+		}
+	})
+
+	t.Run("containerdRuntime adds and removes a handler in the node's config, round trip", func(t *testing.T) {
+		cfgPath := filepath.Join(l.NodeRoot("worker-2"), "etc/containerd/config.toml")
+		orig, err := os.ReadFile(cfgPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		handler := v1alpha1.ContainerdRuntimeCommand{Name: "wasmedge", RuntimeType: "io.containerd.wasmedge.v1", BinaryPath: "/opt/kwasm/bin/containerd-shim-wasmedge-v1"}
+		add := handler
+		runOp(t, l, customOp("ctrd-add", onNode("worker-2"), v1alpha1.Command{ContainerdRuntime: &add}, v1alpha1.Command{ContainerdRuntime: &add}), v1alpha1.OperationSucceeded)
+		added, _ := os.ReadFile(cfgPath)
+		if !strings.Contains(string(added), "runtimes.wasmedge]") || !strings.Contains(string(added), `runtime_type = "io.containerd.wasmedge.v1"`) {
+			t.Errorf("handler not in the config:\n%s", added)
+		}
+		rm := handler
+		rm.Remove = true
+		runOp(t, l, customOp("ctrd-remove", onNode("worker-2"), v1alpha1.Command{ContainerdRuntime: &rm}), v1alpha1.OperationSucceeded)
+		if back, _ := os.ReadFile(cfgPath); string(back) != string(orig) {
+			t.Errorf("add then remove did not give back the node's config byte for byte:\n%s", back)
+		}
+		log, _ := os.ReadFile(filepath.Join(l.NodeRoot("worker-2"), "var/lib/nodeops-local/services.log"))
+		if n := strings.Count(string(log), "restart containerd "); n != 3 {
+			t.Errorf("containerd restarted %d times, want 3 (one per command):\n%s", n, log)
+		}
+	})
+}
+
+func script(s string, idempotent bool) v1alpha1.Command {
+	return v1alpha1.Command{Script: &v1alpha1.ScriptCommand{Inline: s, Idempotent: idempotent}}
+}
+
+func onNode(name string) *metav1.LabelSelector {
+	return &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/hostname": name}}
+}
+
+func customOp(name string, sel *metav1.LabelSelector, cmds ...v1alpha1.Command) *v1alpha1.NodeOperation {
+	return &v1alpha1.NodeOperation{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.NodeOperationSpec{
+			NodeSelector: sel,
+			Custom:       &v1alpha1.CustomOperation{Groups: []v1alpha1.Group{{Name: "main", Commands: cmds}}},
+		},
+	}
+}
+
+func create(t *testing.T, l *framework.Local, obj client.Object) {
+	t.Helper()
+	if err := l.Client.Create(context.Background(), obj); err != nil {
+		t.Fatalf("creating %s: %v", obj.GetName(), err)
+	}
+	if _, ok := obj.(*v1alpha1.NodeOperation); ok {
+		// A failed scenario must not hold its nodes for the next one.
+		t.Cleanup(func() {
+			if t.Failed() {
+				_ = l.Client.Patch(context.Background(), obj, client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"abort":true}}`)))
+			}
+		})
+	}
+}
+
+func runOp(t *testing.T, l *framework.Local, op *v1alpha1.NodeOperation, want v1alpha1.OperationPhase) {
+	t.Helper()
+	create(t, l, op)
+	waitOp(t, l, op.Name, want)
+}
+
+func waitOp(t *testing.T, l *framework.Local, name string, want v1alpha1.OperationPhase) {
+	t.Helper()
+	framework.Eventually(t, 3*time.Minute, "operation "+name+" "+string(want), func(ctx context.Context) (bool, error) {
+		op := &v1alpha1.NodeOperation{}
+		if err := l.Client.Get(ctx, client.ObjectKey{Name: name}, op); err != nil {
+			return false, err
+		}
+		if op.Status.Phase != want {
+			return false, fmt.Errorf("phase %q, groups %+v", op.Status.Phase, op.Status.Groups)
+		}
+		return true, nil
+	})
+}
+
+func waitTaskOf(t *testing.T, l *framework.Local, op string, cond func(*v1alpha1.NodeTask) bool) *v1alpha1.NodeTask {
+	t.Helper()
+	var found *v1alpha1.NodeTask
+	framework.Eventually(t, 3*time.Minute, "the task of "+op, func(ctx context.Context) (bool, error) {
+		tasks := &v1alpha1.NodeTaskList{}
+		if err := l.Client.List(ctx, tasks, client.MatchingLabels{v1alpha1.LabelOperation: op}); err != nil {
+			return false, err
+		}
+		if len(tasks.Items) != 1 {
+			return false, fmt.Errorf("%d tasks", len(tasks.Items))
+		}
+		if !cond(&tasks.Items[0]) {
+			return false, fmt.Errorf("status %+v", tasks.Items[0].Status)
+		}
+		found = &tasks.Items[0]
+		return true, nil
+	})
+	return found
+}
+
+// abort ends a blocked operation so its node is free for the next scenario.
+func abort(t *testing.T, l *framework.Local, name string) {
+	t.Helper()
+	op := &v1alpha1.NodeOperation{}
+	if err := l.Client.Get(context.Background(), client.ObjectKey{Name: name}, op); err != nil {
+		t.Fatal(err)
+	}
+	base := op.DeepCopy()
+	op.Spec.Abort = true
+	if err := l.Client.Patch(context.Background(), op, client.MergeFrom(base)); err != nil {
+		t.Fatal(err)
+	}
+	waitOp(t, l, name, v1alpha1.OperationAborted)
+}
+
+func waitFileIs(t *testing.T, path, want string) {
+	t.Helper()
+	framework.Eventually(t, 2*time.Minute, path+" = "+want, func(context.Context) (bool, error) {
+		got, err := os.ReadFile(path)
+		if err != nil {
+			return false, err
+		}
+		if string(got) != want {
+			return false, fmt.Errorf("content %q", got)
+		}
+		return true, nil
+	})
+}
+
+// killAgent kills a local node's agent with SIGKILL; nodeops-local starts it again, as a kubelet
+// restarts a crashed pod.
+func killAgent(t *testing.T, l *framework.Local, node string) {
+	t.Helper()
+	procs, err := l.Processes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, ok := procs["agent-"+node]
+	if !ok {
+		t.Fatalf("no agent-%s among %v", node, procs)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("killing agent-%s (pid %d): %v", node, pid, err)
+	}
+}
