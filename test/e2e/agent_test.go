@@ -14,7 +14,12 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
@@ -37,6 +42,10 @@ func TestAgent(t *testing.T) {
 				t.Errorf("node %s: file %q (%v), want the script to have run once", n, got, err)
 			}
 		}
+	})
+
+	t.Run("drain stops at a PodDisruptionBudget with a clear message; uncordon restores schedulability", func(t *testing.T) {
+		testDrainWithPDB(t, l)
 	})
 
 	t.Run("killing the agent: finished commands stay done, an interrupted non-idempotent one fails Interrupted", func(t *testing.T) {
@@ -130,6 +139,74 @@ func TestAgent(t *testing.T) {
 			t.Errorf("containerd restarted %d times, want 3 (one per command):\n%s", n, log)
 		}
 	})
+}
+
+func testDrainWithPDB(t *testing.T, l *framework.Local) {
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "e2e-drain"}}
+	create(t, l, ns)
+	labels := map[string]string{"app": "guarded"}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "guarded", Namespace: ns.Name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](2),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					NodeSelector: map[string]string{"kubernetes.io/hostname": "worker-1"},
+					Containers:   []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
+				},
+			},
+		},
+	}
+	create(t, l, dep)
+	minAvailable := intstr.FromInt32(2)
+	create(t, l, &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "guarded-pdb", Namespace: ns.Name},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &minAvailable, Selector: &metav1.LabelSelector{MatchLabels: labels}},
+	})
+	framework.Eventually(t, 2*time.Minute, "both guarded pods Ready and counted by the PDB", func(ctx context.Context) (bool, error) {
+		pdb := &policyv1.PodDisruptionBudget{}
+		if err := l.Client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "guarded-pdb"}, pdb); err != nil {
+			return false, err
+		}
+		if pdb.Status.CurrentHealthy != 2 {
+			return false, fmt.Errorf("PDB status %+v", pdb.Status)
+		}
+		return true, nil
+	})
+
+	op := customOp("drain-pdb", onNode("worker-1"),
+		v1alpha1.Command{Cordon: &v1alpha1.CordonCommand{}},
+		v1alpha1.Command{Drain: &v1alpha1.DrainCommand{Timeout: &metav1.Duration{Duration: 10 * time.Second}}})
+	create(t, l, op)
+	task := waitTaskOf(t, l, op.Name, func(tk *v1alpha1.NodeTask) bool { return tk.Status.Phase == v1alpha1.TaskFailed })
+	msg := task.Status.Commands[1].Message
+	for _, want := range []string{"timed out", "e2e-drain/guarded-", "PodDisruptionBudget e2e-drain/guarded-pdb"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("drain message %q does not say %q", msg, want)
+		}
+	}
+	node := &corev1.Node{}
+	if err := l.Client.Get(ctx, client.ObjectKey{Name: "worker-1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	if !node.Spec.Unschedulable {
+		t.Errorf("worker-1 is not cordoned")
+	}
+	abort(t, l, op.Name)
+
+	runOp(t, l, customOp("uncordon-after", onNode("worker-1"), v1alpha1.Command{Uncordon: &v1alpha1.UncordonCommand{}}), v1alpha1.OperationSucceeded)
+	if err := l.Client.Get(ctx, client.ObjectKey{Name: "worker-1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	if node.Spec.Unschedulable {
+		t.Errorf("uncordon left worker-1 unschedulable, though it was schedulable before cordon")
+	}
+	if err := l.Client.Delete(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func script(s string, idempotent bool) v1alpha1.Command {
