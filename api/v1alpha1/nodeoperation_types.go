@@ -39,7 +39,9 @@ type UpgradeOperation struct {
 	// +optional
 	// +kubebuilder:default=true
 	UpgradeKubeletAndKubectl *bool `json:"upgradeKubeletAndKubectl,omitempty"`
-	// BinarySource serves the new binaries; required when upgradeKubeletAndKubectl is true.
+	// BinarySource serves the new binaries: kubeadm, installed on each node before kubeadm upgrades it,
+	// then kubelet and kubectl. Required when upgradeKubeletAndKubectl is true; without it the nodes'
+	// kubeadm must already be the new version.
 	// +optional
 	BinarySource *BinarySource `json:"binarySource,omitempty"`
 	// IgnorePreflightErrors is passed to kubeadm.

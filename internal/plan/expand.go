@@ -3,6 +3,7 @@ package plan
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -75,32 +76,40 @@ func expandUpgrade(u *v1alpha1.UpgradeOperation) ([]v1alpha1.Group, error) {
 		return nil, fmt.Errorf("upgrade.binarySource is required when upgrade.upgradeKubeletAndKubectl is true")
 	}
 	ignore := append([]string(nil), u.IgnorePreflightErrors...)
+	// Named, as a task holds two of them: "install-kubeadm", "install-kubelet-kubectl".
+	install := func(components ...string) v1alpha1.Command {
+		return v1alpha1.Command{Name: "install-" + strings.Join(components, "-"), InstallBinaries: &v1alpha1.InstallBinariesCommand{
+			Components: components, Version: u.KubernetesVersion, Source: *u.BinarySource.DeepCopy()}}
+	}
+	// kubeadm upgrades a node with the new release's kubeadm, so it is replaced first on every node;
+	// without a binary source the nodes' kubeadm is taken to be the new one already.
+	kubeadm := func() []v1alpha1.Command {
+		if u.BinarySource == nil {
+			return nil
+		}
+		return []v1alpha1.Command{install("kubeadm")}
+	}
 	// kubelet and kubectl are replaced only after kubeadm has upgraded the node's configuration,
 	// then the kubelet restarts onto the new binary.
 	kubelet := func() []v1alpha1.Command {
 		if !binaries {
 			return nil
 		}
-		return []v1alpha1.Command{
-			{InstallBinaries: &v1alpha1.InstallBinariesCommand{
-				Components: []string{"kubelet", "kubectl"}, Version: u.KubernetesVersion, Source: *u.BinarySource.DeepCopy()}},
-			{RestartService: &v1alpha1.RestartServiceCommand{Name: "kubelet"}},
-		}
+		return []v1alpha1.Command{install("kubelet", "kubectl"), {RestartService: &v1alpha1.RestartServiceCommand{Name: "kubelet"}}}
 	}
 	drain := &v1alpha1.DrainCommand{IgnoreDaemonSets: ptr.To(true)}
 	if u.Drain != nil {
 		drain = u.Drain.DeepCopy()
 	}
 
-	first := append([]v1alpha1.Command{
-		{KubeadmUpgradePlan: &v1alpha1.KubeadmUpgradePlanCommand{KubernetesVersion: u.KubernetesVersion, IgnorePreflightErrors: ignore}},
-		{KubeadmUpgradeApply: &v1alpha1.KubeadmUpgradeApplyCommand{KubernetesVersion: u.KubernetesVersion, IgnorePreflightErrors: ignore}},
-	}, kubelet()...)
-	rest := append([]v1alpha1.Command{
-		{KubeadmUpgradeNode: &v1alpha1.KubeadmUpgradeNodeCommand{IgnorePreflightErrors: ignore}},
-	}, kubelet()...)
-	work := []v1alpha1.Command{{Cordon: &v1alpha1.CordonCommand{}}, {Drain: drain},
-		{KubeadmUpgradeNode: &v1alpha1.KubeadmUpgradeNodeCommand{IgnorePreflightErrors: ignore}}}
+	first := append(kubeadm(),
+		v1alpha1.Command{KubeadmUpgradePlan: &v1alpha1.KubeadmUpgradePlanCommand{KubernetesVersion: u.KubernetesVersion, IgnorePreflightErrors: ignore}},
+		v1alpha1.Command{KubeadmUpgradeApply: &v1alpha1.KubeadmUpgradeApplyCommand{KubernetesVersion: u.KubernetesVersion, IgnorePreflightErrors: ignore}})
+	first = append(first, kubelet()...)
+	rest := append(kubeadm(), v1alpha1.Command{KubeadmUpgradeNode: &v1alpha1.KubeadmUpgradeNodeCommand{IgnorePreflightErrors: ignore}})
+	rest = append(rest, kubelet()...)
+	work := append(kubeadm(), v1alpha1.Command{Cordon: &v1alpha1.CordonCommand{}}, v1alpha1.Command{Drain: drain},
+		v1alpha1.Command{KubeadmUpgradeNode: &v1alpha1.KubeadmUpgradeNodeCommand{IgnorePreflightErrors: ignore}})
 	work = append(work, kubelet()...)
 	work = append(work, v1alpha1.Command{WaitNodeReady: &v1alpha1.WaitNodeReadyCommand{}}, v1alpha1.Command{Uncordon: &v1alpha1.UncordonCommand{}})
 

@@ -37,13 +37,22 @@ func TestExpand(t *testing.T) {
 			name: "upgrade with kubelet",
 			spec: v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2", BinarySource: source}},
 			want: []group{
-				{GroupFirstControlPlane, v1alpha1.NodeFilterHead, []string{"kubeadmUpgradePlan", "kubeadmUpgradeApply", "installBinaries", "restartService"}},
-				{GroupOtherControlPlanes, v1alpha1.NodeFilterTail, []string{"kubeadmUpgradeNode", "installBinaries", "restartService"}},
-				{GroupWorkers, v1alpha1.NodeFilterAll, []string{"cordon", "drain", "kubeadmUpgradeNode", "installBinaries", "restartService", "waitNodeReady", "uncordon"}},
+				{GroupFirstControlPlane, v1alpha1.NodeFilterHead, []string{"installBinaries", "kubeadmUpgradePlan", "kubeadmUpgradeApply", "installBinaries", "restartService"}},
+				{GroupOtherControlPlanes, v1alpha1.NodeFilterTail, []string{"installBinaries", "kubeadmUpgradeNode", "installBinaries", "restartService"}},
+				{GroupWorkers, v1alpha1.NodeFilterAll, []string{"installBinaries", "cordon", "drain", "kubeadmUpgradeNode", "installBinaries", "restartService", "waitNodeReady", "uncordon"}},
 			},
 		},
 		{
-			name: "upgrade without kubelet",
+			name: "upgrade without kubelet, kubeadm from the binary source",
+			spec: v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2", UpgradeKubeletAndKubectl: ptr.To(false), BinarySource: source}},
+			want: []group{
+				{GroupFirstControlPlane, v1alpha1.NodeFilterHead, []string{"installBinaries", "kubeadmUpgradePlan", "kubeadmUpgradeApply"}},
+				{GroupOtherControlPlanes, v1alpha1.NodeFilterTail, []string{"installBinaries", "kubeadmUpgradeNode"}},
+				{GroupWorkers, v1alpha1.NodeFilterAll, []string{"installBinaries", "cordon", "drain", "kubeadmUpgradeNode", "waitNodeReady", "uncordon"}},
+			},
+		},
+		{
+			name: "upgrade without kubelet or binary source: the nodes' kubeadm is used",
 			spec: v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2", UpgradeKubeletAndKubectl: ptr.To(false)}},
 			want: []group{
 				{GroupFirstControlPlane, v1alpha1.NodeFilterHead, []string{"kubeadmUpgradePlan", "kubeadmUpgradeApply"}},
@@ -103,15 +112,25 @@ func TestExpandUpgradeCarriesVersionAndSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	apply := groups[0].Commands[1].KubeadmUpgradeApply
+	apply := groups[0].Commands[2].KubeadmUpgradeApply
 	if apply.KubernetesVersion != "v1.37.2" || !reflect.DeepEqual(apply.IgnorePreflightErrors, []string{"all"}) {
 		t.Errorf("apply = %+v", apply)
 	}
-	bins := groups[2].Commands[3].InstallBinaries
+	if p := groups[0].Commands[1].KubeadmUpgradePlan; p.KubernetesVersion != "v1.37.2" || !reflect.DeepEqual(p.IgnorePreflightErrors, []string{"all"}) {
+		t.Errorf("plan = %+v", p)
+	}
+	// Every node gets the new kubeadm before any kubeadm upgrade command runs on it.
+	for _, g := range groups {
+		kubeadm := g.Commands[0].InstallBinaries
+		if kubeadm == nil || g.Commands[0].Name != "install-kubeadm" || kubeadm.Version != "v1.37.2" || kubeadm.Source.BaseURL != "http://b" || !reflect.DeepEqual(kubeadm.Components, []string{"kubeadm"}) {
+			t.Errorf("group %s starts with %s %+v, want installBinaries kubeadm", g.Name, g.Commands[0].Kind(), kubeadm)
+		}
+	}
+	bins := groups[2].Commands[4].InstallBinaries
 	if bins.Version != "v1.37.2" || bins.Source.BaseURL != "http://b" || !reflect.DeepEqual(bins.Components, []string{"kubelet", "kubectl"}) {
 		t.Errorf("installBinaries = %+v", bins)
 	}
-	if !groups[2].Commands[1].Drain.DeleteEmptyDirData {
+	if !groups[2].Commands[2].Drain.DeleteEmptyDirData {
 		t.Errorf("drain settings were not carried")
 	}
 	if groups[0].MaxUnavailable.IntValue() != 1 || groups[1].MaxUnavailable.IntValue() != 1 || groups[2].MaxUnavailable != nil {

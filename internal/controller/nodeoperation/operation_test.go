@@ -406,7 +406,7 @@ func TestUpgradeVersionPolicy(t *testing.T) {
 	ok := upgrade("ok")
 	task := f.waitTasks(ok.Name, 1)[0]
 	if task.Spec.NodeName != f.id+"-cp1" || task.Spec.Group != plan.GroupFirstControlPlane ||
-		task.Spec.Commands[0].KubeadmUpgradePlan == nil || task.Spec.Commands[1].KubeadmUpgradeApply == nil {
+		task.Spec.Commands[0].InstallBinaries == nil || task.Spec.Commands[1].KubeadmUpgradePlan == nil || task.Spec.Commands[2].KubeadmUpgradeApply == nil {
 		t.Fatalf("first upgrade task: %+v", task.Spec)
 	}
 	f.update(ok.Name, func(o *v1alpha1.NodeOperation) { o.Spec.Abort = true })
