@@ -158,7 +158,7 @@ func (r *Reconciler) execute(ctx context.Context, task *v1alpha1.NodeTask) error
 			}
 			continue
 		}
-		status, dirty = next, false
+		status = next
 		if act.Kind != ActStart {
 			return nil
 		}

@@ -52,7 +52,9 @@ func TestAgentWorksWithItsDeploymentRBAC(t *testing.T) {
 		v1alpha1.Command{Drain: &v1alpha1.DrainCommand{GracePeriodSeconds: &zero}},
 		v1alpha1.Command{Uncordon: &v1alpha1.UncordonCommand{}},
 	))
-	task := waitTask(t, "rbac-1", func(tk *v1alpha1.NodeTask) bool { return !tk.EffectivePhase().Unfinished() || tk.Status.Phase == v1alpha1.TaskFailed })
+	task := waitTask(t, "rbac-1", func(tk *v1alpha1.NodeTask) bool {
+		return !tk.EffectivePhase().Unfinished() || tk.Status.Phase == v1alpha1.TaskFailed
+	})
 	if task.Status.Phase != v1alpha1.TaskSucceeded {
 		t.Fatalf("task %s: %s", task.Status.Phase, task.Status.Message)
 	}

@@ -36,7 +36,7 @@ type drainPlan struct {
 
 // planDrain sorts a node's pods; it is pure.
 func planDrain(pods []corev1.Pod, d *v1alpha1.DrainCommand) (drainPlan, error) {
-	var sel labels.Selector = labels.Everything()
+	sel := labels.Everything()
 	if d.PodSelector != nil {
 		s, err := metav1.LabelSelectorAsSelector(d.PodSelector)
 		if err != nil {
