@@ -37,7 +37,7 @@ test: tools verify-generate build test-unit test-e2e ## All tests: unit, envtest
 test-unit: ## Unit and envtest (controller) tests.
 	go test $(GO_TEST_FLAGS) -timeout 30m $$(go list ./... | grep -v /test/e2e)
 
-test-e2e: ## End-to-end tests on nodeops-local, one package at a time.
+test-e2e: tools build ## End-to-end tests on nodeops-local, one package at a time.
 	go test $(GO_TEST_FLAGS) -p 1 -timeout 60m ./test/e2e/...
 
 demo: tools build ## Bring up nodeops-local and show the nodes.

@@ -120,7 +120,6 @@ type view struct {
 	header string
 	groups []groupLine
 	nodes  []string
-	more   int
 }
 
 type groupLine struct {

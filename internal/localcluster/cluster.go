@@ -172,11 +172,13 @@ func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, l
 	if err != nil {
 		return nil, clusterLayout{}, fmt.Errorf("reading CA: %w", err)
 	}
+	var lastErr error
 	if err := waitUntil(ctx, pollInterval, func(ctx context.Context) (bool, error) {
 		// kube-system and kube-public are created by the apiserver shortly after it is ready.
-		return createAll(ctx, c, KubeadmObjects(o.KubernetesVersion, l.endpoint(), caPEM)) == nil, nil
+		lastErr = createAll(ctx, c, KubeadmObjects(o.KubernetesVersion, l.endpoint(), caPEM))
+		return lastErr == nil, nil
 	}); err != nil {
-		return nil, clusterLayout{}, fmt.Errorf("creating kubeadm objects: %w (last try: %v)", err, createAll(ctx, c, KubeadmObjects(o.KubernetesVersion, l.endpoint(), caPEM)))
+		return nil, clusterLayout{}, fmt.Errorf("creating kubeadm objects: %w (last try: %w)", err, lastErr)
 	}
 	// CoreDNS as kubeadm init installs it: kubeadm upgrade's preflight refuses a cluster without it.
 	// (kube-proxy is left out: its DaemonSet would put a pod on every simulated node.)

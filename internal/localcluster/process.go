@@ -103,7 +103,7 @@ func (s *supervisor) exited(c *child, cmd *exec.Cmd, err error, ran time.Duratio
 	}
 	if !s.keepAlive {
 		select {
-		case s.failed <- fmt.Errorf("%s exited during start-up (%v); last lines of %s:\n%s", c.name, err,
+		case s.failed <- fmt.Errorf("%s exited during start-up (%w); last lines of %s:\n%s", c.name, err,
 			filepath.Join(s.dir, "logs", c.name+".log"), tail(filepath.Join(s.dir, "logs", c.name+".log"), 15)):
 		default:
 		}
@@ -294,7 +294,7 @@ func waitUntil(ctx context.Context, interval time.Duration, cond func(context.Co
 		select {
 		case <-ctx.Done():
 			if last != nil {
-				return fmt.Errorf("%w (last error: %v)", ctx.Err(), last)
+				return fmt.Errorf("%w (last error: %w)", ctx.Err(), last)
 			}
 			return ctx.Err()
 		case <-time.After(interval):
