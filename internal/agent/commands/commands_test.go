@@ -373,3 +373,51 @@ func TestRenewCertificatesWithRealKubeadm(t *testing.T) {
 		t.Errorf("dry run renewed a certificate")
 	}
 }
+
+// kubeadm upgrade --dry-run leaves kubeadm-upgrade-*-dryrunNNN directories in /etc/kubernetes/tmp;
+// DryRun removes those its run added and nothing else.
+func TestRemoveDryRunLeftovers(t *testing.T) {
+	write := func(t *testing.T, p string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Run("directory made by the run", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "tmp")
+		before, existed, err := dirNames(dir)
+		if err != nil || existed {
+			t.Fatalf("dirNames of a missing dir: %v, %v", existed, err)
+		}
+		write(t, filepath.Join(dir, "kubeadm-upgrade-node-dryrun123/tmp/config.yaml"))
+		removed, err := removeDryRunLeftovers(dir, before, existed)
+		if err != nil || len(removed) != 1 {
+			t.Fatalf("removed %v, %v", removed, err)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("%s is still there (%v)", dir, err)
+		}
+	})
+	t.Run("existing directory keeps what was there and what is not kubeadm's dry run", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "tmp")
+		write(t, filepath.Join(dir, "kubeadm-backup-manifests-1/etcd.yaml"))
+		write(t, filepath.Join(dir, "kubeadm-upgrade-apply-dryrun1/config.yaml"))
+		before, existed, err := dirNames(dir)
+		if err != nil || !existed {
+			t.Fatal(existed, err)
+		}
+		write(t, filepath.Join(dir, "kubeadm-upgrade-apply-dryrun2/config.yaml"))
+		write(t, filepath.Join(dir, "someone-else"))
+		removed, err := removeDryRunLeftovers(dir, before, existed)
+		if err != nil || len(removed) != 1 || removed[0] != "kubeadm-upgrade-apply-dryrun2" {
+			t.Fatalf("removed %v, %v", removed, err)
+		}
+		now, _, _ := dirNames(dir)
+		if len(now) != 3 || !now["kubeadm-backup-manifests-1"] || !now["kubeadm-upgrade-apply-dryrun1"] || !now["someone-else"] {
+			t.Errorf("left %v", now)
+		}
+	})
+}

@@ -5,8 +5,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -26,6 +29,70 @@ func kubeadm(ctx context.Context, env *Env, args ...string) error {
 	return env.Host.Kubeadm.Kubeadm(ctx, env.Out, args...)
 }
 
+// kubeadmTmp is where `kubeadm upgrade ... --dry-run` writes the files it would have written
+// (kubeadm-upgrade-apply-dryrunNNN/, kubeadm-upgrade-node-dryrunNNN/) and leaves them.
+const kubeadmTmp = "/etc/kubernetes/tmp"
+
+// kubeadmDryRun runs kubeadm with --dry-run, then removes what that run left in kubeadmTmp, so
+// that a DryRun leaves the host as it found it.
+func kubeadmDryRun(ctx context.Context, env *Env, args ...string) error {
+	dir, err := env.Host.Files.Path(kubeadmTmp)
+	if err != nil {
+		return err
+	}
+	before, existed, err := dirNames(dir)
+	if err != nil {
+		return err
+	}
+	runErr := kubeadm(ctx, env, append(args, "--dry-run")...)
+	removed, cleanErr := removeDryRunLeftovers(dir, before, existed)
+	for _, r := range removed {
+		env.printf("removed kubeadm's dry-run files %s/%s\n", kubeadmTmp, r)
+	}
+	return errors.Join(runErr, cleanErr)
+}
+
+// dirNames lists dir's entries; a missing dir is empty and not an error.
+func dirNames(dir string) (map[string]bool, bool, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return map[string]bool{}, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("listing %s: %w", dir, err)
+	}
+	names := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		names[e.Name()] = true
+	}
+	return names, true, nil
+}
+
+// removeDryRunLeftovers removes the kubeadm-*dryrun* entries of dir that are not in before, and dir
+// itself when it did not exist before and is empty now. It returns the names it removed.
+func removeDryRunLeftovers(dir string, before map[string]bool, existed bool) ([]string, error) {
+	now, _, err := dirNames(dir)
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	for name := range now {
+		if before[name] || !strings.HasPrefix(name, "kubeadm-") || !strings.Contains(name, "dryrun") {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
+			return removed, fmt.Errorf("removing kubeadm's dry-run files %s: %w", name, err)
+		}
+		removed = append(removed, name)
+	}
+	if !existed && len(now) == len(removed) {
+		if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return removed, fmt.Errorf("removing %s: %w", dir, err)
+		}
+	}
+	return removed, nil
+}
+
 // runKubeadmUpgradePlan only reads, so it runs in DryRun as it is.
 func runKubeadmUpgradePlan(ctx context.Context, env *Env, c *v1alpha1.KubeadmUpgradePlanCommand) (Result, error) {
 	args := append([]string{"upgrade", "plan", c.KubernetesVersion}, ignorePreflight(c.IgnorePreflightErrors)...)
@@ -35,12 +102,17 @@ func runKubeadmUpgradePlan(ctx context.Context, env *Env, c *v1alpha1.KubeadmUpg
 	return Result{Message: fmt.Sprintf("kubeadm upgrade plan %s passed", c.KubernetesVersion)}, nil
 }
 
+// runUpgrade runs a kubeadm upgrade command, in its dry-run form in DryRun.
+func runUpgrade(ctx context.Context, env *Env, args []string) error {
+	if env.DryRun {
+		return kubeadmDryRun(ctx, env, args...)
+	}
+	return kubeadm(ctx, env, args...)
+}
+
 func runKubeadmUpgradeApply(ctx context.Context, env *Env, c *v1alpha1.KubeadmUpgradeApplyCommand) (Result, error) {
 	args := append([]string{"upgrade", "apply", c.KubernetesVersion, "--yes"}, ignorePreflight(c.IgnorePreflightErrors)...)
-	if env.DryRun {
-		args = append(args, "--dry-run")
-	}
-	if err := kubeadm(ctx, env, args...); err != nil {
+	if err := runUpgrade(ctx, env, args); err != nil {
 		return Result{}, err
 	}
 	return Result{Message: dryRunPrefix(env) + fmt.Sprintf("kubeadm upgrade apply %s succeeded", c.KubernetesVersion)}, nil
@@ -48,10 +120,7 @@ func runKubeadmUpgradeApply(ctx context.Context, env *Env, c *v1alpha1.KubeadmUp
 
 func runKubeadmUpgradeNode(ctx context.Context, env *Env, c *v1alpha1.KubeadmUpgradeNodeCommand) (Result, error) {
 	args := append([]string{"upgrade", "node"}, ignorePreflight(c.IgnorePreflightErrors)...)
-	if env.DryRun {
-		args = append(args, "--dry-run")
-	}
-	if err := kubeadm(ctx, env, args...); err != nil {
+	if err := runUpgrade(ctx, env, args); err != nil {
 		return Result{}, err
 	}
 	return Result{Message: dryRunPrefix(env) + "kubeadm upgrade node succeeded"}, nil
