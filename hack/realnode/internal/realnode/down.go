@@ -67,6 +67,11 @@ func Down(ctx context.Context) error {
 	if err := unmountAll(); err != nil {
 		errs = append(errs, err)
 	}
+	if exists(RootMadeShared) {
+		if err := syscall.Mount("none", "/", "", syscall.MS_PRIVATE, ""); err != nil {
+			errs = append(errs, fmt.Errorf("make / private again: %w", err))
+		}
+	}
 	if err := removeCgroups(); err != nil {
 		errs = append(errs, err)
 	}

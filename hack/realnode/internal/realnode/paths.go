@@ -45,6 +45,7 @@ var (
 	BackupDir       = filepath.Join(StateDir, "backup")
 	OwnedList       = filepath.Join(StateDir, "owned")
 	SupervisorPID   = filepath.Join(RunDir, "supervisor.pid")
+	RootMadeShared  = filepath.Join(StateDir, "root-made-shared") // present when up changed / to shared
 )
 
 // HostBinaries are installed on the host where a package manager would put them; the agent

@@ -43,6 +43,9 @@ func Up(ctx context.Context, l Layout) error {
 	if err := recordOwned(); err != nil {
 		return err
 	}
+	if err := shareRootMount(); err != nil {
+		return err
+	}
 	if err := installFiles(l); err != nil {
 		return err
 	}
@@ -66,7 +69,8 @@ func Up(ctx context.Context, l Layout) error {
 		return fmt.Errorf("kubeadm log: %w", err)
 	}
 	defer initLog.Close()
-	if err := run(ctx, initLog, "/usr/bin/kubeadm", "init", "--config", KubeadmConf); err != nil {
+	if err := run(ctx, initLog, "/usr/bin/kubeadm", "init", "--config", KubeadmConf,
+		"--ignore-preflight-errors="+strings.Join(InitIgnoredPreflightErrors, ",")); err != nil {
 		tailFile(filepath.Join(LogDir, "kubeadm-init.log"), 30)
 		return fmt.Errorf("kubeadm init: %w (log %s)", err, initLog.Name())
 	}
@@ -81,6 +85,53 @@ func Up(ctx context.Context, l Layout) error {
 	}
 	Logf("ready: kubeconfig=%s (up in %s)", KubeconfigPath, time.Since(start).Round(time.Second))
 	return nil
+}
+
+// shareRootMount makes the host's / a shared mount, as systemd makes it on any systemd host: the
+// agent mounts / at /host with HostToContainer propagation, which containerd refuses on a private
+// mount. Only / itself changes (not its submounts); `down` makes it private again.
+func shareRootMount() error {
+	opt, err := mountOptionalFields("/")
+	if err != nil {
+		return err
+	}
+	if strings.Contains(opt, "shared:") || strings.Contains(opt, "master:") {
+		return nil
+	}
+	if err := os.WriteFile(RootMadeShared, nil, 0o644); err != nil {
+		return fmt.Errorf("record mount change: %w", err)
+	}
+	if err := syscall.Mount("none", "/", "", syscall.MS_SHARED, ""); err != nil {
+		return fmt.Errorf("make / a shared mount: %w", err)
+	}
+	Logf("made / a shared mount (as systemd does), for the agent's /host with HostToContainer propagation")
+	return nil
+}
+
+// mountOptionalFields returns the optional fields (shared:N, master:N) of the mount at path.
+func mountOptionalFields(path string) (string, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return "", fmt.Errorf("read mounts: %w", err)
+	}
+	found, opt := false, ""
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 7 || unescapeMount(f[4]) != path {
+			continue
+		}
+		found, opt = true, ""
+		for _, x := range f[6:] {
+			if x == "-" {
+				break
+			}
+			opt += x + " "
+		}
+	}
+	if !found {
+		return "", fmt.Errorf("no mount at %s", path)
+	}
+	return opt, nil
 }
 
 // nodeAddress is the address of the interface holding the default route, which kubeadm would
