@@ -1,0 +1,701 @@
+package e2e
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/agent/commands"
+	"github.com/nodeops/nodeops/internal/localcluster"
+	"github.com/nodeops/nodeops/internal/nodelock"
+	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/test/e2e/framework"
+)
+
+// kadmOperationTimeout bounds one kubeadm operation on a loaded 2-core machine.
+const kadmOperationTimeout = 10 * time.Minute
+
+var (
+	kadmControlPlanes = []string{"cp-1", "cp-2", "cp-3"}
+	kadmWorkers       = []string{"worker-1", "worker-2", "worker-3"}
+	// Local roots have no container runtime, /proc, kernel config or images (see the README).
+	kadmIgnorePreflight = []string{"SystemVerification", "ContainerRuntimeVersion", "ImagePull"}
+)
+
+// TestKubeadm runs issue 5's kubeadm workflows on nodeops-local with 3 control planes and 3 workers:
+// the real manager and agents, and the real kubeadm in every node root. The scenarios run in order on
+// one cluster: renew certificates, upgrade in DryRun, upgrade for real, then a refused upgrade.
+func TestKubeadm(t *testing.T) {
+	l := framework.StartLocal(t, "--control-planes=3", "--workers=3")
+	l.WaitNodesReady(t, 6, 3*time.Minute)
+	raw, err := os.ReadFile(filepath.Join(l.Dir, localcluster.BinarySourceURLFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	source := strings.TrimSpace(string(raw))
+
+	t.Run("renewCertificates renews every control plane's certificates one node at a time and touches no worker", func(t *testing.T) {
+		before := map[string]map[string]*x509.Certificate{}
+		for _, n := range kadmControlPlanes {
+			before[n] = kadmCertificates(t, l.NodeRoot(n))
+		}
+		workerTrees := kadmTrees(t, l, kadmWorkers)
+		w := kadmWatchTasks(t, l, "renew")
+		op := &v1alpha1.NodeOperation{
+			ObjectMeta: metav1.ObjectMeta{Name: "renew"},
+			Spec:       v1alpha1.NodeOperationSpec{RenewCertificates: &v1alpha1.RenewCertificatesOperation{}},
+		}
+		kadmCreate(t, l, op)
+		kadmWaitOp(t, l, op.Name, v1alpha1.OperationSucceeded)
+		events := w.stop(t)
+
+		if held, what := kadmMaxHeld(events, nil); held > 1 {
+			t.Errorf("%d control planes worked on at once: %s", held, what)
+		}
+		seen := kadmNodesOf(events)
+		if !slices.Equal(seen, kadmControlPlanes) {
+			t.Errorf("the watch saw tasks on %v, want exactly the control planes %v", seen, kadmControlPlanes)
+		}
+		for _, n := range kadmControlPlanes {
+			root := l.NodeRoot(n)
+			after := kadmCertificates(t, root)
+			for name, old := range before[n] {
+				if cur := after[name]; !cur.NotBefore.After(old.NotBefore) {
+					t.Errorf("%s %s: notBefore %v, was %v: not renewed", n, name, cur.NotBefore, old.NotBefore)
+				}
+			}
+			task := kadmTask(t, l, plan.TaskName(op.Name, plan.GroupControlPlanes, n))
+			reported := map[string]time.Time{}
+			for _, c := range task.Status.Certificates {
+				reported[c.Name] = c.NotAfter.UTC()
+			}
+			for name, cur := range after {
+				if got, ok := reported[name]; !ok || !got.Equal(cur.NotAfter.UTC()) {
+					t.Errorf("%s: task %s reports %s expiring %v (reported: %t), the renewed file says %v", n, task.Name, name, got, ok, cur.NotAfter.UTC())
+				}
+			}
+			if len(reported) != len(after) {
+				t.Errorf("%s: task reports %d certificates, the root has %d: %v", n, len(reported), len(after), task.Status.Certificates)
+			}
+			log := kadmRead(t, filepath.Join(root, "var/lib/nodeops-local/services.log"))
+			for _, c := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+				if !strings.Contains(log, "restart static-pod/"+c+" ") {
+					t.Errorf("%s: static pod %s restart not recorded in the local service table:\n%s", n, c, log)
+				}
+			}
+		}
+		kadmSameTrees(t, workerTrees, kadmTrees(t, l, kadmWorkers))
+	})
+
+	upgrade := func(name string, mode v1alpha1.ExecutionMode) *v1alpha1.NodeOperation {
+		return &v1alpha1.NodeOperation{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: v1alpha1.NodeOperationSpec{
+				ExecutionMode: mode,
+				Upgrade: &v1alpha1.UpgradeOperation{
+					KubernetesVersion:     "v1.37.2",
+					BinarySource:          &v1alpha1.BinarySource{BaseURL: source},
+					IgnorePreflightErrors: kadmIgnorePreflight,
+				},
+			},
+		}
+	}
+
+	t.Run("upgrade in DryRun runs the control planes first and changes nothing", func(t *testing.T) {
+		trees := kadmTrees(t, l, append(append([]string(nil), kadmControlPlanes...), kadmWorkers...))
+		cluster := kadmClusterState(t, l)
+		w := kadmWatchTasks(t, l, "upgrade-dry-run")
+		op := upgrade("upgrade-dry-run", v1alpha1.ExecutionDryRun)
+		kadmCreate(t, l, op)
+		kadmWaitOp(t, l, op.Name, v1alpha1.OperationSucceeded)
+		events := w.stop(t)
+
+		kadmControlPlanesFirst(t, events)
+		for _, task := range kadmTasks(t, l, op.Name) {
+			for i, c := range task.Spec.Commands {
+				// kubeadm's dry run names its scratch directory kubeadm-upgrade-{apply,node}-dryrunNNN.
+				if (c.KubeadmUpgradeApply != nil || c.KubeadmUpgradeNode != nil) && !strings.Contains(strings.ToLower(task.Status.Commands[i].OutputTail), "dryrun") {
+					t.Errorf("%s: %s ran without --dry-run:\n%s", task.Name, c.DisplayName(), task.Status.Commands[i].OutputTail)
+				}
+			}
+		}
+		kadmSameTrees(t, trees, kadmTrees(t, l, append(append([]string(nil), kadmControlPlanes...), kadmWorkers...)))
+		if after := kadmClusterState(t, l); after != cluster {
+			t.Errorf("the cluster changed in DryRun:\nbefore %s\nafter  %s", cluster, after)
+		}
+		kadmAllSchedulable(t, l)
+	})
+
+	t.Run("upgrade for real replaces the binaries, restarts the kubelets and upgrades every node", func(t *testing.T) {
+		all := append(append([]string(nil), kadmControlPlanes...), kadmWorkers...)
+		served := map[string]string{}
+		for _, b := range []string{"kubeadm", "kubelet", "kubectl"} {
+			served[b] = kadmGet(t, commands.BinaryURL(source, "v1.37.2", "amd64", b)+".sha256")
+		}
+		oldKubelet, oldConfig, restarts := map[string]string{}, map[string]string{}, map[string]int{}
+		for _, n := range all {
+			root := l.NodeRoot(n)
+			oldKubelet[n] = kadmRead(t, filepath.Join(root, "usr/bin/kubelet"))
+			oldConfig[n] = kadmRead(t, filepath.Join(root, "var/lib/kubelet/config.yaml"))
+			restarts[n] = strings.Count(kadmRead(t, filepath.Join(root, "var/lib/nodeops-local/services.log")), "restart kubelet ")
+		}
+		w := kadmWatchTasks(t, l, "upgrade")
+		op := upgrade("upgrade", v1alpha1.ExecutionAuto)
+		kadmCreate(t, l, op)
+		kadmWaitOp(t, l, op.Name, v1alpha1.OperationSucceeded)
+		kadmControlPlanesFirst(t, w.stop(t))
+
+		for _, n := range all {
+			root := l.NodeRoot(n)
+			for b, want := range served {
+				if got := kadmFileSHA256(t, filepath.Join(root, "usr/bin", b)); got != want {
+					t.Errorf("%s: /usr/bin/%s has sha256 %s, the binary source serves %s", n, b, got, want)
+				}
+			}
+			if prev := kadmRead(t, filepath.Join(root, "usr/bin/kubelet"+commands.PrevSuffix)); prev != oldKubelet[n] {
+				t.Errorf("%s: the replaced kubelet was not kept as /usr/bin/kubelet%s", n, commands.PrevSuffix)
+			}
+			if got := strings.Count(kadmRead(t, filepath.Join(root, "var/lib/nodeops-local/services.log")), "restart kubelet "); got != restarts[n]+1 {
+				t.Errorf("%s: %d kubelet restarts recorded, want %d", n, got, restarts[n]+1)
+			}
+			if kadmRead(t, filepath.Join(root, "var/lib/kubelet/config.yaml")) == oldConfig[n] {
+				t.Errorf("%s: /var/lib/kubelet/config.yaml was not rewritten", n)
+			}
+		}
+		// kubeadm upgrade node, not anything else, wrote the kubelet configuration on the other nodes.
+		for _, task := range kadmTasks(t, l, op.Name) {
+			for i, c := range task.Spec.Commands {
+				if c.KubeadmUpgradeNode != nil && !strings.Contains(task.Status.Commands[i].OutputTail, `Writing kubelet configuration to file "/var/lib/kubelet/config.yaml"`) {
+					t.Errorf("%s: kubeadm upgrade node did not write the kubelet configuration:\n%s", task.Name, task.Status.Commands[i].OutputTail)
+				}
+			}
+		}
+		if v := kadmConfigVersion(t, l); v != "v1.37.2" {
+			t.Errorf("kubeadm-config says %s after the upgrade", v)
+		}
+		for _, n := range kadmControlPlanes {
+			var p corev1.Pod
+			if err := l.Client.Get(context.Background(), client.ObjectKey{Namespace: "kube-system", Name: "kube-apiserver-" + n}, &p); err != nil {
+				t.Fatal(err)
+			}
+			if img := p.Spec.Containers[0].Image; img != "registry.k8s.io/kube-apiserver:v1.37.2" {
+				t.Errorf("%s runs %s after the upgrade", p.Name, img)
+			}
+		}
+		kadmAllSchedulable(t, l)
+	})
+
+	t.Run("an upgrade skipping a minor version is refused before any task is created", func(t *testing.T) {
+		kadmSetConfigVersion(t, l, "v1.35.3")
+		w := kadmWatchTasks(t, l, "upgrade-skew")
+		op := upgrade("upgrade-skew", v1alpha1.ExecutionAuto)
+		kadmCreate(t, l, op)
+		done := kadmWaitOp(t, l, op.Name, v1alpha1.OperationFailed)
+		c := meta.FindStatusCondition(done.Status.Conditions, v1alpha1.ConditionFailed)
+		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != plan.ReasonUnsupportedVersionSkew ||
+			!strings.Contains(c.Message, "v1.35.3") || !strings.Contains(c.Message, "v1.37.2") {
+			t.Errorf("Failed condition %+v, want reason %s naming v1.35.3 and v1.37.2", c, plan.ReasonUnsupportedVersionSkew)
+		}
+		if events := w.stop(t); len(events) != 0 {
+			t.Errorf("%d task events for a refused upgrade, first %s %s", len(events), events[0].Type, events[0].Task.Name)
+		}
+		if tasks := kadmTasks(t, l, op.Name); len(tasks) != 0 {
+			t.Errorf("%d tasks for a refused upgrade", len(tasks))
+		}
+	})
+}
+
+func kadmCreate(t *testing.T, l *framework.Local, op *v1alpha1.NodeOperation) {
+	t.Helper()
+	if err := l.Client.Create(context.Background(), op); err != nil {
+		t.Fatalf("creating NodeOperation %s: %v", op.Name, err)
+	}
+	// A failed scenario must not hold nodes for the next one.
+	t.Cleanup(func() {
+		if t.Failed() {
+			_ = l.Client.Patch(context.Background(), op, client.RawPatch(client.Merge.Type(), []byte(`{"spec":{"abort":true}}`)))
+		}
+	})
+}
+
+// kadmWaitOp waits for phase want; an operation that ends in another phase fails the test at once,
+// naming its failed task's command and message.
+func kadmWaitOp(t *testing.T, l *framework.Local, name string, want v1alpha1.OperationPhase) *v1alpha1.NodeOperation {
+	t.Helper()
+	op := &v1alpha1.NodeOperation{}
+	var wrong string
+	framework.Eventually(t, kadmOperationTimeout, "NodeOperation "+name+" "+string(want), func(ctx context.Context) (bool, error) {
+		if err := l.Client.Get(ctx, client.ObjectKey{Name: name}, op); err != nil {
+			return false, err
+		}
+		switch p := op.Status.Phase; {
+		case p == want:
+			return true, nil
+		case p.Finished() || p == v1alpha1.OperationBlocked:
+			wrong = string(p)
+			return true, nil
+		}
+		return false, fmt.Errorf("phase %q, groups %+v", op.Status.Phase, op.Status.Groups)
+	})
+	if wrong != "" {
+		var why []string
+		for _, task := range kadmTasks(t, l, name) {
+			for _, c := range task.Status.Commands {
+				if c.Phase == v1alpha1.CommandFailed {
+					why = append(why, fmt.Sprintf("%s: %s failed: %s\n%s", task.Name, c.Name, c.Message, c.OutputTail))
+				}
+			}
+		}
+		t.Fatalf("NodeOperation %s ended %s, want %s; conditions %+v\n%s", name, wrong, want, op.Status.Conditions, strings.Join(why, "\n"))
+	}
+	return op
+}
+
+func kadmTasks(t *testing.T, l *framework.Local, op string) []v1alpha1.NodeTask {
+	t.Helper()
+	var tasks v1alpha1.NodeTaskList
+	if err := l.Client.List(context.Background(), &tasks, client.MatchingLabels{v1alpha1.LabelOperation: op}); err != nil {
+		t.Fatal(err)
+	}
+	return tasks.Items
+}
+
+func kadmTask(t *testing.T, l *framework.Local, name string) *v1alpha1.NodeTask {
+	t.Helper()
+	task := &v1alpha1.NodeTask{}
+	if err := l.Client.Get(context.Background(), client.ObjectKey{Name: name}, task); err != nil {
+		t.Fatalf("reading NodeTask %s: %v", name, err)
+	}
+	return task
+}
+
+// kadmCertificates reads the leaf certificates `kubeadm certs renew all` renews in a control-plane
+// root, by the names `kubeadm certs check-expiration` gives them.
+func kadmCertificates(t *testing.T, root string) map[string]*x509.Certificate {
+	t.Helper()
+	out := map[string]*x509.Certificate{}
+	for name, file := range map[string]string{
+		"apiserver": "pki/apiserver.crt", "apiserver-etcd-client": "pki/apiserver-etcd-client.crt",
+		"apiserver-kubelet-client": "pki/apiserver-kubelet-client.crt", "front-proxy-client": "pki/front-proxy-client.crt",
+		"etcd-healthcheck-client": "pki/etcd/healthcheck-client.crt", "etcd-peer": "pki/etcd/peer.crt", "etcd-server": "pki/etcd/server.crt",
+	} {
+		out[name] = kadmParseCert(t, filepath.Join(root, "etc/kubernetes", file), []byte(kadmRead(t, filepath.Join(root, "etc/kubernetes", file))))
+	}
+	for _, conf := range []string{"admin.conf", "super-admin.conf", "controller-manager.conf", "scheduler.conf"} {
+		path := filepath.Join(root, "etc/kubernetes", conf)
+		cfg, err := clientcmd.LoadFromFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cfg.AuthInfos) != 1 {
+			t.Fatalf("%s has %d users", path, len(cfg.AuthInfos))
+		}
+		for _, a := range cfg.AuthInfos {
+			out[conf] = kadmParseCert(t, path, a.ClientCertificateData)
+		}
+	}
+	return out
+}
+
+func kadmParseCert(t *testing.T, path string, data []byte) *x509.Certificate {
+	t.Helper()
+	block, _ := pem.Decode(data)
+	if block == nil {
+		t.Fatalf("%s: no PEM certificate", path)
+	}
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return c
+}
+
+func kadmRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// kadmTrees digests every entry of the nodes' roots: path -> type, permissions and content (a
+// symlink's target), so that "unchanged" means byte for byte.
+func kadmTrees(t *testing.T, l *framework.Local, nodes []string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, n := range nodes {
+		root := l.NodeRoot(n)
+		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(root, p)
+			desc := info.Mode().String()
+			switch {
+			case info.Mode().IsRegular():
+				f, err := os.Open(p)
+				if err != nil {
+					return err
+				}
+				h := sha256.New()
+				_, err = io.Copy(h, f)
+				_ = f.Close()
+				if err != nil {
+					return err
+				}
+				desc += " " + hex.EncodeToString(h.Sum(nil))
+			case info.Mode()&fs.ModeSymlink != 0:
+				target, err := os.Readlink(p)
+				if err != nil {
+					return err
+				}
+				desc += " -> " + target
+			}
+			out[n+"/"+rel] = desc
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("digesting %s: %v", root, err)
+		}
+	}
+	return out
+}
+
+func kadmSameTrees(t *testing.T, before, after map[string]string) {
+	t.Helper()
+	var diff []string
+	for p, d := range before {
+		if a, ok := after[p]; !ok {
+			diff = append(diff, "removed "+p)
+		} else if a != d {
+			diff = append(diff, fmt.Sprintf("changed %s: %s -> %s", p, d, a))
+		}
+	}
+	for p := range after {
+		if _, ok := before[p]; !ok {
+			diff = append(diff, "added "+p)
+		}
+	}
+	sort.Strings(diff)
+	if len(diff) > 0 {
+		t.Errorf("%d node root entries differ:\n%s", len(diff), strings.Join(diff, "\n"))
+	}
+}
+
+// kadmClusterState summarises what kubeadm upgrade would change in the cluster: kube-system
+// ConfigMaps (kubeadm-config, kubelet-config, coredns), DaemonSets and Deployments (addons),
+// the control planes' mirror pods (static pod manifests), and the nodes' schedulability.
+func kadmClusterState(t *testing.T, l *framework.Local) string {
+	t.Helper()
+	ctx := context.Background()
+	var parts []string
+	var cms corev1.ConfigMapList
+	var dss appsv1.DaemonSetList
+	var deps appsv1.DeploymentList
+	var pods corev1.PodList
+	var nodes corev1.NodeList
+	for _, list := range []client.ObjectList{&cms, &dss, &deps, &pods} {
+		if err := l.Client.List(ctx, list, client.InNamespace("kube-system")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Client.List(ctx, &nodes); err != nil {
+		t.Fatal(err)
+	}
+	for _, cm := range cms.Items {
+		h := sha256.New()
+		keys := make([]string, 0, len(cm.Data))
+		for k := range cm.Data {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(h, "%s=%s\n", k, cm.Data[k])
+		}
+		parts = append(parts, fmt.Sprintf("configmap/%s=%x", cm.Name, h.Sum(nil)[:6]))
+	}
+	for _, ds := range dss.Items {
+		parts = append(parts, fmt.Sprintf("daemonset/%s@%d", ds.Name, ds.Generation))
+	}
+	for _, d := range deps.Items {
+		parts = append(parts, fmt.Sprintf("deployment/%s@%d", d.Name, d.Generation))
+	}
+	for _, p := range pods.Items {
+		if hash := p.Annotations[localcluster.AnnotationConfigHash]; hash != "" {
+			parts = append(parts, fmt.Sprintf("mirror/%s=%s", p.Name, hash))
+		}
+	}
+	for _, n := range nodes.Items {
+		parts = append(parts, fmt.Sprintf("node/%s unschedulable=%t", n.Name, n.Spec.Unschedulable))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
+}
+
+func kadmAllSchedulable(t *testing.T, l *framework.Local) {
+	t.Helper()
+	var nodes corev1.NodeList
+	if err := l.Client.List(context.Background(), &nodes); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		if _, ok := n.Annotations[commands.AnnotationWasUnschedulable]; n.Spec.Unschedulable || ok {
+			t.Errorf("node %s: unschedulable=%t, cordon record left: %t", n.Name, n.Spec.Unschedulable, ok)
+		}
+	}
+}
+
+func kadmConfigVersion(t *testing.T, l *framework.Local) string {
+	t.Helper()
+	var cm corev1.ConfigMap
+	if err := l.Client.Get(context.Background(), client.ObjectKey{Namespace: "kube-system", Name: "kubeadm-config"}, &cm); err != nil {
+		t.Fatal(err)
+	}
+	v, err := plan.KubeadmConfigVersion(cm.Data["ClusterConfiguration"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// kadmSetConfigVersion rewrites kubernetesVersion in kube-system/kubeadm-config, as a cluster
+// at that version would have it.
+func kadmSetConfigVersion(t *testing.T, l *framework.Local, version string) {
+	t.Helper()
+	var cm corev1.ConfigMap
+	if err := l.Client.Get(context.Background(), client.ObjectKey{Namespace: "kube-system", Name: "kubeadm-config"}, &cm); err != nil {
+		t.Fatal(err)
+	}
+	base := cm.DeepCopy()
+	cm.Data["ClusterConfiguration"] = regexp.MustCompile(`(?m)^kubernetesVersion: .*$`).ReplaceAllString(cm.Data["ClusterConfiguration"], "kubernetesVersion: "+version)
+	if err := l.Client.Patch(context.Background(), &cm, client.MergeFrom(base)); err != nil {
+		t.Fatal(err)
+	}
+	if got := kadmConfigVersion(t, l); got != version {
+		t.Fatalf("kubeadm-config says %s after setting %s", got, version)
+	}
+}
+
+// kadmTaskEvent is one event of a watch on an operation's tasks, in the order the server sent them.
+type kadmTaskEvent struct {
+	Type watch.EventType
+	Task *v1alpha1.NodeTask
+}
+
+type kadmTaskWatch struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	mu     sync.Mutex
+	events []kadmTaskEvent
+	err    error
+}
+
+// kadmWatchTasks records every event of the tasks labelled with operation op, from now on (it
+// starts at the resourceVersion of a list, so that nothing created afterwards is missed), resuming
+// where the server dropped it.
+func kadmWatchTasks(t *testing.T, l *framework.Local, op string) *kadmTaskWatch {
+	t.Helper()
+	wc, err := client.NewWithWatch(l.RESTConfig, client.Options{Scheme: l.Client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	selector := client.MatchingLabels{v1alpha1.LabelOperation: op}
+	var list v1alpha1.NodeTaskList
+	if err := wc.List(context.Background(), &list, selector); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 0 {
+		t.Fatalf("%d tasks of %s exist before it was created", len(list.Items), op)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	tw := &kadmTaskWatch{cancel: cancel, done: make(chan struct{})}
+	rv := list.ResourceVersion
+	go func() {
+		defer close(tw.done)
+		for ctx.Err() == nil {
+			w, err := wc.Watch(ctx, &v1alpha1.NodeTaskList{}, selector, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
+			if err != nil {
+				if ctx.Err() == nil {
+					tw.setErr(fmt.Errorf("watching the tasks of %s: %w", op, err))
+				}
+				return
+			}
+			for ev := range w.ResultChan() {
+				if ev.Type == watch.Error {
+					w.Stop()
+					if ctx.Err() != nil {
+						return
+					}
+					tw.setErr(fmt.Errorf("watching the tasks of %s: %w (events may have been missed)", op, apierrors.FromObject(ev.Object)))
+					return
+				}
+				task, ok := ev.Object.(*v1alpha1.NodeTask)
+				if !ok || ev.Type == watch.Bookmark {
+					continue
+				}
+				rv = task.ResourceVersion
+				tw.mu.Lock()
+				tw.events = append(tw.events, kadmTaskEvent{Type: ev.Type, Task: task})
+				tw.mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() { tw.cancel(); <-tw.done })
+	return tw
+}
+
+func (tw *kadmTaskWatch) setErr(err error) {
+	tw.mu.Lock()
+	defer tw.mu.Unlock()
+	if tw.err == nil {
+		tw.err = err
+	}
+}
+
+// stop ends the watch and returns its events; a watch that failed fails the test, as it may have missed some.
+func (tw *kadmTaskWatch) stop(t *testing.T) []kadmTaskEvent {
+	t.Helper()
+	tw.cancel()
+	<-tw.done
+	if tw.err != nil {
+		t.Fatal(tw.err)
+	}
+	return tw.events
+}
+
+// kadmMaxHeld replays events and returns the most nodes that held unfinished tasks at once (the
+// node lock's notion of a node being worked on), counting only the nodes in among (all when nil).
+func kadmMaxHeld(events []kadmTaskEvent, among map[string]bool) (int, string) {
+	holding := map[string]string{}
+	peak, at := 0, ""
+	for _, ev := range events {
+		if ev.Type == watch.Deleted || !nodelock.Holds(ev.Task) {
+			delete(holding, ev.Task.Name)
+		} else if among == nil || among[ev.Task.Spec.NodeName] {
+			holding[ev.Task.Name] = ev.Task.Spec.NodeName
+		}
+		nodes := map[string]bool{}
+		for _, n := range holding {
+			nodes[n] = true
+		}
+		if len(nodes) > peak {
+			peak, at = len(nodes), fmt.Sprintf("after %s %s: %v", ev.Type, ev.Task.Name, holding)
+		}
+	}
+	return peak, at
+}
+
+func kadmNodesOf(events []kadmTaskEvent) []string {
+	set := map[string]bool{}
+	for _, ev := range events {
+		set[ev.Task.Spec.NodeName] = true
+	}
+	out := make([]string, 0, len(set))
+	for n := range set {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// kadmControlPlanesFirst checks on the watched events that the upgrade ran group by group: the
+// first control plane's task succeeded before any other task appeared, every control plane's
+// before any worker's appeared, and the control planes one at a time.
+func kadmControlPlanesFirst(t *testing.T, events []kadmTaskEvent) {
+	t.Helper()
+	rank := map[string]int{plan.GroupFirstControlPlane: 0, plan.GroupOtherControlPlanes: 1, plan.GroupWorkers: 2}
+	succeeded := map[string]bool{}
+	tasksOf := map[int]map[string]bool{}
+	for _, ev := range events {
+		r, ok := rank[ev.Task.Spec.Group]
+		if !ok {
+			t.Errorf("task %s of unknown group %q", ev.Task.Name, ev.Task.Spec.Group)
+			continue
+		}
+		if tasksOf[r] == nil {
+			tasksOf[r] = map[string]bool{}
+		}
+		if !tasksOf[r][ev.Task.Name] {
+			tasksOf[r][ev.Task.Name] = true
+			for earlier := 0; earlier < r; earlier++ {
+				for name := range tasksOf[earlier] {
+					if !succeeded[name] {
+						t.Errorf("task %s (group %s) appeared before %s had succeeded", ev.Task.Name, ev.Task.Spec.Group, name)
+					}
+				}
+			}
+		}
+		if ev.Task.Status.Phase == v1alpha1.TaskSucceeded {
+			succeeded[ev.Task.Name] = true
+		}
+	}
+	if len(tasksOf[0]) != 1 || len(tasksOf[1]) != len(kadmControlPlanes)-1 || len(tasksOf[2]) != len(kadmWorkers) {
+		t.Errorf("the watch saw %d, %d and %d tasks in the three groups, want 1, %d and %d",
+			len(tasksOf[0]), len(tasksOf[1]), len(tasksOf[2]), len(kadmControlPlanes)-1, len(kadmWorkers))
+	}
+	cps := map[string]bool{}
+	for _, n := range kadmControlPlanes {
+		cps[n] = true
+	}
+	if held, what := kadmMaxHeld(events, cps); held > 1 {
+		t.Errorf("%d control planes upgraded at once: %s", held, what)
+	}
+}
+
+func kadmGet(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s %v", url, resp.Status, err)
+	}
+	return strings.TrimSpace(string(body))
+}
+
+func kadmFileSHA256(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
