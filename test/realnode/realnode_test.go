@@ -216,7 +216,7 @@ func (e *env) createWorkload() *appsv1.Deployment {
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
 					TerminationGracePeriodSeconds: ptr.To[int64](2),
-					Containers: []corev1.Container{{Name: "app", Image: pauseImage, ImagePullPolicy: corev1.PullNever}},
+					Containers:                    []corev1.Container{{Name: "app", Image: pauseImage, ImagePullPolicy: corev1.PullNever}},
 				},
 			},
 		},
