@@ -6,6 +6,7 @@ export PATH := $(BIN):$(PATH)
 export KUBEBUILDER_ASSETS := $(BIN)
 export NODEOPS_BIN := $(BIN)
 GO_TEST_FLAGS ?=
+DEMO_ARGS ?=
 
 .PHONY: all tools build generate verify-generate lint test test-unit test-e2e demo bench clean \
 	realnode realnode-down e2e-realnode realnode-bin
@@ -40,8 +41,8 @@ test-unit: ## Unit and envtest (controller) tests.
 test-e2e: tools build ## End-to-end tests on nodeops-local, one package at a time.
 	go test $(GO_TEST_FLAGS) -p 1 -timeout 60m ./test/e2e/...
 
-demo: tools build ## Bring up nodeops-local and show the nodes.
-	@hack/demo.sh
+demo: tools build ## Walk through nodeops on nodeops-local, narrated and live; DEMO_ARGS=--keep leaves the cluster running.
+	@hack/demo.sh $(DEMO_ARGS)
 
 bench: tools build ## Benchmark at 100, 1,000 and 5,000 nodes; prints a table and writes bench/results.md.
 	go run ./bench
