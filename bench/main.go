@@ -157,7 +157,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	for _, c := range rep.Clusters {
 		if c.Err != "" {
-			return fmt.Errorf("K=%d did not complete: %s", c.K, c.Err)
+			return fmt.Errorf("the run at K=%d did not complete: %s", c.K, c.Err)
 		}
 	}
 	return ctx.Err()
