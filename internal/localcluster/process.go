@@ -163,8 +163,21 @@ func (s *supervisor) stopAll(grace time.Duration) {
 			_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
 			<-p.done
 		}
-		// A child's own children may outlive it in its group.
+		// A child's own children may outlive it in its group; kill them and wait until they are
+		// gone, so nothing we started is still alive when stopAll returns.
 		_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
+		waitGroupGone(p.pgid, grace)
+	}
+}
+
+// waitGroupGone waits, up to timeout, until no live process is left in process group pgid.
+func waitGroupGone(pgid int, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if members, err := ProcessGroupMembers([]int{pgid}); err != nil || len(members) == 0 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
