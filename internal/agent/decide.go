@@ -176,7 +176,7 @@ func apply(s *v1alpha1.NodeTaskStatus, spec *v1alpha1.NodeTaskSpec, a Action, no
 		c.Message = "interrupted: the agent stopped while this command ran, and it is not idempotent"
 		s.Phase = v1alpha1.TaskFailed
 		s.Reason = v1alpha1.ReasonInterrupted
-		s.Message = fmt.Sprintf("command %d (%s) was interrupted and is not idempotent, so it was not run again", a.Index, c.Name)
+		s.Message = fmt.Sprintf("command %d/%d (%s) was interrupted and is not idempotent, so it was not run again", a.Index+1, len(spec.Commands), c.Name)
 	}
 	s.Progress = progress(s, len(spec.Commands))
 }
@@ -214,7 +214,7 @@ func applyResult(s *v1alpha1.NodeTaskStatus, spec *v1alpha1.NodeTaskSpec, i int,
 		c.Message = o.err.Error()
 		s.Phase = v1alpha1.TaskFailed
 		s.Reason = v1alpha1.ReasonCommandFailed
-		s.Message = fmt.Sprintf("command %d (%s) failed: %v", i, c.Name, o.err)
+		s.Message = fmt.Sprintf("command %d/%d (%s) failed: %v", i+1, len(spec.Commands), c.Name, o.err)
 	}
 	s.Progress = progress(s, len(spec.Commands))
 }

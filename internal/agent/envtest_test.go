@@ -196,7 +196,7 @@ func TestFailedCommandFailsTaskAndRetries(t *testing.T) {
 	if c1.Phase != v1alpha1.CommandFailed || *c1.ExitCode != 4 || !strings.Contains(c1.OutputTail, "out") {
 		t.Errorf("failed command %+v", c1)
 	}
-	if task.Status.Reason != v1alpha1.ReasonCommandFailed || !strings.Contains(task.Status.Message, "command 1 (script)") {
+	if task.Status.Reason != v1alpha1.ReasonCommandFailed || !strings.Contains(task.Status.Message, "command 2/3 (script)") {
 		t.Errorf("task reason %q message %q", task.Status.Reason, task.Status.Message)
 	}
 	if hosttest.ReadFile(t, root, "/never") != "" || task.Status.Commands[2].Phase != v1alpha1.CommandPending {

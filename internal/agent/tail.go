@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"regexp"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -25,11 +26,15 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// String is the tail, cut at a character boundary and valid UTF-8.
+// ansiEscape matches terminal colour and cursor sequences (kubeadm colours its output), which
+// would show as garbage in kubectl and the status.
+var ansiEscape = regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`)
+
+// String is the tail without terminal escape sequences, cut at a character boundary and valid UTF-8.
 func (t *tailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	b := t.buf
+	b := ansiEscape.ReplaceAll(t.buf, nil)
 	if len(b) > TailSize {
 		b = b[len(b)-TailSize:]
 		for len(b) > 0 && !utf8.RuneStart(b[0]) {

@@ -252,9 +252,16 @@ func succeededMessage(g *plan.ResolvedGroup, c v1alpha1.NodeCounts) string {
 		return "no node matched this group's selectors: succeeded with 0 nodes"
 	}
 	if c.Skipped > 0 {
-		return fmt.Sprintf("%d nodes succeeded, %d with skipped commands", c.Succeeded+c.Skipped, c.Skipped)
+		return fmt.Sprintf("%s succeeded, %d with skipped commands", nodesWord(c.Succeeded+c.Skipped), c.Skipped)
 	}
-	return fmt.Sprintf("%d nodes succeeded", c.Succeeded)
+	return nodesWord(c.Succeeded) + " succeeded"
+}
+
+func nodesWord(n int32) string {
+	if n == 1 {
+		return "1 node"
+	}
+	return fmt.Sprintf("%d nodes", n)
 }
 
 func blockedMessage(failed []taskView) string {
