@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,8 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
@@ -51,19 +46,11 @@ type clusterResult struct {
 	K       int
 	StartUp time.Duration
 	Load    string // 1/5/15-minute load averages when the cluster was ready
-	Raw     *rawResult
+	// Raws are the API server's raw write limits: ConfigMap creates, then NodeTask writes.
+	Raws []rawResult
 	Runs    []runResult
 	Err     string
 }
-
-// rawResult is the API server's raw write limit.
-type rawResult struct {
-	Creates, Clients, Errors int
-	Seconds                  float64
-	Load                     string
-}
-
-func (r rawResult) rate() float64 { return float64(r.Creates-r.Errors) / r.Seconds }
 
 // runResult is one measured nodeops run.
 type runResult struct {
@@ -107,13 +94,16 @@ func benchK(ctx context.Context, o options, k int, dir string, logf func(string,
 	logf("K=%d: ready in %s (load %s)", k, res.StartUp.Round(time.Second), res.Load)
 
 	if o.wants(scenarioRaw) {
-		_ = sleepCtx(ctx, settleBefore)
-		raw, err := rawWriteLimit(ctx, c.cfg, o.rawCreates, o.rawClients)
-		if err != nil {
-			return res, fmt.Errorf("raw write limit: %w", err)
+		for _, w := range []rawWorkload{configMapCreates{}, taskWrites{}} {
+			_ = sleepCtx(ctx, settleBefore)
+			raw, err := measureRaw(ctx, c, w, o.rawCreates, o.rawClients)
+			if err != nil {
+				return res, fmt.Errorf("raw write limit (%s): %w", w.name(), err)
+			}
+			res.Raws = append(res.Raws, raw)
+			logf("K=%d: raw write limit, %s: %.0f writes/s (%d writes, %d clients, %d errors, apiserver %.1f ms CPU per write)",
+				k, raw.Workload, raw.rate(), raw.Writes, raw.Clients, raw.Errors, 1000*raw.APIServerCPU/float64(raw.Writes))
 		}
-		res.Raw = &raw
-		logf("K=%d: raw write limit %.0f writes/s (%d creates, %d clients, %d errors)", k, raw.rate(), raw.Creates, raw.Clients, raw.Errors)
 	}
 	type scenario struct {
 		name string
@@ -244,69 +234,6 @@ func waitQuiet(ctx context.Context, c *cluster) error {
 		}
 	}
 	return nil // measured anyway; the write breakdown shows what else ran
-}
-
-// rawWriteLimit creates n small ConfigMaps from clients parallel clients, each with its own
-// connection and no client-side rate limit, and times it.
-func rawWriteLimit(ctx context.Context, base *rest.Config, n, clients int) (rawResult, error) {
-	res := rawResult{Creates: n, Clients: clients, Load: readLoadAvg()}
-	ns := fmt.Sprintf("bench-raw-%d", time.Now().UnixNano())
-	sets := make([]kubernetes.Interface, clients)
-	for i := range sets {
-		cfg := rest.CopyConfig(base)
-		cfg.QPS, cfg.Burst = -1, 0 // no client-side rate limit
-		// A Dial function of its own keeps client-go from sharing one cached transport (and one
-		// HTTP/2 connection) between the clients.
-		d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
-		cfg.Dial = d.DialContext
-		cs, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			return res, fmt.Errorf("client %d: %w", i, err)
-		}
-		sets[i] = cs
-	}
-	if _, err := sets[0].CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		return res, fmt.Errorf("creating namespace %s: %w", ns, err)
-	}
-	// Warm every connection so that TLS handshakes are not timed.
-	for _, cs := range sets {
-		if _, err := cs.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
-			return res, fmt.Errorf("warming a client: %w", err)
-		}
-	}
-	var next, errs atomic.Int64
-	var firstErr error
-	var once sync.Once
-	var wg sync.WaitGroup
-	start := time.Now()
-	for _, cs := range sets {
-		wg.Go(func() {
-			for {
-				i := next.Add(1)
-				if i > int64(n) || ctx.Err() != nil {
-					return
-				}
-				cm := &corev1.ConfigMap{
-					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("raw-%d", i)},
-					Data:       map[string]string{"k": "v"},
-				}
-				if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
-					errs.Add(1)
-					once.Do(func() { firstErr = err })
-				}
-			}
-		})
-	}
-	wg.Wait()
-	res.Seconds = time.Since(start).Seconds()
-	res.Errors = int(errs.Load())
-	if err := ctx.Err(); err != nil {
-		return res, err
-	}
-	if res.Errors > n/100 {
-		return res, fmt.Errorf("%d of %d creates failed, first: %w", res.Errors, n, firstErr)
-	}
-	return res, nil
 }
 
 // runOperation creates a custom operation with one `wait 0s` over the sim nodes at maxUnavailable
