@@ -60,14 +60,17 @@ func runRestartStaticPods(ctx context.Context, env *Env, c *v1alpha1.RestartStat
 		}
 		var before types.UID
 		if !env.Host.Local {
-			before = mirrorPodUID(ctx, env, comp)
+			before = mirrorPodIdentity(ctx, env, comp)
 		}
 		if err := env.Host.Files.Rename(live, moved); err != nil {
 			return Result{}, err
 		}
 		waitErr := error(nil)
 		if !env.Host.Local {
-			waitErr = waitMirrorPod(ctx, env, comp, func(uid types.UID, exists, _ bool) bool { return !exists || uid != before }, staticPodGoneWait)
+			// Without etcd or the API server of this node the API may be unreachable: that is the
+			// sign they went away (on a single control plane nothing else answers).
+			apiDownMeansGone := comp == "etcd" || comp == "kube-apiserver"
+			waitErr = waitMirrorPod(ctx, env, comp, func(id types.UID, exists, _ bool) bool { return !exists || id != before }, staticPodGoneWait, apiDownMeansGone)
 		}
 		if err := env.Host.Files.Rename(moved, live); err != nil {
 			return Result{}, err
@@ -82,7 +85,7 @@ func runRestartStaticPods(ctx context.Context, env *Env, c *v1alpha1.RestartStat
 		if waitErr != nil {
 			env.printf("mirror pod of %s did not go away: %v\n", comp, waitErr)
 		}
-		if err := waitMirrorPod(ctx, env, comp, func(uid types.UID, exists, ready bool) bool { return exists && ready && uid != before }, staticPodBackWait); err != nil {
+		if err := waitMirrorPod(ctx, env, comp, func(uid types.UID, exists, ready bool) bool { return exists && ready && uid != before }, staticPodBackWait, false); err != nil {
 			return Result{}, fmt.Errorf("static pod %s did not come back: %w", comp, err)
 		}
 		env.printf("static pod %s restarted\n", comp)
@@ -92,17 +95,28 @@ func runRestartStaticPods(ctx context.Context, env *Env, c *v1alpha1.RestartStat
 
 func manifest(dir, comp string) string { return dir + "/" + comp + ".yaml" }
 
-func mirrorPodUID(ctx context.Context, env *Env, comp string) types.UID {
+func mirrorPodIdentity(ctx context.Context, env *Env, comp string) types.UID {
 	pod := &corev1.Pod{}
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: comp + "-" + env.NodeName}, pod); err != nil {
 		return ""
 	}
-	return pod.UID
+	return podIdentity(pod)
+}
+
+// podIdentity names one run of a static pod: the mirror pod's UID and its containers' IDs. The UID
+// alone is not enough: when the kubelet cannot reach the API server while the pod is away (etcd or
+// the API server of a single control plane), it keeps the mirror pod, and only the containers change.
+func podIdentity(pod *corev1.Pod) types.UID {
+	id := string(pod.UID)
+	for _, cs := range pod.Status.ContainerStatuses {
+		id += "/" + cs.ContainerID
+	}
+	return types.UID(id)
 }
 
 // waitMirrorPod waits until done says yes about the mirror pod (its UID, whether it exists and, when
 // it does, is Ready).
-func waitMirrorPod(ctx context.Context, env *Env, comp string, done func(uid types.UID, exists, ready bool) bool, timeout time.Duration) error {
+func waitMirrorPod(ctx context.Context, env *Env, comp string, done func(uid types.UID, exists, ready bool) bool, timeout time.Duration, apiDownMeansGone bool) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
@@ -114,9 +128,12 @@ func waitMirrorPod(ctx context.Context, env *Env, comp string, done func(uid typ
 				return nil
 			}
 		case err == nil:
-			if done(pod.UID, true, podReady(pod)) {
+			if done(podIdentity(pod), true, podReady(pod)) {
 				return nil
 			}
+		case apiDownMeansGone && ctx.Err() == nil:
+			env.printf("API server unreachable after moving the %s manifest out: it went away (%v)\n", comp, err)
+			return nil
 		}
 		if err := sleep(ctx, env.poll()); err != nil {
 			return fmt.Errorf("mirror pod kube-system/%s-%s: %w", comp, env.NodeName, err)
