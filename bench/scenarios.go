@@ -48,8 +48,8 @@ type clusterResult struct {
 	Load    string // 1/5/15-minute load averages when the cluster was ready
 	// Raws are the API server's raw write limits: ConfigMap creates, then NodeTask writes.
 	Raws []rawResult
-	Runs    []runResult
-	Err     string
+	Runs []runResult
+	Err  string
 }
 
 // runResult is one measured nodeops run.
