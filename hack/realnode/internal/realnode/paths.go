@@ -60,7 +60,7 @@ var OwnedCandidates = []string{
 	"/var/log/pods", "/var/log/containers", "/usr/libexec/kubernetes", "/var/run/nri", "/run/nri",
 	"/etc/cdi", "/var/run/cdi", "/run/cdi", "/opt/containerd", "/var/run/netns", "/run/netns",
 	"/var/run/kubernetes", "/run/kubernetes", "/etc/default/kubelet", "/run/containerd", "/var/lib/containerd",
-	"/etc/containerd", "/run/flannel", "/var/lib/kubeadm",
+	"/etc/containerd", "/run/flannel", "/var/lib/kubeadm", "/run/mount", // libmount's utab, from the kubelet's mounts
 	// nodeops' installBinaries keeps each replaced binary beside it.
 	"/usr/bin/kubeadm.nodeops-prev", "/usr/bin/kubelet.nodeops-prev", "/usr/bin/kubectl.nodeops-prev",
 }
