@@ -160,7 +160,7 @@ func installCRDs(ctx context.Context, c client.Client) error {
 		}
 	}
 	for _, crd := range crds {
-		err := waitUntil(ctx, pollInterval, func(ctx context.Context) (bool, error) {
+		err := WaitUntil(ctx, pollInterval, func(ctx context.Context) (bool, error) {
 			got := &apiextensionsv1.CustomResourceDefinition{}
 			if err := c.Get(ctx, client.ObjectKeyFromObject(crd), got); err != nil {
 				return false, err

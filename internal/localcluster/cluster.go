@@ -114,7 +114,7 @@ func startStandIns(ctx, startCtx context.Context, o Options, c client.Client, et
 	for _, s := range NodeSpecs(o.ControlPlanes, 0, 0) {
 		cps = append(cps, s.Name)
 	}
-	if err := waitUntil(startCtx, pollInterval, func(ctx context.Context) (bool, error) {
+	if err := WaitUntil(startCtx, pollInterval, func(ctx context.Context) (bool, error) {
 		return true, syncMirrorPods(ctx, c, o.Dir, cps, etcdURL)
 	}); err != nil {
 		return fmt.Errorf("creating mirror pods: %w", err)
@@ -145,7 +145,7 @@ func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, l
 	if err := sup.start("etcd", filepath.Join(bin, "etcd"), l.etcdArgs()...); err != nil {
 		return nil, clusterLayout{}, err
 	}
-	if err := waitUntil(ctx, pollInterval, func(ctx context.Context) (bool, error) { return etcdHealthy(ctx, l) }); err != nil {
+	if err := WaitUntil(ctx, pollInterval, func(ctx context.Context) (bool, error) { return etcdHealthy(ctx, l) }); err != nil {
 		return nil, clusterLayout{}, fmt.Errorf("waiting for etcd: %w", err)
 	}
 	logf("starting kube-apiserver")
@@ -173,7 +173,7 @@ func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, l
 		return nil, clusterLayout{}, fmt.Errorf("reading CA: %w", err)
 	}
 	var lastErr error
-	if err := waitUntil(ctx, pollInterval, func(ctx context.Context) (bool, error) {
+	if err := WaitUntil(ctx, pollInterval, func(ctx context.Context) (bool, error) {
 		// kube-system and kube-public are created by the apiserver shortly after it is ready.
 		lastErr = createAll(ctx, c, KubeadmObjects(o.KubernetesVersion, l.endpoint(), caPEM))
 		return lastErr == nil, nil
@@ -221,7 +221,7 @@ func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, l
 	if err := waitNodesReady(ctx, c, len(specs)); err != nil {
 		return nil, clusterLayout{}, err
 	}
-	if err := waitUntil(ctx, pollInterval, func(ctx context.Context) (bool, error) {
+	if err := WaitUntil(ctx, pollInterval, func(ctx context.Context) (bool, error) {
 		// Pods are refused until the service-account controller made the namespace's default account.
 		err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "default"}, &corev1.ServiceAccount{})
 		return err == nil, client.IgnoreNotFound(err)
@@ -380,7 +380,7 @@ func waitAPIServer(ctx context.Context, cfg *rest.Config) error {
 	if err != nil {
 		return fmt.Errorf("building HTTP client: %w", err)
 	}
-	err = waitUntil(ctx, pollInterval, func(ctx context.Context) (bool, error) {
+	err = WaitUntil(ctx, pollInterval, func(ctx context.Context) (bool, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.Host+"/readyz", nil)
 		if err != nil {
 			return false, err
@@ -403,7 +403,7 @@ func waitNodesReady(ctx context.Context, c client.Client, want int) error {
 	ready := 0
 	// Listing thousands of nodes is not free: poll less often the more there are.
 	interval := time.Second + time.Duration(want/1000)*time.Second
-	err := waitUntil(ctx, interval, func(ctx context.Context) (bool, error) {
+	err := WaitUntil(ctx, interval, func(ctx context.Context) (bool, error) {
 		var nodes corev1.NodeList
 		if err := c.List(ctx, &nodes); err != nil {
 			return false, err
@@ -447,7 +447,7 @@ func Down(ctx context.Context, dir string) error {
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		return fmt.Errorf("signalling nodeops-local (pid %d): %w", pid, err)
 	}
-	err = waitUntil(ctx, pollInterval, func(context.Context) (bool, error) { return !isOurs(), nil })
+	err = WaitUntil(ctx, pollInterval, func(context.Context) (bool, error) { return !isOurs(), nil })
 	if err != nil {
 		return fmt.Errorf("waiting for nodeops-local (pid %d) to stop: %w", pid, err)
 	}

@@ -293,8 +293,9 @@ func copyFile(src, dst string, mode os.FileMode) error {
 	return nil
 }
 
-// waitUntil polls cond every interval until it returns true or an error, or ctx ends.
-func waitUntil(ctx context.Context, interval time.Duration, cond func(context.Context) (bool, error)) error {
+// WaitUntil polls cond every interval until it returns true, or returns an error when ctx ends,
+// wrapping the last error cond returned. The e2e framework waits with it too.
+func WaitUntil(ctx context.Context, interval time.Duration, cond func(context.Context) (bool, error)) error {
 	var last error
 	for {
 		ok, err := cond(ctx)

@@ -2,9 +2,10 @@ package framework
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
+
+	"github.com/nodeops/nodeops/internal/localcluster"
 )
 
 // PollInterval is how often Eventually and WaitFor check their condition.
@@ -25,22 +26,5 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func(ctx 
 // WaitFor polls cond every interval until it returns true, or returns an error when ctx ends,
 // wrapping the last error cond returned.
 func WaitFor(ctx context.Context, interval time.Duration, cond func(ctx context.Context) (bool, error)) error {
-	var last error
-	for {
-		ok, err := cond(ctx)
-		if err == nil && ok {
-			return nil
-		}
-		if err != nil {
-			last = err
-		}
-		select {
-		case <-ctx.Done():
-			if last != nil {
-				return fmt.Errorf("%w; last: %w", ctx.Err(), last)
-			}
-			return ctx.Err()
-		case <-time.After(interval):
-		}
-	}
+	return localcluster.WaitUntil(ctx, interval, cond)
 }
