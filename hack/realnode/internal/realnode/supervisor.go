@@ -51,7 +51,7 @@ type Supervisor struct {
 
 // NodeUnits are the node's services: containerd and the kubelet as kubeadm's unit runs it.
 func NodeUnits() []Unit {
-	path := "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	path := "PATH=" + HostPath
 	return []Unit{
 		{
 			Name: "containerd", RestartDelay: 2 * time.Second,

@@ -304,6 +304,7 @@ func startSupervisor(l Layout) error {
 	}
 	defer logf.Close()
 	cmd := exec.Command(bin, "supervise")
+	cmd.Env = hostEnv()
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -352,6 +353,7 @@ func importImages(ctx context.Context, l Layout) error {
 func run(ctx context.Context, w io.Writer, name string, args ...string) error {
 	var buf strings.Builder
 	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = hostEnv()
 	cmd.Stdout = io.MultiWriter(w, &buf)
 	cmd.Stderr = io.MultiWriter(w, &buf)
 	if err := cmd.Run(); err != nil {
@@ -362,6 +364,20 @@ func run(ctx context.Context, w io.Writer, name string, args ...string) error {
 		return fmt.Errorf("%s %s: %w: %s", filepath.Base(name), strings.Join(args, " "), err, strings.TrimSpace(out))
 	}
 	return nil
+}
+
+// HostPath is the PATH of the node's own programs (systemd's default). The checkout's bin/, first in
+// make's PATH, must not leak in: kubeadm would check the v1.37.2 kubelet there, not the node's.
+const HostPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+func hostEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PATH=") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, "PATH="+HostPath)
 }
 
 // kubectl runs the host's kubectl against the node.
