@@ -342,10 +342,8 @@ func (e *env) serveBinaries() string {
 	}
 	for _, n := range []string{"kubeadm", "kubelet", "kubectl"} {
 		src := filepath.Join(e.bin, n)
-		out, err := exec.Command(src, "version", "--client").CombinedOutput()
-		if n == "kubelet" {
-			out, err = exec.Command(src, "--version").CombinedOutput()
-		}
+		versionArgs := map[string][]string{"kubeadm": {"version", "-o", "short"}, "kubelet": {"--version"}, "kubectl": {"version", "--client"}}[n]
+		out, err := exec.Command(src, versionArgs...).CombinedOutput()
 		if err != nil || !strings.Contains(string(out), toVersion) {
 			e.t.Fatalf("%s is not %s: %s %v", src, toVersion, out, err)
 		}
