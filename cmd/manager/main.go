@@ -36,6 +36,7 @@ type options struct {
 	burst            int
 	metricsAddr      string
 	probeAddr        string
+	pprofAddr        string
 	leaderElect      bool
 	leaderElectionNS string
 }
@@ -59,6 +60,7 @@ func run(args []string) error {
 	fs.IntVar(&o.burst, "kube-api-burst", 1600, "client request burst to the API server")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "metrics address; 0 disables")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "health probe address; 0 disables")
+	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "0", "address of the Go profiler's /debug/pprof endpoints (benchmarks); 0 disables")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader so that only one manager acts")
 	fs.StringVar(&o.leaderElectionNS, "leader-election-namespace", "nodeops-system", "namespace of the leader election Lease")
 	zapOpts := zap.Options{}
@@ -91,6 +93,7 @@ func run(args []string) error {
 		Scheme:                        scheme,
 		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
 		HealthProbeBindAddress:        o.probeAddr,
+		PprofBindAddress:              o.pprofAddr,
 		LeaderElection:                o.leaderElect,
 		LeaderElectionID:              "nodeops-manager.nodeops.io",
 		LeaderElectionNamespace:       o.leaderElectionNS,
