@@ -324,7 +324,7 @@ func startSupervisor(l Layout) error {
 		select {
 		case err := <-exited:
 			tailFile(logf.Name(), 20)
-			return fmt.Errorf("node supervisor exited: %v", err)
+			return fmt.Errorf("node supervisor exited: %w", err)
 		case <-deadline:
 			return errors.New("node supervisor did not open its socket in 20s")
 		case <-time.After(200 * time.Millisecond):
