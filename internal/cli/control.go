@@ -255,6 +255,22 @@ func (o *Options) runRecovery(ctx context.Context, c Client, name, node string, 
 	return nil
 }
 
+// steerableOperation fetches an operation that pause, resume and abort may still change, refusing one that has ended.
+func steerableOperation(ctx context.Context, o *Options, name string) (Client, *nodeopsv1.NodeOperation, error) {
+	c, err := o.NewClient()
+	if err != nil {
+		return nil, nil, err
+	}
+	op, err := getOperation(ctx, c, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	if op.Status.Phase.Finished() {
+		return nil, nil, fmt.Errorf("nodeoperation %s has already ended (%s)", op.Name, op.Status.Phase)
+	}
+	return c, op, nil
+}
+
 func newPauseCommand(o *Options, pause bool) *cobra.Command {
 	use, short, ex := "pause NAME", "Pause an operation: running commands finish, no new command starts", "  kubectl nodeops pause upgrade-v1-37-2-abcde"
 	if !pause {
@@ -266,16 +282,9 @@ func newPauseCommand(o *Options, pause bool) *cobra.Command {
 		Example: ex,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := o.NewClient()
+			c, op, err := steerableOperation(cmd.Context(), o, args[0])
 			if err != nil {
 				return err
-			}
-			op, err := getOperation(cmd.Context(), c, args[0])
-			if err != nil {
-				return err
-			}
-			if op.Status.Phase.Finished() {
-				return fmt.Errorf("nodeoperation %s has already ended (%s)", op.Name, op.Status.Phase)
 			}
 			if op.Spec.Paused == pause {
 				fmt.Fprintf(o.Out, "nodeoperation/%s is already %s\n", op.Name, map[bool]string{true: "paused", false: "running (not paused)"}[pause])
@@ -305,16 +314,9 @@ operation ends Aborted. This cannot be undone: create a new operation instead.`,
   kubectl nodeops abort upgrade-v1-37-2-abcde && kubectl nodeops watch upgrade-v1-37-2-abcde`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := o.NewClient()
+			c, op, err := steerableOperation(cmd.Context(), o, args[0])
 			if err != nil {
 				return err
-			}
-			op, err := getOperation(cmd.Context(), c, args[0])
-			if err != nil {
-				return err
-			}
-			if op.Status.Phase.Finished() {
-				return fmt.Errorf("nodeoperation %s has already ended (%s)", op.Name, op.Status.Phase)
 			}
 			if !op.Spec.Abort {
 				if err := patchOperation(cmd.Context(), c, op, func(op *nodeopsv1.NodeOperation) { op.Spec.Abort = true }); err != nil {
