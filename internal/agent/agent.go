@@ -25,6 +25,10 @@ import (
 // DefaultHeartbeat is how often the agent renews status.agentHeartbeat while a command runs.
 const DefaultHeartbeat = 15 * time.Second
 
+// DefaultRecordRunningAfter is how long an idempotent command runs before the agent records it
+// Running (see execute).
+const DefaultRecordRunningAfter = time.Second
+
 // Reconciler executes the NodeTasks of the nodes it serves.
 type Reconciler struct {
 	// Client reads NodeTasks from the label-selected cache and writes their status.
@@ -41,6 +45,9 @@ type Reconciler struct {
 	HTTP      *http.Client
 	// Poll is passed to waiting commands; zero for their default.
 	Poll time.Duration
+	// RecordRunningAfter: an idempotent command is recorded Running only once it has run this
+	// long; zero for DefaultRecordRunningAfter.
+	RecordRunningAfter time.Duration
 
 	mu sync.Mutex
 	// written is the resourceVersion of the agent's last status write per task: a cached task at
@@ -115,6 +122,12 @@ func now() metav1.MicroTime { return metav1.NewMicroTime(time.Now()) }
 
 // execute is the task's loop: each step is one status write (the result of the command before it
 // merged with the next command's Running record, approval wait or the task's end), then the command.
+//
+// The Running record exists so that an agent that stops mid-command never runs a non-idempotent
+// command twice. An idempotent command may safely run again, so when nothing else is waiting to be
+// written it starts before its record, which is written only if the command runs longer than
+// RecordRunningAfter: a quick idempotent command, the common one-command task, costs one status
+// write instead of two.
 func (r *Reconciler) execute(ctx context.Context, task *v1alpha1.NodeTask) error {
 	logger := log.FromContext(ctx).WithValues("node", task.Spec.NodeName)
 	status := task.Status.DeepCopy()
@@ -129,46 +142,51 @@ func (r *Reconciler) execute(ctx context.Context, task *v1alpha1.NodeTask) error
 		}
 		next := status.DeepCopy()
 		apply(next, &task.Spec, act, now())
-		err := r.writeStatus(ctx, task, next)
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			fresh := &v1alpha1.NodeTask{}
-			if gerr := r.Direct.Get(ctx, client.ObjectKeyFromObject(task), fresh); gerr != nil {
-				if apierrors.IsNotFound(gerr) {
-					return nil
+		late := act.Kind == ActStart && !dirty && task.Spec.Commands[act.Index].Idempotent()
+		if !late {
+			err := r.writeStatus(ctx, task, next)
+			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+				fresh, gerr := r.fresh(ctx, task)
+				if gerr != nil || fresh == nil {
+					return gerr
 				}
-				return fmt.Errorf("reading task %s: %w", task.Name, gerr)
+				if dirty {
+					// The agent owns the status of a running task: keep the result, take the new spec.
+					status.RecoveredGeneration = fresh.Status.RecoveredGeneration
+					task = fresh
+				} else {
+					task, status = fresh, fresh.Status.DeepCopy()
+				}
+				continue
 			}
-			if dirty {
-				// The agent owns the status of a running task: keep the result, take the new spec.
-				status.RecoveredGeneration = fresh.Status.RecoveredGeneration
-				task = fresh
-			} else {
-				task, status = fresh, fresh.Status.DeepCopy()
+			if err != nil {
+				if !dirty {
+					return err
+				}
+				// A result must not be lost: keep trying until the agent stops.
+				logger.Error(err, "writing a command result; retrying", "task", task.Name)
+				if serr := sleepCtx(ctx, time.Second); serr != nil {
+					return errors.Join(err, serr)
+				}
+				continue
 			}
-			continue
-		}
-		if err != nil {
-			if !dirty {
-				return err
-			}
-			// A result must not be lost: keep trying until the agent stops.
-			logger.Error(err, "writing a command result; retrying", "task", task.Name)
-			if serr := sleepCtx(ctx, time.Second); serr != nil {
-				return errors.Join(err, serr)
-			}
-			continue
 		}
 		status = next
 		if act.Kind != ActStart {
 			return nil
 		}
 		runs[act.Index]++
-		o := r.run(ctx, task, act)
+		var o outcome
+		if late {
+			task, o = r.runRecordingLate(ctx, task, act, status)
+		} else {
+			o = r.run(ctx, task, act)
+		}
 		if o.err != nil && runs[act.Index] <= task.Spec.Commands[act.Index].Retries && ctx.Err() == nil {
 			o.retry = true
 		}
 		if ctx.Err() != nil {
-			// The agent is stopping: leave the command Running, as a restart expects.
+			// The agent is stopping: leave the command Running (or, not yet recorded, Pending), as a restart expects.
 			return ctx.Err()
 		}
 		applyResult(status, &task.Spec, act.Index, o, now())
@@ -177,11 +195,76 @@ func (r *Reconciler) execute(ctx context.Context, task *v1alpha1.NodeTask) error
 	}
 }
 
-// writeStatus writes the whole status in one merge patch that fails on a concurrent change.
+// fresh reads the task from the API; nil without an error when it is gone.
+func (r *Reconciler) fresh(ctx context.Context, task *v1alpha1.NodeTask) (*v1alpha1.NodeTask, error) {
+	fresh := &v1alpha1.NodeTask{}
+	if err := r.Direct.Get(ctx, client.ObjectKeyFromObject(task), fresh); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading task %s: %w", task.Name, err)
+	}
+	return fresh, nil
+}
+
+// runRecordingLate runs idempotent command a.Index before its Running record (in status), and
+// writes that record only if the command is still running after RecordRunningAfter. It returns
+// the task as last written and the command's outcome.
+func (r *Reconciler) runRecordingLate(ctx context.Context, task *v1alpha1.NodeTask, a Action, status *v1alpha1.NodeTaskStatus) (*v1alpha1.NodeTask, outcome) {
+	done := make(chan outcome, 1)
+	ended := make(chan struct{})
+	go func(t *v1alpha1.NodeTask) {
+		done <- r.run(ctx, t, a)
+		close(ended)
+	}(task.DeepCopy())
+	after := r.RecordRunningAfter
+	if after <= 0 {
+		after = DefaultRecordRunningAfter
+	}
+	timer := time.NewTimer(after)
+	defer timer.Stop()
+	select {
+	case <-ended:
+		return task, <-done
+	case <-timer.C:
+	}
+	for {
+		err := r.writeStatus(ctx, task, status)
+		if err == nil || apierrors.IsNotFound(err) {
+			break
+		}
+		if apierrors.IsConflict(err) {
+			// A person changed the spec (pause, abort) or the heartbeat wrote: keep this record, take the new spec.
+			fresh, gerr := r.fresh(ctx, task)
+			if gerr == nil && fresh == nil {
+				break // deleted: the result's write finds that out
+			}
+			if gerr == nil {
+				status.RecoveredGeneration = fresh.Status.RecoveredGeneration
+				task = fresh
+				continue
+			}
+			err = gerr
+		}
+		log.FromContext(ctx).Error(err, "recording a running command; retrying", "task", task.Name)
+		select {
+		case <-ended:
+			// The result, written next, supersedes the record.
+			return task, <-done
+		case <-time.After(time.Second):
+		}
+	}
+	<-ended
+	return task, <-done
+}
+
+// writeStatus replaces the whole status in one update that fails on a concurrent change. An
+// update costs the API server less than the equivalent merge patch (there is no patch to apply);
+// the agent and the manager that defines the status ship together, so no field is unknown to it.
 func (r *Reconciler) writeStatus(ctx context.Context, task *v1alpha1.NodeTask, status *v1alpha1.NodeTaskStatus) error {
 	base := task.DeepCopy()
 	task.Status = *status.DeepCopy()
-	if err := r.Client.Status().Patch(ctx, task, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+	if err := r.Client.Status().Update(ctx, task); err != nil {
 		task.Status = base.Status
 		task.ResourceVersion = base.ResourceVersion
 		return err

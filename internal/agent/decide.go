@@ -1,6 +1,6 @@
-// Package agent executes NodeTasks on their nodes: it records each command Running before it starts
-// and its result after it ends, resumes safely after a restart, and honours approvals, DryRun,
-// pause and abort (safety rule 4).
+// Package agent executes NodeTasks on their nodes: it records each non-idempotent command Running
+// before it starts (an idempotent one once it has run for a second) and every result after it
+// ends, resumes safely after a restart, and honours approvals, DryRun, pause and abort (safety rule 4).
 package agent
 
 import (
@@ -14,7 +14,7 @@ import (
 // ActionKind is what the agent does next with a task.
 type ActionKind int
 
-// Actions, each one status write.
+// Actions, each one status write (ActStart of an idempotent command: one only if it runs long).
 const (
 	// ActNone: nothing to do now (finished, failed, paused, or waiting for an approval already recorded).
 	ActNone ActionKind = iota

@@ -152,22 +152,8 @@ func TestOneCommandTaskCostsTwoStatusWrites(t *testing.T) {
 	create(t, newTask("writes-1", "writes-1", v1alpha1.ExecutionAuto, script("echo hello from $NODEOPS_NODE_NAME", false)))
 	task := waitTask(t, "writes-1", phaseIs(v1alpha1.TaskSucceeded))
 
-	// Every write to the task is one watch event; count them up to the final one, then a little more
-	// to see that nothing follows.
-	modified := 0
-	timeout := time.After(3 * time.Second)
-	for done := false; !done; {
-		select {
-		case ev := <-w.ResultChan():
-			if ev.Type == watch.Modified {
-				modified++
-			}
-		case <-timeout:
-			done = true
-		}
-	}
-	if modified != 2 {
-		t.Errorf("the agent made %d writes for a one-command task, want 2", modified)
+	if modified := countWrites(w); modified != 2 {
+		t.Errorf("the agent made %d writes for a one-command task with a non-idempotent command, want 2", modified)
 	}
 	c := task.Status.Commands[0]
 	if c.Phase != v1alpha1.CommandSucceeded || c.ExitCode == nil || *c.ExitCode != 0 || c.Attempt != 1 ||
@@ -176,6 +162,68 @@ func TestOneCommandTaskCostsTwoStatusWrites(t *testing.T) {
 	}
 	if task.Status.Progress != "1/1" || task.Status.StartTime == nil || task.Status.CompletionTime == nil {
 		t.Errorf("task status %+v", task.Status)
+	}
+}
+
+// countWrites counts the writes to a finished task: every write is one watch event, so it counts
+// them up to the final one, then a little more to see that nothing follows.
+func countWrites(w watch.Interface) int {
+	modified := 0
+	timeout := time.After(3 * time.Second)
+	for {
+		select {
+		case ev := <-w.ResultChan():
+			if ev.Type == watch.Modified {
+				modified++
+			}
+		case <-timeout:
+			return modified
+		}
+	}
+}
+
+func TestQuickIdempotentCommandCostsOneStatusWrite(t *testing.T) {
+	root := hosttest.NewRoot(t, nil)
+	startAgent(t, agent.Options{NodeName: "writes-2", HostRoot: root})
+	w, err := cl.Watch(context.Background(), &v1alpha1.NodeTaskList{}, client.MatchingLabels{v1alpha1.LabelNode: "writes-2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	create(t, newTask("writes-2", "writes-2", v1alpha1.ExecutionAuto, script("echo quick >> /ran", true)))
+	task := waitTask(t, "writes-2", phaseIs(v1alpha1.TaskSucceeded))
+	if modified := countWrites(w); modified != 1 {
+		t.Errorf("the agent made %d writes for a quick idempotent command, want 1 (no separate Running record)", modified)
+	}
+	c := task.Status.Commands[0]
+	if c.Phase != v1alpha1.CommandSucceeded || c.Attempt != 1 || c.StartTime == nil || c.CompletionTime == nil ||
+		task.Status.StartTime == nil || task.Status.CompletionTime == nil || task.Status.Progress != "1/1" {
+		t.Errorf("status %+v", task.Status)
+	}
+	if got := hosttest.ReadFile(t, root, "/ran"); got != "quick\n" {
+		t.Errorf("the command ran %q, want once", got)
+	}
+}
+
+func TestLongIdempotentCommandIsRecordedRunning(t *testing.T) {
+	root := hosttest.NewRoot(t, nil)
+	startAgent(t, agent.Options{NodeName: "long-1", HostRoot: root})
+	create(t, newTask("long-1", "long-1", v1alpha1.ExecutionAuto,
+		script("touch /started; while [ ! -f /release ]; do sleep 1; done", true)))
+	waitFor(t, "the command to start", func() bool { return fileExists(root, "/started") })
+	// It runs until released, so its Running record must appear meanwhile.
+	running := waitTask(t, "long-1", func(tk *v1alpha1.NodeTask) bool {
+		return tk.Status.Phase == v1alpha1.TaskRunning && len(tk.Status.Commands) == 1 && tk.Status.Commands[0].Phase == v1alpha1.CommandRunning
+	})
+	if running.Status.StartTime == nil || running.Status.Commands[0].Attempt != 1 {
+		t.Errorf("running status %+v", running.Status)
+	}
+	if err := os.WriteFile(filepath.Join(root, "release"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := waitTask(t, "long-1", phaseIs(v1alpha1.TaskSucceeded))
+	if !done.Status.StartTime.Equal(running.Status.StartTime) {
+		t.Errorf("start time moved from %v to %v", running.Status.StartTime, done.Status.StartTime)
 	}
 }
 

@@ -107,18 +107,16 @@ func (r *Reconciler) mirror(ctx context.Context, op *v1alpha1.NodeOperation, tas
 		if !t.EffectivePhase().Unfinished() {
 			continue
 		}
-		want := t.Spec.DeepCopy()
-		want.Paused = op.Spec.Paused
-		want.Abort = want.Abort || op.Spec.Abort
-		if op.Spec.ExecutionMode == v1alpha1.ExecutionAuto && want.ExecutionMode == v1alpha1.ExecutionControlled {
-			want.ExecutionMode = v1alpha1.ExecutionAuto
+		paused, abort, mode := op.Spec.Paused, t.Spec.Abort || op.Spec.Abort, t.Spec.ExecutionMode
+		if op.Spec.ExecutionMode == v1alpha1.ExecutionAuto && mode == v1alpha1.ExecutionControlled {
+			mode = v1alpha1.ExecutionAuto
 		}
-		if want.Paused == t.Spec.Paused && want.Abort == t.Spec.Abort && want.ExecutionMode == t.Spec.ExecutionMode {
+		if paused == t.Spec.Paused && abort == t.Spec.Abort && mode == t.Spec.ExecutionMode {
 			continue
 		}
 		// The cache's object must not be modified: patch a copy.
 		patched := t.DeepCopy()
-		patched.Spec = *want
+		patched.Spec.Paused, patched.Spec.Abort, patched.Spec.ExecutionMode = paused, abort, mode
 		if err := r.Client.Patch(ctx, patched, client.MergeFrom(t)); client.IgnoreNotFound(err) != nil {
 			errs = append(errs, fmt.Errorf("mirror paused/abort/executionMode onto NodeTask %s: %w", t.Name, err))
 		}
