@@ -94,6 +94,19 @@ func (s *opSource) relistTasks(ctx context.Context) error {
 	return nil
 }
 
+// reconnect re-lists and watches again whatever watch is down.
+func (s *opSource) reconnect(ctx context.Context) error {
+	if s.opW == nil {
+		if err := s.relistOperation(ctx); err != nil {
+			return err
+		}
+	}
+	if s.taskW == nil {
+		return s.relistTasks(ctx)
+	}
+	return nil
+}
+
 // applyOperationEvent returns whether the state changed; ok=false when the watch ended and was re-listed.
 func (s *opSource) applyOperationEvent(ctx context.Context, ev watch.Event, ok bool) (bool, error) {
 	if !ok || ev.Type == watch.Error {

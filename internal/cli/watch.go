@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/watch"
 
 	nodeopsv1 "github.com/nodeops/nodeops/api/v1alpha1"
@@ -27,7 +28,9 @@ CI log): a timestamped line each time the operation, a group or a node changes.
 
 At the end it prints the outcome with the reason and message, and the failed nodes.
 A Blocked operation ends the watch, unless a retry, skip or abort was already
-requested and the manager has not acted on it yet.
+requested and the manager has not acted on it yet. If the API server goes away (it
+restarts during an upgrade of its own node), the watch says so on stderr and tries
+again every second until it answers or --timeout passes.
 
 Exit codes: 0 Succeeded, 2 Failed, 3 Blocked, 4 Aborted, 1 any other error
 (including --timeout).`,
@@ -88,6 +91,10 @@ func (o *Options) runWatch(ctx context.Context, c Client, name string, timeout t
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	dirty, lastDraw := true, time.Time{}
+	// lost: a watch ended and could not be re-listed (the API server restarts, as during an
+	// upgrade of the control plane it runs on); the watch tries again every second until it answers.
+	var lost error
+	lastTry := time.Time{}
 	for {
 		op, tasks := src.snapshot()
 		if res := operationOutcome(op, tasks); res != nil {
@@ -115,11 +122,19 @@ func (o *Options) runWatch(ctx context.Context, c Client, name string, timeout t
 				return &ExitError{Code: CodeError, Msg: fmt.Sprintf("nodeoperation %s still %s after %s", name, phaseOf(src.op), timeout)}
 			}
 			return &ExitError{Code: CodeError, Msg: "interrupted"}
-		case ev, ok = <-src.opW.ResultChan():
+		case ev, ok = <-resultChan(src.opW):
 			changed, err = src.applyOperationEvent(ctx, ev, ok)
-		case ev, ok = <-src.taskW.ResultChan():
+		case ev, ok = <-resultChan(src.taskW):
 			changed, err = src.applyTaskEvent(ctx, ev, ok)
 		case <-tick.C:
+			if lost != nil && time.Since(lastTry) >= time.Second {
+				lastTry = time.Now()
+				changed, err = true, src.reconnect(ctx)
+				if err == nil {
+					fmt.Fprintf(o.ErrOut, "watch: the API server answers again; following nodeoperation %s\n", name)
+					lost = nil
+				}
+			}
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -128,10 +143,40 @@ func (o *Options) runWatch(ctx context.Context, c Client, name string, timeout t
 			if errors.Is(err, errOperationGone) {
 				return fmt.Errorf("nodeoperation %s: %w", name, err)
 			}
-			return err
+			switch {
+			case lost == nil && !retriable(err):
+				return err
+			case lost == nil:
+				fmt.Fprintf(o.ErrOut, "watch: lost the API server (%v); trying again every second\n", err)
+				lastTry = time.Now()
+			case lost.Error() != err.Error():
+				// A starting API server may refuse requests until its authorizer is ready: keep
+				// trying, and say what it answers now.
+				fmt.Fprintf(o.ErrOut, "watch: the API server is not back yet (%v)\n", err)
+			}
+			lost = err
 		}
 		dirty = dirty || changed
 	}
+}
+
+// resultChan is w's channel; nil (never ready) while the watch is down.
+func resultChan(w watch.Interface) <-chan watch.Event {
+	if w == nil {
+		return nil
+	}
+	return w.ResultChan()
+}
+
+// retriable reports whether a failed list or watch may work when tried again: connection errors,
+// timeouts and server errors may; an answer that the request itself is wrong or refused will not.
+func retriable(err error) bool {
+	switch {
+	case apierrors.IsNotFound(err), apierrors.IsForbidden(err), apierrors.IsUnauthorized(err),
+		apierrors.IsBadRequest(err), apierrors.IsInvalid(err), apierrors.IsMethodNotSupported(err):
+		return false
+	}
+	return true
 }
 
 // phaseExit maps a finished phase to the exit code `watch` uses.

@@ -1,12 +1,19 @@
 package cli
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	nodeopsv1 "github.com/nodeops/nodeops/api/v1alpha1"
 )
@@ -183,5 +190,99 @@ func TestWatchMissingOperation(t *testing.T) {
 	_, errOut, code := run(t, "watch", "no-such-operation")
 	if code != CodeError || !strings.Contains(errOut, `nodeoperation "no-such-operation" not found`) {
 		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+}
+
+// lossyClient is the test API server behind a connection that can drop: cut ends every open watch
+// and makes every list fail as a refused connection does, until restore.
+type lossyClient struct {
+	client.WithWatch
+	mu      sync.Mutex
+	down    bool
+	watches []watch.Interface
+}
+
+func newLossyClient() *lossyClient {
+	l := &lossyClient{}
+	l.WithWatch = interceptor.NewClient(k8s, interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if l.isDown() {
+				return &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+			}
+			return c.List(ctx, list, opts...)
+		},
+		Watch: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) (watch.Interface, error) {
+			w, err := c.Watch(ctx, list, opts...)
+			if err == nil {
+				l.mu.Lock()
+				l.watches = append(l.watches, w)
+				l.mu.Unlock()
+			}
+			return w, err
+		},
+	})
+	return l
+}
+
+func (l *lossyClient) isDown() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.down
+}
+
+func (l *lossyClient) cut() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.down = true
+	for _, w := range l.watches {
+		w.Stop()
+	}
+	l.watches = nil
+}
+
+func (l *lossyClient) restore() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.down = false
+}
+
+// The API server of a single control plane restarts during its upgrade: watch rides it out.
+func TestWatchSurvivesTheAPIServerGoingAway(t *testing.T) {
+	name := "watch-reconnects"
+	op := createOperation(t, name, nodeopsv1.NodeOperationSpec{Custom: &nodeopsv1.CustomOperation{Groups: []nodeopsv1.Group{
+		{Name: "main", Commands: []nodeopsv1.Command{script("step", "true")}}}}})
+	task := createTask(t, op, "main", "n-1", op.Spec.Custom.Groups[0].Commands...)
+	lossy := newLossyClient()
+	out, errOut := &syncBuffer{}, &syncBuffer{}
+	o := testOptions(out, errOut, "")
+	o.NewClient = func() (Client, error) { return lossy, nil }
+	done := make(chan int, 1)
+	go func() { done <- Run(o, []string{"watch", name}) }()
+	waitOutput(t, out, name+": Pending")
+
+	lossy.cut()
+	eventually(t, "the watch to report the lost API server", func() bool {
+		return strings.Contains(errOut.String(), "watch: lost the API server") && strings.Contains(errOut.String(), "connection refused")
+	})
+	// What happens while it is away is seen once it is back.
+	setTaskStatus(t, task.Name, func(s *nodeopsv1.NodeTaskStatus) {
+		s.Phase, s.Progress, s.Attempt = nodeopsv1.TaskSucceeded, "1/1", 1
+		s.Commands = []nodeopsv1.CommandStatus{{Name: "step", Phase: nodeopsv1.CommandSucceeded, Attempt: 1, ExitCode: exit(0)}}
+	})
+	setOperationStatus(t, name, func(s *nodeopsv1.NodeOperationStatus) {
+		s.Phase, s.Progress, s.StartTime, s.CompletionTime = nodeopsv1.OperationSucceeded, "1/1 nodes", at(-time.Minute), at(0)
+		s.Conditions = []metav1.Condition{cond(nodeopsv1.ConditionSucceeded, metav1.ConditionTrue, "AllGroupsSucceeded", "1 of 1 nodes succeeded")}
+	})
+	select {
+	case code := <-done:
+		t.Fatalf("watch ended with exit code %d while the API server was away; stderr:\n%s", code, errOut)
+	case <-time.After(2 * time.Second):
+	}
+	lossy.restore()
+	if code := waitExit(t, out, done); code != CodeSucceeded {
+		t.Errorf("exit code %d, want 0; output:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if !strings.Contains(errOut.String(), "watch: the API server answers again") {
+		t.Errorf("stderr lacks the reconnect note:\n%s", errOut)
 	}
 }
