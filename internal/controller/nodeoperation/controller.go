@@ -71,6 +71,8 @@ type Reconciler struct {
 	lastWrite map[types.UID]time.Time
 	// waiters are the operations waiting for each node's lock, so that the holder's end wakes them.
 	waiters map[string]map[string]bool
+	// cost is how long each operation's last reconcile took to observe and decide, by name (see ownTaskEvents).
+	cost map[string]time.Duration
 }
 
 // New returns a Reconciler with default tunables.
@@ -116,11 +118,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if !r.Locks.Synced() {
 		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
 	}
+	start := time.Now()
 	s := &scope{op: op, before: op.Status.DeepCopy()}
 	if err := r.observe(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
 	d := decide(&s.in, r.acquireFor(op))
+	// The reconcile's own work, without the API writes that follow: what batching saves.
+	r.noteCost(op.Name, time.Since(start))
 	r.noteWaiting(op.Name, d.waiting)
 
 	result, err := r.writeStatus(ctx, s, &d.status)
@@ -304,6 +309,9 @@ func (r *Reconciler) waitersOf(node string) []string {
 
 func (r *Reconciler) forget(name string) {
 	r.noteWaiting(name, nil)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.cost, name)
 }
 
 func shorter(r ctrl.Result, d time.Duration) ctrl.Result {
