@@ -94,7 +94,7 @@ func (o *Options) runWatch(ctx context.Context, c Client, name string, timeout t
 	// lost: a watch ended and could not be re-listed (the API server restarts, as during an
 	// upgrade of the control plane it runs on); the watch tries again every second until it answers.
 	var lost error
-	lastTry := time.Time{}
+	var lostAt, lastTry time.Time
 	for {
 		op, tasks := src.snapshot()
 		if res := operationOutcome(op, tasks); res != nil {
@@ -116,6 +116,7 @@ func (o *Options) runWatch(ctx context.Context, c Client, name string, timeout t
 		var changed bool
 		var ev watch.Event
 		var ok bool
+		err = nil
 		select {
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -143,16 +144,17 @@ func (o *Options) runWatch(ctx context.Context, c Client, name string, timeout t
 			if errors.Is(err, errOperationGone) {
 				return fmt.Errorf("nodeoperation %s: %w", name, err)
 			}
-			switch {
-			case lost == nil && !retriable(err):
-				return err
-			case lost == nil:
+			// A watch ended and the list after it failed. A starting API server refuses requests
+			// until its authorizer is ready (forbidden, unauthorized), so even a refusal is waited
+			// out for a while; a connection error or a server error for as long as it lasts.
+			if lost == nil {
 				fmt.Fprintf(o.ErrOut, "watch: lost the API server (%v); trying again every second\n", err)
-				lastTry = time.Now()
-			case lost.Error() != err.Error():
-				// A starting API server may refuse requests until its authorizer is ready: keep
-				// trying, and say what it answers now.
+				lostAt, lastTry = time.Now(), time.Now()
+			} else if lost.Error() != err.Error() {
 				fmt.Fprintf(o.ErrOut, "watch: the API server is not back yet (%v)\n", err)
+			}
+			if !retriable(err) && time.Since(lostAt) > refusalGrace {
+				return err
 			}
 			lost = err
 		}
@@ -167,6 +169,11 @@ func resultChan(w watch.Interface) <-chan watch.Event {
 	}
 	return w.ResultChan()
 }
+
+// refusalGrace is how long a watch that lost the API server waits out refusals (forbidden,
+// unauthorized, not found) from it before it gives up: a restarted API server refuses until its
+// authorizer has caught up, seconds on a healthy node.
+const refusalGrace = 2 * time.Minute
 
 // retriable reports whether a failed list or watch may work when tried again: connection errors,
 // timeouts and server errors may; an answer that the request itself is wrong or refused will not.

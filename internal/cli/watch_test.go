@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -10,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -194,11 +197,12 @@ func TestWatchMissingOperation(t *testing.T) {
 }
 
 // lossyClient is the test API server behind a connection that can drop: cut ends every open watch
-// and makes every list fail as a refused connection does, until restore.
+// and makes every list fail with an error, as a refused connection or a starting API server does,
+// until restore.
 type lossyClient struct {
 	client.WithWatch
 	mu      sync.Mutex
-	down    bool
+	failing error
 	watches []watch.Interface
 }
 
@@ -206,8 +210,8 @@ func newLossyClient() *lossyClient {
 	l := &lossyClient{}
 	l.WithWatch = interceptor.NewClient(k8s, interceptor.Funcs{
 		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
-			if l.isDown() {
-				return &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+			if err := l.failure(); err != nil {
+				return err
 			}
 			return c.List(ctx, list, opts...)
 		},
@@ -224,16 +228,16 @@ func newLossyClient() *lossyClient {
 	return l
 }
 
-func (l *lossyClient) isDown() bool {
+func (l *lossyClient) failure() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.down
+	return l.failing
 }
 
-func (l *lossyClient) cut() {
+func (l *lossyClient) cut(err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.down = true
+	l.failing = err
 	for _, w := range l.watches {
 		w.Stop()
 	}
@@ -243,7 +247,7 @@ func (l *lossyClient) cut() {
 func (l *lossyClient) restore() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.down = false
+	l.failing = nil
 }
 
 // The API server of a single control plane restarts during its upgrade: watch rides it out.
@@ -260,9 +264,14 @@ func TestWatchSurvivesTheAPIServerGoingAway(t *testing.T) {
 	go func() { done <- Run(o, []string{"watch", name}) }()
 	waitOutput(t, out, name+": Pending")
 
-	lossy.cut()
+	lossy.cut(&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
 	eventually(t, "the watch to report the lost API server", func() bool {
 		return strings.Contains(errOut.String(), "watch: lost the API server") && strings.Contains(errOut.String(), "connection refused")
+	})
+	// Starting again, the API server refuses until its authorizer is ready.
+	lossy.cut(apierrors.NewForbidden(schema.GroupResource{Group: "nodeops.io", Resource: "nodeoperations"}, "", errors.New("RBAC not ready")))
+	eventually(t, "the watch to report the refusal", func() bool {
+		return strings.Contains(errOut.String(), "watch: the API server is not back yet") && strings.Contains(errOut.String(), "forbidden")
 	})
 	// What happens while it is away is seen once it is back.
 	setTaskStatus(t, task.Name, func(s *nodeopsv1.NodeTaskStatus) {
