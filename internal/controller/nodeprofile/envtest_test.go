@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -220,6 +221,20 @@ func getProfile(t *testing.T, ctx context.Context, name string) *v1alpha1.NodePr
 		t.Fatalf("get profile %s: %v", name, err)
 	}
 	return p
+}
+
+// updateProfile changes the profile as a person would, reading it again when the controller's own
+// write (status, finalizer) got there first.
+func updateProfile(t *testing.T, ctx context.Context, name string, mutate func(*v1alpha1.NodeProfile)) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p := getProfile(t, ctx, name)
+		mutate(p)
+		return env.client.Update(ctx, p)
+	})
+	if err != nil {
+		t.Fatalf("update profile %s: %v", name, err)
+	}
 }
 
 // tasksOf lists the profile's tasks straight from the API server, by node.

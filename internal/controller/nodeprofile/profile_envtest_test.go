@@ -135,10 +135,7 @@ func TestFailedInstallIsNamedAndFixedBySpec(t *testing.T) {
 	})
 
 	// A person fixes the sha256: the failed task is aborted and a new one, with a new name, replaces it.
-	p.Spec.Install[0].InstallFile.SHA256 = strings.Repeat("b", 64)
-	if err := env.client.Update(ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	updateProfile(t, ctx, "fail", func(p *v1alpha1.NodeProfile) { p.Spec.Install[0].InstallFile.SHA256 = strings.Repeat("b", 64) })
 	// The failed task is told to abort (it no longer holds the node), then deleted as the new one
 	// is created: the agent sees it go either way.
 	eventually(t, wait, "the failed task aborted or gone", func() error {
@@ -263,16 +260,10 @@ func TestSpecChangeReprovisions(t *testing.T) {
 	old := getProfile(t, ctx, "respec").Status.SpecHash
 
 	// Selector, trigger and maxUnavailable do not touch provisioned nodes.
-	p := getProfile(t, ctx, "respec")
-	p.Spec.MaxUnavailable = ptrIntOrString(1)
-	if err := env.client.Update(ctx, p); err != nil {
-		t.Fatal(err)
-	}
-	p = getProfile(t, ctx, "respec")
-	p.Spec.Install = append(p.Spec.Install, v1alpha1.Command{Name: "restart", RestartService: &v1alpha1.RestartServiceCommand{Name: "containerd"}})
-	if err := env.client.Update(ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	updateProfile(t, ctx, "respec", func(p *v1alpha1.NodeProfile) { p.Spec.MaxUnavailable = ptrIntOrString(1) })
+	updateProfile(t, ctx, "respec", func(p *v1alpha1.NodeProfile) {
+		p.Spec.Install = append(p.Spec.Install, v1alpha1.Command{Name: "restart", RestartService: &v1alpha1.RestartServiceCommand{Name: "containerd"}})
+	})
 	var hash string
 	eventually(t, wait, "new spec hash", func() error {
 		hash = getProfile(t, ctx, "respec").Status.SpecHash
