@@ -228,7 +228,7 @@ func (r *Reconciler) runRecordingLate(ctx context.Context, task *v1alpha1.NodeTa
 		return task, <-done
 	case <-timer.C:
 	}
-	for {
+	for ctx.Err() == nil {
 		err := r.writeStatus(ctx, task, status)
 		if err == nil || apierrors.IsNotFound(err) {
 			break
