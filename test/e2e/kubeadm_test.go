@@ -173,7 +173,7 @@ func TestKubeadm(t *testing.T) {
 		for _, n := range all {
 			root := l.NodeRoot(n)
 			for b, want := range served {
-				if got := kadmFileSHA256(t, filepath.Join(root, "usr/bin", b)); got != want {
+				if got := framework.FileSHA256(t, filepath.Join(root, "usr/bin", b)); got != want {
 					t.Errorf("%s: /usr/bin/%s has sha256 %s, the binary source serves %s", n, b, got, want)
 				}
 			}
@@ -684,18 +684,4 @@ func kadmGet(t *testing.T, url string) string {
 		t.Fatalf("GET %s: %s %v", url, resp.Status, err)
 	}
 	return strings.TrimSpace(string(body))
-}
-
-func kadmFileSHA256(t *testing.T, path string) string {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(h.Sum(nil))
 }

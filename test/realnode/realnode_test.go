@@ -11,10 +11,8 @@ package realnode
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -40,6 +38,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nodeopsv1 "github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/test/e2e/framework"
 )
 
 const (
@@ -341,7 +340,7 @@ func (e *env) serveBinaries() string {
 		if err := os.Symlink(src, filepath.Join(dir, n)); err != nil {
 			e.t.Fatal(err)
 		}
-		sum := fileSHA256(e.t, src)
+		sum := framework.FileSHA256(e.t, src)
 		if err := os.WriteFile(filepath.Join(dir, n+".sha256"), []byte(sum+"\n"), 0o644); err != nil {
 			e.t.Fatal(err)
 		}
@@ -363,20 +362,6 @@ func logRequests(t *testing.T, h http.Handler) http.Handler {
 		t.Logf("binary server: GET %s from %s", r.URL.Path, r.RemoteAddr)
 		h.ServeHTTP(w, r)
 	})
-}
-
-func fileSHA256(t *testing.T, path string) string {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(h.Sum(nil))
 }
 
 func (e *env) verifyVersion() {
