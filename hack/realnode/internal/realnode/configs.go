@@ -83,7 +83,8 @@ func CNIConfig() string {
 
 // KubeadmConfig is the `kubeadm init` configuration: images never pulled (they are imported),
 // no taint (the one node runs the workloads too), containerd's own socket, the cgroupfs driver and
-// cgroup v1 allowed (this machine has no systemd and cgroup v1 hierarchies).
+// cgroup v1 allowed (this machine has no systemd and cgroup v1 hierarchies), and disk thresholds
+// fit for a machine whose disk the node shares.
 func KubeadmConfig(version, advertiseAddress string) string {
 	return fmt.Sprintf(`apiVersion: kubeadm.k8s.io/v1beta4
 kind: InitConfiguration
@@ -109,6 +110,16 @@ apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: cgroupfs
 failCgroupV1: false
+# The node shares its disk with Go build caches: the default thresholds (imagefs 15%%, nodefs 10%%
+# free) taint it disk-pressure on a large, busy disk with gigabytes free, and image garbage
+# collection from 85%% used would delete the locally imported images, which cannot be pulled.
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: 1Gi
+  imagefs.available: 1Gi
+  nodefs.inodesFree: 1%%
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
 `, advertiseAddress, ContainerdSock, version, PodSubnet, ServiceSubnet)
 }
 

@@ -71,6 +71,7 @@ func InstallNodeops(ctx context.Context, l Layout, apiHost string) error {
 	}
 	for _, w := range workloads {
 		if err := kubectl(ctx, io.Discard, "-n", w.Namespace, "rollout", "status", strings.ToLower(w.Kind)+"/"+w.Name, "--timeout=180s"); err != nil {
+			Diagnose(ctx, os.Stdout, w.Namespace)
 			return fmt.Errorf("nodeops %s %s/%s did not become ready: %w", w.Kind, w.Namespace, w.Name, err)
 		}
 	}
@@ -215,4 +216,32 @@ func keys(m map[string]string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Diagnose prints what explains a workload that does not become ready, before the teardown
+// removes it: the nodes, every pod, the pods of namespace described, recent events, and the
+// last lines of the kubelet's and containerd's logs.
+func Diagnose(ctx context.Context, w io.Writer, namespace string) {
+	fmt.Fprintln(w, "realnode: diagnostics follow")
+	for _, args := range [][]string{
+		{"get", "nodes", "-o", "wide"},
+		{"get", "pods", "-A", "-o", "wide"},
+		{"-n", namespace, "describe", "pods"},
+		{"get", "events", "-A", "--sort-by=.lastTimestamp"},
+	} {
+		fmt.Fprintf(w, "--- kubectl %s\n", strings.Join(args, " "))
+		if err := kubectl(ctx, w, args...); err != nil {
+			fmt.Fprintf(w, "(%v)\n", err)
+		}
+	}
+	for _, unit := range []string{"kubelet", "containerd"} {
+		path := filepath.Join(LogDir, unit+".log")
+		data, err := os.ReadFile(path)
+		if err != nil {
+			fmt.Fprintf(w, "--- %s: %v\n", path, err)
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		fmt.Fprintf(w, "--- last lines of %s\n%s\n", path, strings.Join(lines[max(len(lines)-40, 0):], "\n"))
+	}
 }
