@@ -58,11 +58,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // ownTaskEvents enqueues the operation that controls a task, after a pause twice as long as the
-// operation's last reconcile took to observe and decide. Every reconcile looks at all of the operation's tasks, so one per
-// task event, back to back, would cost O(K²) for K nodes (at 5,000 nodes a reconcile takes tens of
-// milliseconds and thousands of tasks change). Batched, one operation's reconciles take at most a
-// third of a core however many of its tasks change, and a small operation, reconciled in a
-// millisecond, is not held back noticeably.
+// operation's last reconcile took to observe and decide. Every reconcile looks at all of the
+// operation's tasks, so one per task event, back to back, would cost O(K²) for K nodes (at 5,000
+// nodes a reconcile takes tens of milliseconds and thousands of tasks change). Batched, one
+// operation's reconciles take at most a third of a core however many of its tasks change, and a
+// small operation, reconciled in a millisecond, is not held back noticeably.
 func (r *Reconciler) ownTaskEvents() handler.TypedEventHandler[client.Object, reconcile.Request] {
 	enqueue := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 		ref := metav1.GetControllerOf(o)
