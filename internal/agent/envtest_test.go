@@ -142,17 +142,8 @@ func phaseIs(p v1alpha1.TaskPhase) func(*v1alpha1.NodeTask) bool {
 }
 
 func TestOneCommandTaskCostsTwoStatusWrites(t *testing.T) {
-	root := hosttest.NewRoot(t, nil)
-	startAgent(t, agent.Options{NodeName: "writes-1", HostRoot: root})
-	w, err := cl.Watch(context.Background(), &v1alpha1.NodeTaskList{}, client.MatchingLabels{v1alpha1.LabelNode: "writes-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	create(t, newTask("writes-1", "writes-1", v1alpha1.ExecutionAuto, script("echo hello from $NODEOPS_NODE_NAME", false)))
-	task := waitTask(t, "writes-1", phaseIs(v1alpha1.TaskSucceeded))
-
-	if modified := countWrites(w); modified != 2 {
+	_, task, modified := runCountingWrites(t, "writes-1", script("echo hello from $NODEOPS_NODE_NAME", false))
+	if modified != 2 {
 		t.Errorf("the agent made %d writes for a one-command task with a non-idempotent command, want 2", modified)
 	}
 	c := task.Status.Commands[0]
@@ -165,9 +156,20 @@ func TestOneCommandTaskCostsTwoStatusWrites(t *testing.T) {
 	}
 }
 
-// countWrites counts the writes to a finished task: every write is one watch event, so it counts
-// them up to the final one, then a little more to see that nothing follows.
-func countWrites(w watch.Interface) int {
+// runCountingWrites runs a one-command task on a new node named node until it succeeds and counts
+// the writes to it: every write is one watch event, so it counts them up to the final one, then a
+// little more to see that nothing follows. It returns the node's root, the task and the count.
+func runCountingWrites(t *testing.T, node string, cmd v1alpha1.Command) (string, *v1alpha1.NodeTask, int) {
+	t.Helper()
+	root := hosttest.NewRoot(t, nil)
+	startAgent(t, agent.Options{NodeName: node, HostRoot: root})
+	w, err := cl.Watch(context.Background(), &v1alpha1.NodeTaskList{}, client.MatchingLabels{v1alpha1.LabelNode: node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	create(t, newTask(node, node, v1alpha1.ExecutionAuto, cmd))
+	task := waitTask(t, node, phaseIs(v1alpha1.TaskSucceeded))
 	modified := 0
 	timeout := time.After(3 * time.Second)
 	for {
@@ -177,22 +179,14 @@ func countWrites(w watch.Interface) int {
 				modified++
 			}
 		case <-timeout:
-			return modified
+			return root, task, modified
 		}
 	}
 }
 
 func TestQuickIdempotentCommandCostsOneStatusWrite(t *testing.T) {
-	root := hosttest.NewRoot(t, nil)
-	startAgent(t, agent.Options{NodeName: "writes-2", HostRoot: root})
-	w, err := cl.Watch(context.Background(), &v1alpha1.NodeTaskList{}, client.MatchingLabels{v1alpha1.LabelNode: "writes-2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	create(t, newTask("writes-2", "writes-2", v1alpha1.ExecutionAuto, script("echo quick >> /ran", true)))
-	task := waitTask(t, "writes-2", phaseIs(v1alpha1.TaskSucceeded))
-	if modified := countWrites(w); modified != 1 {
+	root, task, modified := runCountingWrites(t, "writes-2", script("echo quick >> /ran", true))
+	if modified != 1 {
 		t.Errorf("the agent made %d writes for a quick idempotent command, want 1 (no separate Running record)", modified)
 	}
 	c := task.Status.Commands[0]
