@@ -5,7 +5,7 @@ package plan
 // those that start now. budget is the maxUnavailable limit; unavailable counts the nodes already
 // unavailable that are not candidates (an unfinished or failed task, NotReady: docs/design.md,
 // safety rule 2). A candidate for which down reports true (NotReady, or held by another task:
-// safety rule 11) counts against the budget too and does not start; it waits for a later round.
+// docs/design.md, safety rule 11) counts against the budget too and does not start; it waits for a later round.
 // Available candidates then start in order while the unavailable count stays within budget.
 func Select[C any](candidates []C, budget, unavailable int, down func(C) bool) []C {
 	room := budget - unavailable
