@@ -142,8 +142,10 @@ func (t *Table) Release(node, task string) {
 type View struct {
 	// Nodes maps each held node to a task holding it (the first by name when several do).
 	Nodes map[string]Holder
-	// Tasks maps every holding task, reservations the cache has not seen included, to its node.
-	Tasks map[string]string
+	// Reserved maps the tasks acquired by a controller that the informer has not delivered yet
+	// to their nodes. Every other holding task is in the cache already: the informer updates the
+	// cache before it tells the table.
+	Reserved map[string]string
 }
 
 // Holder returns the task holding node in the view, if any.
@@ -152,9 +154,9 @@ func (v View) Holder(node string) (Holder, bool) {
 	return h, ok
 }
 
-// Holds reports whether task holds a node in the view.
-func (v View) Holds(task string) bool {
-	_, ok := v.Tasks[task]
+// IsReserved reports whether task is a reservation in the view: acquired, not yet in the cache.
+func (v View) IsReserved(task string) bool {
+	_, ok := v.Reserved[task]
 	return ok
 }
 
@@ -162,7 +164,7 @@ func (v View) Holds(task string) bool {
 func (t *Table) Snapshot() View {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	v := View{Nodes: make(map[string]Holder, len(t.byNode)), Tasks: make(map[string]string, len(t.byTask))}
+	v := View{Nodes: make(map[string]Holder, len(t.byNode)), Reserved: map[string]string{}}
 	for node, tasks := range t.byNode {
 		first := ""
 		for name := range tasks {
@@ -175,7 +177,9 @@ func (t *Table) Snapshot() View {
 		}
 	}
 	for name, e := range t.byTask {
-		v.Tasks[name] = e.node
+		if !e.seen {
+			v.Reserved[name] = e.node
+		}
 	}
 	return v
 }

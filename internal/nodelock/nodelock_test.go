@@ -148,15 +148,15 @@ func TestSnapshot(t *testing.T) {
 	if _, ok := v.Holder("n2"); ok {
 		t.Error("a finished task holds n2")
 	}
-	if h, ok := v.Holder("n3"); !ok || h.Owner != "NodeProfile/p" || !v.Holds("r") {
+	if h, ok := v.Holder("n3"); !ok || h.Owner != "NodeProfile/p" || !v.IsReserved("r") {
 		t.Errorf("the reservation of n3 is missing: %+v", v)
 	}
-	if !v.Holds("b") || v.Holds("c") {
-		t.Errorf("tasks %v", v.Tasks)
+	if v.IsReserved("a") || v.IsReserved("b") || v.IsReserved("c") {
+		t.Errorf("tasks the informer delivered are not reservations: %v", v.Reserved)
 	}
 	// The view is a copy: later changes to the table do not show in it.
 	tab.Release("n3", "r")
-	if !v.Holds("r") || tab.Snapshot().Holds("r") {
+	if !v.IsReserved("r") || tab.Snapshot().IsReserved("r") {
 		t.Error("the view follows the table")
 	}
 }

@@ -163,8 +163,8 @@ func (r *Reconciler) act(ctx context.Context, s *scope) (ctrl.Result, error) {
 // the version policy before the operation starts.
 func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 	op := s.op
-	// The lock table is read before the cache: a task the table no longer holds as a reservation
-	// is then always in the cache (see nodelock), so no created task is ever missed.
+	// The lock table is read before the cache: a task that is no longer a reservation in the
+	// view is then always in the cache (see nodelock.View), so no created task is ever missed.
 	s.in = input{op: op, now: metav1.NewTime(r.now()), notReady: map[string]bool{}, tasks: map[string]map[string]taskView{}, locks: r.Locks.Snapshot()}
 	var tasks v1alpha1.NodeTaskList
 	if err := r.Client.List(ctx, &tasks, skeleton.OwnedBy(kind, op.UID), client.UnsafeDisableDeepCopy); err != nil {
@@ -208,7 +208,7 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 			if _, ok := s.in.tasks[g.Name][node]; ok {
 				continue
 			}
-			if name := plan.TaskName(op.Name, g.Name, node); s.in.locks.Holds(name) {
+			if name := plan.TaskName(op.Name, g.Name, node); s.in.locks.IsReserved(name) {
 				if s.in.tasks[g.Name] == nil {
 					s.in.tasks[g.Name] = map[string]taskView{}
 				}
