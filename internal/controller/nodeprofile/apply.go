@@ -121,14 +121,9 @@ func (r *Reconciler) patchNode(ctx context.Context, profile string, np NodePatch
 	return nil
 }
 
-// syncRuntimeClasses keeps the profile's RuntimeClasses in step with its spec; conflicts go to status.
+// syncRuntimeClasses carries out the RuntimeClass changes decide planned; conflicts went to status.
 func (r *Reconciler) syncRuntimeClasses(ctx context.Context, s *scope) error {
-	var list nodev1.RuntimeClassList
-	if err := r.Client.List(ctx, &list); err != nil {
-		return fmt.Errorf("list RuntimeClasses: %w", err)
-	}
-	ch := PlanRuntimeClasses(s.profile, list.Items, s.deleting)
-	s.problems = append(s.problems, ch.Conflicts...)
+	ch := s.classes
 	var errs []error
 	for _, rc := range ch.Create {
 		if err := r.Client.Create(ctx, rc); err != nil && !apierrors.IsAlreadyExists(err) {
