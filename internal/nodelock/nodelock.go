@@ -1,5 +1,5 @@
-// Package nodelock is the manager's table of which NodeTask holds which node (safety rule 1: a node
-// runs at most one NodeTask at a time, across all operations and profiles).
+// Package nodelock is the manager's table of which NodeTask holds which node (docs/design.md,
+// safety rule 1: a node runs at most one NodeTask at a time, across all operations and profiles).
 //
 // The table is fed by the NodeTask informer and, synchronously, by the controllers that create
 // tasks: a controller acquires the node before it creates the task, so a cache that has not yet
@@ -134,6 +134,54 @@ func (t *Table) Release(node, task string) {
 	if e, ok := t.byTask[task]; ok && !e.seen && e.node == node {
 		t.deleteLocked(task)
 	}
+}
+
+// View is the table as plain data at one moment, for decisions that take no locks: a pure
+// decide reads it, and the act step that follows acquires for real (TryAcquire), so a node taken
+// in between is only passed over for a round.
+type View struct {
+	// Nodes maps each held node to a task holding it (the first by name when several do).
+	Nodes map[string]Holder
+	// Reserved maps the tasks acquired by a controller that the informer has not delivered yet
+	// to their nodes. Every other holding task is in the cache already: the informer updates the
+	// cache before it tells the table.
+	Reserved map[string]string
+}
+
+// Holder returns the task holding node in the view, if any.
+func (v View) Holder(node string) (Holder, bool) {
+	h, ok := v.Nodes[node]
+	return h, ok
+}
+
+// IsReserved reports whether task is a reservation in the view: acquired, not yet in the cache.
+func (v View) IsReserved(task string) bool {
+	_, ok := v.Reserved[task]
+	return ok
+}
+
+// Snapshot returns the table as a View; it costs one pass over the held nodes, not over all nodes.
+func (t *Table) Snapshot() View {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	v := View{Nodes: make(map[string]Holder, len(t.byNode)), Reserved: map[string]string{}}
+	for node, tasks := range t.byNode {
+		first := ""
+		for name := range tasks {
+			if first == "" || name < first {
+				first = name
+			}
+		}
+		if first != "" {
+			v.Nodes[node] = Holder{Task: first, Owner: tasks[first].owner}
+		}
+	}
+	for name, e := range t.byTask {
+		if !e.seen {
+			v.Reserved[name] = e.node
+		}
+	}
+	return v
 }
 
 // Holder returns a task holding node, if any (the first by name when, after an unclean history,

@@ -132,3 +132,31 @@ func TestConcurrentAcquireHasOneWinner(t *testing.T) {
 		}
 	}
 }
+
+func TestSnapshot(t *testing.T) {
+	tab := New()
+	tab.Observe(task("b", "n1", v1alpha1.TaskRunning, false))
+	tab.Observe(task("a", "n1", v1alpha1.TaskPending, false))
+	tab.Observe(task("c", "n2", v1alpha1.TaskSucceeded, false))
+	if _, ok := tab.TryAcquire("n3", "r", "NodeProfile/p"); !ok {
+		t.Fatal("acquire n3")
+	}
+	v := tab.Snapshot()
+	if h, ok := v.Holder("n1"); !ok || h != (Holder{Task: "a", Owner: "NodeOperation/op-a"}) {
+		t.Errorf("n1 held by %+v, %v; want a, the first by name", h, ok)
+	}
+	if _, ok := v.Holder("n2"); ok {
+		t.Error("a finished task holds n2")
+	}
+	if h, ok := v.Holder("n3"); !ok || h.Owner != "NodeProfile/p" || !v.IsReserved("r") {
+		t.Errorf("the reservation of n3 is missing: %+v", v)
+	}
+	if v.IsReserved("a") || v.IsReserved("b") || v.IsReserved("c") {
+		t.Errorf("tasks the informer delivered are not reservations: %v", v.Reserved)
+	}
+	// The view is a copy: later changes to the table do not show in it.
+	tab.Release("n3", "r")
+	if !v.IsReserved("r") || tab.Snapshot().IsReserved("r") {
+		t.Error("the view follows the table")
+	}
+}

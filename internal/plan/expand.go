@@ -27,7 +27,7 @@ const (
 var ErrNoOperation = errors.New("exactly one of upgrade, renewCertificates or custom must be set")
 
 // Expand turns an operation spec into its ordered groups. Built-in operations are expanded as
-// DESIGN.md says; custom groups pass through (copied, with nodeFilter defaulted to All).
+// docs/design.md says; custom groups pass through (copied, with nodeFilter defaulted to All).
 // A group's nil MaxUnavailable means the operation's.
 func Expand(spec *v1alpha1.NodeOperationSpec) ([]v1alpha1.Group, error) {
 	set := 0

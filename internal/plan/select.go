@@ -1,42 +1,30 @@
 package plan
 
-import (
-	"sort"
-
-	"github.com/nodeops/nodeops/api/v1alpha1"
-)
-
-// Unavailable counts the group's nodes that are unavailable: those whose task is unfinished
-// (pending, running or failed) and those that are NotReady, each node once.
-func Unavailable(groupNodes []string, tasks map[string]v1alpha1.TaskPhase, notReady map[string]bool) int {
-	n := 0
-	for _, node := range groupNodes {
-		if phase, ok := tasks[node]; (ok && phase.Unfinished()) || notReady[node] {
-			n++
+// Select is the one maxUnavailable selector: of candidates, given in the caller's stable sorted
+// order (system-upgrade-controller issue 77: an unstable order let too many jobs run), it
+// returns those that start now. budget is the maxUnavailable limit; unavailable counts the nodes
+// already unavailable that are not candidates (an unfinished or failed task, or NotReady:
+// docs/design.md, safety rule 2). A candidate for which down reports true (NotReady, or held by
+// another task: docs/design.md, safety rule 11) counts against the budget too and waits. The
+// other candidates start in order while the unavailable count stays within budget.
+func Select[C any](candidates []C, budget, unavailable int, down func(C) bool) []C {
+	room := budget - unavailable
+	for _, c := range candidates {
+		if down(c) {
+			room--
 		}
 	}
-	return n
-}
-
-// Next chooses which of the group's nodes get a task now: nodes without a task, in sorted order,
-// while the unavailable count (see Unavailable) stays within maxUnavailable. NotReady nodes are
-// never started; they wait until they are Ready again.
-func Next(groupNodes []string, tasks map[string]v1alpha1.TaskPhase, notReady map[string]bool, maxUnavailable int) []string {
-	room := maxUnavailable - Unavailable(groupNodes, tasks, notReady)
 	if room <= 0 {
 		return nil
 	}
-	sorted := append([]string(nil), groupNodes...)
-	sort.Strings(sorted)
-	var out []string
-	for _, node := range sorted {
+	out := make([]C, 0, min(room, len(candidates)))
+	for _, c := range candidates {
 		if len(out) == room {
 			break
 		}
-		if _, started := tasks[node]; started || notReady[node] {
-			continue
+		if !down(c) {
+			out = append(out, c)
 		}
-		out = append(out, node)
 	}
 	return out
 }

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/controller/skeleton"
 	"github.com/nodeops/nodeops/internal/nodelock"
 	"github.com/nodeops/nodeops/internal/plan"
 )
@@ -35,16 +36,8 @@ import (
 // The manager's leader election, declared here so that `make generate` sees it:
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete,namespace=nodeops-system
 
-// Locker is the manager's node lock table (internal/nodelock), shared with the NodeProfile controller.
-type Locker interface {
-	TryAcquire(node, task, owner string) (nodelock.Holder, bool)
-	Release(node, task string)
-	Held(task string) bool
-	Observe(task *v1alpha1.NodeTask)
-	Synced() bool
-}
-
-var _ Locker = (*nodelock.Table)(nil)
+// kind is the NodeOperation kind, as owner references and the owner index name it.
+const kind = "NodeOperation"
 
 // Reconciler reconciles NodeOperations.
 type Reconciler struct {
@@ -53,8 +46,9 @@ type Reconciler struct {
 	// APIReader reads past the cache: the kubeadm-config ConfigMap (not worth caching) and tasks
 	// whose create raced with the cache.
 	APIReader client.Reader
-	Locks     Locker
-	Recorder  events.EventRecorder
+	// Locks is the node lock table shared with the NodeProfile controller.
+	Locks    skeleton.Locker
+	Recorder events.EventRecorder
 	// StatusInterval batches status writes that only move counts: at most one per interval.
 	// Phase, group phase and condition changes are written at once.
 	StatusInterval time.Duration
@@ -66,9 +60,10 @@ type Reconciler struct {
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 
+	// status batches count-only status writes, by operation name.
+	status skeleton.StatusThrottle
+
 	mu sync.Mutex
-	// lastWrite is when each operation's status was last written, by UID.
-	lastWrite map[types.UID]time.Time
 	// waiters are the operations waiting for each node's lock, so that the holder's end wakes them.
 	waiters map[string]map[string]bool
 	// cost is how long each operation's last reconcile took to observe and decide, by name (see ownTaskEvents).
@@ -76,7 +71,7 @@ type Reconciler struct {
 }
 
 // New returns a Reconciler with default tunables.
-func New(c client.Client, apiReader client.Reader, locks Locker, recorder events.EventRecorder) *Reconciler {
+func New(c client.Client, apiReader client.Reader, locks skeleton.Locker, recorder events.EventRecorder) *Reconciler {
 	return &Reconciler{
 		Client: c, APIReader: apiReader, Locks: locks, Recorder: recorder,
 		StatusInterval: time.Second, CreateParallelism: 64, WaitRecheck: 5 * time.Second,
@@ -96,11 +91,14 @@ type scope struct {
 	before *v1alpha1.NodeOperationStatus
 	tasks  []*v1alpha1.NodeTask
 	in     input
+	d      decision
+	// start is when the reconcile began, for the cost that batching saves (see ownTaskEvents).
+	start time.Time
 }
 
-// Reconcile follows STYLE.md's skeleton: get, then ordered phase functions over a scope, then
-// the status write and the actions it records. There is no finalizer: tasks carry an owner
-// reference, and the node lock forgets deleted tasks through the informer.
+// Reconcile follows the skeleton (internal/controller/skeleton): get, then observe, decide,
+// write status and act. There is no finalizer: tasks carry an owner reference, and the node
+// lock forgets deleted tasks through the informer.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	op := &v1alpha1.NodeOperation{}
 	if err := r.Client.Get(ctx, req.NamespacedName, op); err != nil {
@@ -118,33 +116,44 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if !r.Locks.Synced() {
 		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
 	}
-	start := time.Now()
-	s := &scope{op: op, before: op.Status.DeepCopy()}
-	if err := r.observe(ctx, s); err != nil {
-		return ctrl.Result{}, err
-	}
-	d := decide(&s.in, r.acquireFor(op))
-	// The reconcile's own work, without the API writes that follow: what batching saves.
-	r.noteCost(op.Name, time.Since(start))
-	r.noteWaiting(op.Name, d.waiting)
+	s := &scope{op: op, before: op.Status.DeepCopy(), start: time.Now()}
+	return skeleton.Run(ctx, s, skeleton.Steps[*scope]{
+		Observe:     r.observe,
+		Decide:      r.decide,
+		WriteStatus: r.writeStatus,
+		Act:         r.act,
+	})
+}
 
-	result, err := r.writeStatus(ctx, s, &d.status)
+// decide runs the pure decision and notes, in memory only, what it cost and which nodes the
+// operation waits for, so that the holders' ends wake it.
+func (r *Reconciler) decide(s *scope) {
+	s.d = decide(&s.in)
+	// The reconcile's own work, without the API writes that follow: what batching saves.
+	r.noteCost(s.op.Name, time.Since(s.start))
+	r.noteWaiting(s.op.Name, s.d.waiting)
+}
+
+// act creates the decided tasks under the node lock, mirrors the operation's controls onto its
+// tasks, and asks to look again for nodes it waits for and for the TTL.
+func (r *Reconciler) act(ctx context.Context, s *scope) (ctrl.Result, error) {
+	var result ctrl.Result
+	lost, err := r.createTasks(ctx, s.op, s.d.create, s.d.waiting)
+	if lost > 0 {
+		r.noteWaiting(s.op.Name, s.d.waiting)
+	}
 	if err != nil {
-		r.releaseAll(op, d.create)
 		return ctrl.Result{}, err
 	}
-	if err := r.createTasks(ctx, op, d.create); err != nil {
+	if err := r.mirror(ctx, s.op, s.tasks); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.mirror(ctx, op, s.tasks); err != nil {
-		return ctrl.Result{}, err
+	if len(s.d.waiting) > 0 {
+		result = skeleton.Within(result, r.WaitRecheck)
 	}
-	if len(d.waiting) > 0 {
-		result = shorter(result, r.WaitRecheck)
-	}
-	if d.status.Phase.Finished() {
-		if ttl, ok := ttlLeft(op, &d.status, r.now()); ok {
-			result = shorter(result, ttl)
+	if s.d.status.Phase.Finished() {
+		if ttl, ok := ttlLeft(s.op, &s.d.status, r.now()); ok {
+			result = skeleton.Within(result, ttl)
 		}
 	}
 	return result, nil
@@ -154,13 +163,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // the version policy before the operation starts.
 func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 	op := s.op
-	s.in = input{op: op, now: metav1.NewTime(r.now()), notReady: map[string]bool{}, tasks: map[string]map[string]taskView{}}
-
-	// Reservations are read before the cache: a task the table no longer holds as a reservation
-	// is then always in the cache (see nodelock), so no created task is ever missed.
-	reserved := func(name string) bool { return r.Locks.Held(name) }
+	// The lock table is read before the cache: a task that is no longer a reservation in the
+	// view is then always in the cache (see nodelock.View), so no created task is ever missed.
+	s.in = input{op: op, now: metav1.NewTime(r.now()), notReady: map[string]bool{}, tasks: map[string]map[string]taskView{}, locks: r.Locks.Snapshot()}
 	var tasks v1alpha1.NodeTaskList
-	if err := r.Client.List(ctx, &tasks, client.MatchingFields{ownerIndex: string(op.UID)}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.Client.List(ctx, &tasks, skeleton.OwnedBy(kind, op.UID), client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("list tasks of NodeOperation %s: %w", op.Name, err)
 	}
 	var nodes corev1.NodeList
@@ -201,7 +208,7 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 			if _, ok := s.in.tasks[g.Name][node]; ok {
 				continue
 			}
-			if name := plan.TaskName(op.Name, g.Name, node); reserved(name) {
+			if name := plan.TaskName(op.Name, g.Name, node); s.in.locks.IsReserved(name) {
 				if s.in.tasks[g.Name] == nil {
 					s.in.tasks[g.Name] = map[string]taskView{}
 				}
@@ -261,19 +268,6 @@ func view(t *v1alpha1.NodeTask) taskView {
 	return v
 }
 
-func (r *Reconciler) acquireFor(op *v1alpha1.NodeOperation) acquireFunc {
-	owner := nodelock.OperationOwner(op.Name)
-	return func(group, node string) (nodelock.Holder, bool) {
-		return r.Locks.TryAcquire(node, plan.TaskName(op.Name, group, node), owner)
-	}
-}
-
-func (r *Reconciler) releaseAll(op *v1alpha1.NodeOperation, starts []start) {
-	for _, s := range starts {
-		r.Locks.Release(s.node, plan.TaskName(op.Name, s.group.Name, s.node))
-	}
-}
-
 func (r *Reconciler) noteWaiting(op string, waiting map[string]nodelock.Holder) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -309,19 +303,10 @@ func (r *Reconciler) waitersOf(node string) []string {
 
 func (r *Reconciler) forget(name string) {
 	r.noteWaiting(name, nil)
+	r.status.Forget(name)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.cost, name)
-}
-
-func shorter(r ctrl.Result, d time.Duration) ctrl.Result {
-	if d <= 0 {
-		d = time.Millisecond
-	}
-	if r.RequeueAfter == 0 || d < r.RequeueAfter {
-		r.RequeueAfter = d
-	}
-	return r
 }
 
 // ttlLeft is how long until a finished operation with ttlSecondsAfterFinished is due for deletion.
@@ -334,7 +319,7 @@ func ttlLeft(op *v1alpha1.NodeOperation, st *v1alpha1.NodeOperationStatus, now t
 }
 
 // reconcileFinished deletes a finished operation and its tasks once its TTL has passed; nothing
-// is deleted without a TTL (safety rule 7).
+// is deleted without a TTL (docs/design.md, safety rule 7).
 func (r *Reconciler) reconcileFinished(ctx context.Context, op *v1alpha1.NodeOperation) (ctrl.Result, error) {
 	r.noteWaiting(op.Name, nil)
 	left, ok := ttlLeft(op, &op.Status, r.now())

@@ -44,6 +44,8 @@ type input struct {
 	// tasks by group, then node. Tasks just created that the cache has not seen yet are here as Pending.
 	tasks    map[string]map[string]taskView
 	notReady map[string]bool
+	// locks is the node lock table's view: nodes held by tasks, this operation's and others'.
+	locks nodelock.View
 	// fail, when set, ends the operation at once: it was refused before anything ran.
 	fail *failure
 	now  metav1.Time
@@ -59,18 +61,18 @@ type start struct {
 
 // decision is the operation's new status and the tasks to create to get there.
 type decision struct {
-	status  v1alpha1.NodeOperationStatus
-	create  []start
+	status v1alpha1.NodeOperationStatus
+	// create are the tasks to create, each after acquiring its node in act.
+	create []start
+	// waiting are the group's nodes held by another task, with the holder.
 	waiting map[string]nodelock.Holder
 }
 
-// acquireFunc takes the node lock for a task of group on node, or names the holder.
-type acquireFunc func(group, node string) (nodelock.Holder, bool)
-
-// decide computes the operation's status from its tasks and nodes, and which nodes start now.
-// Groups run strictly in order: a group starts only when the one before it succeeded. A group the
-// status already records as Succeeded is never revisited, so nodes that join later do not reopen it.
-func decide(in *input, acquire acquireFunc) decision {
+// decide computes the operation's status from its tasks, nodes and the lock table's view, and
+// which nodes start now; it takes no locks. Groups run strictly in order: a group starts only
+// when the one before it succeeded. A group the status already records as Succeeded is never
+// revisited, so nodes that join later do not reopen it.
+func decide(in *input) decision {
 	op := in.op
 	st := *op.Status.DeepCopy()
 	st.ObservedGeneration = op.Generation
@@ -106,11 +108,9 @@ func decide(in *input, acquire acquireFunc) decision {
 		}
 		tasks := in.tasks[g.Name]
 		nodes := groupNodes(g.Nodes, tasks)
-		phases := make(map[string]v1alpha1.TaskPhase, len(tasks))
 		var failed []taskView
 		running := 0
-		for node, t := range tasks {
-			phases[node] = t.Phase
+		for _, t := range tasks {
 			switch t.Phase {
 			case v1alpha1.TaskFailed:
 				failed = append(failed, t)
@@ -148,11 +148,7 @@ func decide(in *input, acquire acquireFunc) decision {
 		default:
 			gs.Phase = v1alpha1.GroupRunning
 			phase, reason = v1alpha1.OperationRunning, ReasonRunning
-			for _, node := range plan.Next(nodes, phases, in.notReady, g.MaxUnavailable) {
-				if holder, ok := acquire(g.Name, node); !ok {
-					d.waiting[node] = holder
-					continue
-				}
+			for _, node := range next(in, g, nodes, tasks, d.waiting) {
 				d.create = append(d.create, start{group: &g.Group, node: node})
 			}
 			message = runningMessage(g.Name, gs.Nodes, len(d.create))
@@ -176,6 +172,31 @@ func decide(in *input, acquire acquireFunc) decision {
 	setConditions(&st, op.Generation, phase, reason, message)
 	d.status = st
 	return d
+}
+
+// next chooses the group's nodes that start now (plan.Select): nodes without a task are the
+// candidates, in sorted order; nodes with an unfinished task, or NotReady, count against the
+// group's maxUnavailable; a candidate NotReady or held by another task (added to waiting) counts
+// too and waits (docs/design.md, safety rules 2 and 11).
+func next(in *input, g *plan.ResolvedGroup, nodes []string, tasks map[string]taskView, waiting map[string]nodelock.Holder) []string {
+	candidates := make([]string, 0, len(nodes)-len(tasks))
+	unavailable := 0
+	for _, n := range nodes {
+		if t, ok := tasks[n]; ok {
+			if t.Phase.Unfinished() || in.notReady[n] {
+				unavailable++
+			}
+			continue
+		}
+		candidates = append(candidates, n)
+		if h, held := in.locks.Holder(n); held && h.Task != plan.TaskName(in.op.Name, g.Name, n) {
+			waiting[n] = h
+		}
+	}
+	return plan.Select(candidates, g.MaxUnavailable, unavailable, func(n string) bool {
+		_, held := waiting[n]
+		return held || in.notReady[n]
+	})
 }
 
 // alignGroups keeps the recorded group statuses when they match the plan, else starts afresh.

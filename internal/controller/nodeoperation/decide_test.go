@@ -24,7 +24,6 @@ func tv(group, node string, phase v1alpha1.TaskPhase) taskView {
 
 func TestDecide(t *testing.T) {
 	now := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	free := func(string, string) (nodelock.Holder, bool) { return nodelock.Holder{}, true }
 	type want struct {
 		phase      v1alpha1.OperationPhase
 		groups     []v1alpha1.GroupPhase
@@ -36,14 +35,15 @@ func TestDecide(t *testing.T) {
 		completion bool
 	}
 	tests := []struct {
-		name    string
-		op      v1alpha1.NodeOperation
-		groups  []plan.ResolvedGroup
-		tasks   []taskView
-		down    []string
-		fail    *failure
-		acquire acquireFunc
-		want    want
+		name   string
+		op     v1alpha1.NodeOperation
+		groups []plan.ResolvedGroup
+		tasks  []taskView
+		down   []string
+		fail   *failure
+		// held are the nodes the lock table shows held by other tasks.
+		held map[string]nodelock.Holder
+		want want
 	}{
 		{
 			name:   "fresh: first group starts in sorted order",
@@ -98,14 +98,24 @@ func TestDecide(t *testing.T) {
 		{
 			name:   "a node held elsewhere waits and names the holder",
 			groups: []plan.ResolvedGroup{resolved("a", 2, "n1", "n2")},
-			acquire: func(_, node string) (nodelock.Holder, bool) {
-				if node == "n1" {
-					return nodelock.Holder{Task: "other-g-n1", Owner: "NodeProfile/wasm"}, false
-				}
-				return nodelock.Holder{}, true
-			},
+			held:   map[string]nodelock.Holder{"n1": {Task: "other-g-n1", Owner: "NodeProfile/wasm"}},
 			want: want{phase: v1alpha1.OperationRunning, groups: []v1alpha1.GroupPhase{v1alpha1.GroupRunning}, create: []string{"n2"}, waiting: []string{"n1"},
 				reason: ReasonWaitingForNode, message: []string{"node n1", "NodeTask other-g-n1 of NodeProfile/wasm"}, progress: "0/2 nodes"},
+		},
+		{
+			// docs/design.md, safety rule 11: a node unavailable for any reason counts against every group selecting it.
+			name:   "a node held elsewhere counts against maxUnavailable wherever it sorts",
+			groups: []plan.ResolvedGroup{resolved("a", 1, "n1", "n2")},
+			held:   map[string]nodelock.Holder{"n2": {Task: "other-g-n2", Owner: "NodeOperation/other"}},
+			want: want{phase: v1alpha1.OperationRunning, groups: []v1alpha1.GroupPhase{v1alpha1.GroupRunning}, waiting: []string{"n2"},
+				reason: ReasonWaitingForNode, message: []string{"node n2"}, progress: "0/2 nodes"},
+		},
+		{
+			name:   "a node held by the task it would create is not waited for",
+			groups: []plan.ResolvedGroup{resolved("a", 2, "n1", "n2")},
+			held:   map[string]nodelock.Holder{"n1": {Task: plan.TaskName("op", "a", "n1"), Owner: "NodeOperation/op"}},
+			want: want{phase: v1alpha1.OperationRunning, groups: []v1alpha1.GroupPhase{v1alpha1.GroupRunning}, create: []string{"n1", "n2"},
+				reason: ReasonRunning, progress: "0/2 nodes"},
 		},
 		{
 			name:   "NotReady nodes count and wait",
@@ -135,11 +145,8 @@ func TestDecide(t *testing.T) {
 			for _, n := range tt.down {
 				in.notReady[n] = true
 			}
-			acquire := tt.acquire
-			if acquire == nil {
-				acquire = free
-			}
-			d := decide(in, acquire)
+			in.locks = nodelock.View{Nodes: tt.held}
+			d := decide(in)
 			st := d.status
 			if st.Phase != tt.want.phase {
 				t.Errorf("phase %s, want %s", st.Phase, tt.want.phase)
@@ -197,7 +204,7 @@ func TestDecideKeepsSucceededGroups(t *testing.T) {
 	}}}
 	in := &input{op: &op, groups: []plan.ResolvedGroup{resolved("a", 1, "n1", "new"), resolved("b", 1, "n1")},
 		tasks: map[string]map[string]taskView{}, notReady: map[string]bool{}}
-	d := decide(in, func(string, string) (nodelock.Holder, bool) { return nodelock.Holder{}, true })
+	d := decide(in)
 	if len(d.create) != 1 || d.create[0].group.Name != "b" {
 		t.Fatalf("create %+v", d.create)
 	}

@@ -2,11 +2,9 @@ package nodeoperation
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -20,39 +18,28 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/controller/skeleton"
 	"github.com/nodeops/nodeops/internal/nodelock"
-	"github.com/nodeops/nodeops/internal/plan"
 )
-
-// ownerIndex indexes NodeTasks by the UID of the NodeOperation that controls them.
-const ownerIndex = "nodeoperation.nodeops.io/owner-uid"
 
 // SetupWithManager registers the NodeOperation controller with default tunables; locks is the
 // node lock table shared with the NodeProfile controller.
-func SetupWithManager(mgr ctrl.Manager, locks Locker) error {
+func SetupWithManager(mgr ctrl.Manager, locks skeleton.Locker) error {
 	return New(mgr.GetClient(), mgr.GetAPIReader(), locks, mgr.GetEventRecorder("nodeoperation-controller")).SetupWithManager(mgr)
 }
 
 // SetupWithManager registers r with mgr: it watches operations (spec changes), their tasks,
 // tasks of others that free a node an operation waits for, and nodes (labels and readiness).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.NodeTask{}, ownerIndex, func(o client.Object) []string {
-		for _, ref := range o.GetOwnerReferences() {
-			if ref.Controller != nil && *ref.Controller && ref.Kind == "NodeOperation" && ref.APIVersion == v1alpha1.GroupVersion.String() {
-				return []string{string(ref.UID)}
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("index NodeTasks by NodeOperation: %w", err)
+	if err := skeleton.IndexTasksByOwner(context.Background(), mgr.GetFieldIndexer(), kind); err != nil {
+		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nodeoperation").
 		For(&v1alpha1.NodeOperation{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&v1alpha1.NodeTask{}, r.ownTaskEvents()).
 		Watches(&v1alpha1.NodeTask{}, handler.EnqueueRequestsFromMapFunc(r.waitingFor), builder.WithPredicates(releasesNode())).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.unfinished), builder.WithPredicates(nodeChanged())).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.unfinished), builder.WithPredicates(skeleton.NodeChanged(skeleton.NodeLabels|skeleton.NodeReadiness))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(r)
 }
@@ -66,7 +53,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 func (r *Reconciler) ownTaskEvents() handler.TypedEventHandler[client.Object, reconcile.Request] {
 	enqueue := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 		ref := metav1.GetControllerOf(o)
-		if ref == nil || ref.Kind != "NodeOperation" || ref.APIVersion != v1alpha1.GroupVersion.String() {
+		if ref == nil || ref.Kind != kind || ref.APIVersion != v1alpha1.GroupVersion.String() {
 			return
 		}
 		req := reconcile.Request{NamespacedName: types.NamespacedName{Name: ref.Name}}
@@ -147,18 +134,4 @@ func (r *Reconciler) unfinished(ctx context.Context, _ client.Object) []reconcil
 		}
 	}
 	return out
-}
-
-// nodeChanged passes node events that can change a plan: added, deleted, relabelled, or readiness flipped.
-func nodeChanged() predicate.Predicate {
-	return predicate.Funcs{
-		UpdateFunc: func(e event.UpdateEvent) bool {
-			o, okO := e.ObjectOld.(*corev1.Node)
-			n, okN := e.ObjectNew.(*corev1.Node)
-			if !okO || !okN {
-				return false
-			}
-			return !equality.Semantic.DeepEqual(o.Labels, n.Labels) || plan.NodeReady(o) != plan.NodeReady(n)
-		},
-	}
 }

@@ -3,13 +3,11 @@ package nodeoperation
 import (
 	"context"
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -19,30 +17,21 @@ import (
 // writeStatus writes the operation's new status when it differs: at once when the phase, a
 // group's phase, a condition's status or reason, or the generation changed; otherwise at most
 // once per StatusInterval, asking to be called again when the interval is up.
-func (r *Reconciler) writeStatus(ctx context.Context, s *scope, st *v1alpha1.NodeOperationStatus) (ctrl.Result, error) {
+func (r *Reconciler) writeStatus(ctx context.Context, s *scope) (ctrl.Result, error) {
+	st := &s.d.status
 	if equality.Semantic.DeepEqual(s.before, st) {
 		return ctrl.Result{}, nil
 	}
 	now := r.now()
-	if !significant(s.before, st) {
-		r.mu.Lock()
-		last := r.lastWrite[s.op.UID]
-		r.mu.Unlock()
-		if wait := r.StatusInterval - now.Sub(last); wait > 0 {
-			return ctrl.Result{RequeueAfter: wait}, nil
-		}
+	if wait := r.status.Wait(s.op.Name, significant(s.before, st), r.StatusInterval, now); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	orig := s.op.DeepCopy()
 	s.op.Status = *st
 	if err := r.Client.Status().Patch(ctx, s.op, client.MergeFrom(orig)); err != nil {
 		return ctrl.Result{}, fmt.Errorf("write status of NodeOperation %s: %w", s.op.Name, err)
 	}
-	r.mu.Lock()
-	if r.lastWrite == nil {
-		r.lastWrite = map[types.UID]time.Time{}
-	}
-	r.lastWrite[s.op.UID] = now
-	r.mu.Unlock()
+	r.status.Wrote(s.op.Name, now)
 	r.emit(s.op, transitions(s.before, st))
 	return ctrl.Result{}, nil
 }

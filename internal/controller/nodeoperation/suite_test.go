@@ -288,105 +288,28 @@ func condition(op *v1alpha1.NodeOperation, t string) metav1.Condition {
 	return metav1.Condition{}
 }
 
-// The test agent writes task status exactly as CONTRACTS.md says the agent does.
+// The test agent is testutil.FakeAgent: each call one status write, as the agent makes it.
 
-func (f *fixture) writeTaskStatus(name string, mutate func(*v1alpha1.NodeTask)) {
+func (f *fixture) agent() testutil.FakeAgent { return testutil.FakeAgent{Client: f.c} }
+
+func (f *fixture) must(err error) {
 	f.t.Helper()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var t v1alpha1.NodeTask
-		if err := f.c.Get(f.ctx, client.ObjectKey{Name: name}, &t); err != nil {
-			return err
-		}
-		mutate(&t)
-		return f.c.Status().Update(f.ctx, &t)
-	})
 	if err != nil {
-		f.t.Fatalf("write status of task %s: %v", name, err)
+		f.t.Fatal(err)
 	}
-}
-
-func ensureCommands(t *v1alpha1.NodeTask) {
-	for len(t.Status.Commands) < len(t.Spec.Commands) {
-		i := len(t.Status.Commands)
-		t.Status.Commands = append(t.Status.Commands, v1alpha1.CommandStatus{Name: t.Spec.Commands[i].DisplayName(), Phase: v1alpha1.CommandPending})
-	}
-}
-
-func done(t *v1alpha1.NodeTask) int {
-	n := 0
-	for _, c := range t.Status.Commands {
-		if c.Phase.Done() {
-			n++
-		}
-	}
-	return n
-}
-
-func markRunning(t *v1alpha1.NodeTask, i int) {
-	now := metav1.NowMicro()
-	ensureCommands(t)
-	t.Status.Phase = v1alpha1.TaskRunning
-	if t.Status.StartTime == nil {
-		t.Status.StartTime = &now
-	}
-	t.Status.CurrentCommand = int32(i)
-	t.Status.Commands[i].Phase = v1alpha1.CommandRunning
-	t.Status.Commands[i].Attempt++
-	t.Status.Commands[i].StartTime = &now
-	t.Status.Progress = fmt.Sprintf("%d/%d", done(t), len(t.Spec.Commands))
 }
 
 // begin records command i Running: one write.
-func (f *fixture) begin(task string, i int) {
-	f.writeTaskStatus(task, func(t *v1alpha1.NodeTask) { markRunning(t, i) })
-}
+func (f *fixture) begin(task string, i int) { f.t.Helper(); f.must(f.agent().Begin(f.ctx, task, i)) }
 
 // end records command i's result, merged with the next command's Running record or the task's end: one write.
 func (f *fixture) end(task string, i int, ok bool, message string) {
-	f.writeTaskStatus(task, func(t *v1alpha1.NodeTask) {
-		now := metav1.NowMicro()
-		ensureCommands(t)
-		c := &t.Status.Commands[i]
-		c.CompletionTime = &now
-		c.Message = message
-		code := int32(0)
-		if !ok {
-			code = 1
-		}
-		c.ExitCode = &code
-		switch {
-		case !ok:
-			c.Phase = v1alpha1.CommandFailed
-			t.Status.Phase = v1alpha1.TaskFailed
-			t.Status.Reason = v1alpha1.ReasonCommandFailed
-			t.Status.Message = fmt.Sprintf("command %s failed: %s", c.Name, message)
-		case i+1 < len(t.Spec.Commands):
-			c.Phase = v1alpha1.CommandSucceeded
-			markRunning(t, i+1)
-		default:
-			c.Phase = v1alpha1.CommandSucceeded
-			t.Status.Phase = v1alpha1.TaskSucceeded
-			t.Status.CompletionTime = &now
-		}
-		t.Status.Progress = fmt.Sprintf("%d/%d", done(t), len(t.Spec.Commands))
-	})
+	f.t.Helper()
+	f.must(f.agent().End(f.ctx, task, i, ok, message))
 }
 
 // runAll runs every command of the task successfully: 1 + len(commands) writes.
-func (f *fixture) runAll(task string) {
-	t := f.task(task)
-	f.begin(task, 0)
-	for i := range t.Spec.Commands {
-		f.end(task, i, true, "ok")
-	}
-}
+func (f *fixture) runAll(task string) { f.t.Helper(); f.must(f.agent().RunAll(f.ctx, task)) }
 
 // abortTask ends a task told to abort, as the agent does.
-func (f *fixture) abortTask(task string) {
-	f.writeTaskStatus(task, func(t *v1alpha1.NodeTask) {
-		now := metav1.NowMicro()
-		t.Status.Phase = v1alpha1.TaskAborted
-		t.Status.Reason = "Aborted"
-		t.Status.CompletionTime = &now
-	})
-}
+func (f *fixture) abortTask(task string) { f.t.Helper(); f.must(f.agent().Abort(f.ctx, task)) }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,10 +11,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/controller/skeleton"
+	"github.com/nodeops/nodeops/internal/nodelock"
 	"github.com/nodeops/nodeops/internal/plan"
 )
 
-// buildTask is the NodeTask that runs group's commands on node for op (CONTRACTS.md, lifecycle).
+// buildTask is the NodeTask that runs group's commands on node for op (docs/design.md, NodeTask).
 func buildTask(op *v1alpha1.NodeOperation, group *v1alpha1.Group, node string) *v1alpha1.NodeTask {
 	mode := op.Spec.ExecutionMode
 	if mode == "" {
@@ -49,34 +50,25 @@ func buildTask(op *v1alpha1.NodeOperation, group *v1alpha1.Group, node string) *
 	}
 }
 
-// createTasks creates the tasks in parallel. Each node was acquired in the lock table before;
-// a create that fails gives its node back, and one that finds the task already there (the
-// cache lagged) lets the table learn the task's real state from the API server.
-func (r *Reconciler) createTasks(ctx context.Context, op *v1alpha1.NodeOperation, starts []start) error {
+// createTasks acquires each task's node in the lock table and creates the tasks in parallel. A
+// node another task took since decide looked is passed over this round: it is added to waiting
+// and counted in lost. A create that fails gives its node back, and one that finds the task
+// already there (the cache lagged) lets the table learn the task's real state from the API server.
+func (r *Reconciler) createTasks(ctx context.Context, op *v1alpha1.NodeOperation, starts []start, waiting map[string]nodelock.Holder) (lost int, err error) {
 	if len(starts) == 0 {
-		return nil
+		return 0, nil
 	}
-	work := make(chan start)
-	var mu sync.Mutex
-	var errs []error
-	var wg sync.WaitGroup
-	for range min(max(r.CreateParallelism, 1), len(starts)) {
-		wg.Go(func() {
-			for s := range work {
-				if err := r.createTask(ctx, op, s); err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-				}
-			}
-		})
-	}
+	owner := nodelock.OperationOwner(op.Name)
+	w := skeleton.NewWrites(r.CreateParallelism)
 	for _, s := range starts {
-		work <- s
+		if holder, ok := r.Locks.TryAcquire(s.node, plan.TaskName(op.Name, s.group.Name, s.node), owner); !ok {
+			waiting[s.node] = holder
+			lost++
+			continue
+		}
+		w.Go(func() error { return r.createTask(ctx, op, s) })
 	}
-	close(work)
-	wg.Wait()
-	return errors.Join(errs...)
+	return lost, w.Wait()
 }
 
 func (r *Reconciler) createTask(ctx context.Context, op *v1alpha1.NodeOperation, s start) error {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/controller/skeleton"
 	"github.com/nodeops/nodeops/internal/nodelock"
 )
 
@@ -23,51 +23,24 @@ import (
 // task: the lock table follows the informer a moment behind the cache.
 const lockLag = time.Second
 
-// writes runs independent API writes concurrently, at most limit at once, and gathers their errors.
-type writes struct {
-	sem  chan struct{}
-	wg   sync.WaitGroup
-	mu   sync.Mutex
-	errs []error
-}
-
-func newWrites(limit int) *writes { return &writes{sem: make(chan struct{}, limit)} }
-
-func (w *writes) do(f func() error) {
-	w.wg.Add(1)
-	w.sem <- struct{}{}
-	go func() {
-		defer func() { <-w.sem; w.wg.Done() }()
-		if err := f(); err != nil {
-			w.mu.Lock()
-			w.errs = append(w.errs, err)
-			w.mu.Unlock()
-		}
-	}()
-}
-
-func (w *writes) wait() error {
-	w.wg.Wait()
-	return errors.Join(w.errs...)
-}
-
-// apply carries out the decision: aborts, deletions, node patches and, under maxUnavailable and
-// the node lock, new tasks, all concurrently.
+// apply carries out the decision: aborts, deletions, node patches and the chosen tasks, each
+// after acquiring its node, all concurrently. A node another task took since decide looked is
+// passed over this round.
 func (r *Reconciler) apply(ctx context.Context, s *scope) (ctrl.Result, error) {
 	p, d, key := s.profile, s.decision, profileKey(s.profile)
-	w := newWrites(r.Parallelism)
+	w := skeleton.NewWrites(r.Parallelism)
 	for _, name := range d.Abort {
-		w.do(func() error { return r.abortTask(ctx, name) })
+		w.Go(func() error { return r.abortTask(ctx, name) })
 	}
 	for _, name := range d.Delete {
-		w.do(func() error { return r.deleteTask(ctx, name) })
+		w.Go(func() error { return r.deleteTask(ctx, name) })
 	}
 	for _, np := range d.Patches {
 		rv := s.nodeRV[np.Node]
 		if r.expect.nodeStale(key, np.Node, rv) {
 			continue // patched already; the cache has not caught up
 		}
-		w.do(func() error {
+		w.Go(func() error {
 			if err := r.patchNode(ctx, p.Name, np, s.hash); err != nil {
 				return err
 			}
@@ -77,41 +50,26 @@ func (r *Reconciler) apply(ctx context.Context, s *scope) (ctrl.Result, error) {
 	}
 
 	var res ctrl.Result
-	var mu sync.Mutex
-	if len(d.Starts) > 0 && d.Room > 0 && !r.Lock.Synced() {
-		res.RequeueAfter = lockLag
-	} else if d.Room > 0 {
-		owner := nodelock.ProfileOwner(p.Name)
-		n := 0
-		for _, st := range d.Starts {
-			if n == d.Room {
-				break
+	owner := nodelock.ProfileOwner(p.Name)
+	for _, st := range s.starts {
+		task := BuildTask(p, st.Node, st.Action, s.hash)
+		if holder, ok := r.Lock.TryAcquire(st.Node, task.Name, owner); !ok {
+			retry := r.RetryAfter
+			if holder.Owner == owner {
+				retry = lockLag
 			}
-			task := BuildTask(p, st.Node, st.Action, s.hash)
-			// Nodes are tried in sorted order; one held by another owner's task is passed over, so
-			// it neither blocks the rest nor counts against this profile's maxUnavailable.
-			if holder, ok := r.Lock.TryAcquire(st.Node, task.Name, owner); !ok {
-				retry := r.RetryAfter
-				if holder.Owner == owner {
-					retry = lockLag
-				}
-				res = minResult(res, ctrl.Result{RequeueAfter: retry})
-				continue
-			}
-			n++
-			w.do(func() error {
-				if err := r.startTask(ctx, s, st, task); err != nil {
-					r.Lock.Release(st.Node, task.Name)
-					return err
-				}
-				mu.Lock()
-				s.started++
-				mu.Unlock()
-				return nil
-			})
+			res = skeleton.LowestNonZero(res, ctrl.Result{RequeueAfter: retry})
+			continue
 		}
+		w.Go(func() error {
+			if err := r.startTask(ctx, s, st, task); err != nil {
+				r.Lock.Release(st.Node, task.Name)
+				return err
+			}
+			return nil
+		})
 	}
-	err := w.wait()
+	err := w.Wait()
 	return res, err
 }
 
@@ -163,14 +121,9 @@ func (r *Reconciler) patchNode(ctx context.Context, profile string, np NodePatch
 	return nil
 }
 
-// syncRuntimeClasses keeps the profile's RuntimeClasses in step with its spec; conflicts go to status.
+// syncRuntimeClasses carries out the RuntimeClass changes decide planned; conflicts went to status.
 func (r *Reconciler) syncRuntimeClasses(ctx context.Context, s *scope) error {
-	var list nodev1.RuntimeClassList
-	if err := r.Client.List(ctx, &list); err != nil {
-		return fmt.Errorf("list RuntimeClasses: %w", err)
-	}
-	ch := PlanRuntimeClasses(s.profile, list.Items, s.deleting)
-	s.problems = append(s.problems, ch.Conflicts...)
+	ch := s.classes
 	var errs []error
 	for _, rc := range ch.Create {
 		if err := r.Client.Create(ctx, rc); err != nil && !apierrors.IsAlreadyExists(err) {

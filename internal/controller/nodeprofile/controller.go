@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -21,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/controller/skeleton"
 	"github.com/nodeops/nodeops/internal/nodelock"
 	"github.com/nodeops/nodeops/internal/plan"
 )
@@ -36,12 +38,8 @@ import (
 // Finalizer keeps a deleted profile until every node it provisioned is uninstalled.
 const Finalizer = "nodeops.io/profile-uninstall"
 
-// Locker is the manager's node lock (internal/nodelock.Table), shared with the NodeOperation controller.
-type Locker interface {
-	TryAcquire(node, task, owner string) (nodelock.Holder, bool)
-	Release(node, task string)
-	Synced() bool
-}
+// kind is the NodeProfile kind, as owner references and the owner index name it.
+const kind = "NodeProfile"
 
 // Defaults of Reconciler's tunables.
 const (
@@ -54,7 +52,8 @@ const (
 type Reconciler struct {
 	// Client reads from the manager's cache and writes to the API server.
 	Client client.Client
-	Lock   Locker
+	// Lock is the node lock table shared with the NodeOperation controller.
+	Lock skeleton.Locker
 	// Recorder records events on profiles; nil records none.
 	Recorder events.EventRecorder
 	// Parallelism bounds concurrent writes (task creates, node patches) in one reconcile.
@@ -67,12 +66,12 @@ type Reconciler struct {
 
 	expect *expectations
 	mu     sync.Mutex
-	// lastStatus: profile name -> time of its last status write.
-	lastStatus map[string]time.Time
+	// status batches count-only status writes, by profile name.
+	status skeleton.StatusThrottle
 }
 
 // New returns a Reconciler with default tunables.
-func New(c client.Client, lock Locker, recorder events.EventRecorder) *Reconciler {
+func New(c client.Client, lock skeleton.Locker, recorder events.EventRecorder) *Reconciler {
 	return &Reconciler{
 		Client: c, Lock: lock, Recorder: recorder,
 		Parallelism: DefaultParallelism, StatusInterval: DefaultStatusInterval, RetryAfter: DefaultRetryAfter,
@@ -87,25 +86,41 @@ type scope struct {
 	hash     string
 	// nodeRV: node -> resourceVersion in the cache, for patch expectations.
 	nodeRV map[string]string
-	// started counts tasks created in this reconcile; problems are profile-level faults for status.
-	started  int
+
+	// Observed: Decide's input, the RuntimeClasses and the lock table's view.
+	in             Input
+	runtimeClasses []nodev1.RuntimeClass
+	locks          nodelock.View
+	locksSynced    bool
+
+	// Decided: invalid explains a spec the controller cannot act on (invalidErr is the error to
+	// return); decided says decision is set.
+	invalid    string
+	invalidErr error
+	decided    bool
+	decision   Decision
+	classes    RuntimeClassChanges
+	// starts are the tasks to create, chosen under maxUnavailable (plan.Select); retry is when to
+	// look again at candidates whose node is held.
+	starts []Start
+	retry  time.Duration
+	// problems are profile-level faults for status.
 	problems []string
-	// invalid explains a spec the controller cannot act on; decided says decision is set.
-	invalid  string
-	decided  bool
-	decision Decision
+
+	// statusLost: the status write found a newer profile or none; act waits for the next round.
+	statusLost bool
 }
 
-// Reconcile converges one NodeProfile: finalizer, RuntimeClasses, nodes, then status.
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
+// Reconcile follows the skeleton (internal/controller/skeleton): get, finalizer, then observe,
+// decide, write status and act; once a deleted profile has nothing left on any node, act
+// removes the finalizer instead of a status being written.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	r.init()
 	p := &v1alpha1.NodeProfile{}
 	if err := r.Client.Get(ctx, req.NamespacedName, p); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.expect.forget(req.Name)
-			r.mu.Lock()
-			delete(r.lastStatus, req.Name)
-			r.mu.Unlock()
+			r.status.Forget(req.Name)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("get NodeProfile %s: %w", req.Name, err)
@@ -122,17 +137,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		}
 		s.orig = p.DeepCopy()
 	}
-
-	res, retErr = r.reconcileProfile(ctx, s)
-	if s.deleting && retErr == nil && s.decision.Done {
-		// Every node is uninstalled: the finalizer goes, and with it the profile; its status no longer matters.
-		if err := r.removeFinalizer(ctx, s); err != nil {
-			return ctrl.Result{}, err
-		}
-		return ctrl.Result{}, nil
-	}
-	statusRes, err := r.writeStatus(ctx, s)
-	return minResult(res, statusRes), errors.Join(retErr, err)
+	return skeleton.Run(ctx, s, skeleton.Steps[*scope]{
+		Observe:     r.observe,
+		Decide:      r.decide,
+		WriteStatus: r.writeStatus,
+		Act:         r.act,
+	})
 }
 
 func (r *Reconciler) init() {
@@ -140,7 +150,6 @@ func (r *Reconciler) init() {
 	defer r.mu.Unlock()
 	if r.expect == nil {
 		r.expect = newExpectations()
-		r.lastStatus = map[string]time.Time{}
 	}
 	if r.Parallelism <= 0 {
 		r.Parallelism = DefaultParallelism
@@ -150,39 +159,30 @@ func (r *Reconciler) init() {
 	}
 }
 
-// reconcileProfile converges RuntimeClasses and nodes, recording the decision in s for status.
-func (r *Reconciler) reconcileProfile(ctx context.Context, s *scope) (ctrl.Result, error) {
-	membership, err := NewMembership(&s.profile.Spec)
-	if err != nil {
-		s.invalid = err.Error()
-		return ctrl.Result{}, reconcile.TerminalError(fmt.Errorf("NodeProfile %s: %w", s.profile.Name, err))
-	}
-	rcErr := r.syncRuntimeClasses(ctx, s)
-	in, err := r.observe(ctx, s, membership)
-	if err != nil {
-		return ctrl.Result{}, errors.Join(rcErr, err)
-	}
-	d, err := Decide(in)
-	if err != nil {
-		s.invalid = err.Error()
-		return ctrl.Result{}, errors.Join(rcErr, reconcile.TerminalError(fmt.Errorf("NodeProfile %s: %w", s.profile.Name, err)))
-	}
-	s.decision, s.decided = d, true
-	res, err := r.apply(ctx, s)
-	return res, errors.Join(rcErr, err)
-}
-
-// observe lists the nodes and the profile's tasks from the cache and turns them into Decide's input.
-func (r *Reconciler) observe(ctx context.Context, s *scope, m Membership) (Input, error) {
+// observe reads the lock table's view, then the RuntimeClasses, nodes and the profile's tasks
+// from the cache, into Decide's input.
+func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 	p := s.profile
+	m, err := NewMembership(&p.Spec)
+	if err != nil {
+		s.invalid, s.invalidErr = err.Error(), reconcile.TerminalError(fmt.Errorf("NodeProfile %s: %w", p.Name, err))
+		return nil
+	}
+	// The lock table before the cache, as the NodeOperation controller reads it.
+	s.locks, s.locksSynced = r.Lock.Snapshot(), r.Lock.Synced()
+	var classes nodev1.RuntimeClassList
+	if err := r.Client.List(ctx, &classes); err != nil {
+		return fmt.Errorf("list RuntimeClasses: %w", err)
+	}
+	s.runtimeClasses = classes.Items
 	var nodes corev1.NodeList
 	// Read-only use of the cached objects: copying thousands of nodes per reconcile is the cost to avoid.
 	if err := r.Client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
-		return Input{}, fmt.Errorf("list nodes: %w", err)
+		return fmt.Errorf("list nodes: %w", err)
 	}
 	var tasks v1alpha1.NodeTaskList
-	if err := r.Client.List(ctx, &tasks, client.MatchingFields{ownerIndex: string(p.UID)}, client.UnsafeDisableDeepCopy); err != nil {
-		return Input{}, fmt.Errorf("list NodeTasks of NodeProfile %s: %w", p.Name, err)
+	if err := r.Client.List(ctx, &tasks, skeleton.OwnedBy(kind, p.UID), client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("list NodeTasks of NodeProfile %s: %w", p.Name, err)
 	}
 	label, annotation := ProvisionedLabel(p.Name), HashAnnotation(p.Name)
 	in := Input{
@@ -209,7 +209,78 @@ func (r *Reconciler) observe(ctx context.Context, s *scope, m Membership) (Input
 		}
 	}
 	in.Tasks = r.expect.addUnseenTasks(profileKey(p), in.Tasks, time.Now())
-	return in, nil
+	s.in = in
+	return nil
+}
+
+// decide plans the RuntimeClasses, decides every node (Decide) and chooses the tasks to start
+// (chooseStarts), from the scope alone.
+func (r *Reconciler) decide(s *scope) {
+	if s.invalid != "" {
+		return
+	}
+	s.classes = PlanRuntimeClasses(s.profile, s.runtimeClasses, s.deleting)
+	s.problems = append(s.problems, s.classes.Conflicts...)
+	d, err := Decide(s.in)
+	if err != nil {
+		s.invalid, s.invalidErr = err.Error(), reconcile.TerminalError(fmt.Errorf("NodeProfile %s: %w", s.profile.Name, err))
+		return
+	}
+	s.decision, s.decided = d, true
+	s.starts, s.retry = chooseStarts(s.profile, s.hash, d, s.locks, s.locksSynced, r.RetryAfter)
+}
+
+// chooseStarts picks, with plan.Select, the decision's candidates that start now: a candidate
+// whose node another task holds counts against maxUnavailable (docs/design.md, safety rule 11)
+// and waits, looked at again after retryAfter, or after lockLag when the holder is the
+// profile's own finished task (the lock table follows the informer a moment behind the cache).
+// Nothing starts before the lock table has synced.
+func chooseStarts(p *v1alpha1.NodeProfile, hash string, d Decision, locks nodelock.View, synced bool, retryAfter time.Duration) ([]Start, time.Duration) {
+	if len(d.Starts) == 0 || d.Room == 0 {
+		return nil, 0
+	}
+	if !synced {
+		return nil, lockLag
+	}
+	owner := nodelock.ProfileOwner(p.Name)
+	var retry time.Duration
+	held := map[string]bool{}
+	for _, st := range d.Starts {
+		h, ok := locks.Holder(st.Node)
+		if !ok || h.Task == TaskName(p.Name, st.Action, hash, st.Node) {
+			continue
+		}
+		held[st.Node] = true
+		wait := retryAfter
+		if h.Owner == owner {
+			wait = lockLag
+		}
+		if retry == 0 || wait < retry {
+			retry = wait
+		}
+	}
+	return plan.Select(d.Starts, d.Limit, d.Unavailable, func(st Start) bool { return held[st.Node] }), retry
+}
+
+// act carries out the decision: RuntimeClasses, aborts, deletions, node patches and the chosen
+// tasks under the node lock; once a deleted profile is done, it removes the finalizer.
+func (r *Reconciler) act(ctx context.Context, s *scope) (ctrl.Result, error) {
+	if s.statusLost {
+		return ctrl.Result{}, nil
+	}
+	rcErr := r.syncRuntimeClasses(ctx, s)
+	if s.invalid != "" {
+		return ctrl.Result{}, errors.Join(rcErr, s.invalidErr)
+	}
+	res, err := r.apply(ctx, s)
+	if err = errors.Join(rcErr, err); err != nil {
+		return ctrl.Result{}, err
+	}
+	if s.deleting && s.decision.Done {
+		// Every node is uninstalled: the finalizer goes, and with it the profile.
+		return ctrl.Result{}, r.removeFinalizer(ctx, s)
+	}
+	return skeleton.LowestNonZero(res, ctrl.Result{RequeueAfter: s.retry}), nil
 }
 
 // ViewTask turns a task into what Decide needs; ok is false for a task the profile did not build.
@@ -264,16 +335,4 @@ func (r *Reconciler) event(p *v1alpha1.NodeProfile, kind, reason, action, note s
 	}
 }
 
-func minResult(a, b ctrl.Result) ctrl.Result {
-	switch {
-	case a.RequeueAfter == 0:
-		return b
-	case b.RequeueAfter == 0 || a.RequeueAfter < b.RequeueAfter:
-		return a
-	}
-	return b
-}
-
 var _ reconcile.Reconciler = &Reconciler{}
-
-var _ Locker = (*nodelock.Table)(nil)

@@ -37,7 +37,7 @@ type TaskView struct {
 }
 
 // effectivePhase is the task's phase as far as the profile is concerned: an unfinished task asked
-// to abort that is not running holds nothing any more (CONTRACTS.md, node lock) and counts as aborted.
+// to abort that is not running holds nothing any more (nodelock.Holds; docs/design.md, safety rule 1) and counts as aborted.
 func (t *TaskView) effectivePhase() v1alpha1.TaskPhase {
 	p := t.Phase
 	if p == "" {
@@ -109,10 +109,14 @@ type Decision struct {
 	// Nodes lists every node the profile concerns (not Idle), sorted by name.
 	Nodes  []NodeResult
 	Counts v1alpha1.ProfileNodeCounts
-	// Starts are candidates in sorted node order; start at most Room of them, skipping nodes whose
-	// lock cannot be taken (another operation's task holds them).
+	// Starts are the candidates, in sorted node order, Ready ones only; plan.Select chooses among
+	// them against Limit and Unavailable, passing over nodes another task holds.
 	Starts []Start
-	Room   int
+	// Limit is maxUnavailable resolved; Unavailable counts the nodes already unavailable: a task
+	// holding them, failed, or NotReady (docs/design.md, safety rule 2).
+	Limit, Unavailable int
+	// Room is how many may start when no candidate is held: Limit less Unavailable, at least 0.
+	Room int
 	// Abort lists unfinished tasks superseded by a spec change or by the node leaving.
 	Abort []string
 	// Delete lists tasks to delete: those of deleted nodes, and finished ones older than their node's latest.
@@ -190,7 +194,7 @@ func Decide(in Input) (Decision, error) {
 		case StateInstallFailed, StateUninstallFailed:
 			d.Counts.Failed++
 		}
-		// Safety rule 2: failed and running tasks count against maxUnavailable, and so do NotReady
+		// docs/design.md, safety rule 2: failed and running tasks count against maxUnavailable, and so do NotReady
 		// nodes of the profile, provisioned ones included (a containerd restart elsewhere would take
 		// more capacity away while they are down).
 		if holds || r.State == StateInstallFailed || r.State == StateUninstallFailed || !n.Ready {
@@ -214,6 +218,7 @@ func Decide(in Input) (Decision, error) {
 	if err != nil {
 		return Decision{}, fmt.Errorf("spec.maxUnavailable: %w", err)
 	}
+	d.Limit, d.Unavailable = limit, busy
 	d.Room = max(limit-busy, 0)
 	for _, c := range candidates {
 		// A NotReady node waits until it is Ready again; it already counts against maxUnavailable.

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/nodelock"
 )
 
 const h = "hhhhhhhhhh" // the current spec hash in these tests
@@ -288,6 +289,50 @@ func TestDecideSimulated(t *testing.T) {
 				default:
 					tv.Phase = v1alpha1.TaskSucceeded
 				}
+			}
+		})
+	}
+}
+
+func TestChooseStarts(t *testing.T) {
+	p := &v1alpha1.NodeProfile{}
+	p.Name = "p"
+	nodes := []NodeView{member("n1"), member("n2"), member("n3"), member("n4")}
+	other := func(node string) nodelock.Holder {
+		return nodelock.Holder{Task: "op-g-" + node, Owner: nodelock.OperationOwner("op")}
+	}
+	tests := []struct {
+		name      string
+		max       int
+		held      map[string]nodelock.Holder
+		unsynced  bool
+		want      []string
+		wantRetry time.Duration
+	}{
+		{name: "free, in sorted order", max: 2, want: []string{"n1", "n2"}},
+		{name: "held by another owner counts and waits", max: 2, held: map[string]nodelock.Holder{"n1": other("n1")}, want: []string{"n2"}, wantRetry: 5 * time.Second},
+		{name: "held late in the order counts too", max: 1, held: map[string]nodelock.Holder{"n4": other("n4")}, wantRetry: 5 * time.Second},
+		{name: "held by the profile's own finished task: look again soon", max: 2,
+			held: map[string]nodelock.Holder{"n2": {Task: TaskName("p", ActionInstall, "old", "n2"), Owner: nodelock.ProfileOwner("p")}},
+			want: []string{"n1"}, wantRetry: lockLag},
+		{name: "held by the task it would create", max: 1,
+			held: map[string]nodelock.Holder{"n1": {Task: TaskName("p", ActionInstall, h, "n1"), Owner: nodelock.ProfileOwner("p")}},
+			want: []string{"n1"}},
+		{name: "lock table not synced", max: 4, unsynced: true, wantRetry: lockLag},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, err := Decide(Input{Hash: h, HasUninstall: true, MaxUnavailable: mu(tt.max), Nodes: nodes})
+			if err != nil {
+				t.Fatal(err)
+			}
+			starts, retry := chooseStarts(p, h, d, nodelock.View{Nodes: tt.held}, !tt.unsynced, 5*time.Second)
+			var got []string
+			for _, st := range starts {
+				got = append(got, st.Node)
+			}
+			if !reflect.DeepEqual(got, tt.want) || retry != tt.wantRetry {
+				t.Errorf("starts %v, retry %v; want %v, %v", got, retry, tt.want, tt.wantRetry)
 			}
 		})
 	}

@@ -28,7 +28,7 @@ import (
 	"github.com/nodeops/nodeops/internal/testutil"
 )
 
-// One API server and one manager for the package (DESIGN.md, test layers); each test uses its own
+// One API server and one manager for the package (docs/design.md, test layers); each test uses its own
 // nodes, selected by a label of its own, and its own profiles.
 var (
 	env struct {
@@ -115,22 +115,6 @@ func startEnv() (stop func(), err error) {
 		wg.Wait()
 		stopEnv()
 	}, nil
-}
-
-// eventually polls f until it returns nil or the deadline passes.
-func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for {
-		if err = f(); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 const wait = 30 * time.Second
@@ -254,7 +238,7 @@ func tasksOf(ctx context.Context, profile string) (map[string][]v1alpha1.NodeTas
 func waitTask(t *testing.T, ctx context.Context, profile, node string, action nodeprofile.Action) *v1alpha1.NodeTask {
 	t.Helper()
 	var found *v1alpha1.NodeTask
-	eventually(t, wait, fmt.Sprintf("%s task for %s", action, node), func() error {
+	testutil.Eventually(t, wait, fmt.Sprintf("%s task for %s", action, node), func() error {
 		byNode, err := tasksOf(ctx, profile)
 		if err != nil {
 			return err
@@ -320,68 +304,39 @@ func names(tasks []v1alpha1.NodeTask) []string {
 	return out
 }
 
-// agent plays the node agent for one task: the status writes CONTRACTS.md describes.
+// The node agent is played by testutil.FakeAgent: each call one status write, as the agent makes it.
+
+func agent() testutil.FakeAgent { return testutil.FakeAgent{Client: env.client} }
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// agentRun records the task's first command Running.
 func agentRun(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
-	setTask(t, ctx, name, func(task *v1alpha1.NodeTask) {
-		now := metav1.NowMicro()
-		task.Status.Phase = v1alpha1.TaskRunning
-		task.Status.StartTime = &now
-		task.Status.Progress = fmt.Sprintf("0/%d", len(task.Spec.Commands))
-		task.Status.Commands = []v1alpha1.CommandStatus{{Name: task.Spec.Commands[0].DisplayName(), Phase: v1alpha1.CommandRunning, Attempt: 1, StartTime: &now}}
-	})
+	must(t, agent().Begin(ctx, name, 0))
 }
 
+// agentSucceed records every command, and the task, Succeeded.
 func agentSucceed(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
-	setTask(t, ctx, name, func(task *v1alpha1.NodeTask) {
-		now := metav1.NowMicro()
-		task.Status.Phase = v1alpha1.TaskSucceeded
-		task.Status.CompletionTime = &now
-		task.Status.Progress = fmt.Sprintf("%d/%d", len(task.Spec.Commands), len(task.Spec.Commands))
-		task.Status.Commands = nil
-		for _, c := range task.Spec.Commands {
-			task.Status.Commands = append(task.Status.Commands, v1alpha1.CommandStatus{Name: c.DisplayName(), Phase: v1alpha1.CommandSucceeded, Attempt: 1, CompletionTime: &now})
-		}
-	})
+	must(t, agent().Succeed(ctx, name))
 }
 
+// agentFail records the task's first command Failed with message.
 func agentFail(t *testing.T, ctx context.Context, name, message string) {
 	t.Helper()
-	setTask(t, ctx, name, func(task *v1alpha1.NodeTask) {
-		now := metav1.NowMicro()
-		exit := int32(1)
-		cmd := task.Spec.Commands[0].DisplayName()
-		task.Status.Phase = v1alpha1.TaskFailed
-		task.Status.Reason = v1alpha1.ReasonCommandFailed
-		task.Status.Message = fmt.Sprintf("command %s failed", cmd)
-		task.Status.Commands = []v1alpha1.CommandStatus{{Name: cmd, Phase: v1alpha1.CommandFailed, Attempt: 1, ExitCode: &exit, Message: message, CompletionTime: &now}}
-	})
+	must(t, agent().End(ctx, name, 0, false, message))
 }
 
 // agentAbort ends a task the manager asked to abort, as the agent does.
 func agentAbort(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
-	setTask(t, ctx, name, func(task *v1alpha1.NodeTask) { task.Status.Phase = v1alpha1.TaskAborted })
-}
-
-func setTask(t *testing.T, ctx context.Context, name string, f func(*v1alpha1.NodeTask)) {
-	t.Helper()
-	for range 10 {
-		task := &v1alpha1.NodeTask{}
-		if err := env.client.Get(ctx, client.ObjectKey{Name: name}, task); err != nil {
-			t.Fatalf("get task %s: %v", name, err)
-		}
-		f(task)
-		err := env.client.Status().Update(ctx, task)
-		if err == nil {
-			return
-		}
-		if !apierrors.IsConflict(err) {
-			t.Fatalf("update task %s: %v", name, err)
-		}
-	}
-	t.Fatalf("update task %s: conflicts", name)
+	must(t, agent().Abort(ctx, name))
 }
 
 func condition(p *v1alpha1.NodeProfile, typ string) metav1.Condition {
@@ -394,7 +349,7 @@ func condition(p *v1alpha1.NodeProfile, typ string) metav1.Condition {
 func waitCondition(t *testing.T, ctx context.Context, profile, typ string, status metav1.ConditionStatus, messageHas ...string) metav1.Condition {
 	t.Helper()
 	var c metav1.Condition
-	eventually(t, wait, fmt.Sprintf("%s %s=%s", profile, typ, status), func() error {
+	testutil.Eventually(t, wait, fmt.Sprintf("%s %s=%s", profile, typ, status), func() error {
 		c = condition(getProfile(t, ctx, profile), typ)
 		if c.Status != status {
 			return fmt.Errorf("%s is %s (%s: %s)", typ, c.Status, c.Reason, c.Message)
@@ -411,7 +366,7 @@ func waitCondition(t *testing.T, ctx context.Context, profile, typ string, statu
 
 func waitLabel(t *testing.T, ctx context.Context, profile, node string, want bool, hash string) {
 	t.Helper()
-	eventually(t, wait, fmt.Sprintf("node %s labelled=%v", node, want), func() error {
+	testutil.Eventually(t, wait, fmt.Sprintf("node %s labelled=%v", node, want), func() error {
 		n := getNode(t, ctx, node)
 		label := n.Labels[nodeprofile.ProvisionedLabel(profile)]
 		annotation := n.Annotations[nodeprofile.HashAnnotation(profile)]

@@ -24,6 +24,7 @@ import (
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/controller/nodeprofile"
 	"github.com/nodeops/nodeops/internal/nodelock"
+	"github.com/nodeops/nodeops/internal/testutil"
 )
 
 var kwasm = map[string]string{"kwasm.sh/kwasm-node": "true"}
@@ -122,7 +123,7 @@ func TestFailedInstallIsNamedAndFixedBySpec(t *testing.T) {
 		t.Fatalf("failed node labelled")
 	}
 	var events corev1.EventList
-	eventually(t, wait, "a NodeFailed event", func() error {
+	testutil.Eventually(t, wait, "a NodeFailed event", func() error {
 		if err := env.client.List(ctx, &events); err != nil {
 			return err
 		}
@@ -138,7 +139,7 @@ func TestFailedInstallIsNamedAndFixedBySpec(t *testing.T) {
 	updateProfile(t, ctx, "fail", func(p *v1alpha1.NodeProfile) { p.Spec.Install[0].InstallFile.SHA256 = strings.Repeat("b", 64) })
 	// The failed task is told to abort (it no longer holds the node), then deleted as the new one
 	// is created: the agent sees it go either way.
-	eventually(t, wait, "the failed task aborted or gone", func() error {
+	testutil.Eventually(t, wait, "the failed task aborted or gone", func() error {
 		old := &v1alpha1.NodeTask{}
 		err := env.client.Get(ctx, client.ObjectKeyFromObject(task), old)
 		switch {
@@ -157,7 +158,7 @@ func TestFailedInstallIsNamedAndFixedBySpec(t *testing.T) {
 	}
 	waitCondition(t, ctx, "fail", v1alpha1.ConditionDegraded, metav1.ConditionFalse)
 	waitCondition(t, ctx, "fail", v1alpha1.ConditionReady, metav1.ConditionTrue)
-	eventually(t, wait, "only the latest task kept", func() error {
+	testutil.Eventually(t, wait, "only the latest task kept", func() error {
 		byNode, err := tasksOf(ctx, "fail")
 		if err != nil {
 			return err
@@ -190,7 +191,7 @@ func TestUninstallOnLeave(t *testing.T) {
 	}
 	agentSucceed(t, ctx, un.Name)
 	waitLabel(t, ctx, "leave", "leave-1", false, "")
-	eventually(t, wait, "the install task deleted, the uninstall task kept", func() error {
+	testutil.Eventually(t, wait, "the install task deleted, the uninstall task kept", func() error {
 		byNode, err := tasksOf(ctx, "leave")
 		if err != nil {
 			return err
@@ -221,7 +222,7 @@ func TestLeaveDuringInstall(t *testing.T) {
 	install := waitTask(t, ctx, "midway", "midway-1", nodeprofile.ActionInstall)
 	agentRun(t, ctx, install.Name)
 	patchNode(t, ctx, "midway-1", `{"metadata":{"annotations":{"kwasm.sh/kwasm-node":null}}}`)
-	eventually(t, wait, "the running install asked to abort", func() error {
+	testutil.Eventually(t, wait, "the running install asked to abort", func() error {
 		cur := &v1alpha1.NodeTask{}
 		if err := env.client.Get(ctx, client.ObjectKeyFromObject(install), cur); err != nil {
 			return err
@@ -265,7 +266,7 @@ func TestSpecChangeReprovisions(t *testing.T) {
 		p.Spec.Install = append(p.Spec.Install, v1alpha1.Command{Name: "restart", RestartService: &v1alpha1.RestartServiceCommand{Name: "containerd"}})
 	})
 	var hash string
-	eventually(t, wait, "new spec hash", func() error {
+	testutil.Eventually(t, wait, "new spec hash", func() error {
 		hash = getProfile(t, ctx, "respec").Status.SpecHash
 		if hash == old {
 			return fmt.Errorf("still %s", hash)
@@ -294,7 +295,7 @@ func TestSpecChangeReprovisions(t *testing.T) {
 		waitLabel(t, ctx, "respec", n, true, hash)
 	}
 	waitCondition(t, ctx, "respec", v1alpha1.ConditionReady, metav1.ConditionTrue, "all 3")
-	eventually(t, wait, "one task per node", func() error {
+	testutil.Eventually(t, wait, "one task per node", func() error {
 		byNode, err := tasksOf(ctx, "respec")
 		if err != nil {
 			return err
@@ -332,14 +333,14 @@ func TestDeletionUninstallsThenRemovesFinalizer(t *testing.T) {
 		agentSucceed(t, ctx, un.Name)
 		waitLabel(t, ctx, "gone", n, false, "")
 	}
-	eventually(t, wait, "profile deleted", func() error {
+	testutil.Eventually(t, wait, "profile deleted", func() error {
 		_, err := getProfileErr(ctx, "gone")
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
 		return stillThere(err)
 	})
-	eventually(t, wait, "RuntimeClass deleted", func() error {
+	testutil.Eventually(t, wait, "RuntimeClass deleted", func() error {
 		err := env.client.Get(ctx, client.ObjectKey{Name: "gone-wasmedge"}, &nodev1.RuntimeClass{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -358,7 +359,7 @@ func TestDeletedNodeIsForgotten(t *testing.T) {
 	if err := env.client.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "forget-1"}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, wait, "the deleted node's task deleted", func() error {
+	testutil.Eventually(t, wait, "the deleted node's task deleted", func() error {
 		byNode, err := tasksOf(ctx, "forget")
 		if err != nil {
 			return err
@@ -389,7 +390,7 @@ func TestRuntimeClasses(t *testing.T) {
 		return rc, env.client.Get(ctx, client.ObjectKey{Name: name}, rc)
 	}
 	var rc *nodev1.RuntimeClass
-	eventually(t, wait, "RuntimeClass rc-wasmedge", func() (err error) { rc, err = getRC("rc-wasmedge"); return err })
+	testutil.Eventually(t, wait, "RuntimeClass rc-wasmedge", func() (err error) { rc, err = getRC("rc-wasmedge"); return err })
 	if rc.Handler != "wasmedge" || rc.Scheduling == nil || rc.Scheduling.NodeSelector["nodeops.io/profile.rc"] != "provisioned" ||
 		len(rc.Scheduling.NodeSelector) != 1 || len(rc.Scheduling.Tolerations) != 1 || rc.Scheduling.Tolerations[0].Key != "wasm" {
 		t.Errorf("rc-wasmedge = handler %s scheduling %+v", rc.Handler, rc.Scheduling)
@@ -399,12 +400,12 @@ func TestRuntimeClasses(t *testing.T) {
 	}
 
 	// In step with the spec: a new handler (immutable, so recreated), new tolerations, one removed.
-	eventually(t, wait, "update profile", func() error {
+	testutil.Eventually(t, wait, "update profile", func() error {
 		p := getProfile(t, ctx, "rc")
 		p.Spec.RuntimeClasses = []v1alpha1.RuntimeClassSpec{{Name: "rc-spin", Handler: "spin2", Tolerations: tol}}
 		return env.client.Update(ctx, p)
 	})
-	eventually(t, wait, "rc-spin recreated with handler spin2", func() error {
+	testutil.Eventually(t, wait, "rc-spin recreated with handler spin2", func() error {
 		rc, err := getRC("rc-spin")
 		if err != nil {
 			return err
@@ -414,7 +415,7 @@ func TestRuntimeClasses(t *testing.T) {
 		}
 		return nil
 	})
-	eventually(t, wait, "rc-wasmedge deleted", func() error {
+	testutil.Eventually(t, wait, "rc-wasmedge deleted", func() error {
 		if _, err := getRC("rc-wasmedge"); !apierrors.IsNotFound(err) {
 			return stillThere(err)
 		}
@@ -427,7 +428,7 @@ func TestRuntimeClasses(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.client.Delete(context.Background(), foreign) })
-	eventually(t, wait, "update profile", func() error {
+	testutil.Eventually(t, wait, "update profile", func() error {
 		p := getProfile(t, ctx, "rc")
 		p.Spec.RuntimeClasses = append(p.Spec.RuntimeClasses, v1alpha1.RuntimeClassSpec{Name: "rc-foreign", Handler: "wasmtime"})
 		return env.client.Update(ctx, p)
@@ -494,7 +495,7 @@ func TestSampleWasmShims(t *testing.T) {
 	}
 	t.Cleanup(func() { forceDelete(context.Background(), p.Name) })
 	for _, name := range []string{"wasmedge", "wasmtime", "spin"} {
-		eventually(t, wait, "RuntimeClass "+name, func() error {
+		testutil.Eventually(t, wait, "RuntimeClass "+name, func() error {
 			rc := &nodev1.RuntimeClass{}
 			if err := env.client.Get(ctx, client.ObjectKey{Name: name}, rc); err != nil {
 				return err

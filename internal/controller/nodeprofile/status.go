@@ -32,7 +32,8 @@ const (
 type StatusInput struct {
 	Decision Decision
 	Deleting bool
-	// Started counts the tasks created in this reconcile, not yet in Decision.
+	// Started counts the tasks this reconcile starts (chosen by plan.Select, created after the
+	// status is written), not yet in Decision.
 	Started int
 	// Problems are profile-level faults besides failed nodes, such as a RuntimeClass owned by someone else.
 	Problems []string

@@ -32,16 +32,21 @@ func (r *Reconciler) removeFinalizer(ctx context.Context, s *scope) error {
 	return nil
 }
 
-// writeStatus computes the status from the decision and patches it when it changed: at once when
-// a condition's status or reason, the failures or the hash changed, else at most every StatusInterval.
+// writeStatus computes the status from the decision, the tasks about to start counted, and
+// writes it when it changed: at once when a condition's status or reason, the failures or the
+// hash changed, else at most every StatusInterval. A deleted profile with nothing left to do
+// gets no status: act removes its finalizer.
 func (r *Reconciler) writeStatus(ctx context.Context, s *scope) (ctrl.Result, error) {
 	p := s.profile
 	if !s.decided && s.invalid == "" {
-		// Nothing was observed (a read failed): keep the last status rather than report zeros.
+		// Nothing was decided: keep the last status rather than report zeros.
+		return ctrl.Result{}, nil
+	}
+	if s.deleting && s.decided && s.decision.Done {
 		return ctrl.Result{}, nil
 	}
 	counts, conds, failures := ComputeStatus(StatusInput{
-		Decision: s.decision, Deleting: s.deleting, Started: s.started, Problems: s.problems, Invalid: s.invalid,
+		Decision: s.decision, Deleting: s.deleting, Started: len(s.starts), Problems: s.problems, Invalid: s.invalid,
 	})
 	if s.decided {
 		p.Status.Nodes = counts
@@ -60,27 +65,25 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope) (ctrl.Result, er
 	urgent := !sameConditionStates(old.Conditions, p.Status.Conditions) || !failuresEqual(old.Failures, p.Status.Failures) ||
 		old.SpecHash != p.Status.SpecHash || old.ObservedGeneration != p.Status.ObservedGeneration
 	now := time.Now()
-	r.mu.Lock()
-	last := r.lastStatus[p.Name]
-	r.mu.Unlock()
-	if !urgent && r.StatusInterval > 0 && now.Sub(last) < r.StatusInterval {
-		return ctrl.Result{RequeueAfter: r.StatusInterval - now.Sub(last)}, nil
+	if wait := r.status.Wait(p.Name, urgent, r.StatusInterval, now); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	// An update, not a merge patch: a patch of the counts alone would leave status.nodes without
 	// its required fields on a profile that has none yet. This controller is the status's only
-	// writer, so a conflict only means the cache was behind: look again shortly.
+	// writer, so a conflict only means the cache was behind: look again shortly. Either way the
+	// decision is not recorded, so nothing acts on it.
 	if err := r.Client.Status().Update(ctx, p); err != nil {
 		if apierrors.IsNotFound(err) {
+			s.statusLost = true
 			return ctrl.Result{}, nil
 		}
 		if apierrors.IsConflict(err) {
+			s.statusLost = true
 			return ctrl.Result{RequeueAfter: conflictRetry}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("patch status of NodeProfile %s: %w", p.Name, err)
 	}
-	r.mu.Lock()
-	r.lastStatus[p.Name] = now
-	r.mu.Unlock()
+	r.status.Wrote(p.Name, now)
 	r.recordTransitions(s.orig, p)
 	return ctrl.Result{}, nil
 }
