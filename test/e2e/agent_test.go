@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/testutil"
 	"github.com/nodeops/nodeops/test/e2e/framework"
 )
 
@@ -166,15 +167,15 @@ func testDrainWithPDB(t *testing.T, l *framework.Local) {
 		ObjectMeta: metav1.ObjectMeta{Name: "guarded-pdb", Namespace: ns.Name},
 		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &minAvailable, Selector: &metav1.LabelSelector{MatchLabels: labels}},
 	})
-	framework.Eventually(t, 2*time.Minute, "both guarded pods Ready and counted by the PDB", func(ctx context.Context) (bool, error) {
+	testutil.EventuallyEvery(t, 2*time.Minute, framework.PollInterval, "both guarded pods Ready and counted by the PDB", func(ctx context.Context) error {
 		pdb := &policyv1.PodDisruptionBudget{}
 		if err := l.Client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "guarded-pdb"}, pdb); err != nil {
-			return false, err
+			return err
 		}
 		if pdb.Status.CurrentHealthy != 2 {
-			return false, fmt.Errorf("PDB status %+v", pdb.Status)
+			return fmt.Errorf("PDB status %+v", pdb.Status)
 		}
-		return true, nil
+		return nil
 	})
 
 	op := customOp("drain-pdb", onNode("worker-1"),
@@ -250,34 +251,34 @@ func runOp(t *testing.T, l *framework.Local, op *v1alpha1.NodeOperation, want v1
 
 func waitOp(t *testing.T, l *framework.Local, name string, want v1alpha1.OperationPhase) {
 	t.Helper()
-	framework.Eventually(t, 3*time.Minute, "operation "+name+" "+string(want), func(ctx context.Context) (bool, error) {
+	testutil.EventuallyEvery(t, 3*time.Minute, framework.PollInterval, "operation "+name+" "+string(want), func(ctx context.Context) error {
 		op := &v1alpha1.NodeOperation{}
 		if err := l.Client.Get(ctx, client.ObjectKey{Name: name}, op); err != nil {
-			return false, err
+			return err
 		}
 		if op.Status.Phase != want {
-			return false, fmt.Errorf("phase %q, groups %+v", op.Status.Phase, op.Status.Groups)
+			return fmt.Errorf("phase %q, groups %+v", op.Status.Phase, op.Status.Groups)
 		}
-		return true, nil
+		return nil
 	})
 }
 
 func waitTaskOf(t *testing.T, l *framework.Local, op string, cond func(*v1alpha1.NodeTask) bool) *v1alpha1.NodeTask {
 	t.Helper()
 	var found *v1alpha1.NodeTask
-	framework.Eventually(t, 3*time.Minute, "the task of "+op, func(ctx context.Context) (bool, error) {
+	testutil.EventuallyEvery(t, 3*time.Minute, framework.PollInterval, "the task of "+op, func(ctx context.Context) error {
 		tasks := &v1alpha1.NodeTaskList{}
 		if err := l.Client.List(ctx, tasks, client.MatchingLabels{v1alpha1.LabelOperation: op}); err != nil {
-			return false, err
+			return err
 		}
 		if len(tasks.Items) != 1 {
-			return false, fmt.Errorf("%d tasks", len(tasks.Items))
+			return fmt.Errorf("%d tasks", len(tasks.Items))
 		}
 		if !cond(&tasks.Items[0]) {
-			return false, fmt.Errorf("status %+v", tasks.Items[0].Status)
+			return fmt.Errorf("status %+v", tasks.Items[0].Status)
 		}
 		found = &tasks.Items[0]
-		return true, nil
+		return nil
 	})
 	return found
 }
@@ -299,15 +300,15 @@ func abort(t *testing.T, l *framework.Local, name string) {
 
 func waitFileIs(t *testing.T, path, want string) {
 	t.Helper()
-	framework.Eventually(t, 2*time.Minute, path+" = "+want, func(context.Context) (bool, error) {
+	testutil.EventuallyEvery(t, 2*time.Minute, framework.PollInterval, path+" = "+want, func(context.Context) error {
 		got, err := os.ReadFile(path)
 		if err != nil {
-			return false, err
+			return err
 		}
 		if string(got) != want {
-			return false, fmt.Errorf("content %q", got)
+			return fmt.Errorf("content %q", got)
 		}
-		return true, nil
+		return nil
 	})
 }
 

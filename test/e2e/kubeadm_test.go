@@ -34,6 +34,7 @@ import (
 	"github.com/nodeops/nodeops/internal/localcluster"
 	"github.com/nodeops/nodeops/internal/nodelock"
 	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/testutil"
 	"github.com/nodeops/nodeops/test/e2e/framework"
 )
 
@@ -249,18 +250,18 @@ func kadmWaitOp(t *testing.T, l *framework.Local, name string, want v1alpha1.Ope
 	t.Helper()
 	op := &v1alpha1.NodeOperation{}
 	var wrong string
-	framework.Eventually(t, kadmOperationTimeout, "NodeOperation "+name+" "+string(want), func(ctx context.Context) (bool, error) {
+	testutil.EventuallyEvery(t, kadmOperationTimeout, framework.PollInterval, "NodeOperation "+name+" "+string(want), func(ctx context.Context) error {
 		if err := l.Client.Get(ctx, client.ObjectKey{Name: name}, op); err != nil {
-			return false, err
+			return err
 		}
 		switch p := op.Status.Phase; {
 		case p == want:
-			return true, nil
+			return nil
 		case p.Finished() || p == v1alpha1.OperationBlocked:
 			wrong = string(p)
-			return true, nil
+			return nil
 		}
-		return false, fmt.Errorf("phase %q, groups %+v", op.Status.Phase, op.Status.Groups)
+		return fmt.Errorf("phase %q, groups %+v", op.Status.Phase, op.Status.Groups)
 	})
 	if wrong != "" {
 		var why []string

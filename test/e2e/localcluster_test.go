@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/internal/localcluster"
+	"github.com/nodeops/nodeops/internal/testutil"
 	"github.com/nodeops/nodeops/test/e2e/framework"
 )
 
@@ -144,16 +145,16 @@ func TestLocalCluster(t *testing.T) {
 		if err := l.Client.Create(context.Background(), job); err != nil {
 			t.Fatal(err)
 		}
-		framework.Eventually(t, 3*time.Minute, "job hello to complete", func(ctx context.Context) (bool, error) {
+		testutil.EventuallyEvery(t, 3*time.Minute, framework.PollInterval, "job hello to complete", func(ctx context.Context) error {
 			if err := l.Client.Get(ctx, client.ObjectKeyFromObject(job), job); err != nil {
-				return false, err
+				return err
 			}
 			for _, c := range job.Status.Conditions {
 				if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue {
-					return true, nil
+					return nil
 				}
 			}
-			return false, fmt.Errorf("%d of 3 succeeded", job.Status.Succeeded)
+			return fmt.Errorf("%d of 3 succeeded", job.Status.Succeeded)
 		})
 		var pods corev1.PodList
 		if err := l.Client.List(context.Background(), &pods, client.InNamespace("default"), client.MatchingLabels{"job-name": "hello"}); err != nil {

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/internal/localcluster"
+	"github.com/nodeops/nodeops/internal/testutil"
 	"github.com/nodeops/nodeops/test/e2e/framework"
 )
 
@@ -49,18 +50,18 @@ func TestLocalStandIns(t *testing.T) {
 		for _, node := range []string{"cp-1", "cp-2"} {
 			for _, component := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 				name := component + "-" + node
-				framework.Eventually(t, time.Minute, "mirror pod "+name+" Running", func(ctx context.Context) (bool, error) {
+				testutil.EventuallyEvery(t, time.Minute, framework.PollInterval, "mirror pod "+name+" Running", func(ctx context.Context) error {
 					var p corev1.Pod
 					if err := l.Client.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: name}, &p); err != nil {
-						return false, err
+						return err
 					}
 					if p.Spec.NodeName != node || p.Annotations[localcluster.AnnotationConfigHash] == "" || p.Annotations[localcluster.AnnotationConfigMirror] == "" {
-						return false, fmt.Errorf("node %q annotations %v", p.Spec.NodeName, p.Annotations)
+						return fmt.Errorf("node %q annotations %v", p.Spec.NodeName, p.Annotations)
 					}
 					if p.Status.Phase != corev1.PodRunning {
-						return false, fmt.Errorf("phase %s", p.Status.Phase)
+						return fmt.Errorf("phase %s", p.Status.Phase)
 					}
-					return true, nil
+					return nil
 				})
 			}
 		}
@@ -118,34 +119,40 @@ func TestLocalStandIns(t *testing.T) {
 		if err := os.WriteFile(manifest, []byte(changed), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		framework.Eventually(t, time.Minute, "kube-scheduler-cp-1 to follow its new manifest", func(ctx context.Context) (bool, error) {
+		testutil.EventuallyEvery(t, time.Minute, framework.PollInterval, "kube-scheduler-cp-1 to follow its new manifest", func(ctx context.Context) error {
 			var p corev1.Pod
 			if err := l.Client.Get(ctx, key, &p); err != nil {
-				return false, err
+				return err
 			}
 			if p.Annotations[localcluster.AnnotationConfigHash] == before.Annotations[localcluster.AnnotationConfigHash] ||
 				p.Spec.Containers[0].Image != "registry.k8s.io/kube-scheduler:v1.99.0" {
-				return false, fmt.Errorf("image %s, hash %s", p.Spec.Containers[0].Image, p.Annotations[localcluster.AnnotationConfigHash])
+				return fmt.Errorf("image %s, hash %s", p.Spec.Containers[0].Image, p.Annotations[localcluster.AnnotationConfigHash])
 			}
-			return true, nil
+			return nil
 		})
 		// kubeadm restarts a static pod by moving its manifest out and back.
 		aside := filepath.Join(l.NodeRoot("cp-1"), "etc/kubernetes/kube-scheduler.yaml")
 		if err := os.Rename(manifest, aside); err != nil {
 			t.Fatal(err)
 		}
-		framework.Eventually(t, time.Minute, "kube-scheduler-cp-1 to go with its manifest", func(ctx context.Context) (bool, error) {
+		testutil.EventuallyEvery(t, time.Minute, framework.PollInterval, "kube-scheduler-cp-1 to go with its manifest", func(ctx context.Context) error {
 			err := l.Client.Get(ctx, key, &corev1.Pod{})
-			return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			return fmt.Errorf("still there")
 		})
 		if err := os.Rename(aside, manifest); err != nil {
 			t.Fatal(err)
 		}
-		framework.Eventually(t, time.Minute, "kube-scheduler-cp-1 to come back", func(ctx context.Context) (bool, error) {
+		testutil.EventuallyEvery(t, time.Minute, framework.PollInterval, "kube-scheduler-cp-1 to come back", func(ctx context.Context) error {
 			if err := l.Client.Get(ctx, key, &corev1.Pod{}); err != nil {
-				return false, err
+				return err
 			}
-			return true, nil
+			return nil
 		})
 	})
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/nodelock"
+	"github.com/nodeops/nodeops/internal/testutil"
 	"github.com/nodeops/nodeops/test/e2e/framework"
 )
 
@@ -84,12 +85,15 @@ func TestNodeProfile(t *testing.T) {
 	}
 	l.MustKubectl(t, "apply", "-f", manifestFile)
 	for _, rc := range []string{"wasmedge", "wasmtime", "spin"} {
-		framework.Eventually(t, time.Minute, "RuntimeClass "+rc, func(ctx context.Context) (bool, error) {
+		testutil.EventuallyEvery(t, time.Minute, framework.PollInterval, "RuntimeClass "+rc, func(ctx context.Context) error {
 			obj := &nodev1.RuntimeClass{}
 			if err := l.Client.Get(ctx, client.ObjectKey{Name: rc}, obj); err != nil {
-				return false, err
+				return err
 			}
-			return obj.Handler == rc && obj.Scheduling != nil && obj.Scheduling.NodeSelector["nodeops.io/profile.wasm-shims"] == "provisioned", nil
+			if obj.Handler != rc || obj.Scheduling == nil || obj.Scheduling.NodeSelector["nodeops.io/profile.wasm-shims"] != "provisioned" {
+				return fmt.Errorf("handler %q, scheduling %+v", obj.Handler, obj.Scheduling)
+			}
+			return nil
 		})
 	}
 
@@ -221,15 +225,15 @@ spec:
 		if err := l.Client.Create(ctx, prof); err != nil {
 			t.Fatal(err)
 		}
-		framework.Eventually(t, 10*time.Minute, "every sim node provisioned", func(ctx context.Context) (bool, error) {
+		testutil.EventuallyEvery(t, 10*time.Minute, framework.PollInterval, "every sim node provisioned", func(ctx context.Context) error {
 			n, err := profCountLabelled(ctx, l, "sim-shims")
 			if err != nil {
-				return false, err
+				return err
 			}
 			if n < sims {
-				return false, fmt.Errorf("%d of %d labelled: %s", n, sims, profProfileSummary(ctx, l, "sim-shims"))
+				return fmt.Errorf("%d of %d labelled: %s", n, sims, profProfileSummary(ctx, l, "sim-shims"))
 			}
-			return true, nil
+			return nil
 		})
 		profWaitCondition(t, l, "sim-shims", v1alpha1.ConditionReady, metav1.ConditionTrue)
 		peak, violation := w.result()
@@ -290,15 +294,15 @@ func profProfileLabel(t *testing.T, l *framework.Local, profile, node string) bo
 
 func profWaitProfileLabel(t *testing.T, l *framework.Local, profile, node string, want bool) {
 	t.Helper()
-	framework.Eventually(t, 3*time.Minute, fmt.Sprintf("%s labelled=%v by %s", node, want, profile), func(ctx context.Context) (bool, error) {
+	testutil.EventuallyEvery(t, 3*time.Minute, framework.PollInterval, fmt.Sprintf("%s labelled=%v by %s", node, want, profile), func(ctx context.Context) error {
 		n := &corev1.Node{}
 		if err := l.Client.Get(ctx, client.ObjectKey{Name: node}, n); err != nil {
-			return false, err
+			return err
 		}
 		if got := n.Labels["nodeops.io/profile."+profile] == "provisioned"; got != want {
-			return false, fmt.Errorf("labelled=%v; profile says %s", got, profProfileSummary(ctx, l, profile))
+			return fmt.Errorf("labelled=%v; profile says %s", got, profProfileSummary(ctx, l, profile))
 		}
-		return true, nil
+		return nil
 	})
 }
 
@@ -317,29 +321,29 @@ func profProfileSummary(ctx context.Context, l *framework.Local, name string) st
 func profWaitCondition(t *testing.T, l *framework.Local, profile, typ string, status metav1.ConditionStatus) metav1.Condition {
 	t.Helper()
 	var got metav1.Condition
-	framework.Eventually(t, 3*time.Minute, fmt.Sprintf("%s %s=%s", profile, typ, status), func(ctx context.Context) (bool, error) {
+	testutil.EventuallyEvery(t, 3*time.Minute, framework.PollInterval, fmt.Sprintf("%s %s=%s", profile, typ, status), func(ctx context.Context) error {
 		p := &v1alpha1.NodeProfile{}
 		if err := l.Client.Get(ctx, client.ObjectKey{Name: profile}, p); err != nil {
-			return false, err
+			return err
 		}
 		c := meta.FindStatusCondition(p.Status.Conditions, typ)
 		if c == nil || c.Status != status {
-			return false, fmt.Errorf("%s", profProfileSummary(ctx, l, profile))
+			return fmt.Errorf("%s", profProfileSummary(ctx, l, profile))
 		}
 		got = *c
-		return true, nil
+		return nil
 	})
 	return got
 }
 
 func profWaitGone(t *testing.T, l *framework.Local, profile string) {
 	t.Helper()
-	framework.Eventually(t, 10*time.Minute, "profile "+profile+" gone", func(ctx context.Context) (bool, error) {
+	testutil.EventuallyEvery(t, 10*time.Minute, framework.PollInterval, "profile "+profile+" gone", func(ctx context.Context) error {
 		err := l.Client.Get(ctx, client.ObjectKey{Name: profile}, &v1alpha1.NodeProfile{})
 		if apierrors.IsNotFound(err) {
-			return true, nil
+			return nil
 		}
-		return false, fmt.Errorf("still there: %s", profProfileSummary(ctx, l, profile))
+		return fmt.Errorf("still there: %s", profProfileSummary(ctx, l, profile))
 	})
 }
 

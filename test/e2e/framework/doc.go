@@ -30,11 +30,12 @@
 // A child killed after start-up (a fault test's SIGKILL to the manager or an agent) is started
 // again by nodeops-local after a few seconds, with a new PID in l.Processes().
 //
-// Waiting: never sleep for a fixed time; wait on a condition with a deadline.
+// Waiting: never sleep for a fixed time; wait on a condition with a deadline, with the one polling
+// helper of the repository, at this package's PollInterval:
 //
-//	framework.Eventually(t, 2*time.Minute, "job pi completes", func(ctx context.Context) (bool, error) {...})
-//	err := framework.WaitFor(ctx, interval, cond)   // the same, returning an error instead of failing t
+//	testutil.EventuallyEvery(t, 2*time.Minute, framework.PollInterval, "job pi completes", func(ctx context.Context) error {...})
 //
-// Eventually polls every PollInterval until cond returns (true, nil) — (true, err) is not done —, retries on errors, and on the deadline fails the test
-// naming what it waited for and the last error seen.
+// It polls until the condition returns nil, handing it a context that ends at the deadline, and on
+// the deadline fails the test naming what it waited for and the last error seen; so conditions
+// explain themselves by returning fmt.Errorf("3 of 5 ready").
 package framework

@@ -24,6 +24,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/nodeops/nodeops/internal/localcluster"
+	"github.com/nodeops/nodeops/internal/testutil"
 )
 
 // Deadlines used by StartLocal and Stop.
@@ -207,10 +208,10 @@ func (l *Local) MustKubectl(t testing.TB, args ...string) string {
 // WaitNodesReady waits until at least n nodes are Ready and free of the not-ready taint.
 func (l *Local) WaitNodesReady(t testing.TB, n int, timeout time.Duration) {
 	t.Helper()
-	Eventually(t, timeout, fmt.Sprintf("%d nodes Ready", n), func(ctx context.Context) (bool, error) {
+	testutil.EventuallyEvery(t, timeout, PollInterval, fmt.Sprintf("%d nodes Ready", n), func(ctx context.Context) error {
 		var nodes corev1.NodeList
 		if err := l.Client.List(ctx, &nodes); err != nil {
-			return false, err
+			return err
 		}
 		ready := 0
 		for i := range nodes.Items {
@@ -219,9 +220,9 @@ func (l *Local) WaitNodesReady(t testing.TB, n int, timeout time.Duration) {
 			}
 		}
 		if ready < n {
-			return false, fmt.Errorf("%d of %d nodes Ready", ready, n)
+			return fmt.Errorf("%d of %d nodes Ready", ready, n)
 		}
-		return true, nil
+		return nil
 	})
 }
 
