@@ -410,7 +410,7 @@ func waitNodesReady(ctx context.Context, c client.Client, want int) error {
 		}
 		ready = 0
 		for i := range nodes.Items {
-			if nodeReady(&nodes.Items[i]) {
+			if NodeReady(&nodes.Items[i]) {
 				ready++
 			}
 		}

@@ -41,7 +41,7 @@ func TestLocalCluster(t *testing.T) {
 		sims := 0
 		for i := range nodes.Items {
 			n := &nodes.Items[i]
-			if !framework.NodeReady(n) {
+			if !localcluster.NodeReady(n) {
 				t.Errorf("node %s is not Ready: %v", n.Name, n.Status.Conditions)
 			}
 			if n.Labels["kubernetes.io/hostname"] != n.Name || n.Labels["kubernetes.io/os"] != "linux" {

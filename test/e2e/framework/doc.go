@@ -25,7 +25,7 @@
 //	l.PID()                            nodeops-local's own PID
 //	l.Output() string                  what nodeops-local printed so far
 //	l.WaitNodesReady(t, n, timeout)    until at least n nodes are Ready without the not-ready taint
-//	framework.NodeReady(node) bool     Ready and free of the not-ready/unreachable taints
+//	localcluster.NodeReady(node) bool  plan.NodeReady and free of the not-ready/unreachable taints
 //
 // A child killed after start-up (a fault test's SIGKILL to the manager or an agent) is started
 // again by nodeops-local after a few seconds, with a new PID in l.Processes().

@@ -215,7 +215,7 @@ func (l *Local) WaitNodesReady(t testing.TB, n int, timeout time.Duration) {
 		}
 		ready := 0
 		for i := range nodes.Items {
-			if NodeReady(&nodes.Items[i]) {
+			if localcluster.NodeReady(&nodes.Items[i]) {
 				ready++
 			}
 		}
@@ -224,21 +224,6 @@ func (l *Local) WaitNodesReady(t testing.TB, n int, timeout time.Duration) {
 		}
 		return nil
 	})
-}
-
-// NodeReady reports whether a node is Ready and schedulable as far as readiness goes (no not-ready taint).
-func NodeReady(n *corev1.Node) bool {
-	for _, t := range n.Spec.Taints {
-		if t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable {
-			return false
-		}
-	}
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 func (l *Local) logDiagnostics(t testing.TB) {
