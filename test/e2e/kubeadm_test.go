@@ -34,7 +34,6 @@ import (
 	"github.com/nodeops/nodeops/internal/localcluster"
 	"github.com/nodeops/nodeops/internal/nodelock"
 	"github.com/nodeops/nodeops/internal/plan"
-	"github.com/nodeops/nodeops/internal/testutil"
 	"github.com/nodeops/nodeops/test/e2e/framework"
 )
 
@@ -71,8 +70,8 @@ func TestKubeadm(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Name: "renew"},
 			Spec:       v1alpha1.NodeOperationSpec{RenewCertificates: &v1alpha1.RenewCertificatesOperation{}},
 		}
-		kadmCreate(t, l, op)
-		kadmWaitOp(t, l, op.Name, v1alpha1.OperationSucceeded)
+		framework.Create(t, l, op)
+		framework.WaitForOperation(t, l, framework.WaitForOperationInput{Name: op.Name, Phase: v1alpha1.OperationSucceeded, Timeout: kadmOperationTimeout, FailIfBlocked: true})
 		events := w.stop(t)
 
 		if held, what := kadmMaxHeld(events, nil); held > 1 {
@@ -90,7 +89,7 @@ func TestKubeadm(t *testing.T) {
 					t.Errorf("%s %s: notBefore %v, was %v: not renewed", n, name, cur.NotBefore, old.NotBefore)
 				}
 			}
-			task := kadmTask(t, l, plan.TaskName(op.Name, plan.GroupControlPlanes, n))
+			task := framework.GetTask(t, l, plan.TaskName(op.Name, plan.GroupControlPlanes, n))
 			reported := map[string]time.Time{}
 			for _, c := range task.Status.Certificates {
 				reported[c.Name] = c.NotAfter.UTC()
@@ -132,12 +131,12 @@ func TestKubeadm(t *testing.T) {
 		cluster := kadmClusterState(t, l)
 		w := kadmWatchTasks(t, l, "upgrade-dry-run")
 		op := upgrade("upgrade-dry-run", v1alpha1.ExecutionDryRun)
-		kadmCreate(t, l, op)
-		kadmWaitOp(t, l, op.Name, v1alpha1.OperationSucceeded)
+		framework.Create(t, l, op)
+		framework.WaitForOperation(t, l, framework.WaitForOperationInput{Name: op.Name, Phase: v1alpha1.OperationSucceeded, Timeout: kadmOperationTimeout, FailIfBlocked: true})
 		events := w.stop(t)
 
 		kadmControlPlanesFirst(t, events)
-		for _, task := range kadmTasks(t, l, op.Name) {
+		for _, task := range framework.OperationTasks(t, l, op.Name) {
 			for i, c := range task.Spec.Commands {
 				// kubeadm's dry run names its scratch directory kubeadm-upgrade-{apply,node}-dryrunNNN.
 				if (c.KubeadmUpgradeApply != nil || c.KubeadmUpgradeNode != nil) && !strings.Contains(strings.ToLower(task.Status.Commands[i].OutputTail), "dryrun") {
@@ -167,8 +166,8 @@ func TestKubeadm(t *testing.T) {
 		}
 		w := kadmWatchTasks(t, l, "upgrade")
 		op := upgrade("upgrade", v1alpha1.ExecutionAuto)
-		kadmCreate(t, l, op)
-		kadmWaitOp(t, l, op.Name, v1alpha1.OperationSucceeded)
+		framework.Create(t, l, op)
+		framework.WaitForOperation(t, l, framework.WaitForOperationInput{Name: op.Name, Phase: v1alpha1.OperationSucceeded, Timeout: kadmOperationTimeout, FailIfBlocked: true})
 		kadmControlPlanesFirst(t, w.stop(t))
 
 		for _, n := range all {
@@ -189,7 +188,7 @@ func TestKubeadm(t *testing.T) {
 			}
 		}
 		// kubeadm upgrade node, not anything else, wrote the kubelet configuration on the other nodes.
-		for _, task := range kadmTasks(t, l, op.Name) {
+		for _, task := range framework.OperationTasks(t, l, op.Name) {
 			for i, c := range task.Spec.Commands {
 				if c.KubeadmUpgradeNode != nil && !strings.Contains(task.Status.Commands[i].OutputTail, `Writing kubelet configuration to file "/var/lib/kubelet/config.yaml"`) {
 					t.Errorf("%s: kubeadm upgrade node did not write the kubelet configuration:\n%s", task.Name, task.Status.Commands[i].OutputTail)
@@ -215,8 +214,8 @@ func TestKubeadm(t *testing.T) {
 		kadmSetConfigVersion(t, l, "v1.35.3")
 		w := kadmWatchTasks(t, l, "upgrade-skew")
 		op := upgrade("upgrade-skew", v1alpha1.ExecutionAuto)
-		kadmCreate(t, l, op)
-		done := kadmWaitOp(t, l, op.Name, v1alpha1.OperationFailed)
+		framework.Create(t, l, op)
+		done := framework.WaitForOperation(t, l, framework.WaitForOperationInput{Name: op.Name, Phase: v1alpha1.OperationFailed, Timeout: kadmOperationTimeout, FailIfBlocked: true})
 		c := meta.FindStatusCondition(done.Status.Conditions, v1alpha1.ConditionFailed)
 		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != plan.ReasonUnsupportedVersionSkew ||
 			!strings.Contains(c.Message, "v1.35.3") || !strings.Contains(c.Message, "v1.37.2") {
@@ -225,74 +224,10 @@ func TestKubeadm(t *testing.T) {
 		if events := w.stop(t); len(events) != 0 {
 			t.Errorf("%d task events for a refused upgrade, first %s %s", len(events), events[0].Type, events[0].Task.Name)
 		}
-		if tasks := kadmTasks(t, l, op.Name); len(tasks) != 0 {
+		if tasks := framework.OperationTasks(t, l, op.Name); len(tasks) != 0 {
 			t.Errorf("%d tasks for a refused upgrade", len(tasks))
 		}
 	})
-}
-
-func kadmCreate(t *testing.T, l *framework.Local, op *v1alpha1.NodeOperation) {
-	t.Helper()
-	if err := l.Client.Create(context.Background(), op); err != nil {
-		t.Fatalf("creating NodeOperation %s: %v", op.Name, err)
-	}
-	// A failed scenario must not hold nodes for the next one.
-	t.Cleanup(func() {
-		if t.Failed() {
-			_ = l.Client.Patch(context.Background(), op, client.RawPatch(client.Merge.Type(), []byte(`{"spec":{"abort":true}}`)))
-		}
-	})
-}
-
-// kadmWaitOp waits for phase want; an operation that ends in another phase fails the test at once,
-// naming its failed task's command and message.
-func kadmWaitOp(t *testing.T, l *framework.Local, name string, want v1alpha1.OperationPhase) *v1alpha1.NodeOperation {
-	t.Helper()
-	op := &v1alpha1.NodeOperation{}
-	var wrong string
-	testutil.EventuallyEvery(t, kadmOperationTimeout, framework.PollInterval, "NodeOperation "+name+" "+string(want), func(ctx context.Context) error {
-		if err := l.Client.Get(ctx, client.ObjectKey{Name: name}, op); err != nil {
-			return err
-		}
-		switch p := op.Status.Phase; {
-		case p == want:
-			return nil
-		case p.Finished() || p == v1alpha1.OperationBlocked:
-			wrong = string(p)
-			return nil
-		}
-		return fmt.Errorf("phase %q, groups %+v", op.Status.Phase, op.Status.Groups)
-	})
-	if wrong != "" {
-		var why []string
-		for _, task := range kadmTasks(t, l, name) {
-			for _, c := range task.Status.Commands {
-				if c.Phase == v1alpha1.CommandFailed {
-					why = append(why, fmt.Sprintf("%s: %s failed: %s\n%s", task.Name, c.Name, c.Message, c.OutputTail))
-				}
-			}
-		}
-		t.Fatalf("NodeOperation %s ended %s, want %s; conditions %+v\n%s", name, wrong, want, op.Status.Conditions, strings.Join(why, "\n"))
-	}
-	return op
-}
-
-func kadmTasks(t *testing.T, l *framework.Local, op string) []v1alpha1.NodeTask {
-	t.Helper()
-	var tasks v1alpha1.NodeTaskList
-	if err := l.Client.List(context.Background(), &tasks, client.MatchingLabels{v1alpha1.LabelOperation: op}); err != nil {
-		t.Fatal(err)
-	}
-	return tasks.Items
-}
-
-func kadmTask(t *testing.T, l *framework.Local, name string) *v1alpha1.NodeTask {
-	t.Helper()
-	task := &v1alpha1.NodeTask{}
-	if err := l.Client.Get(context.Background(), client.ObjectKey{Name: name}, task); err != nil {
-		t.Fatalf("reading NodeTask %s: %v", name, err)
-	}
-	return task
 }
 
 // kadmCertificates reads the leaf certificates `kubeadm certs renew all` renews in a control-plane
