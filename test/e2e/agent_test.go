@@ -134,9 +134,8 @@ func TestAgent(t *testing.T) {
 		if back, _ := os.ReadFile(cfgPath); string(back) != string(orig) {
 			t.Errorf("add then remove did not give back the node's config byte for byte:\n%s", back)
 		}
-		log, _ := os.ReadFile(filepath.Join(l.NodeRoot("worker-2"), "var/lib/nodeops-local/services.log"))
-		if n := strings.Count(string(log), "restart containerd "); n != 3 {
-			t.Errorf("containerd restarted %d times, want 3 (one per command):\n%s", n, log)
+		if n := framework.Restarts(t, l.NodeRoot("worker-2"), "containerd"); n != 3 {
+			t.Errorf("containerd restarted %d times, want 3 (one per command):\n%s", n, framework.ServiceLog(t, l.NodeRoot("worker-2")))
 		}
 	})
 }

@@ -5,11 +5,9 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"io/fs"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -26,7 +24,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
@@ -102,7 +99,7 @@ func TestKubeadm(t *testing.T) {
 			if len(reported) != len(after) {
 				t.Errorf("%s: task reports %d certificates, the root has %d: %v", n, len(reported), len(after), task.Status.Certificates)
 			}
-			log := kadmRead(t, filepath.Join(root, "var/lib/nodeops-local/services.log"))
+			log := framework.ServiceLog(t, root)
 			for _, c := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 				if !strings.Contains(log, "restart static-pod/"+c+" ") {
 					t.Errorf("%s: static pod %s restart not recorded in the local service table:\n%s", n, c, log)
@@ -155,14 +152,14 @@ func TestKubeadm(t *testing.T) {
 		all := append(append([]string(nil), kadmControlPlanes...), kadmWorkers...)
 		served := map[string]string{}
 		for _, b := range []string{"kubeadm", "kubelet", "kubectl"} {
-			served[b] = kadmGet(t, commands.BinaryURL(source, "v1.37.2", "amd64", b)+".sha256")
+			served[b] = framework.HTTPGetText(t, commands.BinaryURL(source, "v1.37.2", "amd64", b)+".sha256")
 		}
 		oldKubelet, oldConfig, restarts := map[string]string{}, map[string]string{}, map[string]int{}
 		for _, n := range all {
 			root := l.NodeRoot(n)
-			oldKubelet[n] = kadmRead(t, filepath.Join(root, "usr/bin/kubelet"))
-			oldConfig[n] = kadmRead(t, filepath.Join(root, "var/lib/kubelet/config.yaml"))
-			restarts[n] = strings.Count(kadmRead(t, filepath.Join(root, "var/lib/nodeops-local/services.log")), "restart kubelet ")
+			oldKubelet[n] = framework.ReadFile(t, filepath.Join(root, "usr/bin/kubelet"))
+			oldConfig[n] = framework.ReadFile(t, filepath.Join(root, "var/lib/kubelet/config.yaml"))
+			restarts[n] = framework.Restarts(t, root, "kubelet")
 		}
 		w := kadmWatchTasks(t, l, "upgrade")
 		op := upgrade("upgrade", v1alpha1.ExecutionAuto)
@@ -177,13 +174,13 @@ func TestKubeadm(t *testing.T) {
 					t.Errorf("%s: /usr/bin/%s has sha256 %s, the binary source serves %s", n, b, got, want)
 				}
 			}
-			if prev := kadmRead(t, filepath.Join(root, "usr/bin/kubelet"+commands.PrevSuffix)); prev != oldKubelet[n] {
+			if prev, err := os.ReadFile(filepath.Join(root, "usr/bin/kubelet"+commands.PrevSuffix)); err != nil || string(prev) != oldKubelet[n] {
 				t.Errorf("%s: the replaced kubelet was not kept as /usr/bin/kubelet%s", n, commands.PrevSuffix)
 			}
-			if got := strings.Count(kadmRead(t, filepath.Join(root, "var/lib/nodeops-local/services.log")), "restart kubelet "); got != restarts[n]+1 {
+			if got := framework.Restarts(t, root, "kubelet"); got != restarts[n]+1 {
 				t.Errorf("%s: %d kubelet restarts recorded, want %d", n, got, restarts[n]+1)
 			}
-			if kadmRead(t, filepath.Join(root, "var/lib/kubelet/config.yaml")) == oldConfig[n] {
+			if framework.ReadFile(t, filepath.Join(root, "var/lib/kubelet/config.yaml")) == oldConfig[n] {
 				t.Errorf("%s: /var/lib/kubelet/config.yaml was not rewritten", n)
 			}
 		}
@@ -240,44 +237,13 @@ func kadmCertificates(t *testing.T, root string) map[string]*x509.Certificate {
 		"apiserver-kubelet-client": "pki/apiserver-kubelet-client.crt", "front-proxy-client": "pki/front-proxy-client.crt",
 		"etcd-healthcheck-client": "pki/etcd/healthcheck-client.crt", "etcd-peer": "pki/etcd/peer.crt", "etcd-server": "pki/etcd/server.crt",
 	} {
-		out[name] = kadmParseCert(t, filepath.Join(root, "etc/kubernetes", file), []byte(kadmRead(t, filepath.Join(root, "etc/kubernetes", file))))
+		path := filepath.Join(root, "etc/kubernetes", file)
+		out[name] = framework.ParseCertificate(t, path, []byte(framework.ReadFile(t, path)))
 	}
 	for _, conf := range []string{"admin.conf", "super-admin.conf", "controller-manager.conf", "scheduler.conf"} {
-		path := filepath.Join(root, "etc/kubernetes", conf)
-		cfg, err := clientcmd.LoadFromFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(cfg.AuthInfos) != 1 {
-			t.Fatalf("%s has %d users", path, len(cfg.AuthInfos))
-		}
-		for _, a := range cfg.AuthInfos {
-			out[conf] = kadmParseCert(t, path, a.ClientCertificateData)
-		}
+		out[conf] = framework.KubeconfigClientCertificate(t, filepath.Join(root, "etc/kubernetes", conf))
 	}
 	return out
-}
-
-func kadmParseCert(t *testing.T, path string, data []byte) *x509.Certificate {
-	t.Helper()
-	block, _ := pem.Decode(data)
-	if block == nil {
-		t.Fatalf("%s: no PEM certificate", path)
-	}
-	c, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	return c
-}
-
-func kadmRead(t *testing.T, path string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil && !os.IsNotExist(err) {
-		t.Fatal(err)
-	}
-	return string(b)
 }
 
 // kadmTrees digests every entry of the nodes' roots: path -> type, permissions and content (a
@@ -606,18 +572,4 @@ func kadmControlPlanesFirst(t *testing.T, events []kadmTaskEvent) {
 	if held, what := kadmMaxHeld(events, cps); held > 1 {
 		t.Errorf("%d control planes upgraded at once: %s", held, what)
 	}
-}
-
-func kadmGet(t *testing.T, url string) string {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s %v", url, resp.Status, err)
-	}
-	return strings.TrimSpace(string(body))
 }

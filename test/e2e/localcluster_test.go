@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,7 +14,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -100,7 +97,7 @@ func TestLocalCluster(t *testing.T) {
 				t.Errorf("%s: containerd config.toml is not version 3: %v", node, err)
 			}
 			// kubeadm upgrade node takes the node's name from kubelet.conf's client certificate.
-			if cn := kubeconfigClientCN(t, filepath.Join(root, "etc/kubernetes/kubelet.conf")); cn != "system:node:"+node {
+			if cn := framework.KubeconfigClientCertificate(t, filepath.Join(root, "etc/kubernetes/kubelet.conf")).Subject.CommonName; cn != "system:node:"+node {
 				t.Errorf("%s: kubelet.conf client certificate CN %q", node, cn)
 			}
 		}
@@ -240,25 +237,4 @@ func TestTwoInstancesSideBySide(t *testing.T) {
 	if out, err := exec.Command(filepath.Join(a.BinDir, "nodeops-local"), "down", "--dir", a.Dir).CombinedOutput(); err == nil {
 		t.Errorf("down on a stopped instance succeeded: %s", out)
 	}
-}
-
-func kubeconfigClientCN(t *testing.T, path string) string {
-	t.Helper()
-	cfg, err := clientcmd.LoadFromFile(path)
-	if err != nil {
-		t.Fatalf("loading %s: %v", path, err)
-	}
-	for _, auth := range cfg.AuthInfos {
-		block, _ := pem.Decode(auth.ClientCertificateData)
-		if block == nil {
-			continue
-		}
-		cert, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		return cert.Subject.CommonName
-	}
-	t.Fatalf("%s has no embedded client certificate", path)
-	return ""
 }

@@ -2,11 +2,7 @@ package e2e
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,10 +33,10 @@ func TestLocalStandIns(t *testing.T) {
 		base := strings.TrimSpace(string(raw))
 		for _, name := range []string{"kubeadm", "kubelet", "kubectl"} {
 			url := fmt.Sprintf("%s/v1.37.2/bin/linux/amd64/%s", base, name)
-			got := sha256Hex(t, httpGet(t, url))
-			want := sha256Hex(t, mustOpen(t, filepath.Join(l.BinDir, name)))
-			published, _ := io.ReadAll(httpGet(t, url+".sha256"))
-			if got != want || strings.TrimSpace(string(published)) != want {
+			got := framework.SHA256(t, framework.HTTPGet(t, url))
+			want := framework.FileSHA256(t, filepath.Join(l.BinDir, name))
+			published := framework.HTTPGetText(t, url+".sha256")
+			if got != want || published != want {
 				t.Errorf("%s: downloaded sha256 %s, published %q, bin/%s has %s", url, got, published, name, want)
 			}
 		}
@@ -167,37 +163,4 @@ func kubeadmInRoot(t *testing.T, root string, args ...string) string {
 		t.Fatalf("chroot %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return string(out)
-}
-
-func httpGet(t *testing.T, url string) io.ReadCloser {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		resp.Body.Close()
-		t.Fatalf("GET %s: %s", url, resp.Status)
-	}
-	t.Cleanup(func() { resp.Body.Close() })
-	return resp.Body
-}
-
-func mustOpen(t *testing.T, path string) io.ReadCloser {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
-	return f
-}
-
-func sha256Hex(t *testing.T, r io.Reader) string {
-	t.Helper()
-	h := sha256.New()
-	if _, err := io.Copy(h, r); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(h.Sum(nil))
 }

@@ -102,17 +102,17 @@ func TestNodeProfile(t *testing.T) {
 		profWaitProfileLabel(t, l, "wasm-shims", "worker-1", true)
 		root := l.NodeRoot("worker-1")
 		for name, want := range digests {
-			if got := profFileSHA256(t, filepath.Join(root, profShimDir, name)); got != want {
+			if got := framework.FileSHA256(t, filepath.Join(root, profShimDir, name)); got != want {
 				t.Errorf("%s on worker-1: sha256 %s, want %s", name, got, want)
 			}
 		}
-		config := profReadFile(t, filepath.Join(root, "etc/containerd/config.toml"))
+		config := framework.ReadFile(t, filepath.Join(root, "etc/containerd/config.toml"))
 		for _, rt := range []string{"io.containerd.wasmedge.v1", "io.containerd.wasmtime.v1", "io.containerd.spin.v2"} {
 			if !strings.Contains(config, rt) {
 				t.Errorf("worker-1 config.toml lacks runtime %s:\n%s", rt, config)
 			}
 		}
-		if n := profRestarts(t, root, "containerd"); n < 1 {
+		if n := framework.Restarts(t, root, "containerd"); n < 1 {
 			t.Errorf("no containerd restart recorded on worker-1")
 		}
 		profWaitCondition(t, l, "wasm-shims", v1alpha1.ConditionReady, metav1.ConditionTrue)
@@ -123,10 +123,10 @@ func TestNodeProfile(t *testing.T) {
 				t.Errorf("worker-2 has %s (%v)", name, err)
 			}
 		}
-		if strings.Contains(profReadFile(t, filepath.Join(other, "etc/containerd/config.toml")), "wasmedge") {
+		if strings.Contains(framework.ReadFile(t, filepath.Join(other, "etc/containerd/config.toml")), "wasmedge") {
 			t.Errorf("worker-2's containerd config was changed")
 		}
-		if profRestarts(t, other, "containerd") != 0 {
+		if framework.Restarts(t, other, "containerd") != 0 {
 			t.Errorf("containerd restarted on worker-2")
 		}
 		if profProfileLabel(t, l, "wasm-shims", "worker-2") {
@@ -176,7 +176,7 @@ spec:
 	})
 
 	t.Run("removing the annotation uninstalls", func(t *testing.T) {
-		before := profRestarts(t, l.NodeRoot("worker-1"), "containerd")
+		before := framework.Restarts(t, l.NodeRoot("worker-1"), "containerd")
 		l.MustKubectl(t, "annotate", "node", "worker-1", "kwasm.sh/kwasm-node-")
 		profWaitProfileLabel(t, l, "wasm-shims", "worker-1", false)
 		root := l.NodeRoot("worker-1")
@@ -185,13 +185,13 @@ spec:
 				t.Errorf("%s still on worker-1 (%v)", name, err)
 			}
 		}
-		config := profReadFile(t, filepath.Join(root, "etc/containerd/config.toml"))
+		config := framework.ReadFile(t, filepath.Join(root, "etc/containerd/config.toml"))
 		for _, rt := range []string{"io.containerd.wasmedge.v1", "io.containerd.wasmtime.v1", "io.containerd.spin.v2"} {
 			if strings.Contains(config, rt) {
 				t.Errorf("worker-1 config.toml still has %s:\n%s", rt, config)
 			}
 		}
-		if after := profRestarts(t, root, "containerd"); after <= before {
+		if after := framework.Restarts(t, root, "containerd"); after <= before {
 			t.Errorf("containerd not restarted by the uninstall (%d profRestarts before, %d after)", before, after)
 		}
 		if n := profGetNode(t, l, "worker-1"); n.Annotations["nodeops.io/profile-hash.wasm-shims"] != "" {
@@ -345,45 +345,6 @@ func profWaitGone(t *testing.T, l *framework.Local, profile string) {
 		}
 		return fmt.Errorf("still there: %s", profProfileSummary(ctx, l, profile))
 	})
-}
-
-func profFileSHA256(t *testing.T, path string) string {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Errorf("read %s: %v", path, err)
-		return ""
-	}
-	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:])
-}
-
-func profReadFile(t *testing.T, path string) string {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read %s: %v", path, err)
-	}
-	return string(data)
-}
-
-// profRestarts counts the profRestarts of service recorded in the local node's service table (CONTRACTS.md).
-func profRestarts(t *testing.T, root, service string) int {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(root, "var/lib/nodeops-local/services.log"))
-	if os.IsNotExist(err) {
-		return 0
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "restart "+service+" ") {
-			n++
-		}
-	}
-	return n
 }
 
 // profLabelSims gives the sim nodes a label of this test's own, for the profile's selector.
