@@ -14,22 +14,18 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/agent/commands"
 	"github.com/nodeops/nodeops/internal/localcluster"
-	"github.com/nodeops/nodeops/internal/nodelock"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/test/e2e/framework"
 )
@@ -62,19 +58,19 @@ func TestKubeadm(t *testing.T) {
 			before[n] = kadmCertificates(t, l.NodeRoot(n))
 		}
 		workerTrees := kadmTrees(t, l, kadmWorkers)
-		w := kadmWatchTasks(t, l, "renew")
+		w := framework.WatchTasks(t, l, client.MatchingLabels{v1alpha1.LabelOperation: "renew"})
 		op := &v1alpha1.NodeOperation{
 			ObjectMeta: metav1.ObjectMeta{Name: "renew"},
 			Spec:       v1alpha1.NodeOperationSpec{RenewCertificates: &v1alpha1.RenewCertificatesOperation{}},
 		}
 		framework.Create(t, l, op)
 		framework.WaitForOperation(t, l, framework.WaitForOperationInput{Name: op.Name, Phase: v1alpha1.OperationSucceeded, Timeout: kadmOperationTimeout, FailIfBlocked: true})
-		events := w.stop(t)
+		events := w.Stop(t)
 
-		if held, what := kadmMaxHeld(events, nil); held > 1 {
+		if held, what := framework.MaxHeld(events, nil); held > 1 {
 			t.Errorf("%d control planes worked on at once: %s", held, what)
 		}
-		seen := kadmNodesOf(events)
+		seen := framework.NodesOf(events)
 		if !slices.Equal(seen, kadmControlPlanes) {
 			t.Errorf("the watch saw tasks on %v, want exactly the control planes %v", seen, kadmControlPlanes)
 		}
@@ -126,11 +122,11 @@ func TestKubeadm(t *testing.T) {
 	t.Run("upgrade in DryRun runs the control planes first and changes nothing", func(t *testing.T) {
 		trees := kadmTrees(t, l, append(append([]string(nil), kadmControlPlanes...), kadmWorkers...))
 		cluster := kadmClusterState(t, l)
-		w := kadmWatchTasks(t, l, "upgrade-dry-run")
+		w := framework.WatchTasks(t, l, client.MatchingLabels{v1alpha1.LabelOperation: "upgrade-dry-run"})
 		op := upgrade("upgrade-dry-run", v1alpha1.ExecutionDryRun)
 		framework.Create(t, l, op)
 		framework.WaitForOperation(t, l, framework.WaitForOperationInput{Name: op.Name, Phase: v1alpha1.OperationSucceeded, Timeout: kadmOperationTimeout, FailIfBlocked: true})
-		events := w.stop(t)
+		events := w.Stop(t)
 
 		kadmControlPlanesFirst(t, events)
 		for _, task := range framework.OperationTasks(t, l, op.Name) {
@@ -161,11 +157,11 @@ func TestKubeadm(t *testing.T) {
 			oldConfig[n] = framework.ReadFile(t, filepath.Join(root, "var/lib/kubelet/config.yaml"))
 			restarts[n] = framework.Restarts(t, root, "kubelet")
 		}
-		w := kadmWatchTasks(t, l, "upgrade")
+		w := framework.WatchTasks(t, l, client.MatchingLabels{v1alpha1.LabelOperation: "upgrade"})
 		op := upgrade("upgrade", v1alpha1.ExecutionAuto)
 		framework.Create(t, l, op)
 		framework.WaitForOperation(t, l, framework.WaitForOperationInput{Name: op.Name, Phase: v1alpha1.OperationSucceeded, Timeout: kadmOperationTimeout, FailIfBlocked: true})
-		kadmControlPlanesFirst(t, w.stop(t))
+		kadmControlPlanesFirst(t, w.Stop(t))
 
 		for _, n := range all {
 			root := l.NodeRoot(n)
@@ -209,7 +205,7 @@ func TestKubeadm(t *testing.T) {
 
 	t.Run("an upgrade skipping a minor version is refused before any task is created", func(t *testing.T) {
 		kadmSetConfigVersion(t, l, "v1.35.3")
-		w := kadmWatchTasks(t, l, "upgrade-skew")
+		w := framework.WatchTasks(t, l, client.MatchingLabels{v1alpha1.LabelOperation: "upgrade-skew"})
 		op := upgrade("upgrade-skew", v1alpha1.ExecutionAuto)
 		framework.Create(t, l, op)
 		done := framework.WaitForOperation(t, l, framework.WaitForOperationInput{Name: op.Name, Phase: v1alpha1.OperationFailed, Timeout: kadmOperationTimeout, FailIfBlocked: true})
@@ -218,7 +214,7 @@ func TestKubeadm(t *testing.T) {
 			!strings.Contains(c.Message, "v1.35.3") || !strings.Contains(c.Message, "v1.37.2") {
 			t.Errorf("Failed condition %+v, want reason %s naming v1.35.3 and v1.37.2", c, plan.ReasonUnsupportedVersionSkew)
 		}
-		if events := w.stop(t); len(events) != 0 {
+		if events := w.Stop(t); len(events) != 0 {
 			t.Errorf("%d task events for a refused upgrade, first %s %s", len(events), events[0].Type, events[0].Task.Name)
 		}
 		if tasks := framework.OperationTasks(t, l, op.Name); len(tasks) != 0 {
@@ -408,132 +404,10 @@ func kadmSetConfigVersion(t *testing.T, l *framework.Local, version string) {
 	}
 }
 
-// kadmTaskEvent is one event of a watch on an operation's tasks, in the order the server sent them.
-type kadmTaskEvent struct {
-	Type watch.EventType
-	Task *v1alpha1.NodeTask
-}
-
-type kadmTaskWatch struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-	mu     sync.Mutex
-	events []kadmTaskEvent
-	err    error
-}
-
-// kadmWatchTasks records every event of the tasks labelled with operation op, from now on (it
-// starts at the resourceVersion of a list, so that nothing created afterwards is missed), resuming
-// where the server dropped it.
-func kadmWatchTasks(t *testing.T, l *framework.Local, op string) *kadmTaskWatch {
-	t.Helper()
-	wc, err := client.NewWithWatch(l.RESTConfig, client.Options{Scheme: l.Client.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	selector := client.MatchingLabels{v1alpha1.LabelOperation: op}
-	var list v1alpha1.NodeTaskList
-	if err := wc.List(context.Background(), &list, selector); err != nil {
-		t.Fatal(err)
-	}
-	if len(list.Items) != 0 {
-		t.Fatalf("%d tasks of %s exist before it was created", len(list.Items), op)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	tw := &kadmTaskWatch{cancel: cancel, done: make(chan struct{})}
-	rv := list.ResourceVersion
-	go func() {
-		defer close(tw.done)
-		for ctx.Err() == nil {
-			w, err := wc.Watch(ctx, &v1alpha1.NodeTaskList{}, selector, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
-			if err != nil {
-				if ctx.Err() == nil {
-					tw.setErr(fmt.Errorf("watching the tasks of %s: %w", op, err))
-				}
-				return
-			}
-			for ev := range w.ResultChan() {
-				if ev.Type == watch.Error {
-					w.Stop()
-					if ctx.Err() != nil {
-						return
-					}
-					tw.setErr(fmt.Errorf("watching the tasks of %s: %w (events may have been missed)", op, apierrors.FromObject(ev.Object)))
-					return
-				}
-				task, ok := ev.Object.(*v1alpha1.NodeTask)
-				if !ok || ev.Type == watch.Bookmark {
-					continue
-				}
-				rv = task.ResourceVersion
-				tw.mu.Lock()
-				tw.events = append(tw.events, kadmTaskEvent{Type: ev.Type, Task: task})
-				tw.mu.Unlock()
-			}
-		}
-	}()
-	t.Cleanup(func() { tw.cancel(); <-tw.done })
-	return tw
-}
-
-func (tw *kadmTaskWatch) setErr(err error) {
-	tw.mu.Lock()
-	defer tw.mu.Unlock()
-	if tw.err == nil {
-		tw.err = err
-	}
-}
-
-// stop ends the watch and returns its events; a watch that failed fails the test, as it may have missed some.
-func (tw *kadmTaskWatch) stop(t *testing.T) []kadmTaskEvent {
-	t.Helper()
-	tw.cancel()
-	<-tw.done
-	if tw.err != nil {
-		t.Fatal(tw.err)
-	}
-	return tw.events
-}
-
-// kadmMaxHeld replays events and returns the most nodes that held unfinished tasks at once (the
-// node lock's notion of a node being worked on), counting only the nodes in among (all when nil).
-func kadmMaxHeld(events []kadmTaskEvent, among map[string]bool) (int, string) {
-	holding := map[string]string{}
-	peak, at := 0, ""
-	for _, ev := range events {
-		if ev.Type == watch.Deleted || !nodelock.Holds(ev.Task) {
-			delete(holding, ev.Task.Name)
-		} else if among == nil || among[ev.Task.Spec.NodeName] {
-			holding[ev.Task.Name] = ev.Task.Spec.NodeName
-		}
-		nodes := map[string]bool{}
-		for _, n := range holding {
-			nodes[n] = true
-		}
-		if len(nodes) > peak {
-			peak, at = len(nodes), fmt.Sprintf("after %s %s: %v", ev.Type, ev.Task.Name, holding)
-		}
-	}
-	return peak, at
-}
-
-func kadmNodesOf(events []kadmTaskEvent) []string {
-	set := map[string]bool{}
-	for _, ev := range events {
-		set[ev.Task.Spec.NodeName] = true
-	}
-	out := make([]string, 0, len(set))
-	for n := range set {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
-
 // kadmControlPlanesFirst checks on the watched events that the upgrade ran group by group: the
 // first control plane's task succeeded before any other task appeared, every control plane's
 // before any worker's appeared, and the control planes one at a time.
-func kadmControlPlanesFirst(t *testing.T, events []kadmTaskEvent) {
+func kadmControlPlanesFirst(t *testing.T, events []framework.TaskEvent) {
 	t.Helper()
 	rank := map[string]int{plan.GroupFirstControlPlane: 0, plan.GroupOtherControlPlanes: 1, plan.GroupWorkers: 2}
 	succeeded := map[string]bool{}
@@ -569,7 +443,7 @@ func kadmControlPlanesFirst(t *testing.T, events []kadmTaskEvent) {
 	for _, n := range kadmControlPlanes {
 		cps[n] = true
 	}
-	if held, what := kadmMaxHeld(events, cps); held > 1 {
+	if held, what := framework.MaxHeld(events, cps); held > 1 {
 		t.Errorf("%d control planes upgraded at once: %s", held, what)
 	}
 }

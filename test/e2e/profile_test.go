@@ -22,11 +22,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
-	"github.com/nodeops/nodeops/internal/nodelock"
 	"github.com/nodeops/nodeops/internal/testutil"
 	"github.com/nodeops/nodeops/test/e2e/framework"
 )
@@ -203,11 +201,7 @@ spec:
 		const limit = 20
 		ctx := context.Background()
 		profLabelSims(t, l, sims)
-		w, err := profWatchTasks(ctx, l, "sim-shims", limit)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer w.stop()
+		w := framework.WatchTasks(t, l, client.MatchingLabels{v1alpha1.LabelProfile: "sim-shims"})
 		prof := &v1alpha1.NodeProfile{
 			ObjectMeta: metav1.ObjectMeta{Name: "sim-shims"},
 			Spec: v1alpha1.NodeProfileSpec{
@@ -236,9 +230,9 @@ spec:
 			return nil
 		})
 		profWaitCondition(t, l, "sim-shims", v1alpha1.ConditionReady, metav1.ConditionTrue)
-		peak, violation := w.result()
-		if violation != "" {
-			t.Fatal(violation)
+		peak, at := framework.MaxHeld(w.Events(t), nil)
+		if peak > limit {
+			t.Fatalf("%d nodes held unfinished tasks at once (maxUnavailable %d) %s", peak, limit, at)
 		}
 		t.Logf("peak %d sim nodes with unfinished tasks (maxUnavailable %d)", peak, limit)
 
@@ -248,8 +242,8 @@ spec:
 		if n, err := profCountLabelled(ctx, l, "sim-shims"); err != nil || n != 0 {
 			t.Errorf("%d sim nodes still labelled after the profile went (%v)", n, err)
 		}
-		if _, violation := w.result(); violation != "" {
-			t.Fatal(violation)
+		if peak, at := framework.MaxHeld(w.Stop(t), nil); peak > limit {
+			t.Fatalf("%d nodes held unfinished tasks at once (maxUnavailable %d) %s", peak, limit, at)
 		}
 	})
 
@@ -378,100 +372,6 @@ func profCountLabelled(ctx context.Context, l *framework.Local, profile string) 
 		return 0, err
 	}
 	return len(nodes.Items), nil
-}
-
-// profTaskWatch follows every NodeTask event of a profile and remembers the most nodes that held an
-// unfinished task at once, and the first moment that exceeded the limit.
-type profTaskWatch struct {
-	cancel    context.CancelFunc
-	mu        sync.Mutex
-	peak      int
-	violation string
-	done      chan struct{}
-}
-
-func profWatchTasks(ctx context.Context, l *framework.Local, profile string, limit int) (*profTaskWatch, error) {
-	wc, err := client.NewWithWatch(l.RESTConfig, client.Options{Scheme: l.Client.Scheme()})
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	tw := &profTaskWatch{cancel: cancel, done: make(chan struct{})}
-	selector := client.MatchingLabels{v1alpha1.LabelProfile: profile}
-	w, err := wc.Watch(ctx, &v1alpha1.NodeTaskList{}, selector)
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	go func() {
-		defer close(tw.done)
-		holding := map[string]string{}
-		rv := ""
-		for {
-			for ev := range w.ResultChan() {
-				if ev.Type == watch.Error {
-					if ctx.Err() == nil {
-						tw.fail(fmt.Sprintf("watching tasks: %v (events may have been missed)", apierrors.FromObject(ev.Object)))
-					}
-					return
-				}
-				task, ok := ev.Object.(*v1alpha1.NodeTask)
-				if !ok {
-					continue
-				}
-				rv = task.ResourceVersion
-				if ev.Type == watch.Deleted || !nodelock.Holds(task) {
-					delete(holding, task.Name)
-				} else {
-					holding[task.Name] = task.Spec.NodeName
-				}
-				nodes := map[string]bool{}
-				for _, n := range holding {
-					nodes[n] = true
-				}
-				tw.mu.Lock()
-				tw.peak = max(tw.peak, len(nodes))
-				tw.mu.Unlock()
-				if len(nodes) > limit {
-					tw.fail(fmt.Sprintf("%d nodes held unfinished tasks at once (maxUnavailable %d) after %s %s", len(nodes), limit, ev.Type, task.Name))
-				}
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			// The API server drops watchers that fall behind on a loaded machine: resume where this one stopped.
-			opts := []client.ListOption{selector}
-			if rv != "" {
-				opts = append(opts, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
-			}
-			if w, err = wc.Watch(ctx, &v1alpha1.NodeTaskList{}, opts...); err != nil {
-				if ctx.Err() == nil {
-					tw.fail(fmt.Sprintf("watching tasks again: %v", err))
-				}
-				return
-			}
-		}
-	}()
-	return tw, nil
-}
-
-func (tw *profTaskWatch) fail(msg string) {
-	tw.mu.Lock()
-	defer tw.mu.Unlock()
-	if tw.violation == "" {
-		tw.violation = msg
-	}
-}
-
-func (tw *profTaskWatch) result() (int, string) {
-	tw.mu.Lock()
-	defer tw.mu.Unlock()
-	return tw.peak, tw.violation
-}
-
-func (tw *profTaskWatch) stop() {
-	tw.cancel()
-	<-tw.done
 }
 
 func profPtrIntOrString(v int) *intstr.IntOrString {
