@@ -30,6 +30,20 @@
 // A child killed after start-up (a fault test's SIGKILL to the manager or an agent) is started
 // again by nodeops-local after a few seconds, with a new PID in l.Processes().
 //
+// Scenario functions, each once here, not per test file (as cluster-api's test/e2e/framework):
+//
+//	Create(t, l, obj)                         a NodeOperation a failed test leaves is aborted by its cleanup
+//	RunOperation(t, l, op, phase)             Create, then WaitForOperation
+//	WaitForOperation(t, l, WaitForOperationInput{Name, Phase, Timeout, FailIfBlocked}) *NodeOperation
+//	                                          fails at once on another final phase, naming failed commands
+//	AbortOperation(t, l, name)                spec.abort, then wait for Aborted
+//	OperationTasks(t, l, op), GetTask(t, l, name), WaitForTask(t, l, op, cond)
+//	KillAgent(t, l, node), WaitForFile(t, path, content)
+//	WatchTasks(t, l, selector) *TaskWatch     every task event from now on; .Events(t), .Stop(t)
+//	MaxHeld(events, among), NodesOf(events)   nodes holding unfinished tasks at once; nodes seen
+//	ReadFile, FileSHA256, SHA256, ServiceLog, Restarts, HTTPGet, HTTPGetText,
+//	ParseCertificate, KubeconfigClientCertificate
+//
 // Waiting: never sleep for a fixed time; wait on a condition with a deadline, with the one polling
 // helper of the repository, at this package's PollInterval:
 //
