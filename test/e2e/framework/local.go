@@ -1,11 +1,9 @@
 package framework
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -13,7 +11,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -43,13 +40,7 @@ type Local struct {
 	Client     client.Client
 	RESTConfig *rest.Config
 
-	cmd     *exec.Cmd
-	output  *syncBuffer
-	exited  chan struct{}
-	waitErr error
-
-	stopOnce sync.Once
-	stopErr  error
+	up *localcluster.UpProcess
 }
 
 // StartLocal starts `nodeops-local up` with args and returns once it printed its ready line.
@@ -73,39 +64,12 @@ func StartLocal(t testing.TB, args ...string) *Local {
 		Dir:        dir,
 		Kubeconfig: filepath.Join(dir, localcluster.KubeconfigFile),
 		BinDir:     bin,
-		output:     &syncBuffer{},
-		exited:     make(chan struct{}),
 	}
-	cmd := exec.Command(exe, append([]string{"up"}, args...)...)
-	cmd.Env = append(os.Environ(), "NODEOPS_BIN="+bin)
-	// If the test binary dies (a test timeout panics), nodeops-local is told to stop its children.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting nodeops-local: %v", err)
+	up, err := localcluster.StartUpProcess(bin, args...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	l.cmd = cmd
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			line := sc.Text()
-			l.output.WriteLine(line)
-			if strings.HasPrefix(line, localcluster.ReadyPrefix) {
-				select {
-				case ready <- strings.TrimPrefix(line, localcluster.ReadyPrefix):
-				default:
-				}
-			}
-		}
-		_, _ = io.Copy(io.Discard, pr)
-	}()
-	go func() {
-		l.waitErr = cmd.Wait()
-		_ = pw.Close()
-		close(l.exited)
-	}()
+	l.up = up
 	t.Cleanup(func() {
 		if err := l.Stop(); err != nil {
 			t.Errorf("stopping nodeops-local: %v", err)
@@ -114,17 +78,16 @@ func StartLocal(t testing.TB, args ...string) *Local {
 			l.logDiagnostics(t)
 		}
 	})
-	t.Logf("nodeops-local up %s (pid %d)", strings.Join(args, " "), cmd.Process.Pid)
+	t.Logf("nodeops-local up %s (pid %d)", strings.Join(args, " "), up.PID())
 	start := time.Now()
-	select {
-	case kc := <-ready:
-		if kc != l.Kubeconfig {
-			t.Fatalf("nodeops-local printed kubeconfig %s, expected %s", kc, l.Kubeconfig)
-		}
-	case <-l.exited:
-		t.Fatalf("nodeops-local exited before it was ready (%v):\n%s", l.waitErr, l.output.String())
-	case <-time.After(StartTimeout):
-		t.Fatalf("nodeops-local was not ready within %s:\n%s", StartTimeout, l.output.String())
+	ctx, cancel := context.WithTimeoutCause(context.Background(), StartTimeout, fmt.Errorf("not ready within %s", StartTimeout))
+	defer cancel()
+	kc, err := up.Ready(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kc != l.Kubeconfig {
+		t.Fatalf("nodeops-local printed kubeconfig %s, expected %s", kc, l.Kubeconfig)
 	}
 	t.Logf("nodeops-local ready in %s, kubeconfig %s", time.Since(start).Round(100*time.Millisecond), l.Kubeconfig)
 	loggerOnce.Do(func() {
@@ -148,7 +111,7 @@ func StartLocal(t testing.TB, args ...string) *Local {
 }
 
 // PID is nodeops-local's own process ID.
-func (l *Local) PID() int { return l.cmd.Process.Pid }
+func (l *Local) PID() int { return l.up.PID() }
 
 // NodeRoot is the host-root directory of a control-plane or worker node.
 func (l *Local) NodeRoot(node string) string { return filepath.Join(l.Dir, "nodes", node) }
@@ -157,32 +120,14 @@ func (l *Local) NodeRoot(node string) string { return filepath.Join(l.Dir, "node
 func (l *Local) Processes() (map[string]int, error) { return localcluster.ReadProcesses(l.Dir) }
 
 // Output is what nodeops-local printed so far.
-func (l *Local) Output() string { return l.output.String() }
+func (l *Local) Output() string { return l.up.Output() }
 
 // Stop sends SIGTERM to nodeops-local and waits until it exited, killing it after StopTimeout.
 // It returns nodeops-local's exit error; calling it again returns the same.
-func (l *Local) Stop() error {
-	l.stopOnce.Do(func() {
-		select {
-		case <-l.exited:
-		default:
-			_ = l.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-l.exited:
-			case <-time.After(StopTimeout):
-				_ = l.cmd.Process.Kill()
-				<-l.exited
-				l.stopErr = fmt.Errorf("nodeops-local did not stop within %s after SIGTERM; killed", StopTimeout)
-				return
-			}
-		}
-		l.stopErr = l.waitErr
-	})
-	return l.stopErr
-}
+func (l *Local) Stop() error { return l.up.Stop(StopTimeout) }
 
 // Exited is closed once the nodeops-local process has exited (for example after `nodeops-local down`).
-func (l *Local) Exited() <-chan struct{} { return l.exited }
+func (l *Local) Exited() <-chan struct{} { return l.up.Exited() }
 
 // Kubectl runs bin/kubectl against the cluster and returns its standard output.
 func (l *Local) Kubectl(args ...string) (string, error) {
@@ -227,7 +172,7 @@ func (l *Local) WaitNodesReady(t testing.TB, n int, timeout time.Duration) {
 }
 
 func (l *Local) logDiagnostics(t testing.TB) {
-	t.Logf("nodeops-local output:\n%s", l.output.String())
+	t.Logf("nodeops-local output:\n%s", l.up.Output())
 	logs, _ := filepath.Glob(filepath.Join(l.Dir, "logs", "*.log"))
 	sort.Strings(logs)
 	for _, f := range logs {
@@ -255,22 +200,4 @@ func flagValue(args []string, name string) string {
 		}
 	}
 	return ""
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) WriteLine(line string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.b.WriteString(line)
-	s.b.WriteByte('\n')
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
