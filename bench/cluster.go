@@ -36,20 +36,10 @@ func startCluster(ctx context.Context, binDir, dir string, k int, logf func(stri
 		c.stop()
 		return nil, err
 	}
-	cfg, err := localcluster.RESTConfig(filepath.Join(dir, localcluster.KubeconfigFile))
+	cfg, wc, err := localcluster.Connect(filepath.Join(dir, localcluster.KubeconfigFile))
 	if err != nil {
 		c.stop()
 		return nil, err
-	}
-	scheme, err := localcluster.NewScheme()
-	if err != nil {
-		c.stop()
-		return nil, err
-	}
-	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		c.stop()
-		return nil, fmt.Errorf("creating a client: %w", err)
 	}
 	c.cfg, c.client = cfg, wc
 	return c, nil

@@ -94,17 +94,9 @@ func StartLocal(t testing.TB, args ...string) *Local {
 		// controller-runtime's client logs through this; without it, it prints a stack trace instead.
 		ctrllog.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	})
-	cfg, err := localcluster.RESTConfig(l.Kubeconfig)
+	cfg, c, err := localcluster.Connect(l.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
-	}
-	scheme, err := localcluster.NewScheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatalf("creating client: %v", err)
 	}
 	l.RESTConfig, l.Client = cfg, c
 	return l
