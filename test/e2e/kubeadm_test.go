@@ -36,8 +36,6 @@ const kadmOperationTimeout = 10 * time.Minute
 var (
 	kadmControlPlanes = []string{"cp-1", "cp-2", "cp-3"}
 	kadmWorkers       = []string{"worker-1", "worker-2", "worker-3"}
-	// Local roots have no container runtime, /proc, kernel config or images (see the README).
-	kadmIgnorePreflight = []string{"SystemVerification", "ContainerRuntimeVersion", "ImagePull"}
 )
 
 // TestKubeadm runs issue 5's kubeadm workflows on nodeops-local with 3 control planes and 3 workers:
@@ -113,7 +111,7 @@ func TestKubeadm(t *testing.T) {
 				Upgrade: &v1alpha1.UpgradeOperation{
 					KubernetesVersion:     "v1.37.2",
 					BinarySource:          &v1alpha1.BinarySource{BaseURL: source},
-					IgnorePreflightErrors: kadmIgnorePreflight,
+					IgnorePreflightErrors: framework.LocalPreflightIgnores,
 				},
 			},
 		}

@@ -43,18 +43,32 @@ type Local struct {
 	up *localcluster.UpProcess
 }
 
-// StartLocal starts `nodeops-local up` with args and returns once it printed its ready line.
-// See the package documentation.
-func StartLocal(t testing.TB, args ...string) *Local {
+// LocalPreflightIgnores are the kubeadm preflight checks that cannot pass in a local node root: it
+// has no container runtime, /proc, kernel config or images (see the README).
+var LocalPreflightIgnores = []string{"SystemVerification", "ContainerRuntimeVersion", "ImagePull"}
+
+// BinDir is the directory of the binaries ($NODEOPS_BIN, or bin/ of the repository); it fails t
+// when one of names is not there.
+func BinDir(t testing.TB, names ...string) string {
 	t.Helper()
 	bin, err := localcluster.DefaultBinDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	exe := filepath.Join(bin, "nodeops-local")
-	if _, err := os.Stat(exe); err != nil {
-		t.Fatalf("%s is missing: run `make build` first (%v)", exe, err)
+	for _, name := range names {
+		exe := filepath.Join(bin, name)
+		if _, err := os.Stat(exe); err != nil {
+			t.Fatalf("%s is missing: run `make build` first (%v)", exe, err)
+		}
 	}
+	return bin
+}
+
+// StartLocal starts `nodeops-local up` with args and returns once it printed its ready line.
+// See the package documentation.
+func StartLocal(t testing.TB, args ...string) *Local {
+	t.Helper()
+	bin := BinDir(t, "nodeops-local")
 	dir := flagValue(args, "dir")
 	if dir == "" {
 		dir = t.TempDir()
