@@ -44,11 +44,7 @@ var (
 func TestKubeadm(t *testing.T) {
 	l := framework.StartLocal(t, "--control-planes=3", "--workers=3")
 	l.WaitNodesReady(t, 6, 3*time.Minute)
-	raw, err := os.ReadFile(filepath.Join(l.Dir, localcluster.BinarySourceURLFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	source := strings.TrimSpace(string(raw))
+	source := l.BinarySourceURL(t)
 
 	t.Run("renewCertificates renews every control plane's certificates one node at a time and touches no worker", func(t *testing.T) {
 		before := map[string]map[string]*x509.Certificate{}
@@ -56,14 +52,11 @@ func TestKubeadm(t *testing.T) {
 			before[n] = kadmCertificates(t, l.NodeRoot(n))
 		}
 		workerTrees := kadmTrees(t, l, kadmWorkers)
-		w := framework.WatchTasks(t, l, client.MatchingLabels{v1alpha1.LabelOperation: "renew"})
 		op := &v1alpha1.NodeOperation{
 			ObjectMeta: metav1.ObjectMeta{Name: "renew"},
 			Spec:       v1alpha1.NodeOperationSpec{RenewCertificates: &v1alpha1.RenewCertificatesOperation{}},
 		}
-		framework.Create(t, l, op)
-		framework.WaitForOperation(t, l, framework.WaitForOperationInput{Name: op.Name, Phase: v1alpha1.OperationSucceeded, Timeout: kadmOperationTimeout, FailIfBlocked: true})
-		events := w.Stop(t)
+		_, events := framework.RunOperationWatched(t, l, op, kadmWait(v1alpha1.OperationSucceeded))
 
 		if held, what := framework.MaxHeld(events, nil); held > 1 {
 			t.Errorf("%d control planes worked on at once: %s", held, what)
@@ -120,11 +113,8 @@ func TestKubeadm(t *testing.T) {
 	t.Run("upgrade in DryRun runs the control planes first and changes nothing", func(t *testing.T) {
 		trees := kadmTrees(t, l, append(append([]string(nil), kadmControlPlanes...), kadmWorkers...))
 		cluster := kadmClusterState(t, l)
-		w := framework.WatchTasks(t, l, client.MatchingLabels{v1alpha1.LabelOperation: "upgrade-dry-run"})
 		op := upgrade("upgrade-dry-run", v1alpha1.ExecutionDryRun)
-		framework.Create(t, l, op)
-		framework.WaitForOperation(t, l, framework.WaitForOperationInput{Name: op.Name, Phase: v1alpha1.OperationSucceeded, Timeout: kadmOperationTimeout, FailIfBlocked: true})
-		events := w.Stop(t)
+		_, events := framework.RunOperationWatched(t, l, op, kadmWait(v1alpha1.OperationSucceeded))
 
 		kadmControlPlanesFirst(t, events)
 		for _, task := range framework.OperationTasks(t, l, op.Name) {
@@ -155,11 +145,9 @@ func TestKubeadm(t *testing.T) {
 			oldConfig[n] = framework.ReadFile(t, filepath.Join(root, "var/lib/kubelet/config.yaml"))
 			restarts[n] = framework.Restarts(t, root, "kubelet")
 		}
-		w := framework.WatchTasks(t, l, client.MatchingLabels{v1alpha1.LabelOperation: "upgrade"})
 		op := upgrade("upgrade", v1alpha1.ExecutionAuto)
-		framework.Create(t, l, op)
-		framework.WaitForOperation(t, l, framework.WaitForOperationInput{Name: op.Name, Phase: v1alpha1.OperationSucceeded, Timeout: kadmOperationTimeout, FailIfBlocked: true})
-		kadmControlPlanesFirst(t, w.Stop(t))
+		_, events := framework.RunOperationWatched(t, l, op, kadmWait(v1alpha1.OperationSucceeded))
+		kadmControlPlanesFirst(t, events)
 
 		for _, n := range all {
 			root := l.NodeRoot(n)
@@ -203,22 +191,25 @@ func TestKubeadm(t *testing.T) {
 
 	t.Run("an upgrade skipping a minor version is refused before any task is created", func(t *testing.T) {
 		kadmSetConfigVersion(t, l, "v1.35.3")
-		w := framework.WatchTasks(t, l, client.MatchingLabels{v1alpha1.LabelOperation: "upgrade-skew"})
 		op := upgrade("upgrade-skew", v1alpha1.ExecutionAuto)
-		framework.Create(t, l, op)
-		done := framework.WaitForOperation(t, l, framework.WaitForOperationInput{Name: op.Name, Phase: v1alpha1.OperationFailed, Timeout: kadmOperationTimeout, FailIfBlocked: true})
+		done, events := framework.RunOperationWatched(t, l, op, kadmWait(v1alpha1.OperationFailed))
 		c := meta.FindStatusCondition(done.Status.Conditions, v1alpha1.ConditionFailed)
 		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != plan.ReasonUnsupportedVersionSkew ||
 			!strings.Contains(c.Message, "v1.35.3") || !strings.Contains(c.Message, "v1.37.2") {
 			t.Errorf("Failed condition %+v, want reason %s naming v1.35.3 and v1.37.2", c, plan.ReasonUnsupportedVersionSkew)
 		}
-		if events := w.Stop(t); len(events) != 0 {
+		if len(events) != 0 {
 			t.Errorf("%d task events for a refused upgrade, first %s %s", len(events), events[0].Type, events[0].Task.Name)
 		}
 		if tasks := framework.OperationTasks(t, l, op.Name); len(tasks) != 0 {
 			t.Errorf("%d tasks for a refused upgrade", len(tasks))
 		}
 	})
+}
+
+// kadmWait waits for a kubeadm operation's phase; one that ends otherwise, or blocks, fails the test at once.
+func kadmWait(phase v1alpha1.OperationPhase) framework.WaitForOperationInput {
+	return framework.WaitForOperationInput{Phase: phase, Timeout: kadmOperationTimeout, FailIfBlocked: true}
 }
 
 // kadmCertificates reads the leaf certificates `kubeadm certs renew all` renews in a control-plane

@@ -26,11 +26,7 @@ func TestLocalStandIns(t *testing.T) {
 	l := framework.StartLocal(t, "--control-planes=2", "--workers=1", "--no-manager", "--no-agents")
 
 	t.Run("the binary source serves kubeadm, kubelet and kubectl with their sha256", func(t *testing.T) {
-		raw, err := os.ReadFile(filepath.Join(l.Dir, localcluster.BinarySourceURLFile))
-		if err != nil {
-			t.Fatal(err)
-		}
-		base := strings.TrimSpace(string(raw))
+		base := l.BinarySourceURL(t)
 		for _, name := range []string{"kubeadm", "kubelet", "kubectl"} {
 			url := fmt.Sprintf("%s/v1.37.2/bin/linux/amd64/%s", base, name)
 			got := framework.SHA256(t, framework.HTTPGet(t, url))

@@ -34,6 +34,7 @@
 //
 //	Create(t, l, obj)                         a NodeOperation a failed test leaves is aborted by its cleanup
 //	RunOperation(t, l, op, phase)             Create, then WaitForOperation
+//	RunOperationWatched(t, l, op, input)      the same, returning every event of its tasks (WatchTasks)
 //	WaitForOperation(t, l, WaitForOperationInput{Name, Phase, Timeout, FailIfBlocked}) *NodeOperation
 //	                                          fails at once on another final phase, naming failed commands
 //	AbortOperation(t, l, name)                spec.abort, then wait for Aborted
@@ -43,6 +44,7 @@
 //	MaxHeld(events, among), NodesOf(events)   nodes holding unfinished tasks at once; nodes seen
 //	ReadFile, FileSHA256, SHA256, ServiceLog, Restarts, HTTPGet, HTTPGetText,
 //	ParseCertificate, KubeconfigClientCertificate
+//	BinDir(t, names...), LocalPreflightIgnores, l.BinarySourceURL(t)
 //
 // Waiting: never sleep for a fixed time; wait on a condition with a deadline, with the one polling
 // helper of the repository, at this package's PollInterval:

@@ -122,6 +122,13 @@ func (l *Local) PID() int { return l.up.PID() }
 // NodeRoot is the host-root directory of a control-plane or worker node.
 func (l *Local) NodeRoot(node string) string { return filepath.Join(l.Dir, "nodes", node) }
 
+// BinarySourceURL is the base URL of the binary source nodeops-local serves (kubeadm, kubelet,
+// kubectl and their .sha256 files), as upgrades download from it.
+func (l *Local) BinarySourceURL(t testing.TB) string {
+	t.Helper()
+	return strings.TrimSpace(ReadFile(t, filepath.Join(l.Dir, localcluster.BinarySourceURLFile)))
+}
+
 // Processes returns name -> PID of the processes nodeops-local started.
 func (l *Local) Processes() (map[string]int, error) { return localcluster.ReadProcesses(l.Dir) }
 

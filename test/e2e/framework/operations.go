@@ -90,6 +90,17 @@ func RunOperation(t testing.TB, l *Local, op *v1alpha1.NodeOperation, want v1alp
 	WaitForOperation(t, l, WaitForOperationInput{Name: op.Name, Phase: want})
 }
 
+// RunOperationWatched creates op, waits for it as in says (in.Name is op's) and returns it with
+// every event of its tasks from before its creation on, for checks of order and concurrency.
+func RunOperationWatched(t testing.TB, l *Local, op *v1alpha1.NodeOperation, in WaitForOperationInput) (*v1alpha1.NodeOperation, []TaskEvent) {
+	t.Helper()
+	w := WatchTasks(t, l, client.MatchingLabels{v1alpha1.LabelOperation: op.Name})
+	Create(t, l, op)
+	in.Name = op.Name
+	done := WaitForOperation(t, l, in)
+	return done, w.Stop(t)
+}
+
 // AbortOperation ends a blocked operation and waits until it is Aborted, so its nodes are free for
 // the next scenario.
 func AbortOperation(t testing.TB, l *Local, name string) {
