@@ -16,10 +16,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	nodeopsv1 "github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/testutil"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
@@ -39,37 +39,23 @@ func TestMain(m *testing.M) {
 }
 
 func runTests(m *testing.M) int {
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		assets = filepath.Join("..", "..", "bin")
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		// `go test ./internal/cli` right after `make tools` finds the binaries without being told.
+		_ = os.Setenv("KUBEBUILDER_ASSETS", filepath.Join("..", "..", "bin"))
 	}
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd")},
-		ErrorIfCRDPathMissing: true,
-		BinaryAssetsDirectory: assets,
-	}
-	cfg, err := env.Start()
+	env, err := testutil.Start()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "starting envtest (binaries from %s; run 'make tools'): %v\n", assets, err)
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer func() { _ = env.Stop() }()
+	// The CLI's own scheme, as the binary has it, not testutil's wider one.
 	s, err := NewScheme()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if k8s, err = client.NewWithWatch(cfg, client.Options{Scheme: s}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	admin, err := env.AddUser(envtest.User{Name: "cli-test", Groups: []string{"system:masters"}}, cfg)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	data, err := admin.KubeConfig()
-	if err != nil {
+	if k8s, err = client.NewWithWatch(env.Config, client.Options{Scheme: s}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -79,8 +65,7 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	kubeconfig = filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, data, 0o600); err != nil {
+	if kubeconfig, err = env.WriteKubeconfig(dir); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -155,18 +140,6 @@ func ctx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return c
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 func createNode(t *testing.T, name string, labels map[string]string, ready bool) {

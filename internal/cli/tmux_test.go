@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nodeopsv1 "github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/testutil"
 )
 
 // TestLiveDisplayInTmux runs the real binary in a 120x40 tmux terminal and reads the screen.
@@ -49,13 +51,12 @@ func TestLiveDisplayInTmux(t *testing.T) {
 	waitScreen := func(what string, ok func(string) bool) string {
 		t.Helper()
 		var s string
-		deadline := time.Now().Add(30 * time.Second)
-		for s = screen(); !ok(s); s = screen() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s; screen:\n%s", what, s)
+		testutil.EventuallyEvery(t, 30*time.Second, 100*time.Millisecond, what, func(context.Context) error {
+			if s = screen(); !ok(s) {
+				return fmt.Errorf("screen:\n%s", s)
 			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return nil
+		})
 		return s
 	}
 	contains := func(subs ...string) func(string) bool {

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	nodeopsv1 "github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/testutil"
 )
 
 // startWatch runs `watch NAME` in the background (not on a terminal) and returns its output and exit code.
@@ -50,7 +51,12 @@ func waitExit(t *testing.T, out *syncBuffer, done <-chan int) int {
 
 func waitOutput(t *testing.T, out *syncBuffer, want string) {
 	t.Helper()
-	eventually(t, fmt.Sprintf("%q in the watch output:\n%s", want, out), func() bool { return strings.Contains(out.String(), want) })
+	testutil.Eventually(t, 30*time.Second, fmt.Sprintf("%q in the watch output", want), func() error {
+		if got := out.String(); !strings.Contains(got, want) {
+			return fmt.Errorf("output so far:\n%s", got)
+		}
+		return nil
+	})
 }
 
 func TestWatchExitCodes(t *testing.T) {
@@ -265,13 +271,19 @@ func TestWatchSurvivesTheAPIServerGoingAway(t *testing.T) {
 	waitOutput(t, out, name+": Pending")
 
 	lossy.cut(&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
-	eventually(t, "the watch to report the lost API server", func() bool {
-		return strings.Contains(errOut.String(), "watch: lost the API server") && strings.Contains(errOut.String(), "connection refused")
+	testutil.Eventually(t, 30*time.Second, "the watch to report the lost API server", func() error {
+		if got := errOut.String(); !strings.Contains(got, "watch: lost the API server") || !strings.Contains(got, "connection refused") {
+			return fmt.Errorf("stderr so far:\n%s", got)
+		}
+		return nil
 	})
 	// Starting again, the API server refuses until its authorizer is ready.
 	lossy.cut(apierrors.NewForbidden(schema.GroupResource{Group: "nodeops.io", Resource: "nodeoperations"}, "", errors.New("RBAC not ready")))
-	eventually(t, "the watch to report the refusal", func() bool {
-		return strings.Contains(errOut.String(), "watch: the API server is not back yet") && strings.Contains(errOut.String(), "forbidden")
+	testutil.Eventually(t, 30*time.Second, "the watch to report the refusal", func() error {
+		if got := errOut.String(); !strings.Contains(got, "watch: the API server is not back yet") || !strings.Contains(got, "forbidden") {
+			return fmt.Errorf("stderr so far:\n%s", got)
+		}
+		return nil
 	})
 	// What happens while it is away is seen once it is back.
 	setTaskStatus(t, task.Name, func(s *nodeopsv1.NodeTaskStatus) {

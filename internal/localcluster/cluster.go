@@ -152,17 +152,9 @@ func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, l
 	if err := sup.start("kube-apiserver", filepath.Join(bin, "kube-apiserver"), l.apiserverArgs()...); err != nil {
 		return nil, clusterLayout{}, err
 	}
-	cfg, err := RESTConfig(l.kubeconfig())
+	cfg, c, err := Connect(l.kubeconfig())
 	if err != nil {
 		return nil, clusterLayout{}, err
-	}
-	scheme, err := NewScheme()
-	if err != nil {
-		return nil, clusterLayout{}, err
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return nil, clusterLayout{}, fmt.Errorf("creating client: %w", err)
 	}
 	if err := waitAPIServer(ctx, cfg); err != nil {
 		return nil, clusterLayout{}, err
@@ -349,6 +341,24 @@ func RESTConfig(kubeconfig string) (*rest.Config, error) {
 	return cfg, nil
 }
 
+// Connect is a client of the cluster behind kubeconfig with Kubernetes', apiextensions' and
+// nodeops' kinds (NewScheme), and its REST configuration for other clients.
+func Connect(kubeconfig string) (*rest.Config, client.WithWatch, error) {
+	cfg, err := RESTConfig(kubeconfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	scheme, err := NewScheme()
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating client: %w", err)
+	}
+	return cfg, c, nil
+}
+
 func etcdHealthy(ctx context.Context, l clusterLayout) (bool, error) {
 	cert, err := tls.LoadX509KeyPair(l.pki("etcd/healthcheck-client.crt"), l.pki("etcd/healthcheck-client.key"))
 	if err != nil {
@@ -410,7 +420,7 @@ func waitNodesReady(ctx context.Context, c client.Client, want int) error {
 		}
 		ready = 0
 		for i := range nodes.Items {
-			if nodeReady(&nodes.Items[i]) {
+			if NodeReady(&nodes.Items[i]) {
 				ready++
 			}
 		}

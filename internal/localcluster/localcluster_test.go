@@ -1,6 +1,8 @@
 package localcluster
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/nodeops/nodeops/internal/testutil"
 )
 
 func TestNodeSpecs(t *testing.T) {
@@ -97,8 +101,8 @@ func TestNodeReady(t *testing.T) {
 	}
 	for _, tt := range tests {
 		n := &corev1.Node{Spec: corev1.NodeSpec{Taints: tt.taints}, Status: corev1.NodeStatus{Conditions: tt.conditions}}
-		if got := nodeReady(n); got != tt.want {
-			t.Errorf("%s: nodeReady = %v, want %v", tt.name, got, tt.want)
+		if got := NodeReady(n); got != tt.want {
+			t.Errorf("%s: NodeReady = %v, want %v", tt.name, got, tt.want)
 		}
 	}
 }
@@ -246,17 +250,13 @@ func TestSupervisorStopsProcessGroups(t *testing.T) {
 		t.Fatalf("process table %v, %v", procs, err)
 	}
 	pgid := procs["sleeper"]
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testutil.Eventually(t, 10*time.Second, fmt.Sprintf("two sleeps in group %d", pgid), func() error {
 		members, _ := ProcessGroupMembers([]int{pgid})
-		if len(members) >= 2 { // the shell exec()s its last command: two sleeps
-			break
+		if len(members) < 2 { // the shell exec()s its last command: two sleeps
+			return fmt.Errorf("have %v", members)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("want two sleeps in group %d, have %v", pgid, members)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	s.stopAll(5 * time.Second)
 	members, err := ProcessGroupMembers([]int{pgid})
 	if err != nil || len(members) != 0 {
@@ -312,18 +312,15 @@ func TestSupervisorRestartsAfterStartUp(t *testing.T) {
 	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testutil.EventuallyEvery(t, 20*time.Second, 100*time.Millisecond, "sleeper restarted", func(context.Context) error {
 		procs, _ = ReadProcesses(dir)
-		if pid := procs["sleeper"]; pid != 0 && pid != first {
-			if err := syscall.Kill(pid, 0); err != nil {
-				t.Fatalf("restarted sleeper %d is not running: %v", pid, err)
-			}
-			break
+		pid := procs["sleeper"]
+		if pid == 0 || pid == first {
+			return fmt.Errorf("process table %v", procs)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sleeper was not restarted: %v", procs)
+		if err := syscall.Kill(pid, 0); err != nil {
+			t.Fatalf("restarted sleeper %d is not running: %v", pid, err)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }

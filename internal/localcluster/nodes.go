@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nodeops/nodeops/internal/plan"
 )
 
 // Node roles.
@@ -136,17 +138,13 @@ feed:
 	return <-errs // nil when the channel is empty and closed
 }
 
-// nodeReady reports whether n is Ready and free of the not-ready taint, so pods can schedule on it.
-func nodeReady(n *corev1.Node) bool {
+// NodeReady reports whether n is Ready (plan.NodeReady) and free of the not-ready and unreachable
+// taints, so pods can schedule on it: the node lifecycle controller removes the taint a moment later.
+func NodeReady(n *corev1.Node) bool {
 	for _, t := range n.Spec.Taints {
 		if t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable {
 			return false
 		}
 	}
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
+	return plan.NodeReady(n)
 }

@@ -160,17 +160,29 @@ func Logger() logr.Logger {
 // once timeout has passed. It waits on conditions, never on time alone.
 func Eventually(t testing.TB, timeout time.Duration, what string, f func() error) {
 	t.Helper()
+	EventuallyEvery(t, timeout, 50*time.Millisecond, what, func(context.Context) error { return f() })
+}
+
+// EventuallyEvery is Eventually polling every interval, with a context that ends at the deadline
+// for f's calls: e2e conditions list hundreds of nodes on a loaded cluster, where a call may hang.
+func EventuallyEvery(t testing.TB, timeout, interval time.Duration, what string, f func(ctx context.Context) error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var err error
 	for {
-		if err = f(); err == nil {
+		ferr := f(ctx)
+		if ferr == nil {
 			return
+		}
+		// A call cut short by the deadline explains less than the error before it.
+		if err == nil || ctx.Err() == nil {
+			err = ferr
 		}
 		select {
 		case <-ctx.Done():
 			t.Fatalf("%s: not true after %s: %v", what, timeout, err)
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(interval):
 		}
 	}
 }

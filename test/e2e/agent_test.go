@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/testutil"
 	"github.com/nodeops/nodeops/test/e2e/framework"
 )
 
@@ -35,7 +35,7 @@ func TestAgent(t *testing.T) {
 
 	t.Run("a script appending to a file runs exactly once on every node", func(t *testing.T) {
 		op := customOp("append-once", nil, script("mkdir -p /var/tmp && echo \"$NODEOPS_NODE_NAME $NODEOPS_OPERATION\" >> /var/tmp/e2e-append", false))
-		runOp(t, l, op, v1alpha1.OperationSucceeded)
+		framework.RunOperation(t, l, op, v1alpha1.OperationSucceeded)
 		for _, n := range nodes {
 			got, err := os.ReadFile(filepath.Join(l.NodeRoot(n), "var/tmp/e2e-append"))
 			if err != nil || string(got) != n+" append-once\n" {
@@ -54,17 +54,17 @@ func TestAgent(t *testing.T) {
 			script("mkdir -p /var/tmp && echo first >> /var/tmp/e2e-kill", false),
 			script("echo second >> /var/tmp/e2e-kill; sleep 120", false),
 			script("echo third >> /var/tmp/e2e-kill", false))
-		create(t, l, op)
-		waitFileIs(t, filepath.Join(root, "var/tmp/e2e-kill"), "first\nsecond\n")
-		killAgent(t, l, "worker-1")
-		task := waitTaskOf(t, l, op.Name, func(tk *v1alpha1.NodeTask) bool { return tk.Status.Phase == v1alpha1.TaskFailed })
+		framework.Create(t, l, op)
+		framework.WaitForFile(t, filepath.Join(root, "var/tmp/e2e-kill"), "first\nsecond\n")
+		framework.KillAgent(t, l, "worker-1")
+		task := framework.WaitForTask(t, l, op.Name, func(tk *v1alpha1.NodeTask) bool { return tk.Status.Phase == v1alpha1.TaskFailed })
 		if task.Status.Reason != v1alpha1.ReasonInterrupted {
 			t.Errorf("task failed with reason %q (%s), want Interrupted", task.Status.Reason, task.Status.Message)
 		}
 		if got, _ := os.ReadFile(filepath.Join(root, "var/tmp/e2e-kill")); string(got) != "first\nsecond\n" {
 			t.Errorf("commands ran %q after the restart", got)
 		}
-		abort(t, l, op.Name)
+		framework.AbortOperation(t, l, op.Name)
 	})
 
 	t.Run("killing the agent: an interrupted idempotent command runs again", func(t *testing.T) {
@@ -72,10 +72,10 @@ func TestAgent(t *testing.T) {
 		op := customOp("kill-idem", onNode("worker-2"),
 			script("mkdir -p /var/tmp && echo first >> /var/tmp/e2e-idem", false),
 			script("echo second >> /var/tmp/e2e-idem; [ -f /var/tmp/e2e-idem-marker ] && exit 0; touch /var/tmp/e2e-idem-marker; sleep 120", true))
-		create(t, l, op)
-		waitFileIs(t, filepath.Join(root, "var/tmp/e2e-idem"), "first\nsecond\n")
-		killAgent(t, l, "worker-2")
-		waitOp(t, l, op.Name, v1alpha1.OperationSucceeded)
+		framework.Create(t, l, op)
+		framework.WaitForFile(t, filepath.Join(root, "var/tmp/e2e-idem"), "first\nsecond\n")
+		framework.KillAgent(t, l, "worker-2")
+		framework.WaitForOperation(t, l, framework.WaitForOperationInput{Name: op.Name, Phase: v1alpha1.OperationSucceeded})
 		if got, _ := os.ReadFile(filepath.Join(root, "var/tmp/e2e-idem")); string(got) != "first\nsecond\nsecond\n" {
 			t.Errorf("commands ran %q; want the finished one once and the idempotent one twice", got)
 		}
@@ -95,21 +95,21 @@ func TestAgent(t *testing.T) {
 		op := customOp("install-bad-sha", onNode("worker-1"), v1alpha1.Command{InstallFile: &v1alpha1.InstallFileCommand{
 			URL: srv.URL + "/file", SHA256: hex.EncodeToString(wrong[:]), Path: "/opt/e2e/file",
 		}})
-		create(t, l, op)
-		task := waitTaskOf(t, l, op.Name, func(tk *v1alpha1.NodeTask) bool { return tk.Status.Phase == v1alpha1.TaskFailed })
+		framework.Create(t, l, op)
+		task := framework.WaitForTask(t, l, op.Name, func(tk *v1alpha1.NodeTask) bool { return tk.Status.Phase == v1alpha1.TaskFailed })
 		if msg := task.Status.Commands[0].Message; !strings.Contains(msg, "sha256") || !strings.Contains(msg, "left unchanged") {
 			t.Errorf("message %q", msg)
 		}
 		if got, _ := os.ReadFile(target); string(got) != "old content" {
 			t.Errorf("file is %q after a refused download", got)
 		}
-		abort(t, l, op.Name)
+		framework.AbortOperation(t, l, op.Name)
 
 		right := sha256.Sum256([]byte("new content"))
 		op = customOp("install-good-sha", onNode("worker-1"), v1alpha1.Command{InstallFile: &v1alpha1.InstallFileCommand{
 			URL: srv.URL + "/file", SHA256: hex.EncodeToString(right[:]), Path: "/opt/e2e/file", Mode: "0600",
 		}})
-		runOp(t, l, op, v1alpha1.OperationSucceeded)
+		framework.RunOperation(t, l, op, v1alpha1.OperationSucceeded)
 		if got, _ := os.ReadFile(target); string(got) != "new content" {
 			t.Errorf("file is %q after a verified download", got)
 		}
@@ -123,20 +123,19 @@ func TestAgent(t *testing.T) {
 		}
 		handler := v1alpha1.ContainerdRuntimeCommand{Name: "wasmedge", RuntimeType: "io.containerd.wasmedge.v1", BinaryPath: "/opt/kwasm/bin/containerd-shim-wasmedge-v1"}
 		add := handler
-		runOp(t, l, customOp("ctrd-add", onNode("worker-2"), v1alpha1.Command{ContainerdRuntime: &add}, v1alpha1.Command{ContainerdRuntime: &add}), v1alpha1.OperationSucceeded)
+		framework.RunOperation(t, l, customOp("ctrd-add", onNode("worker-2"), v1alpha1.Command{ContainerdRuntime: &add}, v1alpha1.Command{ContainerdRuntime: &add}), v1alpha1.OperationSucceeded)
 		added, _ := os.ReadFile(cfgPath)
 		if !strings.Contains(string(added), "runtimes.wasmedge]") || !strings.Contains(string(added), `runtime_type = "io.containerd.wasmedge.v1"`) {
 			t.Errorf("handler not in the config:\n%s", added)
 		}
 		rm := handler
 		rm.Remove = true
-		runOp(t, l, customOp("ctrd-remove", onNode("worker-2"), v1alpha1.Command{ContainerdRuntime: &rm}), v1alpha1.OperationSucceeded)
+		framework.RunOperation(t, l, customOp("ctrd-remove", onNode("worker-2"), v1alpha1.Command{ContainerdRuntime: &rm}), v1alpha1.OperationSucceeded)
 		if back, _ := os.ReadFile(cfgPath); string(back) != string(orig) {
 			t.Errorf("add then remove did not give back the node's config byte for byte:\n%s", back)
 		}
-		log, _ := os.ReadFile(filepath.Join(l.NodeRoot("worker-2"), "var/lib/nodeops-local/services.log"))
-		if n := strings.Count(string(log), "restart containerd "); n != 3 {
-			t.Errorf("containerd restarted %d times, want 3 (one per command):\n%s", n, log)
+		if n := framework.Restarts(t, l.NodeRoot("worker-2"), "containerd"); n != 3 {
+			t.Errorf("containerd restarted %d times, want 3 (one per command):\n%s", n, framework.ServiceLog(t, l.NodeRoot("worker-2")))
 		}
 	})
 }
@@ -144,7 +143,7 @@ func TestAgent(t *testing.T) {
 func testDrainWithPDB(t *testing.T, l *framework.Local) {
 	ctx := context.Background()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "e2e-drain"}}
-	create(t, l, ns)
+	framework.Create(t, l, ns)
 	labels := map[string]string{"app": "guarded"}
 	dep := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "guarded", Namespace: ns.Name},
@@ -160,28 +159,28 @@ func testDrainWithPDB(t *testing.T, l *framework.Local) {
 			},
 		},
 	}
-	create(t, l, dep)
+	framework.Create(t, l, dep)
 	minAvailable := intstr.FromInt32(2)
-	create(t, l, &policyv1.PodDisruptionBudget{
+	framework.Create(t, l, &policyv1.PodDisruptionBudget{
 		ObjectMeta: metav1.ObjectMeta{Name: "guarded-pdb", Namespace: ns.Name},
 		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &minAvailable, Selector: &metav1.LabelSelector{MatchLabels: labels}},
 	})
-	framework.Eventually(t, 2*time.Minute, "both guarded pods Ready and counted by the PDB", func(ctx context.Context) (bool, error) {
+	testutil.EventuallyEvery(t, 2*time.Minute, framework.PollInterval, "both guarded pods Ready and counted by the PDB", func(ctx context.Context) error {
 		pdb := &policyv1.PodDisruptionBudget{}
 		if err := l.Client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "guarded-pdb"}, pdb); err != nil {
-			return false, err
+			return err
 		}
 		if pdb.Status.CurrentHealthy != 2 {
-			return false, fmt.Errorf("PDB status %+v", pdb.Status)
+			return fmt.Errorf("PDB status %+v", pdb.Status)
 		}
-		return true, nil
+		return nil
 	})
 
 	op := customOp("drain-pdb", onNode("worker-1"),
 		v1alpha1.Command{Cordon: &v1alpha1.CordonCommand{}},
 		v1alpha1.Command{Drain: &v1alpha1.DrainCommand{Timeout: &metav1.Duration{Duration: 10 * time.Second}}})
-	create(t, l, op)
-	task := waitTaskOf(t, l, op.Name, func(tk *v1alpha1.NodeTask) bool { return tk.Status.Phase == v1alpha1.TaskFailed })
+	framework.Create(t, l, op)
+	task := framework.WaitForTask(t, l, op.Name, func(tk *v1alpha1.NodeTask) bool { return tk.Status.Phase == v1alpha1.TaskFailed })
 	msg := task.Status.Commands[1].Message
 	for _, want := range []string{"timed out", "e2e-drain/guarded-", "PodDisruptionBudget e2e-drain/guarded-pdb"} {
 		if !strings.Contains(msg, want) {
@@ -195,9 +194,9 @@ func testDrainWithPDB(t *testing.T, l *framework.Local) {
 	if !node.Spec.Unschedulable {
 		t.Errorf("worker-1 is not cordoned")
 	}
-	abort(t, l, op.Name)
+	framework.AbortOperation(t, l, op.Name)
 
-	runOp(t, l, customOp("uncordon-after", onNode("worker-1"), v1alpha1.Command{Uncordon: &v1alpha1.UncordonCommand{}}), v1alpha1.OperationSucceeded)
+	framework.RunOperation(t, l, customOp("uncordon-after", onNode("worker-1"), v1alpha1.Command{Uncordon: &v1alpha1.UncordonCommand{}}), v1alpha1.OperationSucceeded)
 	if err := l.Client.Get(ctx, client.ObjectKey{Name: "worker-1"}, node); err != nil {
 		t.Fatal(err)
 	}
@@ -224,106 +223,5 @@ func customOp(name string, sel *metav1.LabelSelector, cmds ...v1alpha1.Command) 
 			NodeSelector: sel,
 			Custom:       &v1alpha1.CustomOperation{Groups: []v1alpha1.Group{{Name: "main", Commands: cmds}}},
 		},
-	}
-}
-
-func create(t *testing.T, l *framework.Local, obj client.Object) {
-	t.Helper()
-	if err := l.Client.Create(context.Background(), obj); err != nil {
-		t.Fatalf("creating %s: %v", obj.GetName(), err)
-	}
-	if _, ok := obj.(*v1alpha1.NodeOperation); ok {
-		// A failed scenario must not hold its nodes for the next one.
-		t.Cleanup(func() {
-			if t.Failed() {
-				_ = l.Client.Patch(context.Background(), obj, client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"abort":true}}`)))
-			}
-		})
-	}
-}
-
-func runOp(t *testing.T, l *framework.Local, op *v1alpha1.NodeOperation, want v1alpha1.OperationPhase) {
-	t.Helper()
-	create(t, l, op)
-	waitOp(t, l, op.Name, want)
-}
-
-func waitOp(t *testing.T, l *framework.Local, name string, want v1alpha1.OperationPhase) {
-	t.Helper()
-	framework.Eventually(t, 3*time.Minute, "operation "+name+" "+string(want), func(ctx context.Context) (bool, error) {
-		op := &v1alpha1.NodeOperation{}
-		if err := l.Client.Get(ctx, client.ObjectKey{Name: name}, op); err != nil {
-			return false, err
-		}
-		if op.Status.Phase != want {
-			return false, fmt.Errorf("phase %q, groups %+v", op.Status.Phase, op.Status.Groups)
-		}
-		return true, nil
-	})
-}
-
-func waitTaskOf(t *testing.T, l *framework.Local, op string, cond func(*v1alpha1.NodeTask) bool) *v1alpha1.NodeTask {
-	t.Helper()
-	var found *v1alpha1.NodeTask
-	framework.Eventually(t, 3*time.Minute, "the task of "+op, func(ctx context.Context) (bool, error) {
-		tasks := &v1alpha1.NodeTaskList{}
-		if err := l.Client.List(ctx, tasks, client.MatchingLabels{v1alpha1.LabelOperation: op}); err != nil {
-			return false, err
-		}
-		if len(tasks.Items) != 1 {
-			return false, fmt.Errorf("%d tasks", len(tasks.Items))
-		}
-		if !cond(&tasks.Items[0]) {
-			return false, fmt.Errorf("status %+v", tasks.Items[0].Status)
-		}
-		found = &tasks.Items[0]
-		return true, nil
-	})
-	return found
-}
-
-// abort ends a blocked operation so its node is free for the next scenario.
-func abort(t *testing.T, l *framework.Local, name string) {
-	t.Helper()
-	op := &v1alpha1.NodeOperation{}
-	if err := l.Client.Get(context.Background(), client.ObjectKey{Name: name}, op); err != nil {
-		t.Fatal(err)
-	}
-	base := op.DeepCopy()
-	op.Spec.Abort = true
-	if err := l.Client.Patch(context.Background(), op, client.MergeFrom(base)); err != nil {
-		t.Fatal(err)
-	}
-	waitOp(t, l, name, v1alpha1.OperationAborted)
-}
-
-func waitFileIs(t *testing.T, path, want string) {
-	t.Helper()
-	framework.Eventually(t, 2*time.Minute, path+" = "+want, func(context.Context) (bool, error) {
-		got, err := os.ReadFile(path)
-		if err != nil {
-			return false, err
-		}
-		if string(got) != want {
-			return false, fmt.Errorf("content %q", got)
-		}
-		return true, nil
-	})
-}
-
-// killAgent kills a local node's agent with SIGKILL; nodeops-local starts it again, as a kubelet
-// restarts a crashed pod.
-func killAgent(t *testing.T, l *framework.Local, node string) {
-	t.Helper()
-	procs, err := l.Processes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, ok := procs["agent-"+node]
-	if !ok {
-		t.Fatalf("no agent-%s among %v", node, procs)
-	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatalf("killing agent-%s (pid %d): %v", node, pid, err)
 	}
 }

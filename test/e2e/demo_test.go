@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nodeops/nodeops/internal/localcluster"
+	"github.com/nodeops/nodeops/test/e2e/framework"
 )
 
 // demoDeadline bounds `make demo` once the binaries are built (issue 7); it is a deadline, not a timing assertion.
@@ -21,15 +22,7 @@ const demoDeadline = 10 * time.Minute
 // TestDemo runs the demo unattended, as `make demo` does after building (hack/demo.sh), and checks it
 // ends with its summary, every step ok, exit 0, and nothing it started left running.
 func TestDemo(t *testing.T) {
-	bin, err := localcluster.DefaultBinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{"nodeops-local", "manager", "agent", "kubectl-nodeops"} {
-		if _, err := os.Stat(filepath.Join(bin, name)); err != nil {
-			t.Fatalf("%s is missing: run `make build` first (%v)", name, err)
-		}
-	}
+	bin := framework.BinDir(t, "nodeops-local", "manager", "agent", "kubectl-nodeops")
 	repo, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)

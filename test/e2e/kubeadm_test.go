@@ -5,34 +5,27 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"io/fs"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/agent/commands"
 	"github.com/nodeops/nodeops/internal/localcluster"
-	"github.com/nodeops/nodeops/internal/nodelock"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/test/e2e/framework"
 )
@@ -43,8 +36,6 @@ const kadmOperationTimeout = 10 * time.Minute
 var (
 	kadmControlPlanes = []string{"cp-1", "cp-2", "cp-3"}
 	kadmWorkers       = []string{"worker-1", "worker-2", "worker-3"}
-	// Local roots have no container runtime, /proc, kernel config or images (see the README).
-	kadmIgnorePreflight = []string{"SystemVerification", "ContainerRuntimeVersion", "ImagePull"}
 )
 
 // TestKubeadm runs issue 5's kubeadm workflows on nodeops-local with 3 control planes and 3 workers:
@@ -53,11 +44,7 @@ var (
 func TestKubeadm(t *testing.T) {
 	l := framework.StartLocal(t, "--control-planes=3", "--workers=3")
 	l.WaitNodesReady(t, 6, 3*time.Minute)
-	raw, err := os.ReadFile(filepath.Join(l.Dir, localcluster.BinarySourceURLFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	source := strings.TrimSpace(string(raw))
+	source := l.BinarySourceURL(t)
 
 	t.Run("renewCertificates renews every control plane's certificates one node at a time and touches no worker", func(t *testing.T) {
 		before := map[string]map[string]*x509.Certificate{}
@@ -65,19 +52,16 @@ func TestKubeadm(t *testing.T) {
 			before[n] = kadmCertificates(t, l.NodeRoot(n))
 		}
 		workerTrees := kadmTrees(t, l, kadmWorkers)
-		w := kadmWatchTasks(t, l, "renew")
 		op := &v1alpha1.NodeOperation{
 			ObjectMeta: metav1.ObjectMeta{Name: "renew"},
 			Spec:       v1alpha1.NodeOperationSpec{RenewCertificates: &v1alpha1.RenewCertificatesOperation{}},
 		}
-		kadmCreate(t, l, op)
-		kadmWaitOp(t, l, op.Name, v1alpha1.OperationSucceeded)
-		events := w.stop(t)
+		_, events := framework.RunOperationWatched(t, l, op, kadmWait(v1alpha1.OperationSucceeded))
 
-		if held, what := kadmMaxHeld(events, nil); held > 1 {
+		if held, what := framework.MaxHeld(events, nil); held > 1 {
 			t.Errorf("%d control planes worked on at once: %s", held, what)
 		}
-		seen := kadmNodesOf(events)
+		seen := framework.NodesOf(events)
 		if !slices.Equal(seen, kadmControlPlanes) {
 			t.Errorf("the watch saw tasks on %v, want exactly the control planes %v", seen, kadmControlPlanes)
 		}
@@ -89,7 +73,7 @@ func TestKubeadm(t *testing.T) {
 					t.Errorf("%s %s: notBefore %v, was %v: not renewed", n, name, cur.NotBefore, old.NotBefore)
 				}
 			}
-			task := kadmTask(t, l, plan.TaskName(op.Name, plan.GroupControlPlanes, n))
+			task := framework.GetTask(t, l, plan.TaskName(op.Name, plan.GroupControlPlanes, n))
 			reported := map[string]time.Time{}
 			for _, c := range task.Status.Certificates {
 				reported[c.Name] = c.NotAfter.UTC()
@@ -102,7 +86,7 @@ func TestKubeadm(t *testing.T) {
 			if len(reported) != len(after) {
 				t.Errorf("%s: task reports %d certificates, the root has %d: %v", n, len(reported), len(after), task.Status.Certificates)
 			}
-			log := kadmRead(t, filepath.Join(root, "var/lib/nodeops-local/services.log"))
+			log := framework.ServiceLog(t, root)
 			for _, c := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 				if !strings.Contains(log, "restart static-pod/"+c+" ") {
 					t.Errorf("%s: static pod %s restart not recorded in the local service table:\n%s", n, c, log)
@@ -120,7 +104,7 @@ func TestKubeadm(t *testing.T) {
 				Upgrade: &v1alpha1.UpgradeOperation{
 					KubernetesVersion:     "v1.37.2",
 					BinarySource:          &v1alpha1.BinarySource{BaseURL: source},
-					IgnorePreflightErrors: kadmIgnorePreflight,
+					IgnorePreflightErrors: framework.LocalPreflightIgnores,
 				},
 			},
 		}
@@ -129,14 +113,11 @@ func TestKubeadm(t *testing.T) {
 	t.Run("upgrade in DryRun runs the control planes first and changes nothing", func(t *testing.T) {
 		trees := kadmTrees(t, l, append(append([]string(nil), kadmControlPlanes...), kadmWorkers...))
 		cluster := kadmClusterState(t, l)
-		w := kadmWatchTasks(t, l, "upgrade-dry-run")
 		op := upgrade("upgrade-dry-run", v1alpha1.ExecutionDryRun)
-		kadmCreate(t, l, op)
-		kadmWaitOp(t, l, op.Name, v1alpha1.OperationSucceeded)
-		events := w.stop(t)
+		_, events := framework.RunOperationWatched(t, l, op, kadmWait(v1alpha1.OperationSucceeded))
 
 		kadmControlPlanesFirst(t, events)
-		for _, task := range kadmTasks(t, l, op.Name) {
+		for _, task := range framework.OperationTasks(t, l, op.Name) {
 			for i, c := range task.Spec.Commands {
 				// kubeadm's dry run names its scratch directory kubeadm-upgrade-{apply,node}-dryrunNNN.
 				if (c.KubeadmUpgradeApply != nil || c.KubeadmUpgradeNode != nil) && !strings.Contains(strings.ToLower(task.Status.Commands[i].OutputTail), "dryrun") {
@@ -155,20 +136,18 @@ func TestKubeadm(t *testing.T) {
 		all := append(append([]string(nil), kadmControlPlanes...), kadmWorkers...)
 		served := map[string]string{}
 		for _, b := range []string{"kubeadm", "kubelet", "kubectl"} {
-			served[b] = kadmGet(t, commands.BinaryURL(source, "v1.37.2", "amd64", b)+".sha256")
+			served[b] = framework.HTTPGetText(t, commands.BinaryURL(source, "v1.37.2", "amd64", b)+".sha256")
 		}
 		oldKubelet, oldConfig, restarts := map[string]string{}, map[string]string{}, map[string]int{}
 		for _, n := range all {
 			root := l.NodeRoot(n)
-			oldKubelet[n] = kadmRead(t, filepath.Join(root, "usr/bin/kubelet"))
-			oldConfig[n] = kadmRead(t, filepath.Join(root, "var/lib/kubelet/config.yaml"))
-			restarts[n] = strings.Count(kadmRead(t, filepath.Join(root, "var/lib/nodeops-local/services.log")), "restart kubelet ")
+			oldKubelet[n] = framework.ReadFile(t, filepath.Join(root, "usr/bin/kubelet"))
+			oldConfig[n] = framework.ReadFile(t, filepath.Join(root, "var/lib/kubelet/config.yaml"))
+			restarts[n] = framework.Restarts(t, root, "kubelet")
 		}
-		w := kadmWatchTasks(t, l, "upgrade")
 		op := upgrade("upgrade", v1alpha1.ExecutionAuto)
-		kadmCreate(t, l, op)
-		kadmWaitOp(t, l, op.Name, v1alpha1.OperationSucceeded)
-		kadmControlPlanesFirst(t, w.stop(t))
+		_, events := framework.RunOperationWatched(t, l, op, kadmWait(v1alpha1.OperationSucceeded))
+		kadmControlPlanesFirst(t, events)
 
 		for _, n := range all {
 			root := l.NodeRoot(n)
@@ -177,18 +156,18 @@ func TestKubeadm(t *testing.T) {
 					t.Errorf("%s: /usr/bin/%s has sha256 %s, the binary source serves %s", n, b, got, want)
 				}
 			}
-			if prev := kadmRead(t, filepath.Join(root, "usr/bin/kubelet"+commands.PrevSuffix)); prev != oldKubelet[n] {
+			if prev, err := os.ReadFile(filepath.Join(root, "usr/bin/kubelet"+commands.PrevSuffix)); err != nil || string(prev) != oldKubelet[n] {
 				t.Errorf("%s: the replaced kubelet was not kept as /usr/bin/kubelet%s", n, commands.PrevSuffix)
 			}
-			if got := strings.Count(kadmRead(t, filepath.Join(root, "var/lib/nodeops-local/services.log")), "restart kubelet "); got != restarts[n]+1 {
+			if got := framework.Restarts(t, root, "kubelet"); got != restarts[n]+1 {
 				t.Errorf("%s: %d kubelet restarts recorded, want %d", n, got, restarts[n]+1)
 			}
-			if kadmRead(t, filepath.Join(root, "var/lib/kubelet/config.yaml")) == oldConfig[n] {
+			if framework.ReadFile(t, filepath.Join(root, "var/lib/kubelet/config.yaml")) == oldConfig[n] {
 				t.Errorf("%s: /var/lib/kubelet/config.yaml was not rewritten", n)
 			}
 		}
 		// kubeadm upgrade node, not anything else, wrote the kubelet configuration on the other nodes.
-		for _, task := range kadmTasks(t, l, op.Name) {
+		for _, task := range framework.OperationTasks(t, l, op.Name) {
 			for i, c := range task.Spec.Commands {
 				if c.KubeadmUpgradeNode != nil && !strings.Contains(task.Status.Commands[i].OutputTail, `Writing kubelet configuration to file "/var/lib/kubelet/config.yaml"`) {
 					t.Errorf("%s: kubeadm upgrade node did not write the kubelet configuration:\n%s", task.Name, task.Status.Commands[i].OutputTail)
@@ -212,86 +191,25 @@ func TestKubeadm(t *testing.T) {
 
 	t.Run("an upgrade skipping a minor version is refused before any task is created", func(t *testing.T) {
 		kadmSetConfigVersion(t, l, "v1.35.3")
-		w := kadmWatchTasks(t, l, "upgrade-skew")
 		op := upgrade("upgrade-skew", v1alpha1.ExecutionAuto)
-		kadmCreate(t, l, op)
-		done := kadmWaitOp(t, l, op.Name, v1alpha1.OperationFailed)
+		done, events := framework.RunOperationWatched(t, l, op, kadmWait(v1alpha1.OperationFailed))
 		c := meta.FindStatusCondition(done.Status.Conditions, v1alpha1.ConditionFailed)
 		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != plan.ReasonUnsupportedVersionSkew ||
 			!strings.Contains(c.Message, "v1.35.3") || !strings.Contains(c.Message, "v1.37.2") {
 			t.Errorf("Failed condition %+v, want reason %s naming v1.35.3 and v1.37.2", c, plan.ReasonUnsupportedVersionSkew)
 		}
-		if events := w.stop(t); len(events) != 0 {
+		if len(events) != 0 {
 			t.Errorf("%d task events for a refused upgrade, first %s %s", len(events), events[0].Type, events[0].Task.Name)
 		}
-		if tasks := kadmTasks(t, l, op.Name); len(tasks) != 0 {
+		if tasks := framework.OperationTasks(t, l, op.Name); len(tasks) != 0 {
 			t.Errorf("%d tasks for a refused upgrade", len(tasks))
 		}
 	})
 }
 
-func kadmCreate(t *testing.T, l *framework.Local, op *v1alpha1.NodeOperation) {
-	t.Helper()
-	if err := l.Client.Create(context.Background(), op); err != nil {
-		t.Fatalf("creating NodeOperation %s: %v", op.Name, err)
-	}
-	// A failed scenario must not hold nodes for the next one.
-	t.Cleanup(func() {
-		if t.Failed() {
-			_ = l.Client.Patch(context.Background(), op, client.RawPatch(client.Merge.Type(), []byte(`{"spec":{"abort":true}}`)))
-		}
-	})
-}
-
-// kadmWaitOp waits for phase want; an operation that ends in another phase fails the test at once,
-// naming its failed task's command and message.
-func kadmWaitOp(t *testing.T, l *framework.Local, name string, want v1alpha1.OperationPhase) *v1alpha1.NodeOperation {
-	t.Helper()
-	op := &v1alpha1.NodeOperation{}
-	var wrong string
-	framework.Eventually(t, kadmOperationTimeout, "NodeOperation "+name+" "+string(want), func(ctx context.Context) (bool, error) {
-		if err := l.Client.Get(ctx, client.ObjectKey{Name: name}, op); err != nil {
-			return false, err
-		}
-		switch p := op.Status.Phase; {
-		case p == want:
-			return true, nil
-		case p.Finished() || p == v1alpha1.OperationBlocked:
-			wrong = string(p)
-			return true, nil
-		}
-		return false, fmt.Errorf("phase %q, groups %+v", op.Status.Phase, op.Status.Groups)
-	})
-	if wrong != "" {
-		var why []string
-		for _, task := range kadmTasks(t, l, name) {
-			for _, c := range task.Status.Commands {
-				if c.Phase == v1alpha1.CommandFailed {
-					why = append(why, fmt.Sprintf("%s: %s failed: %s\n%s", task.Name, c.Name, c.Message, c.OutputTail))
-				}
-			}
-		}
-		t.Fatalf("NodeOperation %s ended %s, want %s; conditions %+v\n%s", name, wrong, want, op.Status.Conditions, strings.Join(why, "\n"))
-	}
-	return op
-}
-
-func kadmTasks(t *testing.T, l *framework.Local, op string) []v1alpha1.NodeTask {
-	t.Helper()
-	var tasks v1alpha1.NodeTaskList
-	if err := l.Client.List(context.Background(), &tasks, client.MatchingLabels{v1alpha1.LabelOperation: op}); err != nil {
-		t.Fatal(err)
-	}
-	return tasks.Items
-}
-
-func kadmTask(t *testing.T, l *framework.Local, name string) *v1alpha1.NodeTask {
-	t.Helper()
-	task := &v1alpha1.NodeTask{}
-	if err := l.Client.Get(context.Background(), client.ObjectKey{Name: name}, task); err != nil {
-		t.Fatalf("reading NodeTask %s: %v", name, err)
-	}
-	return task
+// kadmWait waits for a kubeadm operation's phase; one that ends otherwise, or blocks, fails the test at once.
+func kadmWait(phase v1alpha1.OperationPhase) framework.WaitForOperationInput {
+	return framework.WaitForOperationInput{Phase: phase, Timeout: kadmOperationTimeout, FailIfBlocked: true}
 }
 
 // kadmCertificates reads the leaf certificates `kubeadm certs renew all` renews in a control-plane
@@ -304,44 +222,13 @@ func kadmCertificates(t *testing.T, root string) map[string]*x509.Certificate {
 		"apiserver-kubelet-client": "pki/apiserver-kubelet-client.crt", "front-proxy-client": "pki/front-proxy-client.crt",
 		"etcd-healthcheck-client": "pki/etcd/healthcheck-client.crt", "etcd-peer": "pki/etcd/peer.crt", "etcd-server": "pki/etcd/server.crt",
 	} {
-		out[name] = kadmParseCert(t, filepath.Join(root, "etc/kubernetes", file), []byte(kadmRead(t, filepath.Join(root, "etc/kubernetes", file))))
+		path := filepath.Join(root, "etc/kubernetes", file)
+		out[name] = framework.ParseCertificate(t, path, []byte(framework.ReadFile(t, path)))
 	}
 	for _, conf := range []string{"admin.conf", "super-admin.conf", "controller-manager.conf", "scheduler.conf"} {
-		path := filepath.Join(root, "etc/kubernetes", conf)
-		cfg, err := clientcmd.LoadFromFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(cfg.AuthInfos) != 1 {
-			t.Fatalf("%s has %d users", path, len(cfg.AuthInfos))
-		}
-		for _, a := range cfg.AuthInfos {
-			out[conf] = kadmParseCert(t, path, a.ClientCertificateData)
-		}
+		out[conf] = framework.KubeconfigClientCertificate(t, filepath.Join(root, "etc/kubernetes", conf))
 	}
 	return out
-}
-
-func kadmParseCert(t *testing.T, path string, data []byte) *x509.Certificate {
-	t.Helper()
-	block, _ := pem.Decode(data)
-	if block == nil {
-		t.Fatalf("%s: no PEM certificate", path)
-	}
-	c, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	return c
-}
-
-func kadmRead(t *testing.T, path string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil && !os.IsNotExist(err) {
-		t.Fatal(err)
-	}
-	return string(b)
 }
 
 // kadmTrees digests every entry of the nodes' roots: path -> type, permissions and content (a
@@ -506,132 +393,10 @@ func kadmSetConfigVersion(t *testing.T, l *framework.Local, version string) {
 	}
 }
 
-// kadmTaskEvent is one event of a watch on an operation's tasks, in the order the server sent them.
-type kadmTaskEvent struct {
-	Type watch.EventType
-	Task *v1alpha1.NodeTask
-}
-
-type kadmTaskWatch struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-	mu     sync.Mutex
-	events []kadmTaskEvent
-	err    error
-}
-
-// kadmWatchTasks records every event of the tasks labelled with operation op, from now on (it
-// starts at the resourceVersion of a list, so that nothing created afterwards is missed), resuming
-// where the server dropped it.
-func kadmWatchTasks(t *testing.T, l *framework.Local, op string) *kadmTaskWatch {
-	t.Helper()
-	wc, err := client.NewWithWatch(l.RESTConfig, client.Options{Scheme: l.Client.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	selector := client.MatchingLabels{v1alpha1.LabelOperation: op}
-	var list v1alpha1.NodeTaskList
-	if err := wc.List(context.Background(), &list, selector); err != nil {
-		t.Fatal(err)
-	}
-	if len(list.Items) != 0 {
-		t.Fatalf("%d tasks of %s exist before it was created", len(list.Items), op)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	tw := &kadmTaskWatch{cancel: cancel, done: make(chan struct{})}
-	rv := list.ResourceVersion
-	go func() {
-		defer close(tw.done)
-		for ctx.Err() == nil {
-			w, err := wc.Watch(ctx, &v1alpha1.NodeTaskList{}, selector, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
-			if err != nil {
-				if ctx.Err() == nil {
-					tw.setErr(fmt.Errorf("watching the tasks of %s: %w", op, err))
-				}
-				return
-			}
-			for ev := range w.ResultChan() {
-				if ev.Type == watch.Error {
-					w.Stop()
-					if ctx.Err() != nil {
-						return
-					}
-					tw.setErr(fmt.Errorf("watching the tasks of %s: %w (events may have been missed)", op, apierrors.FromObject(ev.Object)))
-					return
-				}
-				task, ok := ev.Object.(*v1alpha1.NodeTask)
-				if !ok || ev.Type == watch.Bookmark {
-					continue
-				}
-				rv = task.ResourceVersion
-				tw.mu.Lock()
-				tw.events = append(tw.events, kadmTaskEvent{Type: ev.Type, Task: task})
-				tw.mu.Unlock()
-			}
-		}
-	}()
-	t.Cleanup(func() { tw.cancel(); <-tw.done })
-	return tw
-}
-
-func (tw *kadmTaskWatch) setErr(err error) {
-	tw.mu.Lock()
-	defer tw.mu.Unlock()
-	if tw.err == nil {
-		tw.err = err
-	}
-}
-
-// stop ends the watch and returns its events; a watch that failed fails the test, as it may have missed some.
-func (tw *kadmTaskWatch) stop(t *testing.T) []kadmTaskEvent {
-	t.Helper()
-	tw.cancel()
-	<-tw.done
-	if tw.err != nil {
-		t.Fatal(tw.err)
-	}
-	return tw.events
-}
-
-// kadmMaxHeld replays events and returns the most nodes that held unfinished tasks at once (the
-// node lock's notion of a node being worked on), counting only the nodes in among (all when nil).
-func kadmMaxHeld(events []kadmTaskEvent, among map[string]bool) (int, string) {
-	holding := map[string]string{}
-	peak, at := 0, ""
-	for _, ev := range events {
-		if ev.Type == watch.Deleted || !nodelock.Holds(ev.Task) {
-			delete(holding, ev.Task.Name)
-		} else if among == nil || among[ev.Task.Spec.NodeName] {
-			holding[ev.Task.Name] = ev.Task.Spec.NodeName
-		}
-		nodes := map[string]bool{}
-		for _, n := range holding {
-			nodes[n] = true
-		}
-		if len(nodes) > peak {
-			peak, at = len(nodes), fmt.Sprintf("after %s %s: %v", ev.Type, ev.Task.Name, holding)
-		}
-	}
-	return peak, at
-}
-
-func kadmNodesOf(events []kadmTaskEvent) []string {
-	set := map[string]bool{}
-	for _, ev := range events {
-		set[ev.Task.Spec.NodeName] = true
-	}
-	out := make([]string, 0, len(set))
-	for n := range set {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
-
 // kadmControlPlanesFirst checks on the watched events that the upgrade ran group by group: the
 // first control plane's task succeeded before any other task appeared, every control plane's
 // before any worker's appeared, and the control planes one at a time.
-func kadmControlPlanesFirst(t *testing.T, events []kadmTaskEvent) {
+func kadmControlPlanesFirst(t *testing.T, events []framework.TaskEvent) {
 	t.Helper()
 	rank := map[string]int{plan.GroupFirstControlPlane: 0, plan.GroupOtherControlPlanes: 1, plan.GroupWorkers: 2}
 	succeeded := map[string]bool{}
@@ -667,21 +432,7 @@ func kadmControlPlanesFirst(t *testing.T, events []kadmTaskEvent) {
 	for _, n := range kadmControlPlanes {
 		cps[n] = true
 	}
-	if held, what := kadmMaxHeld(events, cps); held > 1 {
+	if held, what := framework.MaxHeld(events, cps); held > 1 {
 		t.Errorf("%d control planes upgraded at once: %s", held, what)
 	}
-}
-
-func kadmGet(t *testing.T, url string) string {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s %v", url, resp.Status, err)
-	}
-	return strings.TrimSpace(string(body))
 }

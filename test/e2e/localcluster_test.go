@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,11 +14,11 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/internal/localcluster"
+	"github.com/nodeops/nodeops/internal/testutil"
 	"github.com/nodeops/nodeops/test/e2e/framework"
 )
 
@@ -40,7 +38,7 @@ func TestLocalCluster(t *testing.T) {
 		sims := 0
 		for i := range nodes.Items {
 			n := &nodes.Items[i]
-			if !framework.NodeReady(n) {
+			if !localcluster.NodeReady(n) {
 				t.Errorf("node %s is not Ready: %v", n.Name, n.Status.Conditions)
 			}
 			if n.Labels["kubernetes.io/hostname"] != n.Name || n.Labels["kubernetes.io/os"] != "linux" {
@@ -99,7 +97,7 @@ func TestLocalCluster(t *testing.T) {
 				t.Errorf("%s: containerd config.toml is not version 3: %v", node, err)
 			}
 			// kubeadm upgrade node takes the node's name from kubelet.conf's client certificate.
-			if cn := kubeconfigClientCN(t, filepath.Join(root, "etc/kubernetes/kubelet.conf")); cn != "system:node:"+node {
+			if cn := framework.KubeconfigClientCertificate(t, filepath.Join(root, "etc/kubernetes/kubelet.conf")).Subject.CommonName; cn != "system:node:"+node {
 				t.Errorf("%s: kubelet.conf client certificate CN %q", node, cn)
 			}
 		}
@@ -144,16 +142,16 @@ func TestLocalCluster(t *testing.T) {
 		if err := l.Client.Create(context.Background(), job); err != nil {
 			t.Fatal(err)
 		}
-		framework.Eventually(t, 3*time.Minute, "job hello to complete", func(ctx context.Context) (bool, error) {
+		testutil.EventuallyEvery(t, 3*time.Minute, framework.PollInterval, "job hello to complete", func(ctx context.Context) error {
 			if err := l.Client.Get(ctx, client.ObjectKeyFromObject(job), job); err != nil {
-				return false, err
+				return err
 			}
 			for _, c := range job.Status.Conditions {
 				if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue {
-					return true, nil
+					return nil
 				}
 			}
-			return false, fmt.Errorf("%d of 3 succeeded", job.Status.Succeeded)
+			return fmt.Errorf("%d of 3 succeeded", job.Status.Succeeded)
 		})
 		var pods corev1.PodList
 		if err := l.Client.List(context.Background(), &pods, client.InNamespace("default"), client.MatchingLabels{"job-name": "hello"}); err != nil {
@@ -239,25 +237,4 @@ func TestTwoInstancesSideBySide(t *testing.T) {
 	if out, err := exec.Command(filepath.Join(a.BinDir, "nodeops-local"), "down", "--dir", a.Dir).CombinedOutput(); err == nil {
 		t.Errorf("down on a stopped instance succeeded: %s", out)
 	}
-}
-
-func kubeconfigClientCN(t *testing.T, path string) string {
-	t.Helper()
-	cfg, err := clientcmd.LoadFromFile(path)
-	if err != nil {
-		t.Fatalf("loading %s: %v", path, err)
-	}
-	for _, auth := range cfg.AuthInfos {
-		block, _ := pem.Decode(auth.ClientCertificateData)
-		if block == nil {
-			continue
-		}
-		cert, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		return cert.Subject.CommonName
-	}
-	t.Fatalf("%s has no embedded client certificate", path)
-	return ""
 }

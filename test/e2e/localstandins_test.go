@@ -2,11 +2,7 @@ package e2e
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/internal/localcluster"
+	"github.com/nodeops/nodeops/internal/testutil"
 	"github.com/nodeops/nodeops/test/e2e/framework"
 )
 
@@ -29,17 +26,13 @@ func TestLocalStandIns(t *testing.T) {
 	l := framework.StartLocal(t, "--control-planes=2", "--workers=1", "--no-manager", "--no-agents")
 
 	t.Run("the binary source serves kubeadm, kubelet and kubectl with their sha256", func(t *testing.T) {
-		raw, err := os.ReadFile(filepath.Join(l.Dir, localcluster.BinarySourceURLFile))
-		if err != nil {
-			t.Fatal(err)
-		}
-		base := strings.TrimSpace(string(raw))
+		base := l.BinarySourceURL(t)
 		for _, name := range []string{"kubeadm", "kubelet", "kubectl"} {
 			url := fmt.Sprintf("%s/v1.37.2/bin/linux/amd64/%s", base, name)
-			got := sha256Hex(t, httpGet(t, url))
-			want := sha256Hex(t, mustOpen(t, filepath.Join(l.BinDir, name)))
-			published, _ := io.ReadAll(httpGet(t, url+".sha256"))
-			if got != want || strings.TrimSpace(string(published)) != want {
+			got := framework.SHA256(t, framework.HTTPGet(t, url))
+			want := framework.FileSHA256(t, filepath.Join(l.BinDir, name))
+			published := framework.HTTPGetText(t, url+".sha256")
+			if got != want || published != want {
 				t.Errorf("%s: downloaded sha256 %s, published %q, bin/%s has %s", url, got, published, name, want)
 			}
 		}
@@ -49,18 +42,18 @@ func TestLocalStandIns(t *testing.T) {
 		for _, node := range []string{"cp-1", "cp-2"} {
 			for _, component := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 				name := component + "-" + node
-				framework.Eventually(t, time.Minute, "mirror pod "+name+" Running", func(ctx context.Context) (bool, error) {
+				testutil.EventuallyEvery(t, time.Minute, framework.PollInterval, "mirror pod "+name+" Running", func(ctx context.Context) error {
 					var p corev1.Pod
 					if err := l.Client.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: name}, &p); err != nil {
-						return false, err
+						return err
 					}
 					if p.Spec.NodeName != node || p.Annotations[localcluster.AnnotationConfigHash] == "" || p.Annotations[localcluster.AnnotationConfigMirror] == "" {
-						return false, fmt.Errorf("node %q annotations %v", p.Spec.NodeName, p.Annotations)
+						return fmt.Errorf("node %q annotations %v", p.Spec.NodeName, p.Annotations)
 					}
 					if p.Status.Phase != corev1.PodRunning {
-						return false, fmt.Errorf("phase %s", p.Status.Phase)
+						return fmt.Errorf("phase %s", p.Status.Phase)
 					}
-					return true, nil
+					return nil
 				})
 			}
 		}
@@ -118,79 +111,52 @@ func TestLocalStandIns(t *testing.T) {
 		if err := os.WriteFile(manifest, []byte(changed), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		framework.Eventually(t, time.Minute, "kube-scheduler-cp-1 to follow its new manifest", func(ctx context.Context) (bool, error) {
+		testutil.EventuallyEvery(t, time.Minute, framework.PollInterval, "kube-scheduler-cp-1 to follow its new manifest", func(ctx context.Context) error {
 			var p corev1.Pod
 			if err := l.Client.Get(ctx, key, &p); err != nil {
-				return false, err
+				return err
 			}
 			if p.Annotations[localcluster.AnnotationConfigHash] == before.Annotations[localcluster.AnnotationConfigHash] ||
 				p.Spec.Containers[0].Image != "registry.k8s.io/kube-scheduler:v1.99.0" {
-				return false, fmt.Errorf("image %s, hash %s", p.Spec.Containers[0].Image, p.Annotations[localcluster.AnnotationConfigHash])
+				return fmt.Errorf("image %s, hash %s", p.Spec.Containers[0].Image, p.Annotations[localcluster.AnnotationConfigHash])
 			}
-			return true, nil
+			return nil
 		})
 		// kubeadm restarts a static pod by moving its manifest out and back.
 		aside := filepath.Join(l.NodeRoot("cp-1"), "etc/kubernetes/kube-scheduler.yaml")
 		if err := os.Rename(manifest, aside); err != nil {
 			t.Fatal(err)
 		}
-		framework.Eventually(t, time.Minute, "kube-scheduler-cp-1 to go with its manifest", func(ctx context.Context) (bool, error) {
+		testutil.EventuallyEvery(t, time.Minute, framework.PollInterval, "kube-scheduler-cp-1 to go with its manifest", func(ctx context.Context) error {
 			err := l.Client.Get(ctx, key, &corev1.Pod{})
-			return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			return fmt.Errorf("still there")
 		})
 		if err := os.Rename(aside, manifest); err != nil {
 			t.Fatal(err)
 		}
-		framework.Eventually(t, time.Minute, "kube-scheduler-cp-1 to come back", func(ctx context.Context) (bool, error) {
+		testutil.EventuallyEvery(t, time.Minute, framework.PollInterval, "kube-scheduler-cp-1 to come back", func(ctx context.Context) error {
 			if err := l.Client.Get(ctx, key, &corev1.Pod{}); err != nil {
-				return false, err
+				return err
 			}
-			return true, nil
+			return nil
 		})
 	})
 }
 
-// kubeadmInRoot runs the root's kubeadm chrooted into it. Local roots have no container runtime,
-// /proc, kernel config or images: those preflight checks cannot pass there.
+// kubeadmInRoot runs the root's kubeadm chrooted into it, without the preflight checks that cannot
+// pass there.
 func kubeadmInRoot(t *testing.T, root string, args ...string) string {
 	t.Helper()
-	args = append(append([]string{root, "/usr/bin/kubeadm"}, args...), "--ignore-preflight-errors=SystemVerification,ContainerRuntimeVersion,ImagePull")
+	args = append(append([]string{root, "/usr/bin/kubeadm"}, args...), "--ignore-preflight-errors="+strings.Join(framework.LocalPreflightIgnores, ","))
 	out, err := exec.Command("chroot", args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("chroot %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return string(out)
-}
-
-func httpGet(t *testing.T, url string) io.ReadCloser {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		resp.Body.Close()
-		t.Fatalf("GET %s: %s", url, resp.Status)
-	}
-	t.Cleanup(func() { resp.Body.Close() })
-	return resp.Body
-}
-
-func mustOpen(t *testing.T, path string) io.ReadCloser {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
-	return f
-}
-
-func sha256Hex(t *testing.T, r io.Reader) string {
-	t.Helper()
-	h := sha256.New()
-	if _, err := io.Copy(h, r); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(h.Sum(nil))
 }

@@ -22,11 +22,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
-	"github.com/nodeops/nodeops/internal/nodelock"
+	"github.com/nodeops/nodeops/internal/testutil"
 	"github.com/nodeops/nodeops/test/e2e/framework"
 )
 
@@ -84,12 +83,15 @@ func TestNodeProfile(t *testing.T) {
 	}
 	l.MustKubectl(t, "apply", "-f", manifestFile)
 	for _, rc := range []string{"wasmedge", "wasmtime", "spin"} {
-		framework.Eventually(t, time.Minute, "RuntimeClass "+rc, func(ctx context.Context) (bool, error) {
+		testutil.EventuallyEvery(t, time.Minute, framework.PollInterval, "RuntimeClass "+rc, func(ctx context.Context) error {
 			obj := &nodev1.RuntimeClass{}
 			if err := l.Client.Get(ctx, client.ObjectKey{Name: rc}, obj); err != nil {
-				return false, err
+				return err
 			}
-			return obj.Handler == rc && obj.Scheduling != nil && obj.Scheduling.NodeSelector["nodeops.io/profile.wasm-shims"] == "provisioned", nil
+			if obj.Handler != rc || obj.Scheduling == nil || obj.Scheduling.NodeSelector["nodeops.io/profile.wasm-shims"] != "provisioned" {
+				return fmt.Errorf("handler %q, scheduling %+v", obj.Handler, obj.Scheduling)
+			}
+			return nil
 		})
 	}
 
@@ -98,17 +100,17 @@ func TestNodeProfile(t *testing.T) {
 		profWaitProfileLabel(t, l, "wasm-shims", "worker-1", true)
 		root := l.NodeRoot("worker-1")
 		for name, want := range digests {
-			if got := profFileSHA256(t, filepath.Join(root, profShimDir, name)); got != want {
+			if got := framework.FileSHA256(t, filepath.Join(root, profShimDir, name)); got != want {
 				t.Errorf("%s on worker-1: sha256 %s, want %s", name, got, want)
 			}
 		}
-		config := profReadFile(t, filepath.Join(root, "etc/containerd/config.toml"))
+		config := framework.ReadFile(t, filepath.Join(root, "etc/containerd/config.toml"))
 		for _, rt := range []string{"io.containerd.wasmedge.v1", "io.containerd.wasmtime.v1", "io.containerd.spin.v2"} {
 			if !strings.Contains(config, rt) {
 				t.Errorf("worker-1 config.toml lacks runtime %s:\n%s", rt, config)
 			}
 		}
-		if n := profRestarts(t, root, "containerd"); n < 1 {
+		if n := framework.Restarts(t, root, "containerd"); n < 1 {
 			t.Errorf("no containerd restart recorded on worker-1")
 		}
 		profWaitCondition(t, l, "wasm-shims", v1alpha1.ConditionReady, metav1.ConditionTrue)
@@ -119,10 +121,10 @@ func TestNodeProfile(t *testing.T) {
 				t.Errorf("worker-2 has %s (%v)", name, err)
 			}
 		}
-		if strings.Contains(profReadFile(t, filepath.Join(other, "etc/containerd/config.toml")), "wasmedge") {
+		if strings.Contains(framework.ReadFile(t, filepath.Join(other, "etc/containerd/config.toml")), "wasmedge") {
 			t.Errorf("worker-2's containerd config was changed")
 		}
-		if profRestarts(t, other, "containerd") != 0 {
+		if framework.Restarts(t, other, "containerd") != 0 {
 			t.Errorf("containerd restarted on worker-2")
 		}
 		if profProfileLabel(t, l, "wasm-shims", "worker-2") {
@@ -172,7 +174,7 @@ spec:
 	})
 
 	t.Run("removing the annotation uninstalls", func(t *testing.T) {
-		before := profRestarts(t, l.NodeRoot("worker-1"), "containerd")
+		before := framework.Restarts(t, l.NodeRoot("worker-1"), "containerd")
 		l.MustKubectl(t, "annotate", "node", "worker-1", "kwasm.sh/kwasm-node-")
 		profWaitProfileLabel(t, l, "wasm-shims", "worker-1", false)
 		root := l.NodeRoot("worker-1")
@@ -181,13 +183,13 @@ spec:
 				t.Errorf("%s still on worker-1 (%v)", name, err)
 			}
 		}
-		config := profReadFile(t, filepath.Join(root, "etc/containerd/config.toml"))
+		config := framework.ReadFile(t, filepath.Join(root, "etc/containerd/config.toml"))
 		for _, rt := range []string{"io.containerd.wasmedge.v1", "io.containerd.wasmtime.v1", "io.containerd.spin.v2"} {
 			if strings.Contains(config, rt) {
 				t.Errorf("worker-1 config.toml still has %s:\n%s", rt, config)
 			}
 		}
-		if after := profRestarts(t, root, "containerd"); after <= before {
+		if after := framework.Restarts(t, root, "containerd"); after <= before {
 			t.Errorf("containerd not restarted by the uninstall (%d profRestarts before, %d after)", before, after)
 		}
 		if n := profGetNode(t, l, "worker-1"); n.Annotations["nodeops.io/profile-hash.wasm-shims"] != "" {
@@ -199,11 +201,7 @@ spec:
 		const limit = 20
 		ctx := context.Background()
 		profLabelSims(t, l, sims)
-		w, err := profWatchTasks(ctx, l, "sim-shims", limit)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer w.stop()
+		w := framework.WatchTasks(t, l, client.MatchingLabels{v1alpha1.LabelProfile: "sim-shims"})
 		prof := &v1alpha1.NodeProfile{
 			ObjectMeta: metav1.ObjectMeta{Name: "sim-shims"},
 			Spec: v1alpha1.NodeProfileSpec{
@@ -221,20 +219,20 @@ spec:
 		if err := l.Client.Create(ctx, prof); err != nil {
 			t.Fatal(err)
 		}
-		framework.Eventually(t, 10*time.Minute, "every sim node provisioned", func(ctx context.Context) (bool, error) {
+		testutil.EventuallyEvery(t, 10*time.Minute, framework.PollInterval, "every sim node provisioned", func(ctx context.Context) error {
 			n, err := profCountLabelled(ctx, l, "sim-shims")
 			if err != nil {
-				return false, err
+				return err
 			}
 			if n < sims {
-				return false, fmt.Errorf("%d of %d labelled: %s", n, sims, profProfileSummary(ctx, l, "sim-shims"))
+				return fmt.Errorf("%d of %d labelled: %s", n, sims, profProfileSummary(ctx, l, "sim-shims"))
 			}
-			return true, nil
+			return nil
 		})
 		profWaitCondition(t, l, "sim-shims", v1alpha1.ConditionReady, metav1.ConditionTrue)
-		peak, violation := w.result()
-		if violation != "" {
-			t.Fatal(violation)
+		peak, at := framework.MaxHeld(w.Events(t), nil)
+		if peak > limit {
+			t.Fatalf("%d nodes held unfinished tasks at once (maxUnavailable %d) %s", peak, limit, at)
 		}
 		t.Logf("peak %d sim nodes with unfinished tasks (maxUnavailable %d)", peak, limit)
 
@@ -244,8 +242,8 @@ spec:
 		if n, err := profCountLabelled(ctx, l, "sim-shims"); err != nil || n != 0 {
 			t.Errorf("%d sim nodes still labelled after the profile went (%v)", n, err)
 		}
-		if _, violation := w.result(); violation != "" {
-			t.Fatal(violation)
+		if peak, at := framework.MaxHeld(w.Stop(t), nil); peak > limit {
+			t.Fatalf("%d nodes held unfinished tasks at once (maxUnavailable %d) %s", peak, limit, at)
 		}
 	})
 
@@ -290,15 +288,15 @@ func profProfileLabel(t *testing.T, l *framework.Local, profile, node string) bo
 
 func profWaitProfileLabel(t *testing.T, l *framework.Local, profile, node string, want bool) {
 	t.Helper()
-	framework.Eventually(t, 3*time.Minute, fmt.Sprintf("%s labelled=%v by %s", node, want, profile), func(ctx context.Context) (bool, error) {
+	testutil.EventuallyEvery(t, 3*time.Minute, framework.PollInterval, fmt.Sprintf("%s labelled=%v by %s", node, want, profile), func(ctx context.Context) error {
 		n := &corev1.Node{}
 		if err := l.Client.Get(ctx, client.ObjectKey{Name: node}, n); err != nil {
-			return false, err
+			return err
 		}
 		if got := n.Labels["nodeops.io/profile."+profile] == "provisioned"; got != want {
-			return false, fmt.Errorf("labelled=%v; profile says %s", got, profProfileSummary(ctx, l, profile))
+			return fmt.Errorf("labelled=%v; profile says %s", got, profProfileSummary(ctx, l, profile))
 		}
-		return true, nil
+		return nil
 	})
 }
 
@@ -317,69 +315,30 @@ func profProfileSummary(ctx context.Context, l *framework.Local, name string) st
 func profWaitCondition(t *testing.T, l *framework.Local, profile, typ string, status metav1.ConditionStatus) metav1.Condition {
 	t.Helper()
 	var got metav1.Condition
-	framework.Eventually(t, 3*time.Minute, fmt.Sprintf("%s %s=%s", profile, typ, status), func(ctx context.Context) (bool, error) {
+	testutil.EventuallyEvery(t, 3*time.Minute, framework.PollInterval, fmt.Sprintf("%s %s=%s", profile, typ, status), func(ctx context.Context) error {
 		p := &v1alpha1.NodeProfile{}
 		if err := l.Client.Get(ctx, client.ObjectKey{Name: profile}, p); err != nil {
-			return false, err
+			return err
 		}
 		c := meta.FindStatusCondition(p.Status.Conditions, typ)
 		if c == nil || c.Status != status {
-			return false, fmt.Errorf("%s", profProfileSummary(ctx, l, profile))
+			return fmt.Errorf("%s", profProfileSummary(ctx, l, profile))
 		}
 		got = *c
-		return true, nil
+		return nil
 	})
 	return got
 }
 
 func profWaitGone(t *testing.T, l *framework.Local, profile string) {
 	t.Helper()
-	framework.Eventually(t, 10*time.Minute, "profile "+profile+" gone", func(ctx context.Context) (bool, error) {
+	testutil.EventuallyEvery(t, 10*time.Minute, framework.PollInterval, "profile "+profile+" gone", func(ctx context.Context) error {
 		err := l.Client.Get(ctx, client.ObjectKey{Name: profile}, &v1alpha1.NodeProfile{})
 		if apierrors.IsNotFound(err) {
-			return true, nil
+			return nil
 		}
-		return false, fmt.Errorf("still there: %s", profProfileSummary(ctx, l, profile))
+		return fmt.Errorf("still there: %s", profProfileSummary(ctx, l, profile))
 	})
-}
-
-func profFileSHA256(t *testing.T, path string) string {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Errorf("read %s: %v", path, err)
-		return ""
-	}
-	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:])
-}
-
-func profReadFile(t *testing.T, path string) string {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read %s: %v", path, err)
-	}
-	return string(data)
-}
-
-// profRestarts counts the profRestarts of service recorded in the local node's service table (CONTRACTS.md).
-func profRestarts(t *testing.T, root, service string) int {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(root, "var/lib/nodeops-local/services.log"))
-	if os.IsNotExist(err) {
-		return 0
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "restart "+service+" ") {
-			n++
-		}
-	}
-	return n
 }
 
 // profLabelSims gives the sim nodes a label of this test's own, for the profile's selector.
@@ -413,100 +372,6 @@ func profCountLabelled(ctx context.Context, l *framework.Local, profile string) 
 		return 0, err
 	}
 	return len(nodes.Items), nil
-}
-
-// profTaskWatch follows every NodeTask event of a profile and remembers the most nodes that held an
-// unfinished task at once, and the first moment that exceeded the limit.
-type profTaskWatch struct {
-	cancel    context.CancelFunc
-	mu        sync.Mutex
-	peak      int
-	violation string
-	done      chan struct{}
-}
-
-func profWatchTasks(ctx context.Context, l *framework.Local, profile string, limit int) (*profTaskWatch, error) {
-	wc, err := client.NewWithWatch(l.RESTConfig, client.Options{Scheme: l.Client.Scheme()})
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	tw := &profTaskWatch{cancel: cancel, done: make(chan struct{})}
-	selector := client.MatchingLabels{v1alpha1.LabelProfile: profile}
-	w, err := wc.Watch(ctx, &v1alpha1.NodeTaskList{}, selector)
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	go func() {
-		defer close(tw.done)
-		holding := map[string]string{}
-		rv := ""
-		for {
-			for ev := range w.ResultChan() {
-				if ev.Type == watch.Error {
-					if ctx.Err() == nil {
-						tw.fail(fmt.Sprintf("watching tasks: %v (events may have been missed)", apierrors.FromObject(ev.Object)))
-					}
-					return
-				}
-				task, ok := ev.Object.(*v1alpha1.NodeTask)
-				if !ok {
-					continue
-				}
-				rv = task.ResourceVersion
-				if ev.Type == watch.Deleted || !nodelock.Holds(task) {
-					delete(holding, task.Name)
-				} else {
-					holding[task.Name] = task.Spec.NodeName
-				}
-				nodes := map[string]bool{}
-				for _, n := range holding {
-					nodes[n] = true
-				}
-				tw.mu.Lock()
-				tw.peak = max(tw.peak, len(nodes))
-				tw.mu.Unlock()
-				if len(nodes) > limit {
-					tw.fail(fmt.Sprintf("%d nodes held unfinished tasks at once (maxUnavailable %d) after %s %s", len(nodes), limit, ev.Type, task.Name))
-				}
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			// The API server drops watchers that fall behind on a loaded machine: resume where this one stopped.
-			opts := []client.ListOption{selector}
-			if rv != "" {
-				opts = append(opts, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
-			}
-			if w, err = wc.Watch(ctx, &v1alpha1.NodeTaskList{}, opts...); err != nil {
-				if ctx.Err() == nil {
-					tw.fail(fmt.Sprintf("watching tasks again: %v", err))
-				}
-				return
-			}
-		}
-	}()
-	return tw, nil
-}
-
-func (tw *profTaskWatch) fail(msg string) {
-	tw.mu.Lock()
-	defer tw.mu.Unlock()
-	if tw.violation == "" {
-		tw.violation = msg
-	}
-}
-
-func (tw *profTaskWatch) result() (int, string) {
-	tw.mu.Lock()
-	defer tw.mu.Unlock()
-	return tw.peak, tw.violation
-}
-
-func (tw *profTaskWatch) stop() {
-	tw.cancel()
-	<-tw.done
 }
 
 func profPtrIntOrString(v int) *intstr.IntOrString {

@@ -13,7 +13,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -38,8 +37,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nodeopsv1 "github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/testutil"
 	"github.com/nodeops/nodeops/test/e2e/framework"
 )
+
+// realnodePoll is how often the real-node test checks a condition: a real kubelet and upgrade take minutes.
+const realnodePoll = 2 * time.Second
 
 const (
 	fromVersion = "v1.36.3"
@@ -74,12 +77,12 @@ func TestRealNodeRenewAndUpgrade(t *testing.T) {
 	workload := e.createWorkload()
 
 	step(t, "renew certificates through kubectl nodeops")
-	fileBefore := certNotBefore(t, readCertFile(t, apiCertFile))
+	fileBefore := certNotBefore(t, framework.ParseCertificate(t, apiCertFile, []byte(framework.ReadFile(t, apiCertFile))))
 	servedBefore := certNotBefore(t, e.servedCert())
 	time.Sleep(2 * time.Second) // notBefore has second precision: a renewal must be seen to move it
 	e.nodeops("plan", "renew-certs")
 	e.operationSucceeded(e.runOperation("renew-certs"))
-	fileAfterRenew := certNotBefore(t, readCertFile(t, apiCertFile))
+	fileAfterRenew := certNotBefore(t, framework.ParseCertificate(t, apiCertFile, []byte(framework.ReadFile(t, apiCertFile))))
 	if !fileAfterRenew.After(fileBefore) {
 		t.Fatalf("%s notBefore did not move: %s before, %s after renewCertificates", apiCertFile, fileBefore, fileAfterRenew)
 	}
@@ -217,7 +220,7 @@ func errText(err error) string {
 func (e *env) operationSucceeded(name string) *nodeopsv1.NodeOperation {
 	e.t.Helper()
 	op := &nodeopsv1.NodeOperation{}
-	e.eventually(time.Minute, "reading operation "+name, func() error {
+	testutil.EventuallyEvery(e.t, time.Minute, realnodePoll, "reading operation "+name, func(context.Context) error {
 		return e.c.Get(e.ctx, client.ObjectKey{Name: name}, op)
 	})
 	if op.Status.Phase != nodeopsv1.OperationSucceeded {
@@ -255,7 +258,7 @@ func (e *env) createWorkload() *appsv1.Deployment {
 func (e *env) waitRunningPod(ns string, labels map[string]string, timeout time.Duration) *corev1.Pod {
 	e.t.Helper()
 	var found *corev1.Pod
-	e.eventually(timeout, fmt.Sprintf("a running pod %v in %s", labels, ns), func() error {
+	testutil.EventuallyEvery(e.t, timeout, realnodePoll, fmt.Sprintf("a running pod %v in %s", labels, ns), func(context.Context) error {
 		var pods corev1.PodList
 		if err := e.c.List(e.ctx, &pods, client.InNamespace(ns), client.MatchingLabels(labels)); err != nil {
 			return err
@@ -279,21 +282,6 @@ func podReady(p *corev1.Pod) bool {
 		}
 	}
 	return false
-}
-
-func (e *env) eventually(timeout time.Duration, what string, f func() error) {
-	e.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("%s not reached in %s: %v", what, timeout, err)
-		}
-		time.Sleep(2 * time.Second)
-	}
 }
 
 func (e *env) managerPodUID() string {
@@ -366,7 +354,7 @@ func logRequests(t *testing.T, h http.Handler) http.Handler {
 
 func (e *env) verifyVersion() {
 	e.t.Helper()
-	e.eventually(2*time.Minute, "the API server at "+toVersion, func() error {
+	testutil.EventuallyEvery(e.t, 2*time.Minute, realnodePoll, "the API server at "+toVersion, func(context.Context) error {
 		v, err := e.disco.ServerVersion()
 		if err != nil {
 			return err
@@ -394,7 +382,7 @@ func (e *env) verifyStaticPods() {
 	for _, comp := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 		image := want[comp]
 		name := comp + "-" + e.node
-		e.eventually(3*time.Minute, name+" running "+image, func() error {
+		testutil.EventuallyEvery(e.t, 3*time.Minute, realnodePoll, name+" running "+image, func(context.Context) error {
 			var p corev1.Pod
 			if err := e.c.Get(e.ctx, client.ObjectKey{Namespace: "kube-system", Name: name}, &p); err != nil {
 				return err
@@ -417,7 +405,7 @@ func (e *env) verifyStaticPods() {
 
 func (e *env) verifyKubelet() {
 	e.t.Helper()
-	e.eventually(3*time.Minute, "the kubelet at "+toVersion+" and the node Ready", func() error {
+	testutil.EventuallyEvery(e.t, 3*time.Minute, realnodePoll, "the kubelet at "+toVersion+" and the node Ready", func(context.Context) error {
 		var n corev1.Node
 		if err := e.c.Get(e.ctx, client.ObjectKey{Name: e.node}, &n); err != nil {
 			return err
@@ -475,7 +463,7 @@ func (e *env) verifyManager(before string, op *nodeopsv1.NodeOperation) {
 func (e *env) servedCert() *x509.Certificate {
 	e.t.Helper()
 	var cert *x509.Certificate
-	e.eventually(2*time.Minute, "the API server's certificate", func() error {
+	testutil.EventuallyEvery(e.t, 2*time.Minute, realnodePoll, "the API server's certificate", func(context.Context) error {
 		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", net.JoinHostPort(e.nodeIP, "6443"),
 			&tls.Config{InsecureSkipVerify: true}) // only the certificate's dates are read
 		if err != nil {
@@ -485,23 +473,6 @@ func (e *env) servedCert() *x509.Certificate {
 		cert = conn.ConnectionState().PeerCertificates[0]
 		return nil
 	})
-	return cert
-}
-
-func readCertFile(t *testing.T, path string) *x509.Certificate {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	block, _ := pem.Decode(data)
-	if block == nil {
-		t.Fatalf("%s holds no PEM block", path)
-	}
-	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
 	return cert
 }
 

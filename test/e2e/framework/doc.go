@@ -25,16 +25,33 @@
 //	l.PID()                            nodeops-local's own PID
 //	l.Output() string                  what nodeops-local printed so far
 //	l.WaitNodesReady(t, n, timeout)    until at least n nodes are Ready without the not-ready taint
-//	framework.NodeReady(node) bool     Ready and free of the not-ready/unreachable taints
+//	localcluster.NodeReady(node) bool  plan.NodeReady and free of the not-ready/unreachable taints
 //
 // A child killed after start-up (a fault test's SIGKILL to the manager or an agent) is started
 // again by nodeops-local after a few seconds, with a new PID in l.Processes().
 //
-// Waiting: never sleep for a fixed time; wait on a condition with a deadline.
+// Scenario functions, each once here, not per test file (as cluster-api's test/e2e/framework):
 //
-//	framework.Eventually(t, 2*time.Minute, "job pi completes", func(ctx context.Context) (bool, error) {...})
-//	err := framework.WaitFor(ctx, interval, cond)   // the same, returning an error instead of failing t
+//	Create(t, l, obj)                         a NodeOperation a failed test leaves is aborted by its cleanup
+//	RunOperation(t, l, op, phase)             Create, then WaitForOperation
+//	RunOperationWatched(t, l, op, input)      the same, returning every event of its tasks (WatchTasks)
+//	WaitForOperation(t, l, WaitForOperationInput{Name, Phase, Timeout, FailIfBlocked}) *NodeOperation
+//	                                          fails at once on another final phase, naming failed commands
+//	AbortOperation(t, l, name)                spec.abort, then wait for Aborted
+//	OperationTasks(t, l, op), GetTask(t, l, name), WaitForTask(t, l, op, cond)
+//	KillAgent(t, l, node), WaitForFile(t, path, content)
+//	WatchTasks(t, l, selector) *TaskWatch     every task event from now on; .Events(t), .Stop(t)
+//	MaxHeld(events, among), NodesOf(events)   nodes holding unfinished tasks at once; nodes seen
+//	ReadFile, FileSHA256, SHA256, ServiceLog, Restarts, HTTPGet, HTTPGetText,
+//	ParseCertificate, KubeconfigClientCertificate
+//	BinDir(t, names...), LocalPreflightIgnores, l.BinarySourceURL(t)
 //
-// Eventually polls every PollInterval until cond returns (true, nil) — (true, err) is not done —, retries on errors, and on the deadline fails the test
-// naming what it waited for and the last error seen.
+// Waiting: never sleep for a fixed time; wait on a condition with a deadline, with the one polling
+// helper of the repository, at this package's PollInterval:
+//
+//	testutil.EventuallyEvery(t, 2*time.Minute, framework.PollInterval, "job pi completes", func(ctx context.Context) error {...})
+//
+// It polls until the condition returns nil, handing it a context that ends at the deadline, and on
+// the deadline fails the test naming what it waited for and the last error seen; so conditions
+// explain themselves by returning fmt.Errorf("3 of 5 ready").
 package framework

@@ -1,11 +1,9 @@
 package framework
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -13,7 +11,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +21,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/nodeops/nodeops/internal/localcluster"
+	"github.com/nodeops/nodeops/internal/testutil"
 )
 
 // Deadlines used by StartLocal and Stop.
@@ -42,27 +40,35 @@ type Local struct {
 	Client     client.Client
 	RESTConfig *rest.Config
 
-	cmd     *exec.Cmd
-	output  *syncBuffer
-	exited  chan struct{}
-	waitErr error
+	up *localcluster.UpProcess
+}
 
-	stopOnce sync.Once
-	stopErr  error
+// LocalPreflightIgnores are the kubeadm preflight checks that cannot pass in a local node root: it
+// has no container runtime, /proc, kernel config or images (see the README).
+var LocalPreflightIgnores = []string{"SystemVerification", "ContainerRuntimeVersion", "ImagePull"}
+
+// BinDir is the directory of the binaries ($NODEOPS_BIN, or bin/ of the repository); it fails t
+// when one of names is not there.
+func BinDir(t testing.TB, names ...string) string {
+	t.Helper()
+	bin, err := localcluster.DefaultBinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		exe := filepath.Join(bin, name)
+		if _, err := os.Stat(exe); err != nil {
+			t.Fatalf("%s is missing: run `make build` first (%v)", exe, err)
+		}
+	}
+	return bin
 }
 
 // StartLocal starts `nodeops-local up` with args and returns once it printed its ready line.
 // See the package documentation.
 func StartLocal(t testing.TB, args ...string) *Local {
 	t.Helper()
-	bin, err := localcluster.DefaultBinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	exe := filepath.Join(bin, "nodeops-local")
-	if _, err := os.Stat(exe); err != nil {
-		t.Fatalf("%s is missing: run `make build` first (%v)", exe, err)
-	}
+	bin := BinDir(t, "nodeops-local")
 	dir := flagValue(args, "dir")
 	if dir == "" {
 		dir = t.TempDir()
@@ -72,39 +78,12 @@ func StartLocal(t testing.TB, args ...string) *Local {
 		Dir:        dir,
 		Kubeconfig: filepath.Join(dir, localcluster.KubeconfigFile),
 		BinDir:     bin,
-		output:     &syncBuffer{},
-		exited:     make(chan struct{}),
 	}
-	cmd := exec.Command(exe, append([]string{"up"}, args...)...)
-	cmd.Env = append(os.Environ(), "NODEOPS_BIN="+bin)
-	// If the test binary dies (a test timeout panics), nodeops-local is told to stop its children.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting nodeops-local: %v", err)
+	up, err := localcluster.StartUpProcess(bin, args...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	l.cmd = cmd
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			line := sc.Text()
-			l.output.WriteLine(line)
-			if strings.HasPrefix(line, localcluster.ReadyPrefix) {
-				select {
-				case ready <- strings.TrimPrefix(line, localcluster.ReadyPrefix):
-				default:
-				}
-			}
-		}
-		_, _ = io.Copy(io.Discard, pr)
-	}()
-	go func() {
-		l.waitErr = cmd.Wait()
-		_ = pw.Close()
-		close(l.exited)
-	}()
+	l.up = up
 	t.Cleanup(func() {
 		if err := l.Stop(); err != nil {
 			t.Errorf("stopping nodeops-local: %v", err)
@@ -113,75 +92,55 @@ func StartLocal(t testing.TB, args ...string) *Local {
 			l.logDiagnostics(t)
 		}
 	})
-	t.Logf("nodeops-local up %s (pid %d)", strings.Join(args, " "), cmd.Process.Pid)
+	t.Logf("nodeops-local up %s (pid %d)", strings.Join(args, " "), up.PID())
 	start := time.Now()
-	select {
-	case kc := <-ready:
-		if kc != l.Kubeconfig {
-			t.Fatalf("nodeops-local printed kubeconfig %s, expected %s", kc, l.Kubeconfig)
-		}
-	case <-l.exited:
-		t.Fatalf("nodeops-local exited before it was ready (%v):\n%s", l.waitErr, l.output.String())
-	case <-time.After(StartTimeout):
-		t.Fatalf("nodeops-local was not ready within %s:\n%s", StartTimeout, l.output.String())
+	ctx, cancel := context.WithTimeoutCause(context.Background(), StartTimeout, fmt.Errorf("not ready within %s", StartTimeout))
+	defer cancel()
+	kc, err := up.Ready(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kc != l.Kubeconfig {
+		t.Fatalf("nodeops-local printed kubeconfig %s, expected %s", kc, l.Kubeconfig)
 	}
 	t.Logf("nodeops-local ready in %s, kubeconfig %s", time.Since(start).Round(100*time.Millisecond), l.Kubeconfig)
 	loggerOnce.Do(func() {
 		// controller-runtime's client logs through this; without it, it prints a stack trace instead.
 		ctrllog.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	})
-	cfg, err := localcluster.RESTConfig(l.Kubeconfig)
+	cfg, c, err := localcluster.Connect(l.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
-	}
-	scheme, err := localcluster.NewScheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatalf("creating client: %v", err)
 	}
 	l.RESTConfig, l.Client = cfg, c
 	return l
 }
 
 // PID is nodeops-local's own process ID.
-func (l *Local) PID() int { return l.cmd.Process.Pid }
+func (l *Local) PID() int { return l.up.PID() }
 
 // NodeRoot is the host-root directory of a control-plane or worker node.
 func (l *Local) NodeRoot(node string) string { return filepath.Join(l.Dir, "nodes", node) }
+
+// BinarySourceURL is the base URL of the binary source nodeops-local serves (kubeadm, kubelet,
+// kubectl and their .sha256 files), as upgrades download from it.
+func (l *Local) BinarySourceURL(t testing.TB) string {
+	t.Helper()
+	return strings.TrimSpace(ReadFile(t, filepath.Join(l.Dir, localcluster.BinarySourceURLFile)))
+}
 
 // Processes returns name -> PID of the processes nodeops-local started.
 func (l *Local) Processes() (map[string]int, error) { return localcluster.ReadProcesses(l.Dir) }
 
 // Output is what nodeops-local printed so far.
-func (l *Local) Output() string { return l.output.String() }
+func (l *Local) Output() string { return l.up.Output() }
 
 // Stop sends SIGTERM to nodeops-local and waits until it exited, killing it after StopTimeout.
 // It returns nodeops-local's exit error; calling it again returns the same.
-func (l *Local) Stop() error {
-	l.stopOnce.Do(func() {
-		select {
-		case <-l.exited:
-		default:
-			_ = l.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-l.exited:
-			case <-time.After(StopTimeout):
-				_ = l.cmd.Process.Kill()
-				<-l.exited
-				l.stopErr = fmt.Errorf("nodeops-local did not stop within %s after SIGTERM; killed", StopTimeout)
-				return
-			}
-		}
-		l.stopErr = l.waitErr
-	})
-	return l.stopErr
-}
+func (l *Local) Stop() error { return l.up.Stop(StopTimeout) }
 
 // Exited is closed once the nodeops-local process has exited (for example after `nodeops-local down`).
-func (l *Local) Exited() <-chan struct{} { return l.exited }
+func (l *Local) Exited() <-chan struct{} { return l.up.Exited() }
 
 // Kubectl runs bin/kubectl against the cluster and returns its standard output.
 func (l *Local) Kubectl(args ...string) (string, error) {
@@ -207,41 +166,26 @@ func (l *Local) MustKubectl(t testing.TB, args ...string) string {
 // WaitNodesReady waits until at least n nodes are Ready and free of the not-ready taint.
 func (l *Local) WaitNodesReady(t testing.TB, n int, timeout time.Duration) {
 	t.Helper()
-	Eventually(t, timeout, fmt.Sprintf("%d nodes Ready", n), func(ctx context.Context) (bool, error) {
+	testutil.EventuallyEvery(t, timeout, PollInterval, fmt.Sprintf("%d nodes Ready", n), func(ctx context.Context) error {
 		var nodes corev1.NodeList
 		if err := l.Client.List(ctx, &nodes); err != nil {
-			return false, err
+			return err
 		}
 		ready := 0
 		for i := range nodes.Items {
-			if NodeReady(&nodes.Items[i]) {
+			if localcluster.NodeReady(&nodes.Items[i]) {
 				ready++
 			}
 		}
 		if ready < n {
-			return false, fmt.Errorf("%d of %d nodes Ready", ready, n)
+			return fmt.Errorf("%d of %d nodes Ready", ready, n)
 		}
-		return true, nil
+		return nil
 	})
 }
 
-// NodeReady reports whether a node is Ready and schedulable as far as readiness goes (no not-ready taint).
-func NodeReady(n *corev1.Node) bool {
-	for _, t := range n.Spec.Taints {
-		if t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable {
-			return false
-		}
-	}
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 func (l *Local) logDiagnostics(t testing.TB) {
-	t.Logf("nodeops-local output:\n%s", l.output.String())
+	t.Logf("nodeops-local output:\n%s", l.up.Output())
 	logs, _ := filepath.Glob(filepath.Join(l.Dir, "logs", "*.log"))
 	sort.Strings(logs)
 	for _, f := range logs {
@@ -269,22 +213,4 @@ func flagValue(args []string, name string) string {
 		}
 	}
 	return ""
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) WriteLine(line string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.b.WriteString(line)
-	s.b.WriteByte('\n')
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
