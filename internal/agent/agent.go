@@ -134,28 +134,30 @@ func now() metav1.MicroTime { return metav1.NewMicroTime(time.Now()) }
 // command twice. An idempotent command may safely run again, so when nothing else is waiting to be
 // written it starts before its record, which is written only if the command runs longer than
 // RecordRunningAfter: a quick idempotent command, the common one-command task, costs one status
-// write instead of two.
+// write instead of two. A recovery waits for the next write in the same way: unlike a result, it
+// may be lost, since a restarted agent makes it again from the spec.
 func (r *Reconciler) execute(ctx context.Context, task *v1alpha1.NodeTask) error {
 	logger := log.FromContext(ctx).WithValues("node", task.Spec.NodeName)
 	status := task.Status.DeepCopy()
-	dirty := false // status holds a command result or a recovery not yet written
+	dirty := false     // status holds a command result not yet written
+	recovered := false // status holds a recovery not yet written; lost, it is made again from the spec
 	runs := map[int]int32{}
 	for {
 		view := task.DeepCopy()
 		view.Status = *status
 		act := taskpolicy.Decide(view)
 		if act.Kind == taskpolicy.ActRecover {
-			// Written with the step it leads to (a retried command's Running record, the next
-			// command's, the task's end), as a result is: one write, and never lost.
+			// Written with the step it leads to: the retried command's Running record, or (an
+			// idempotent command run before its record) its result, or the task's end.
 			st, note, acted := taskpolicy.Recover(view, now())
-			status, dirty = &st, true
+			status, recovered = &st, true
 			if acted {
 				clear(runs) // a retried command gets its retries afresh, as in a new reconcile
 			}
 			logger.Info(note, "task", task.Name, "recoveryMode", task.Spec.RecoveryMode, "acted", acted)
 			continue
 		}
-		if act.Kind == taskpolicy.ActNone && !dirty {
+		if act.Kind == taskpolicy.ActNone && !dirty && !recovered {
 			return nil
 		}
 		next := status.DeepCopy()
@@ -169,10 +171,10 @@ func (r *Reconciler) execute(ctx context.Context, task *v1alpha1.NodeTask) error
 					return gerr
 				}
 				if dirty {
-					// The agent alone writes status: keep the result (or recovery), take the new spec.
+					// The agent alone writes status: keep the result, take the new spec.
 					task = fresh
 				} else {
-					task, status = fresh, fresh.Status.DeepCopy()
+					task, status, recovered = fresh, fresh.Status.DeepCopy(), false
 				}
 				continue
 			}
@@ -187,6 +189,7 @@ func (r *Reconciler) execute(ctx context.Context, task *v1alpha1.NodeTask) error
 				}
 				continue
 			}
+			recovered = false
 		}
 		status = next
 		if act.Kind != taskpolicy.ActStart {

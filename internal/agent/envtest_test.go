@@ -647,3 +647,50 @@ func TestSkipLastCommand(t *testing.T) {
 		t.Errorf("commands ran %q", got)
 	}
 }
+
+// retryCountingWrites fails a one-command task on a new node, asks for a retry with the command
+// fixed, and counts the writes to the task from the request to its success (the request is one).
+func retryCountingWrites(t *testing.T, node string, idempotent bool) int {
+	t.Helper()
+	root := hosttest.NewRoot(t, nil)
+	startAgent(t, agent.Options{NodeName: node, HostRoot: root})
+	create(t, newTask(node, node, v1alpha1.ExecutionAuto, script("echo run >> /ran; [ -f /fixed ]", idempotent)))
+	waitTask(t, node, phaseIs(v1alpha1.TaskFailed))
+	if err := os.WriteFile(filepath.Join(root, "fixed"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w, err := cl.Watch(context.Background(), &v1alpha1.NodeTaskList{}, client.MatchingLabels{v1alpha1.LabelNode: node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	<-w.ResultChan() // the task as it is, Added
+	gen := askRecovery(t, node, v1alpha1.RecoveryRetry)
+	task := waitTask(t, node, phaseIs(v1alpha1.TaskSucceeded))
+	if task.Status.RecoveredGeneration != gen || task.Status.Attempt != 2 || task.Status.Commands[0].Attempt != 2 || hosttest.ReadFile(t, root, "/ran") != "run\nrun\n" {
+		t.Errorf("after retry: %+v", task.Status)
+	}
+	modified := 0
+	timeout := time.After(3 * time.Second)
+	for {
+		select {
+		case ev := <-w.ResultChan():
+			if ev.Type == watch.Modified {
+				modified++
+			}
+		case <-timeout:
+			return modified
+		}
+	}
+}
+
+// A retry costs no write of its own: it rides on the retried command's Running record, or, for a
+// quick idempotent command run before its record, on the result.
+func TestRetryCostsNoExtraStatusWrite(t *testing.T) {
+	if n := retryCountingWrites(t, "retry-writes-1", false); n != 1+2 {
+		t.Errorf("a retried non-idempotent command cost %d writes, want 3 (the request, recovery with Running, result)", n)
+	}
+	if n := retryCountingWrites(t, "retry-writes-2", true); n != 1+1 {
+		t.Errorf("a retried quick idempotent command cost %d writes, want 2 (the request, recovery with the result)", n)
+	}
+}
