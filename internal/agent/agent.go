@@ -154,7 +154,11 @@ func (r *Reconciler) execute(ctx context.Context, task *v1alpha1.NodeTask) error
 			if acted {
 				clear(runs) // a retried command gets its retries afresh, as in a new reconcile
 			}
-			logger.Info(note, "task", task.Name, "recoveryMode", task.Spec.RecoveryMode, "acted", acted)
+			msg := "acting on recoveryMode"
+			if !acted {
+				msg = "ignoring recoveryMode"
+			}
+			logger.Info(msg, "task", task.Name, "note", note)
 			continue
 		}
 		if act.Kind == taskpolicy.ActNone && !dirty && !recovered {
