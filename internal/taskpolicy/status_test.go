@@ -124,8 +124,16 @@ func TestRunThroughRecovery(t *testing.T) {
 		}
 		return a
 	}
-	for i := 0; i < 10 && step().Kind != ActNone; i++ {
+	// settle steps until the agent would have nothing left to do.
+	settle := func() {
+		for range 10 {
+			if step().Kind == ActNone {
+				return
+			}
+		}
+		t.Fatalf("the task does not settle: %+v", tk.Status)
 	}
+	settle()
 	if tk.Status.Phase != v1alpha1.TaskFailed || runs[0] != 1 || runs[1] != 1 || runs[2] != 0 {
 		t.Fatalf("before recovery: %+v, runs %v", tk.Status, runs)
 	}
@@ -134,8 +142,7 @@ func TestRunThroughRecovery(t *testing.T) {
 		tk.Generation++
 	}
 	ask(v1alpha1.RecoveryRetry)
-	for i := 0; i < 10 && step().Kind != ActNone; i++ {
-	}
+	settle()
 	if tk.Status.Phase != v1alpha1.TaskFailed || runs[1] != 2 || tk.Status.Commands[1].Attempt != 2 || tk.Status.Attempt != 2 || tk.Status.RecoveredGeneration != tk.Generation {
 		t.Fatalf("after retry: %+v, runs %v", tk.Status, runs)
 	}
@@ -144,8 +151,7 @@ func TestRunThroughRecovery(t *testing.T) {
 	}
 	ask(v1alpha1.RecoveryNone) // the manager clears it
 	ask(v1alpha1.RecoverySkip)
-	for i := 0; i < 10 && step().Kind != ActNone; i++ {
-	}
+	settle()
 	if tk.Status.Phase != v1alpha1.TaskSucceeded || runs[0] != 1 || runs[1] != 2 || runs[2] != 1 || tk.Status.Commands[1].Phase != v1alpha1.CommandSkipped ||
 		tk.Status.Progress != "3/3" || tk.Status.Attempt != 3 {
 		t.Fatalf("after skip: %+v, runs %v", tk.Status, runs)
