@@ -25,6 +25,7 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/host"
+	"github.com/nodeops/nodeops/internal/taskpolicy"
 )
 
 // Options configure an agent process.
@@ -184,7 +185,7 @@ func (i *idleExit) Start(ctx context.Context) error {
 		}
 		idle := !i.r.Busy()
 		for k := range tasks.Items {
-			if i.r.Serves(tasks.Items[k].Spec.NodeName) && NeedsAgent(&tasks.Items[k]) {
+			if i.r.Serves(tasks.Items[k].Spec.NodeName) && taskpolicy.NeedsAgent(&tasks.Items[k]) {
 				idle = false
 				break
 			}

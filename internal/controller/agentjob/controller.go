@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
-	"github.com/nodeops/nodeops/internal/agent"
+	"github.com/nodeops/nodeops/internal/taskpolicy"
 )
 
 // nodeIndex indexes NodeTasks by node for this controller.
@@ -38,7 +38,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	need := false
 	for i := range tasks.Items {
-		if agent.NeedsAgent(&tasks.Items[i]) {
+		if taskpolicy.NeedsAgent(&tasks.Items[i]) {
 			need = true
 			break
 		}
