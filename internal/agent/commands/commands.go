@@ -90,15 +90,3 @@ func Run(ctx context.Context, env *Env, c *v1alpha1.Command) (Result, error) {
 	}
 	return Result{}, fmt.Errorf("command %q has no kind this agent knows", c.DisplayName())
 }
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/clock"
 )
 
 const (
@@ -153,7 +154,7 @@ func runDrain(ctx context.Context, env *Env, d *v1alpha1.DrainCommand) (Result, 
 		if len(pending) == 0 {
 			break
 		}
-		if err := sleep(ctx, env.poll()); err != nil {
+		if err := clock.Sleep(ctx, env.poll()); err != nil {
 			return Result{}, drainTimeoutError(env.NodeName, timeout, pending, blocked)
 		}
 	}

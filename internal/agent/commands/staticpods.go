@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/clock"
 )
 
 const (
@@ -135,7 +136,7 @@ func waitMirrorPod(ctx context.Context, env *Env, comp string, done func(uid typ
 			env.printf("API server unreachable after moving the %s manifest out: it went away (%v)\n", comp, err)
 			return nil
 		}
-		if err := sleep(ctx, env.poll()); err != nil {
+		if err := clock.Sleep(ctx, env.poll()); err != nil {
 			return fmt.Errorf("mirror pod kube-system/%s-%s: %w", comp, env.NodeName, err)
 		}
 	}
