@@ -52,41 +52,64 @@ type Result struct {
 	Certificates []v1alpha1.CertificateExpiry
 }
 
+// Handler runs one command of one kind; spec is that kind's own type, such as *v1alpha1.ScriptCommand.
+type Handler func(ctx context.Context, env *Env, spec v1alpha1.CommandKind) (Result, error)
+
+// Handlers is the one table from command kind to the code that runs it. A test walks Command's
+// fields and fails for a kind missing here.
+func Handlers() map[string]Handler {
+	return byKind(
+		handle(runKubeadmUpgradeApply),
+		handle(runKubeadmUpgradeNode),
+		handle(runKubeadmUpgradePlan),
+		handle(runKubeadmRenewCertificates),
+		handle(runRestartStaticPods),
+		handle(runInstallBinaries),
+		handle(runRestartService),
+		handle(runCordon),
+		handle(runDrain),
+		handle(runUncordon),
+		handle(runWaitNodeReady),
+		handle(runPreflight),
+		handle(runInstallFile),
+		handle(runContainerdRuntime),
+		handle(runScript),
+		handle(runWait),
+	)
+}
+
+type entry struct {
+	kind string
+	run  Handler
+}
+
+// handle files run under its kind's name, taken from the kind's type so the two cannot disagree.
+func handle[T any, P interface {
+	*T
+	v1alpha1.CommandKind
+}](run func(context.Context, *Env, P) (Result, error)) entry {
+	return entry{kind: P(new(T)).KindName(), run: func(ctx context.Context, env *Env, spec v1alpha1.CommandKind) (Result, error) {
+		return run(ctx, env, spec.(P))
+	}}
+}
+
+func byKind(entries ...entry) map[string]Handler {
+	m := make(map[string]Handler, len(entries))
+	for _, e := range entries {
+		m[e.kind] = e.run
+	}
+	return m
+}
+
 // Run runs one command. An error fails the command; host.ExitCode(err) is its exit code.
 func Run(ctx context.Context, env *Env, c *v1alpha1.Command) (Result, error) {
-	switch {
-	case c.Script != nil:
-		return runScript(ctx, env, c.Script)
-	case c.Wait != nil:
-		return runWait(ctx, env, c.Wait)
-	case c.Cordon != nil:
-		return runCordon(ctx, env)
-	case c.Uncordon != nil:
-		return runUncordon(ctx, env)
-	case c.Drain != nil:
-		return runDrain(ctx, env, c.Drain)
-	case c.WaitNodeReady != nil:
-		return runWaitNodeReady(ctx, env, c.WaitNodeReady)
-	case c.InstallFile != nil:
-		return runInstallFile(ctx, env, c.InstallFile)
-	case c.ContainerdRuntime != nil:
-		return runContainerdRuntime(ctx, env, c.ContainerdRuntime)
-	case c.RestartService != nil:
-		return runRestartService(ctx, env, c.RestartService)
-	case c.InstallBinaries != nil:
-		return runInstallBinaries(ctx, env, c.InstallBinaries)
-	case c.Preflight != nil:
-		return runPreflight(ctx, env, c.Preflight)
-	case c.KubeadmUpgradePlan != nil:
-		return runKubeadmUpgradePlan(ctx, env, c.KubeadmUpgradePlan)
-	case c.KubeadmUpgradeApply != nil:
-		return runKubeadmUpgradeApply(ctx, env, c.KubeadmUpgradeApply)
-	case c.KubeadmUpgradeNode != nil:
-		return runKubeadmUpgradeNode(ctx, env, c.KubeadmUpgradeNode)
-	case c.KubeadmRenewCertificates != nil:
-		return runKubeadmRenewCertificates(ctx, env, c.KubeadmRenewCertificates)
-	case c.RestartStaticPods != nil:
-		return runRestartStaticPods(ctx, env, c.RestartStaticPods)
+	spec := c.Spec()
+	if spec == nil {
+		return Result{}, fmt.Errorf("command %q sets no command kind", c.DisplayName())
 	}
-	return Result{}, fmt.Errorf("command %q has no kind this agent knows", c.DisplayName())
+	run, ok := Handlers()[spec.KindName()]
+	if !ok {
+		return Result{}, fmt.Errorf("command %q is of kind %s, which this agent has no handler for", c.DisplayName(), spec.KindName())
+	}
+	return run(ctx, env, spec)
 }

@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
 )
 
 // AnnotationWasUnschedulable remembers, from cordon to uncordon, whether the node was already
@@ -77,10 +79,10 @@ func patchNodeOnce(ctx context.Context, env *Env, verb string, change func(*core
 	return Result{Message: fmt.Sprintf("node %s %s (unschedulable=%t)", env.NodeName, verb, next.Spec.Unschedulable)}, nil
 }
 
-func runCordon(ctx context.Context, env *Env) (Result, error) {
+func runCordon(ctx context.Context, env *Env, _ *v1alpha1.CordonCommand) (Result, error) {
 	return patchNode(ctx, env, "cordoned", cordonPatch)
 }
 
-func runUncordon(ctx context.Context, env *Env) (Result, error) {
+func runUncordon(ctx context.Context, env *Env, _ *v1alpha1.UncordonCommand) (Result, error) {
 	return patchNode(ctx, env, "uncordoned", uncordonPatch)
 }
