@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -19,7 +20,8 @@ import (
 type Env struct {
 	NodeName  string
 	Operation string
-	// DryRun: change nothing on the host or in the cluster; report what would be done.
+	// DryRun: change nothing on the host or in the cluster; report what would be done. Run gives
+	// handlers a Host and Client that do so, so handlers need not ask.
 	DryRun bool
 	Host   *host.Host
 	// Client reads and writes the cluster directly (no cache): the node, its pods, evictions.
@@ -31,6 +33,40 @@ type Env struct {
 	Arch string
 	// Poll is how often waiting commands look again; 2s when zero.
 	Poll time.Duration
+
+	// acting is the Host that really changes things, set in a DryRun for kubeadm's own dry run,
+	// which leaves files behind that must really be removed.
+	acting *host.Host
+}
+
+// forRun is the Env a handler gets: in a DryRun its host reports changes instead of making them and
+// its cluster writes are server-side dry runs.
+func (e *Env) forRun() *Env {
+	if !e.DryRun {
+		return e
+	}
+	d := *e
+	d.acting = e.Host
+	d.Host = e.Host.DryRun(e.out())
+	if e.Client != nil {
+		d.Client = client.NewDryRunClient(e.Client)
+	}
+	return &d
+}
+
+// actingFiles are the host's files as they really are, even in a DryRun.
+func (e *Env) actingFiles() host.Files {
+	if e.acting != nil {
+		return e.acting.Files
+	}
+	return e.Host.Files
+}
+
+func (e *Env) out() io.Writer {
+	if e.Out != nil {
+		return e.Out
+	}
+	return io.Discard
 }
 
 func (e *Env) poll() time.Duration {
@@ -111,5 +147,10 @@ func Run(ctx context.Context, env *Env, c *v1alpha1.Command) (Result, error) {
 	if !ok {
 		return Result{}, fmt.Errorf("command %q is of kind %s, which this agent has no handler for", c.DisplayName(), spec.KindName())
 	}
-	return run(ctx, env, spec)
+	res, err := run(ctx, env.forRun(), spec)
+	// Like kubectl's "(dry run)": the same message, marked, so it is never taken for a change made.
+	if env.DryRun && res.Message != "" && !strings.HasPrefix(res.Message, "dry run") {
+		res.Message = "dry run: " + res.Message
+	}
+	return res, err
 }

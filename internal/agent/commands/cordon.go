@@ -65,16 +65,9 @@ func patchNodeOnce(ctx context.Context, env *Env, verb string, change func(*core
 	if next == nil {
 		return Result{Message: fmt.Sprintf("node %s already %s", env.NodeName, verb)}, nil
 	}
-	opts := []client.PatchOption{}
-	if env.DryRun {
-		opts = append(opts, client.DryRunAll)
-	}
 	// The resourceVersion in the patch makes it fail rather than overwrite a concurrent change.
-	if err := env.Client.Patch(ctx, next, client.MergeFromWithOptions(node, client.MergeFromWithOptimisticLock{}), opts...); err != nil {
+	if err := env.Client.Patch(ctx, next, client.MergeFromWithOptions(node, client.MergeFromWithOptimisticLock{})); err != nil {
 		return Result{}, fmt.Errorf("patching node %s: %w", env.NodeName, err)
-	}
-	if env.DryRun {
-		return Result{Message: fmt.Sprintf("dry run: node %s would be %s", env.NodeName, verb)}, nil
 	}
 	return Result{Message: fmt.Sprintf("node %s %s (unschedulable=%t)", env.NodeName, verb, next.Spec.Unschedulable)}, nil
 }
