@@ -125,8 +125,9 @@ func runKubeadmUpgradeNode(ctx context.Context, env *Env, c *v1alpha1.KubeadmUpg
 	return Result{Message: "kubeadm upgrade node succeeded"}, nil
 }
 
-// runKubeadmRenewCertificates renews the certificates (kubeadm certs renew has no dry run, so DryRun
-// renews nothing: the other explicit DryRun check, as kubeadm runs for real to check expiry) and reports every certificate's expiry from `kubeadm certs check-expiration`.
+// runKubeadmRenewCertificates renews the certificates and reports every certificate's expiry from
+// `kubeadm certs check-expiration`. certs renew has no dry run, so DryRun renews nothing: the other
+// explicit check, as the host's kubeadm stays real for check-expiration and upgrade --dry-run.
 func runKubeadmRenewCertificates(ctx context.Context, env *Env, c *v1alpha1.KubeadmRenewCertificatesCommand) (Result, error) {
 	certs := c.Certificates
 	if len(certs) == 0 {
