@@ -400,6 +400,7 @@ func (c *WaitCommand) Description() string {
 
 // CommandKind is what each command type declares about itself, so that a kind is defined once, on its
 // type: Command's Kind, Idempotent and Spec are derived from its fields, and the agent and CLI ask the kind.
+// +kubebuilder:object:generate=false
 type CommandKind interface {
 	// KindName is the kind's field name in Command, as JSON spells it, such as "script".
 	KindName() string
