@@ -122,14 +122,9 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		Poll:      o.Poll,
 	}
 	if !o.Noop {
-		// The one choice between a real host and nodeops-local's stand-ins is made here.
-		h := host.NewLocal(o.HostRoot)
-		if o.ServiceManager != host.ServiceManagerLocal {
-			services, err := host.NewServiceManager(o.ServiceManager, o.HostRoot, &host.ChrootRunner{Root: o.HostRoot})
-			if err != nil {
-				return err
-			}
-			h = host.New(o.HostRoot, services)
+		h, err := host.Open(o.ServiceManager, o.HostRoot)
+		if err != nil {
+			return err
 		}
 		r.HostFor = func(string) *host.Host { return h }
 	}

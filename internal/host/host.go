@@ -48,6 +48,19 @@ type Host struct {
 	StaticPods StaticPods
 }
 
+// Open builds the Host of root for the service manager --service-manager names: the one place that
+// chooses between a real node and nodeops-local's stand-ins ("local").
+func Open(serviceManager, root string) (*Host, error) {
+	if serviceManager == ServiceManagerLocal {
+		return NewLocal(root), nil
+	}
+	services, err := NewServiceManager(serviceManager, root, &ChrootRunner{Root: root})
+	if err != nil {
+		return nil, err
+	}
+	return New(root, services), nil
+}
+
 // New builds the Host of a real node under root, with the given service manager.
 func New(root string, services ServiceManager) *Host {
 	files := &FS{Root: root}
