@@ -29,11 +29,18 @@ func TestEveryCommandKindIsComplete(t *testing.T) {
 	case len(rules) == 0:
 		t.Fatalf("no rule with message %q in config.CRDs", celMessagePrefix)
 	case len(rules) > 1:
-		t.Errorf("the CRDs' rules on Command differ (run make generate):\n%s", strings.Join(rules, "\n"))
+		t.Errorf("the CRDs' rules on Command differ (run make generate):\n%s", strings.Join(rules, "\n\n"))
 	}
-	for _, rule := range rules {
+	for _, ruleAndMessage := range rules {
+		rule, message, _ := strings.Cut(ruleAndMessage, "\n")
 		for _, problem := range checkKinds(reflect.TypeFor[v1alpha1.Command](), commands.Handlers(), rule) {
 			t.Error(problem)
+		}
+		words := strings.FieldsFunc(message, func(r rune) bool { return strings.ContainsRune(" ,()", r) })
+		for _, f := range kindFields(reflect.TypeFor[v1alpha1.Command]()) {
+			if !slices.Contains(words, jsonName(f)) {
+				t.Errorf("kind %q: the CEL rule's message %q does not list it", jsonName(f), message)
+			}
 		}
 	}
 	// Spec, Kind and Idempotent find each kind through the fields, without a case of their own.
@@ -133,7 +140,8 @@ func jsonName(f reflect.StructField) string {
 	return name
 }
 
-// commandRules are the exactly-one rules on Command in the generated CRDs, one per place Command appears.
+// commandRules are the exactly-one rules on Command in the generated CRDs, one per place Command
+// appears, each as its rule, a newline, and its message.
 func commandRules(t *testing.T) []string {
 	t.Helper()
 	files, err := fs.Glob(config.CRDs, "crd/*.yaml")
@@ -164,7 +172,7 @@ func findRules(node any) []string {
 				if v, ok := v.(map[string]any); ok {
 					if msg, _ := v["message"].(string); strings.HasPrefix(msg, celMessagePrefix) {
 						rule, _ := v["rule"].(string)
-						rules = append(rules, rule)
+						rules = append(rules, rule+"\n"+msg)
 					}
 				}
 			}
