@@ -1,6 +1,10 @@
 package v1alpha1
 
 import (
+	"fmt"
+	"reflect"
+	"strings"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -54,12 +58,28 @@ type KubeadmUpgradeApplyCommand struct {
 	IgnorePreflightErrors []string `json:"ignorePreflightErrors,omitempty"`
 }
 
+func (*KubeadmUpgradeApplyCommand) KindName() string { return "kubeadmUpgradeApply" }
+
+func (*KubeadmUpgradeApplyCommand) IsIdempotent() bool { return true }
+
+func (c *KubeadmUpgradeApplyCommand) Description() string {
+	return "kubeadm upgrade apply " + c.KubernetesVersion + ignoring(c.IgnorePreflightErrors)
+}
+
 // KubeadmUpgradeNodeCommand runs `kubeadm upgrade node` on a control-plane or worker node.
 type KubeadmUpgradeNodeCommand struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:MaxLength=63
 	IgnorePreflightErrors []string `json:"ignorePreflightErrors,omitempty"`
+}
+
+func (*KubeadmUpgradeNodeCommand) KindName() string { return "kubeadmUpgradeNode" }
+
+func (*KubeadmUpgradeNodeCommand) IsIdempotent() bool { return true }
+
+func (c *KubeadmUpgradeNodeCommand) Description() string {
+	return "kubeadm upgrade node" + ignoring(c.IgnorePreflightErrors)
 }
 
 // KubeadmUpgradePlanCommand runs `kubeadm upgrade plan VERSION` as a preflight check.
@@ -73,6 +93,14 @@ type KubeadmUpgradePlanCommand struct {
 	IgnorePreflightErrors []string `json:"ignorePreflightErrors,omitempty"`
 }
 
+func (*KubeadmUpgradePlanCommand) KindName() string { return "kubeadmUpgradePlan" }
+
+func (*KubeadmUpgradePlanCommand) IsIdempotent() bool { return true }
+
+func (c *KubeadmUpgradePlanCommand) Description() string {
+	return "kubeadm upgrade plan " + c.KubernetesVersion + ignoring(c.IgnorePreflightErrors)
+}
+
 // KubeadmRenewCertificatesCommand runs `kubeadm certs renew` for the listed certificates (all when empty)
 // and reports each certificate's expiry afterwards.
 type KubeadmRenewCertificatesCommand struct {
@@ -80,6 +108,14 @@ type KubeadmRenewCertificatesCommand struct {
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:Enum=all;admin.conf;apiserver;apiserver-etcd-client;apiserver-kubelet-client;controller-manager.conf;etcd-healthcheck-client;etcd-peer;etcd-server;front-proxy-client;scheduler.conf;super-admin.conf
 	Certificates []string `json:"certificates,omitempty"`
+}
+
+func (*KubeadmRenewCertificatesCommand) KindName() string { return "kubeadmRenewCertificates" }
+
+func (*KubeadmRenewCertificatesCommand) IsIdempotent() bool { return true }
+
+func (c *KubeadmRenewCertificatesCommand) Description() string {
+	return "kubeadm certs renew " + strings.Join(orAll(c.Certificates), " ")
 }
 
 // RestartStaticPodsCommand restarts control-plane static pods by moving each manifest out of
@@ -90,6 +126,14 @@ type RestartStaticPodsCommand struct {
 	// +kubebuilder:validation:MaxItems=8
 	// +kubebuilder:validation:items:Enum=etcd;kube-apiserver;kube-controller-manager;kube-scheduler
 	Components []string `json:"components,omitempty"`
+}
+
+func (*RestartStaticPodsCommand) KindName() string { return "restartStaticPods" }
+
+func (*RestartStaticPodsCommand) IsIdempotent() bool { return true }
+
+func (c *RestartStaticPodsCommand) Description() string {
+	return "restart static pods: " + strings.Join(orAll(c.Components), ", ")
 }
 
 // BinarySource is where Kubernetes binaries come from: {baseURL}/{version}/bin/linux/{arch}/{name},
@@ -113,6 +157,14 @@ type InstallBinariesCommand struct {
 	Source  BinarySource `json:"source"`
 }
 
+func (*InstallBinariesCommand) KindName() string { return "installBinaries" }
+
+func (*InstallBinariesCommand) IsIdempotent() bool { return true }
+
+func (c *InstallBinariesCommand) Description() string {
+	return fmt.Sprintf("install %s %s from %s", strings.Join(c.Components, ", "), c.Version, c.Source.BaseURL)
+}
+
 // RestartServiceCommand restarts a service with the host's service manager.
 type RestartServiceCommand struct {
 	// +kubebuilder:validation:MinLength=1
@@ -121,11 +173,35 @@ type RestartServiceCommand struct {
 	Name string `json:"name"`
 }
 
+func (*RestartServiceCommand) KindName() string { return "restartService" }
+
+func (*RestartServiceCommand) IsIdempotent() bool { return true }
+
+func (c *RestartServiceCommand) Description() string {
+	return "restart service " + c.Name
+}
+
 // CordonCommand marks the node unschedulable, remembering whether it already was.
 type CordonCommand struct{}
 
+func (*CordonCommand) KindName() string { return "cordon" }
+
+func (*CordonCommand) IsIdempotent() bool { return true }
+
+func (*CordonCommand) Description() string {
+	return "cordon the node"
+}
+
 // UncordonCommand restores the schedulability the node had before cordon.
 type UncordonCommand struct{}
+
+func (*UncordonCommand) KindName() string { return "uncordon" }
+
+func (*UncordonCommand) IsIdempotent() bool { return true }
+
+func (*UncordonCommand) Description() string {
+	return "uncordon the node (if cordon found it schedulable)"
+}
 
 // DrainCommand evicts the node's pods through the Eviction API, honouring PodDisruptionBudgets.
 type DrainCommand struct {
@@ -145,10 +221,26 @@ type DrainCommand struct {
 	PodSelector *metav1.LabelSelector `json:"podSelector,omitempty"`
 }
 
+func (*DrainCommand) KindName() string { return "drain" }
+
+func (*DrainCommand) IsIdempotent() bool { return true }
+
+func (c *DrainCommand) Description() string {
+	return "drain the node" + drainText(c)
+}
+
 // WaitNodeReadyCommand waits until the node reports Ready.
 type WaitNodeReadyCommand struct {
 	// +optional
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
+}
+
+func (*WaitNodeReadyCommand) KindName() string { return "waitNodeReady" }
+
+func (*WaitNodeReadyCommand) IsIdempotent() bool { return true }
+
+func (c *WaitNodeReadyCommand) Description() string {
+	return "wait for the node to be Ready" + durationText(" within ", c.Timeout)
 }
 
 // PreflightCommand checks the node before work starts.
@@ -156,6 +248,14 @@ type PreflightCommand struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=16
 	Checks []PreflightCheck `json:"checks,omitempty"`
+}
+
+func (*PreflightCommand) KindName() string { return "preflight" }
+
+func (*PreflightCommand) IsIdempotent() bool { return true }
+
+func (c *PreflightCommand) Description() string {
+	return "preflight checks" + preflightText(c.Checks)
 }
 
 // PreflightCheck is one check; exactly one field is set.
@@ -198,6 +298,17 @@ type InstallFileCommand struct {
 	Remove bool `json:"remove,omitempty"`
 }
 
+func (*InstallFileCommand) KindName() string { return "installFile" }
+
+func (*InstallFileCommand) IsIdempotent() bool { return true }
+
+func (c *InstallFileCommand) Description() string {
+	if c.Remove {
+		return "remove " + c.Path
+	}
+	return fmt.Sprintf("install %s from %s", c.Path, c.URL)
+}
+
 // ContainerdRuntimeCommand adds or removes a runtime handler in containerd's config (version 2 or 3), then restarts containerd.
 type ContainerdRuntimeCommand struct {
 	// Name of the runtime handler, as RuntimeClasses name it.
@@ -225,6 +336,21 @@ type ContainerdRuntimeCommand struct {
 	SkipRestart bool `json:"skipRestart,omitempty"`
 }
 
+func (*ContainerdRuntimeCommand) KindName() string { return "containerdRuntime" }
+
+func (*ContainerdRuntimeCommand) IsIdempotent() bool { return true }
+
+func (c *ContainerdRuntimeCommand) Description() string {
+	s := fmt.Sprintf("add containerd runtime %s (%s)", c.Name, c.RuntimeType)
+	if c.Remove {
+		s = "remove containerd runtime " + c.Name
+	}
+	if !c.SkipRestart {
+		s += ", restart containerd"
+	}
+	return s
+}
+
 // ScriptCommand runs a shell script inside the host root.
 type ScriptCommand struct {
 	// +kubebuilder:validation:MinLength=1
@@ -236,6 +362,18 @@ type ScriptCommand struct {
 	// Idempotent says the script is safe to run again after an interruption.
 	// +optional
 	Idempotent bool `json:"idempotent,omitempty"`
+}
+
+func (*ScriptCommand) KindName() string { return "script" }
+
+func (c *ScriptCommand) IsIdempotent() bool { return c.Idempotent }
+
+func (c *ScriptCommand) Description() string {
+	s := "script: " + firstLine(c.Inline)
+	if c.Idempotent {
+		s += " (idempotent)"
+	}
+	return s
 }
 
 // EnvVar is one environment variable for a script.
@@ -252,41 +390,46 @@ type WaitCommand struct {
 	Duration metav1.Duration `json:"duration"`
 }
 
+func (*WaitCommand) KindName() string { return "wait" }
+
+func (*WaitCommand) IsIdempotent() bool { return true }
+
+func (c *WaitCommand) Description() string {
+	return "wait " + c.Duration.Duration.String()
+}
+
+// CommandKind is what each command type declares about itself, so that a kind is defined once, on its
+// type: Command's Kind, Idempotent and Spec are derived from its fields, and the agent and CLI ask the kind.
+// +kubebuilder:object:generate=false
+type CommandKind interface {
+	// KindName is the kind's field name in Command, as JSON spells it, such as "script".
+	KindName() string
+	// IsIdempotent reports whether the command is safe to run again after an interruption.
+	IsIdempotent() bool
+	// Description says in one line what the command does on the node, with its arguments.
+	Description() string
+}
+
+// Spec is the command kind that is set, nil when none is. It walks Command's pointer fields, so a
+// new kind needs no case here.
+func (c *Command) Spec() CommandKind {
+	v := reflect.ValueOf(c).Elem()
+	for i := range v.NumField() {
+		f := v.Field(i)
+		if f.Kind() != reflect.Pointer || f.IsNil() {
+			continue
+		}
+		if k, ok := f.Interface().(CommandKind); ok {
+			return k
+		}
+	}
+	return nil
+}
+
 // Kind names the command kind that is set, such as "script".
 func (c *Command) Kind() string {
-	switch {
-	case c.KubeadmUpgradeApply != nil:
-		return "kubeadmUpgradeApply"
-	case c.KubeadmUpgradeNode != nil:
-		return "kubeadmUpgradeNode"
-	case c.KubeadmUpgradePlan != nil:
-		return "kubeadmUpgradePlan"
-	case c.KubeadmRenewCertificates != nil:
-		return "kubeadmRenewCertificates"
-	case c.RestartStaticPods != nil:
-		return "restartStaticPods"
-	case c.InstallBinaries != nil:
-		return "installBinaries"
-	case c.RestartService != nil:
-		return "restartService"
-	case c.Cordon != nil:
-		return "cordon"
-	case c.Drain != nil:
-		return "drain"
-	case c.Uncordon != nil:
-		return "uncordon"
-	case c.WaitNodeReady != nil:
-		return "waitNodeReady"
-	case c.Preflight != nil:
-		return "preflight"
-	case c.InstallFile != nil:
-		return "installFile"
-	case c.ContainerdRuntime != nil:
-		return "containerdRuntime"
-	case c.Script != nil:
-		return "script"
-	case c.Wait != nil:
-		return "wait"
+	if k := c.Spec(); k != nil {
+		return k.KindName()
 	}
 	return "unknown"
 }
@@ -302,8 +445,83 @@ func (c *Command) DisplayName() string {
 // Idempotent reports whether the command is safe to run again after an interruption.
 // Every built-in command converges on its desired state; a script says so itself.
 func (c *Command) Idempotent() bool {
-	if c.Script != nil {
-		return c.Script.Idempotent
+	if k := c.Spec(); k != nil {
+		return k.IsIdempotent()
 	}
 	return true
+}
+
+func orAll(names []string) []string {
+	if len(names) == 0 {
+		return []string{"all"}
+	}
+	return names
+}
+
+func ignoring(errs []string) string {
+	if len(errs) == 0 {
+		return ""
+	}
+	return " --ignore-preflight-errors=" + strings.Join(errs, ",")
+}
+
+func durationText(prefix string, d *metav1.Duration) string {
+	if d == nil {
+		return ""
+	}
+	return prefix + d.Duration.String()
+}
+
+func drainText(d *DrainCommand) string {
+	var parts []string
+	if d.Timeout != nil {
+		parts = append(parts, "timeout "+d.Timeout.Duration.String())
+	}
+	if d.GracePeriodSeconds != nil {
+		parts = append(parts, fmt.Sprintf("grace %ds", *d.GracePeriodSeconds))
+	}
+	if d.IgnoreDaemonSets == nil || *d.IgnoreDaemonSets {
+		parts = append(parts, "ignoring DaemonSets")
+	}
+	if d.DeleteEmptyDirData {
+		parts = append(parts, "deleting emptyDir data")
+	}
+	if d.PodSelector != nil {
+		parts = append(parts, "pods "+metav1.FormatLabelSelector(d.PodSelector))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+func preflightText(checks []PreflightCheck) string {
+	var parts []string
+	for _, c := range checks {
+		switch {
+		case c.Binary != "":
+			parts = append(parts, "has "+c.Binary)
+		case c.MinFreeDiskMiB > 0:
+			parts = append(parts, fmt.Sprintf("%d MiB free", c.MinFreeDiskMiB))
+		case len(c.OSFamily) > 0:
+			parts = append(parts, "OS "+strings.Join(c.OSFamily, "|"))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(parts, ", ")
+}
+
+// firstLine is a script's first line, shortened to fit a table.
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	line, rest, _ := strings.Cut(s, "\n")
+	line = strings.TrimSpace(line)
+	if len(line) > 60 {
+		line = line[:57] + "..."
+	} else if strings.TrimSpace(rest) != "" {
+		line += " ..."
+	}
+	return line
 }

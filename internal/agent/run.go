@@ -123,11 +123,10 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		Poll:      o.Poll,
 	}
 	if !o.Noop {
-		services, err := host.NewServiceManager(o.ServiceManager, o.HostRoot, &host.ChrootRunner{Root: o.HostRoot})
+		h, err := host.Open(o.ServiceManager, o.HostRoot)
 		if err != nil {
 			return err
 		}
-		h := host.New(o.HostRoot, services, o.ServiceManager == host.ServiceManagerLocal)
 		r.HostFor = func(string) *host.Host { return h }
 	}
 	if err := r.SetupWithManager(mgr, o.Workers); err != nil {

@@ -156,10 +156,11 @@ func TestDetectOS(t *testing.T) {
 
 func TestLocalServicesRecordsRestarts(t *testing.T) {
 	root := hosttest.NewRoot(t, nil)
-	sm, err := host.NewServiceManager(host.ServiceManagerLocal, root, &host.ChrootRunner{Root: root})
+	h, err := host.Open(host.ServiceManagerLocal, root)
 	if err != nil {
 		t.Fatal(err)
 	}
+	sm := h.Services
 	for _, s := range []string{"kubelet", "containerd"} {
 		if err := sm.Restart(context.Background(), s); err != nil {
 			t.Fatal(err)

@@ -24,12 +24,8 @@ import (
 func localEnv(t *testing.T, files map[string]string, dryRun bool) (*Env, string, *bytes.Buffer) {
 	t.Helper()
 	root := hosttest.NewRoot(t, files)
-	sm, err := host.NewServiceManager(host.ServiceManagerLocal, root, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := &bytes.Buffer{}
-	return &Env{NodeName: "node-a", Operation: "op", DryRun: dryRun, Host: host.New(root, sm, true), Out: out, Arch: "amd64", Poll: 10 * time.Millisecond}, root, out
+	return &Env{NodeName: "node-a", Operation: "op", DryRun: dryRun, Host: host.NewLocal(root), Out: out, Arch: "amd64", Poll: 10 * time.Millisecond}, root, out
 }
 
 func sum(s string) string {
@@ -387,13 +383,14 @@ func TestRemoveDryRunLeftovers(t *testing.T) {
 		}
 	}
 	t.Run("directory made by the run", func(t *testing.T) {
-		dir := filepath.Join(t.TempDir(), "tmp")
-		before, existed, err := dirNames(dir)
+		files := &host.FS{Root: t.TempDir()}
+		dir := filepath.Join(files.Root, "tmp")
+		before, existed, err := dirNames(files, "/tmp")
 		if err != nil || existed {
 			t.Fatalf("dirNames of a missing dir: %v, %v", existed, err)
 		}
 		write(t, filepath.Join(dir, "kubeadm-upgrade-node-dryrun123/tmp/config.yaml"))
-		removed, err := removeDryRunLeftovers(dir, before, existed)
+		removed, err := removeDryRunLeftovers(files, "/tmp", before, existed)
 		if err != nil || len(removed) != 1 {
 			t.Fatalf("removed %v, %v", removed, err)
 		}
@@ -402,20 +399,21 @@ func TestRemoveDryRunLeftovers(t *testing.T) {
 		}
 	})
 	t.Run("existing directory keeps what was there and what is not kubeadm's dry run", func(t *testing.T) {
-		dir := filepath.Join(t.TempDir(), "tmp")
+		files := &host.FS{Root: t.TempDir()}
+		dir := filepath.Join(files.Root, "tmp")
 		write(t, filepath.Join(dir, "kubeadm-backup-manifests-1/etcd.yaml"))
 		write(t, filepath.Join(dir, "kubeadm-upgrade-apply-dryrun1/config.yaml"))
-		before, existed, err := dirNames(dir)
+		before, existed, err := dirNames(files, "/tmp")
 		if err != nil || !existed {
 			t.Fatal(existed, err)
 		}
 		write(t, filepath.Join(dir, "kubeadm-upgrade-apply-dryrun2/config.yaml"))
 		write(t, filepath.Join(dir, "someone-else"))
-		removed, err := removeDryRunLeftovers(dir, before, existed)
+		removed, err := removeDryRunLeftovers(files, "/tmp", before, existed)
 		if err != nil || len(removed) != 1 || removed[0] != "kubeadm-upgrade-apply-dryrun2" {
 			t.Fatalf("removed %v, %v", removed, err)
 		}
-		now, _, _ := dirNames(dir)
+		now, _, _ := dirNames(files, "/tmp")
 		if len(now) != 3 || !now["kubeadm-backup-manifests-1"] || !now["kubeadm-upgrade-apply-dryrun1"] || !now["someone-else"] {
 			t.Errorf("left %v", now)
 		}

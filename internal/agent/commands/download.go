@@ -8,7 +8,6 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
-	"os"
 	"strings"
 )
 
@@ -58,7 +57,7 @@ func fetchSHA256(ctx context.Context, env *Env, url string) (string, error) {
 
 // installVerified downloads url and, only when its sha256 is want, moves it into place at host path p
 // atomically. On a mismatch the temporary file is dropped and p is left as it was. In DryRun the
-// download is verified and nothing is written.
+// download is verified all the same and the host's files keep none of it.
 func installVerified(ctx context.Context, env *Env, url, want, p string, mode fs.FileMode) error {
 	body, err := get(ctx, env, url)
 	if err != nil {
@@ -66,12 +65,6 @@ func installVerified(ctx context.Context, env *Env, url, want, p string, mode fs
 	}
 	defer func() { _ = body.Close() }()
 	h := sha256.New()
-	if env.DryRun {
-		if _, err := io.Copy(h, io.LimitReader(body, maxDownload)); err != nil {
-			return fmt.Errorf("downloading %s: %w", url, err)
-		}
-		return checkSum(url, p, want, h.Sum(nil))
-	}
 	tmp, err := env.Host.Files.CreateTemp(p)
 	if err != nil {
 		return err
@@ -96,11 +89,7 @@ func checkSum(url, p, want string, got []byte) error {
 
 // fileSHA256 is the digest of host path p, "" when it cannot be read.
 func fileSHA256(env *Env, p string) string {
-	real, err := env.Host.Files.Path(p)
-	if err != nil {
-		return ""
-	}
-	f, err := os.Open(real)
+	f, err := env.Host.Files.Open(p)
 	if err != nil {
 		return ""
 	}

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/clock"
 )
 
 const (
@@ -89,7 +90,7 @@ func hasEmptyDir(pod *corev1.Pod) bool {
 
 // runDrain evicts the node's pods through the Eviction API. An eviction a PodDisruptionBudget refuses
 // (429) is tried again until the timeout; then the drain fails naming the pod and the budget.
-// In DryRun the evictions are server-side dry runs and nothing is waited for.
+// In DryRun the evictions are server-side dry runs (Env's client) and nothing is waited for.
 func runDrain(ctx context.Context, env *Env, d *v1alpha1.DrainCommand) (Result, error) {
 	timeout := defaultDrainTimeout
 	if d.Timeout != nil && d.Timeout.Duration > 0 {
@@ -142,23 +143,20 @@ func runDrain(ctx context.Context, env *Env, d *v1alpha1.DrainCommand) (Result, 
 				return Result{}, fmt.Errorf("evicting pod %s/%s: %w", pod.Namespace, pod.Name, err)
 			}
 		}
-		if env.DryRun && len(blocked) == 0 {
-			break
-		}
-		if !env.DryRun {
-			if err := forgetGone(ctx, env, pending, evicted); err != nil {
-				return Result{}, err
+		// A dry-run eviction leaves its pod in place: nothing goes away to wait for, only refusals to retry.
+		if env.DryRun {
+			if len(blocked) == 0 {
+				break
 			}
+		} else if err := forgetGone(ctx, env, pending, evicted); err != nil {
+			return Result{}, err
 		}
 		if len(pending) == 0 {
 			break
 		}
-		if err := sleep(ctx, env.poll()); err != nil {
+		if err := clock.Sleep(ctx, env.poll()); err != nil {
 			return Result{}, drainTimeoutError(env.NodeName, timeout, pending, blocked)
 		}
-	}
-	if env.DryRun {
-		return Result{Message: fmt.Sprintf("dry run: %d pods of node %s would be evicted, %d left", len(plan.Evict), env.NodeName, len(plan.Left))}, nil
 	}
 	return Result{Message: fmt.Sprintf("drained node %s: %d pods evicted, %d left", env.NodeName, len(plan.Evict), len(plan.Left))}, nil
 }
@@ -174,12 +172,8 @@ func evict(ctx context.Context, env *Env, pod *corev1.Pod, grace *int64) error {
 		ObjectMeta:    metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
 		DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: grace, Preconditions: &metav1.Preconditions{UID: &pod.UID}},
 	}
-	var opts []client.SubResourceCreateOption
-	if env.DryRun {
-		ev.DeleteOptions.DryRun = []string{metav1.DryRunAll}
-		opts = append(opts, client.DryRunAll)
-	}
-	return env.Client.SubResource("eviction").Create(ctx, pod, ev, opts...)
+	// In DryRun the client makes this a server-side dry run; the server carries that into the eviction.
+	return env.Client.SubResource("eviction").Create(ctx, pod, ev)
 }
 
 // forgetGone drops from pending the pods that no longer exist (or were replaced under the same name).
