@@ -75,7 +75,13 @@ build kubernetes hack/tools "etcd kube-apiserver kube-controller-manager kube-sc
 build kwok hack/tools/kwok "kwok" "-s -w" sigs.k8s.io/kwok/cmd/kwok
 build lint hack/tools/lint "controller-gen golangci-lint" "-s -w" \
 	sigs.k8s.io/controller-tools/cmd/controller-gen github.com/golangci/golangci-lint/v2/cmd/golangci-lint
-build helm hack/tools/helm "helm" "-s -w" helm.sh/helm/v3/cmd/helm
+# As helm's own Makefile stamps it: its version, and the Kubernetes version of its client-go (v0.37 ->
+# 1.37) that helm template and helm lint assume; without them they assume Kubernetes v1.20.
+hpkg=helm.sh/helm/v3
+helm_ldflags="-s -w -X $hpkg/internal/version.version=v3.22.0 -X $hpkg/internal/version.gitTreeState=clean \
+-X $hpkg/pkg/chartutil.k8sVersionMajor=1 -X $hpkg/pkg/chartutil.k8sVersionMinor=37 \
+-X $hpkg/pkg/lint/rules.k8sVersionMajor=1 -X $hpkg/pkg/lint/rules.k8sVersionMinor=37"
+build helm hack/tools/helm "helm" "$helm_ldflags" helm.sh/helm/v3/cmd/helm
 
 # kwok's stage configs ship in its module; copy the ones nodeops-local needs beside the binary.
 stages=$(cd hack/tools/kwok && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage
