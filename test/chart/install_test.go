@@ -64,8 +64,13 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 	}
 	t.Logf("API server up after %s", time.Since(started).Round(time.Millisecond))
 
-	helm("install", "nodeops", chartDir, "--namespace", "nodeops-system", "--create-namespace",
+	out := helm("install", "nodeops", chartDir, "--namespace", "nodeops-system", "--create-namespace",
 		"-f", filepath.Join(chartDir, "examples", "wasm-shims-values.yaml"))
+	for _, want := range []string{"is installed in nodeops-system", "Profiles installed: wasm-shims", "--set profiles=null"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("helm install's notes lack %q:\n%s", want, out)
+		}
+	}
 	for _, name := range crdNames {
 		if err := c.Get(ctx, client.ObjectKey{Name: name}, object("apiextensions.k8s.io", "v1", "CustomResourceDefinition")); err != nil {
 			t.Errorf("CRD %s after helm install: %v", name, err)
