@@ -358,3 +358,39 @@ func TestChartMatchesConfig(t *testing.T) {
 		t.Errorf("config/default renders %d CRDs, config/crd has %d: list them all in config/crd/kustomization.yaml", crds, len(files))
 	}
 }
+
+// TestOtherNamespace: in DaemonSet mode the release may live elsewhere; the leader election Lease,
+// its Role and every subject follow the release namespace, the kubeadm-config Role stays in kube-system.
+func TestOtherNamespace(t *testing.T) {
+	t.Parallel()
+	timed(t)
+	out := mustRun(t, nil, "helm", "template", "nodeops", chartDir, "--namespace", "ops")
+	objs, err := decode(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := map[string][]string{}
+	for _, o := range objs {
+		if o.GetKind() == "Role" || o.GetKind() == "RoleBinding" {
+			ns[o.GetKind()] = append(ns[o.GetKind()], o.GetNamespace())
+		}
+		if strings.HasSuffix(o.GetKind(), "Binding") {
+			b := typed[rbacv1.RoleBinding](t, []*unstructured.Unstructured{o}, o.GetKind(), o.GetName())
+			for _, s := range b.Subjects {
+				if s.Namespace != "ops" {
+					t.Errorf("%s binds %s in %q, want ops", key(o), s.Name, s.Namespace)
+				}
+			}
+		}
+	}
+	for _, kind := range []string{"Role", "RoleBinding"} {
+		sort.Strings(ns[kind])
+		if !reflect.DeepEqual(ns[kind], []string{"kube-system", "ops"}) {
+			t.Errorf("%ss in %v, want kube-system and ops", kind, ns[kind])
+		}
+	}
+	m := container(t, typed[appsv1.Deployment](t, objs, "Deployment", "nodeops-manager").Spec.Template.Spec, "manager")
+	if !slices.Contains(m.Args, "--leader-election-namespace=ops") {
+		t.Errorf("manager args %v", m.Args)
+	}
+}
