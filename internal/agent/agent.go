@@ -24,6 +24,7 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/agent/commands"
+	"github.com/nodeops/nodeops/internal/clock"
 	"github.com/nodeops/nodeops/internal/host"
 	"github.com/nodeops/nodeops/internal/taskpolicy"
 )
@@ -188,7 +189,7 @@ func (r *Reconciler) execute(ctx context.Context, task *v1alpha1.NodeTask) error
 				}
 				// A result must not be lost: keep trying until the agent stops.
 				logger.Error(err, "writing a command result; retrying", "task", task.Name)
-				if serr := sleepCtx(ctx, time.Second); serr != nil {
+				if serr := clock.Sleep(ctx, time.Second); serr != nil {
 					return errors.Join(err, serr)
 				}
 				continue
@@ -364,17 +365,6 @@ func (r *Reconciler) heartbeat(ctx context.Context, task *v1alpha1.NodeTask) (st
 		}
 	}()
 	return func() { cancel(); <-done }
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // NodeServer says which nodes an agent serves: one by name, or every node with a prefix.

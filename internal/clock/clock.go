@@ -1,4 +1,4 @@
-// Package clock holds the small time helpers the agent's waiting code shares.
+// Package clock holds the small time helpers that waiting code shares (the agent, its commands, the benchmark).
 package clock
 
 import (
