@@ -76,7 +76,7 @@ func (u *UpProcess) Ready(ctx context.Context) (string, error) {
 		defer u.mu.Unlock()
 		return u.kubeconfig, nil
 	case <-u.exited:
-		return "", fmt.Errorf("nodeops-local exited before it was ready (%v):\n%s", u.waitErr, u.Output())
+		return "", fmt.Errorf("nodeops-local exited before it was ready (%w):\n%s", u.waitErr, u.Output())
 	case <-ctx.Done():
 		return "", fmt.Errorf("nodeops-local was not ready: %w:\n%s", context.Cause(ctx), u.Output())
 	}
