@@ -5,6 +5,7 @@ package clustertarget
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -79,12 +80,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	s := &scope{ct: ct, before: ct.Status.DeepCopy()}
-	return skeleton.Run(ctx, s, skeleton.Steps[*scope]{
+	res, err := skeleton.Run(ctx, s, skeleton.Steps[*scope]{
 		Observe:     r.observe,
 		Decide:      func(s *scope) { s.d = decide(&s.in) },
 		WriteStatus: r.writeStatus,
 		Act:         r.act,
 	})
+	var stale *staleError
+	if errors.As(err, &stale) {
+		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
+	}
+	return res, err
 }
 
 // observe reads the cluster version, every node's versions, the control planes' static pod
@@ -256,11 +262,20 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope) (ctrl.Result, er
 	}
 	orig := s.ct.DeepCopy()
 	s.ct.Status = s.d.status
-	if err := r.Client.Status().Patch(ctx, s.ct, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+	err := r.Client.Status().Patch(ctx, s.ct, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		// Decided on a stale copy: decide again on the newer one (the writer's event brings it,
+		// but a status-only change is filtered out, so ask too). Gone: nothing to do.
+		return ctrl.Result{}, &staleError{err}
+	}
+	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("write status of ClusterTarget %s: %w", s.ct.Name, err)
 	}
 	return ctrl.Result{}, nil
 }
+
+// staleError stops the reconcile before act, without the error being logged as a failure.
+type staleError struct{ error }
 
 // act creates the operation the status now records, and asks to look again when certificates
 // fall within renewBefore.

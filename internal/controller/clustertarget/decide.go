@@ -98,6 +98,10 @@ func decide(in *input) decision {
 	}
 	st.NextCertificateExpiry = nextExpiry(in.certs)
 	st.Operations = history(ct.Status.Operations, in)
+	if in.clusterVersion != "" {
+		// Shown while a step runs too; due reports the error when there is one.
+		st.UpgradePath, _ = plan.UpgradeSteps(in.clusterVersion, ct.Spec.KubernetesVersion, ct.Spec.Upgrade.Path)
+	}
 	d := decision{}
 	v := func() verdict {
 		if a := active(st.Operations); a != nil {
@@ -161,7 +165,6 @@ func due(in *input, st *v1alpha1.ClusterTargetStatus) (*v1alpha1.GeneratedOperat
 		}
 		return nil, verdict{phase: v1alpha1.ClusterWaiting, reason: reason, stalls: true, message: msg + "; nothing was run"}
 	}
-	st.UpgradePath = steps
 	if len(steps) > 0 {
 		step := steps[0]
 		u := ct.Spec.Upgrade
