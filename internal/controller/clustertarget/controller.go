@@ -48,8 +48,14 @@ type Reconciler struct {
 	// System reads kube-system's kubeadm-config and control-plane mirror pods, from a cache of
 	// those alone (see SetupWithManager).
 	System client.Reader
+	// NodesInterval batches status writes that only change status.nodes (nodes joining, a
+	// kubelet restarting onto a new version while nothing else moves): at most one per interval,
+	// so that creating thousands of nodes does not rewrite a large status thousands of times.
+	NodesInterval time.Duration
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+
+	status skeleton.StatusThrottle
 }
 
 func (r *Reconciler) now() time.Time {
@@ -104,18 +110,19 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 	}
 	s.in.clusterVersion, s.in.versionProblem = v, problem
 
+	// Read-only lists (no deep copy): observe copies what it keeps.
 	var nodes corev1.NodeList
-	if err := r.Client.List(ctx, &nodes); err != nil {
+	if err := r.Client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("list nodes: %w", err)
 	}
 	var pods corev1.PodList
-	if err := r.System.List(ctx, &pods, client.InNamespace(KubeadmConfig.Namespace)); err != nil {
+	if err := r.System.List(ctx, &pods, client.InNamespace(KubeadmConfig.Namespace), client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("list kube-system pods: %w", err)
 	}
 	s.in.nodes = observeNodes(nodes.Items, pods.Items)
 
 	var tasks v1alpha1.NodeTaskList
-	if err := r.Client.List(ctx, &tasks); err != nil {
+	if err := r.Client.List(ctx, &tasks, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("list tasks: %w", err)
 	}
 	s.in.certs = observeCertificates(tasks.Items)
@@ -260,6 +267,10 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope) (ctrl.Result, er
 	if equality.Semantic.DeepEqual(s.before, &s.d.status) {
 		return ctrl.Result{}, nil
 	}
+	now := r.now()
+	if wait := r.status.Wait(s.ct.Name, !onlyNodes(s.before, &s.d.status), r.NodesInterval, now); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
 	orig := s.ct.DeepCopy()
 	s.ct.Status = s.d.status
 	err := r.Client.Status().Patch(ctx, s.ct, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
@@ -271,7 +282,15 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope) (ctrl.Result, er
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("write status of ClusterTarget %s: %w", s.ct.Name, err)
 	}
+	r.status.Wrote(s.ct.Name, now)
 	return ctrl.Result{}, nil
+}
+
+// onlyNodes reports whether before and after differ in status.nodes alone.
+func onlyNodes(before, after *v1alpha1.ClusterTargetStatus) bool {
+	a, b := before.DeepCopy(), after.DeepCopy()
+	a.Nodes, b.Nodes = nil, nil
+	return equality.Semantic.DeepEqual(a, b)
 }
 
 // staleError stops the reconcile before act, without the error being logged as a failure.
@@ -294,7 +313,10 @@ func (r *Reconciler) act(ctx context.Context, s *scope) (ctrl.Result, error) {
 	err := r.Client.Create(ctx, op)
 	if apierrors.IsAlreadyExists(err) {
 		var existing v1alpha1.NodeOperation
-		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(op), &existing); err != nil {
+		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(op), &existing); apierrors.IsNotFound(err) {
+			// Created by an earlier reconcile and not in the cache yet: its event comes.
+			return result, nil
+		} else if err != nil {
 			return ctrl.Result{}, fmt.Errorf("read NodeOperation %s: %w", op.Name, err)
 		}
 		if skeleton.ControllerUID(&existing, kind) != s.ct.UID {

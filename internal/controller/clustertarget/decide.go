@@ -196,7 +196,7 @@ func due(in *input, st *v1alpha1.ClusterTargetStatus) (*v1alpha1.GeneratedOperat
 		if last := lastOf(st.Operations, v1alpha1.GeneratedRenewCertificates); last != nil && last.Phase == v1alpha1.OperationSucceeded &&
 			last.CompletionTime != nil && exp.Sub(last.CompletionTime.Time) < rb {
 			return nil, verdict{phase: v1alpha1.ClusterWaiting, reason: ReasonRenewBeforeUnsatisfiable, stalls: true, message: fmt.Sprintf(
-				"%s renewed the certificates at %s and they expire at %s, still within renewBefore %s: no renewal can satisfy it; lower spec.certificates.renewBefore",
+				"after %s succeeded at %s the certificates observed expire at %s, still within renewBefore %s: renewing again cannot satisfy it; lower spec.certificates.renewBefore",
 				last.Name, last.CompletionTime.UTC().Format(time.RFC3339), exp.UTC().Format(time.RFC3339), rb)}
 		}
 		return attempt(in, st.Operations, "cluster-renew-certificates-expiring-"+exp.UTC().Format("20060102"), v1alpha1.GeneratedRenewCertificates, "",

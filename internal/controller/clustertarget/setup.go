@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -30,7 +31,7 @@ import (
 // SetupWithManager registers the ClusterTarget controller and the installer that creates the
 // ClusterTarget from what it observes when there is none.
 func SetupWithManager(mgr ctrl.Manager) error {
-	r := &Reconciler{Client: mgr.GetClient()}
+	r := &Reconciler{Client: mgr.GetClient(), NodesInterval: 5 * time.Second}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err
 	}
@@ -47,7 +48,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
 		DefaultNamespaces: map[string]cache.Config{KubeadmConfig.Namespace: {}},
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{"tier": "control-plane"})},
+			&corev1.Pod{}:       {Label: labels.SelectorFromSet(labels.Set{"tier": "control-plane"})},
+			&corev1.ConfigMap{}: {Field: fields.OneTermEqualSelector("metadata.name", KubeadmConfig.Name)},
 		},
 		DefaultTransform: cache.TransformStripManagedFields(),
 	})
