@@ -189,7 +189,7 @@ func (f *fixture) empty(version string) {
 			return err
 		}
 		if err := f.c.Get(ctx, client.ObjectKey{Name: "cluster"}, &ct); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("ClusterTarget still there (%v)", err)
+			return fmt.Errorf("ClusterTarget still there (%w)", err)
 		}
 		if n := len(ops.Items) + len(tasks.Items) + len(nodes.Items) + len(pods.Items); n > 0 {
 			return fmt.Errorf("%d objects left", n)
