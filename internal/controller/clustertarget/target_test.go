@@ -1,6 +1,8 @@
 package clustertarget_test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -9,9 +11,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/controller/clustertarget"
@@ -271,3 +275,19 @@ type errString string
 func (e errString) Error() string { return string(e) }
 
 const errNoTask = errString("no task yet")
+
+// The sample is a valid ClusterTarget: strict to the type, and accepted by the API server's
+// schema and CEL rules (a dry-run update).
+func TestSample(t *testing.T) {
+	f := newFixture(t)
+	f.reset("v1.37.2")
+	data, err := os.ReadFile(filepath.Join("..", "..", "..", "config", "samples", "clustertarget.yaml"))
+	f.must(err)
+	var sample v1alpha1.ClusterTarget
+	f.must(yaml.UnmarshalStrict(data, &sample))
+	f.must(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		ct := f.target()
+		ct.Spec = sample.Spec
+		return f.c.Update(f.ctx, ct, client.DryRunAll)
+	}))
+}
