@@ -114,7 +114,8 @@ const (
 type GeneratedOperation struct {
 	Name string                 `json:"name"`
 	Kind GeneratedOperationKind `json:"kind"`
-	// Phase is the operation's, Pending before it is seen, Deleted once it is gone.
+	// Phase is the operation's: empty while it is only recorded (intent before action), then its
+	// phase once seen to exist, Deleted once gone after that.
 	// +optional
 	Phase OperationPhase `json:"phase,omitempty"`
 	// Reason is why it was generated, or the reason of its Blocked or Failed condition.

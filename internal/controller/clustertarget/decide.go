@@ -217,7 +217,7 @@ func attempt(in *input, hist []v1alpha1.GeneratedOperation, prefix string, kind 
 			last = &hist[i]
 		}
 	}
-	next := &v1alpha1.GeneratedOperation{Name: fmt.Sprintf("%s-%d", prefix, n+1), Kind: kind, Phase: v1alpha1.OperationPending,
+	next := &v1alpha1.GeneratedOperation{Name: fmt.Sprintf("%s-%d", prefix, n+1), Kind: kind,
 		Reason: reason, KubernetesVersion: ver, Generation: ct.Generation, ExecutionMode: mode(ct)}
 	if last == nil {
 		return next, verdict{message: why}
@@ -239,9 +239,9 @@ func attempt(in *input, hist []v1alpha1.GeneratedOperation, prefix string, kind 
 }
 
 // history merges the recorded history with the operations that exist: phases follow the
-// operations; an entry seen before whose operation is gone is Deleted (never made again); a
-// pending entry never created is dropped (decide records it again if it is still due); an
-// operation the history lacks (status lost) is adopted.
+// operations; an entry seen before whose operation is gone is Deleted (never made again); an
+// entry recorded but never seen (phase empty) is dropped, and decide records it again if it is
+// still due; an operation the history lacks (status lost) is adopted.
 func history(recorded []v1alpha1.GeneratedOperation, in *input) []v1alpha1.GeneratedOperation {
 	out := make([]v1alpha1.GeneratedOperation, 0, len(recorded)+1)
 	seen := map[string]bool{}
@@ -261,7 +261,7 @@ func history(recorded []v1alpha1.GeneratedOperation, in *input) []v1alpha1.Gener
 				e.ExecutionMode = o.Mode
 			}
 			e.CompletionTime = o.Completion
-		case e.Phase == v1alpha1.OperationPending:
+		case e.Phase == "":
 			continue
 		default:
 			e.Phase = v1alpha1.OperationPhaseDeleted

@@ -64,6 +64,14 @@ func TestDecide(t *testing.T) {
 			ct.Status.Operations = []v1alpha1.GeneratedOperation{{Name: "cluster-upgrade-v1.37.2-1", Kind: "Upgrade", Phase: "Running", KubernetesVersion: "v1.37.2", Generation: 1}}
 		}), clusterVersion: "v1.36.3"},
 			phase: "Waiting", reason: ReasonOperationFailed, stalled: true},
+		{name: "deleted by hand before it started is not made again", in: input{ct: target("v1.37.2", func(ct *v1alpha1.ClusterTarget) {
+			ct.Status.Operations = []v1alpha1.GeneratedOperation{{Name: "cluster-upgrade-v1.37.2-1", Kind: "Upgrade", Phase: "Pending", KubernetesVersion: "v1.37.2", Generation: 1}}
+		}), clusterVersion: "v1.36.3"},
+			phase: "Waiting", reason: ReasonOperationFailed, stalled: true},
+		{name: "recorded, not yet created: recorded again", in: input{ct: target("v1.37.2", func(ct *v1alpha1.ClusterTarget) {
+			ct.Status.Operations = []v1alpha1.GeneratedOperation{{Name: "cluster-upgrade-v1.37.2-1", Kind: "Upgrade", KubernetesVersion: "v1.37.2", Generation: 1}}
+		}), clusterVersion: "v1.36.3"},
+			create: "cluster-upgrade-v1.37.2-1", phase: "Progressing", reason: ReasonOperationCreated},
 		{name: "failed is tried again after a spec change", in: input{ct: target("v1.37.2", func(ct *v1alpha1.ClusterTarget) {
 			ct.Generation = 2
 			ct.Status.Operations = []v1alpha1.GeneratedOperation{{Name: "cluster-upgrade-v1.37.2-1", Kind: "Upgrade", Phase: "Aborted", KubernetesVersion: "v1.37.2", Generation: 1}}
@@ -93,6 +101,20 @@ func TestDecide(t *testing.T) {
 		}), clusterVersion: "v1.37.2", certs: certs(now.Add(365 * 24 * time.Hour)),
 			ops: map[string]opView{"cluster-renew-certificates-expiring-20261202-1": {Phase: "Succeeded", Completion: &renewed}}},
 			phase: "Waiting", reason: ReasonRenewBeforeUnsatisfiable, stalled: true},
+		{name: "dry run done", in: input{ct: target("v1.37.2", func(ct *v1alpha1.ClusterTarget) {
+			ct.Spec.ExecutionMode = v1alpha1.ExecutionDryRun
+			ct.Status.Operations = []v1alpha1.GeneratedOperation{{Name: "cluster-upgrade-v1.37.2-1", Kind: "Upgrade", Phase: "Succeeded", KubernetesVersion: "v1.37.2", Generation: 1, ExecutionMode: "DryRun"}}
+		}), clusterVersion: "v1.36.3", ops: map[string]opView{"cluster-upgrade-v1.37.2-1": {Phase: "Succeeded", Mode: "DryRun"}}},
+			phase: "Waiting", reason: ReasonDryRunSucceeded},
+		{name: "for real after a dry run", in: input{ct: target("v1.37.2", func(ct *v1alpha1.ClusterTarget) {
+			ct.Generation = 2
+			ct.Status.Operations = []v1alpha1.GeneratedOperation{{Name: "cluster-upgrade-v1.37.2-1", Kind: "Upgrade", Phase: "Succeeded", KubernetesVersion: "v1.37.2", Generation: 1, ExecutionMode: "DryRun"}}
+		}), clusterVersion: "v1.36.3", ops: map[string]opView{"cluster-upgrade-v1.37.2-1": {Phase: "Succeeded", Mode: "DryRun"}}},
+			create: "cluster-upgrade-v1.37.2-2", phase: "Progressing", reason: ReasonOperationCreated},
+		{name: "status lost: the operation is adopted, not made again", in: input{ct: target("v1.37.2"), clusterVersion: "v1.36.3",
+			ops: map[string]opView{"cluster-upgrade-v1.37.2-1": {Phase: "Running"}}, opOrder: []string{"cluster-upgrade-v1.37.2-1"},
+			opKinds: map[string]v1alpha1.GeneratedOperationKind{"cluster-upgrade-v1.37.2-1": "Upgrade"}, opVersions: map[string]string{"cluster-upgrade-v1.37.2-1": "v1.37.2"}},
+			phase: "Progressing", reason: ReasonOperationRunning},
 		{name: "kubelets behind", in: input{ct: target("v1.37.2"), clusterVersion: "v1.37.2", nodes: []v1alpha1.ObservedNode{{Name: "w", KubeletVersion: "v1.36.3"}}},
 			phase: "Waiting", reason: ReasonNodesBehind},
 	}

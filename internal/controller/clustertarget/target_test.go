@@ -291,3 +291,22 @@ func TestSample(t *testing.T) {
 		return f.c.Update(f.ctx, ct, client.DryRunAll)
 	}))
 }
+
+// An operation deleted by hand is history: it is not generated again (docs/design.md, safety
+// rule 7) until the spec changes.
+func TestDeletedByHandNotMadeAgain(t *testing.T) {
+	f := newFixture(t)
+	f.reset("v1.37.0")
+	f.edit(func(ct *v1alpha1.ClusterTarget) { ct.Spec.KubernetesVersion = "v1.37.2" })
+	ops := f.waitOperations("cluster-upgrade-v1.37.2-1")
+	f.waitCondition(v1alpha1.ConditionReconciling, metav1.ConditionTrue, clustertarget.ReasonOperationRunning)
+	f.must(f.c.Delete(f.ctx, &ops[0]))
+	ct := f.waitCondition(v1alpha1.ConditionStalled, metav1.ConditionTrue, clustertarget.ReasonOperationFailed)
+	if len(ct.Status.Operations) != 1 || ct.Status.Operations[0].Phase != v1alpha1.OperationPhaseDeleted {
+		t.Errorf("history %+v", ct.Status.Operations)
+	}
+	f.stillOperations()
+	// A spec change is the person's word to try again.
+	f.edit(func(ct *v1alpha1.ClusterTarget) { ct.Spec.Upgrade.IgnorePreflightErrors = []string{"all"} })
+	f.waitOperations("cluster-upgrade-v1.37.2-2")
+}
