@@ -207,7 +207,7 @@ type ClusterTargetStatus struct {
 // +kubebuilder:validation:XValidation:rule="self.metadata.name == 'cluster'",message="there is one ClusterTarget and it is named cluster"
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.kubernetesVersion`
 // +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.spec.kubernetesVersion`
-// +kubebuilder:printcolumn:name="Next-Cert-Expiry",type=date,JSONPath=`.status.nextCertificateExpiry`
+// +kubebuilder:printcolumn:name="Next-Cert-Expiry",type=string,JSONPath=`.status.nextCertificateExpiry`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ClusterTarget struct {
