@@ -1,11 +1,15 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nodeopsv1 "github.com/nodeops/nodeops/api/v1alpha1"
@@ -81,5 +85,41 @@ func TestTarget(t *testing.T) {
 	}
 	if _, errOut, code := run(t, "target", "set"); code != CodeError || !strings.Contains(errOut, "--version") {
 		t.Errorf("set without flags: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// conflictOnce answers the first patch with a conflict, as when someone else wrote in between.
+type conflictOnce struct {
+	Client
+	done bool
+}
+
+func (c *conflictOnce) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	if !c.done {
+		c.done = true
+		return apierrors.NewConflict(schema.GroupResource{Group: "nodeops.io", Resource: "clustertargets"}, obj.GetName(), errors.New("changed"))
+	}
+	return c.Client.Patch(ctx, obj, patch, opts...)
+}
+
+// `target set` rereads and patches again after a conflict, so rotationCount+1 counts once.
+func TestTargetSetRetriesConflict(t *testing.T) {
+	var out, errOut syncBuffer
+	o := testOptions(&out, &errOut, "")
+	var before nodeopsv1.ClusterTarget
+	if err := k8s.Get(ctx(t), client.ObjectKey{Name: "cluster"}, &before); err != nil {
+		t.Skip("needs TestTarget's ClusterTarget:", err)
+	}
+	c := &conflictOnce{Client: k8s}
+	o.NewClient = func() (Client, error) { return c, nil }
+	if code := Run(o, []string{"target", "set", "--rotate-certificates"}); code != 0 || !c.done {
+		t.Fatalf("exit %d, conflict seen %v, stderr %s", code, c.done, errOut.String())
+	}
+	var after nodeopsv1.ClusterTarget
+	if err := k8s.Get(ctx(t), client.ObjectKey{Name: "cluster"}, &after); err != nil {
+		t.Fatal(err)
+	}
+	if after.Spec.Certificates.RotationCount != before.Spec.Certificates.RotationCount+1 {
+		t.Errorf("rotationCount %d -> %d, want one more", before.Spec.Certificates.RotationCount, after.Spec.Certificates.RotationCount)
 	}
 }
