@@ -107,8 +107,17 @@ func TestTargetSetRetriesConflict(t *testing.T) {
 	var out, errOut syncBuffer
 	o := testOptions(&out, &errOut, "")
 	var before nodeopsv1.ClusterTarget
-	if err := k8s.Get(ctx(t), client.ObjectKey{Name: "cluster"}, &before); err != nil {
-		t.Skip("needs TestTarget's ClusterTarget:", err)
+	if err := k8s.Get(ctx(t), client.ObjectKey{Name: "cluster"}, &before); apierrors.IsNotFound(err) {
+		// Run alone, without TestTarget's: make the singleton here.
+		before = nodeopsv1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: "cluster"}, Spec: nodeopsv1.ClusterTargetSpec{
+			KubernetesVersion: "v1.36.4",
+			Upgrade:           nodeopsv1.ClusterUpgrade{BinarySource: &nodeopsv1.BinarySource{BaseURL: "http://bins.local"}},
+		}}
+		if err := k8s.Create(ctx(t), &before); err != nil {
+			t.Fatal(err)
+		}
+	} else if err != nil {
+		t.Fatal(err)
 	}
 	c := &conflictOnce{Client: k8s}
 	o.NewClient = func() (Client, error) { return c, nil }
