@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -319,6 +320,11 @@ func TestChartMatchesConfig(t *testing.T) {
 	}
 	for _, o := range kust {
 		switch o.GetKind() {
+		case "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+			// The chart renders config/admission's files (copied by make generate): the same spec.
+			if c := find(chart, o.GetKind(), o.GetName()); c != nil && !reflect.DeepEqual(c.Object["spec"], o.Object["spec"]) {
+				t.Errorf("%s: the chart's spec differs from config/'s: run make generate", key(o))
+			}
 		case "ClusterRole", "Role":
 			// A Role's rules have a ClusterRole's shape.
 			want := typed[rbacv1.ClusterRole](t, []*unstructured.Unstructured{o}, o.GetKind(), o.GetName())
@@ -387,6 +393,19 @@ func TestOtherNamespace(t *testing.T) {
 		sort.Strings(ns[kind])
 		if !reflect.DeepEqual(ns[kind], []string{"kube-system", "ops"}) {
 			t.Errorf("%ss in %v, want kube-system and ops", kind, ns[kind])
+		}
+	}
+	// The admission policies name the ServiceAccounts of the release namespace.
+	for _, name := range []string{"nodeops-agent-confinement", "nodeops-nodetask-creation"} {
+		p := find(objs, "ValidatingAdmissionPolicy", name)
+		if p == nil {
+			t.Errorf("no ValidatingAdmissionPolicy %s", name)
+			continue
+		}
+		conds, _, _ := unstructured.NestedSlice(p.Object, "spec", "matchConditions")
+		expr := fmt.Sprint(conds)
+		if !strings.Contains(expr, "system:serviceaccount:ops:") || strings.Contains(expr, "nodeops-system") {
+			t.Errorf("%s matches %s, want the ServiceAccounts of namespace ops", name, expr)
 		}
 	}
 	m := container(t, typed[appsv1.Deployment](t, objs, "Deployment", "nodeops-manager").Spec.Template.Spec, "manager")
