@@ -334,6 +334,9 @@ func TestChartMatchesConfig(t *testing.T) {
 					if !reflect.DeepEqual(got.Rules, want.Rules) {
 						t.Errorf("%s: the chart's rules differ from config/'s:\n%v\n%v", key(o), got.Rules, want.Rules)
 					}
+					if g, w := aggregation(c), aggregation(o); !reflect.DeepEqual(g, w) {
+						t.Errorf("%s: the chart aggregates it into %v, config/ into %v", key(o), g, w)
+					}
 				}
 			}
 		}
@@ -391,7 +394,7 @@ func TestOtherNamespace(t *testing.T) {
 	}
 	for _, kind := range []string{"Role", "RoleBinding"} {
 		sort.Strings(ns[kind])
-		if !reflect.DeepEqual(ns[kind], []string{"kube-system", "ops"}) {
+		if !reflect.DeepEqual(slices.Compact(ns[kind]), []string{"kube-system", "ops"}) {
 			t.Errorf("%ss in %v, want kube-system and ops", kind, ns[kind])
 		}
 	}
@@ -412,4 +415,15 @@ func TestOtherNamespace(t *testing.T) {
 	if !slices.Contains(m.Args, "--leader-election-namespace=ops") {
 		t.Errorf("manager args %v", m.Args)
 	}
+}
+
+// aggregation is the aggregate-to-* labels of a role, which say into which of Kubernetes' roles it goes.
+func aggregation(o *unstructured.Unstructured) map[string]string {
+	out := map[string]string{}
+	for k, v := range o.GetLabels() {
+		if strings.HasPrefix(k, "rbac.authorization.k8s.io/aggregate-to-") {
+			out[k] = v
+		}
+	}
+	return out
 }
