@@ -75,8 +75,11 @@ func StartWith(o Options) (*Env, error) {
 // Manifests decodes the objects of the YAML files in fsys matching pattern.
 func Manifests(fsys fs.FS, pattern string) ([]*unstructured.Unstructured, error) {
 	files, err := fs.Glob(fsys, pattern)
-	if err != nil || len(files) == 0 {
-		return nil, fmt.Errorf("no manifest matches %s: %v", pattern, err)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", pattern, err)
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no manifest matches %s", pattern)
 	}
 	var out []*unstructured.Unstructured
 	for _, f := range files {
@@ -143,7 +146,7 @@ func InstallAdmission(ctx context.Context, cfg *rest.Config, c client.Client) er
 				break
 			}
 			if ctx.Err() != nil {
-				return fmt.Errorf("admission policy %s not enforced yet (last probe: %v): %w", name, err, ctx.Err())
+				return fmt.Errorf("admission policy %s not enforced yet (last probe: %w): %w", name, err, ctx.Err())
 			}
 			time.Sleep(100 * time.Millisecond)
 		}

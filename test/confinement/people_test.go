@@ -11,6 +11,7 @@ import (
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -27,7 +28,7 @@ func TestPeopleRoles(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, o := range objs {
-		if err := admin.Create(ctx, o); err != nil {
+		if err := admin.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatalf("create %s %s: %v", o.GetKind(), o.GetName(), err)
 		}
 		agg := ""
@@ -102,7 +103,7 @@ func TestPeopleRoles(t *testing.T) {
 
 func bind(t *testing.T, b client.Object) {
 	t.Helper()
-	if err := admin.Create(context.Background(), b); err != nil {
+	if err := admin.Create(context.Background(), b); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 }
