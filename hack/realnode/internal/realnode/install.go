@@ -19,8 +19,8 @@ import (
 type Workload struct{ Kind, Namespace, Name string }
 
 // InstallNodeops installs nodeops from the project's own manifests, as a user would: the CRDs,
-// the generated RBAC, the manager Deployment, the agent DaemonSet and the admission policies, with nodeops' images
-// replaced by the locally built ones (imagePullPolicy Never).
+// the RBAC, the manager Deployment, the agent DaemonSet and the admission policies, with
+// nodeops' images replaced by the locally built ones (imagePullPolicy Never).
 //
 // One change a user of this cluster would make too: it runs no kube-proxy (kubeadm's addon is
 // skipped, REALNODE.md), so the kubernetes Service address does not route; nodeops' pods are told
