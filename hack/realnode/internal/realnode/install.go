@@ -34,7 +34,8 @@ func InstallNodeops(ctx context.Context, l Layout, apiHost string) error {
 			return fmt.Errorf("nodeops cannot be installed: %s has no manifests", filepath.Join(cfg, d))
 		}
 	}
-	if err := kubectl(ctx, io.Discard, "apply", "--server-side", "-f", filepath.Join(cfg, "crd")); err != nil {
+	// -k: config/crd holds a kustomization.yaml beside the CRDs, which -f would send to the API server.
+	if err := kubectl(ctx, io.Discard, "apply", "--server-side", "-k", filepath.Join(cfg, "crd")); err != nil {
 		return fmt.Errorf("install CRDs: %w", err)
 	}
 	if err := kubectl(ctx, io.Discard, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"); err != nil {
