@@ -55,6 +55,9 @@ type Reconciler struct {
 	// RecordRunningAfter: an idempotent command is recorded Running only once it has run this
 	// long; zero for DefaultRecordRunningAfter.
 	RecordRunningAfter time.Duration
+	// Stopping is closed when the agent is told to stop: no command starts after it, while running
+	// ones go on in the reconcile's context (docs/design.md, safety rule 12). Nil: never.
+	Stopping <-chan struct{}
 
 	mu sync.Mutex
 	// written is the resourceVersion of the agent's last status write per task: a cached task at
@@ -82,9 +85,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.forgetIfFinished(task)
 		return ctrl.Result{}, nil
 	}
+	// Counted before the stop is looked at, so that a stop waiting for Busy to end sees this one.
 	r.setRunning(1)
 	defer r.setRunning(-1)
+	if r.stopping() {
+		return ctrl.Result{}, nil
+	}
 	return ctrl.Result{}, r.execute(ctx, task)
+}
+
+func (r *Reconciler) stopping() bool {
+	select {
+	case <-r.Stopping:
+		return true
+	default:
+		return false
+	}
 }
 
 func (r *Reconciler) stale(task *v1alpha1.NodeTask) bool {
@@ -164,6 +180,14 @@ func (r *Reconciler) execute(ctx context.Context, task *v1alpha1.NodeTask) error
 		}
 		if act.Kind == taskpolicy.ActNone && !dirty && !recovered {
 			return nil
+		}
+		if act.Kind == taskpolicy.ActStart && r.stopping() {
+			// A stopping agent starts nothing more; it writes the result it holds and leaves the
+			// next command Pending for the agent that follows (docs/design.md, safety rule 12).
+			if !dirty {
+				return nil
+			}
+			act = taskpolicy.Action{Kind: taskpolicy.ActNone}
 		}
 		next := status.DeepCopy()
 		taskpolicy.Apply(next, &task.Spec, act, now())

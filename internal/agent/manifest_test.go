@@ -4,16 +4,21 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"regexp"
+	"strconv"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/agent"
+	"github.com/nodeops/nodeops/internal/controller/agentjob"
 	"github.com/nodeops/nodeops/internal/host/hosttest"
 )
 
@@ -57,5 +62,32 @@ func TestAgentWorksWithItsDeploymentRBAC(t *testing.T) {
 	})
 	if task.Status.Phase != v1alpha1.TaskSucceeded {
 		t.Fatalf("task %s: %s", task.Status.Phase, task.Status.Message)
+	}
+}
+
+// TestSafetyRule12_AgentPodsOutliveTheGracePeriod: the kubelet kills an agent's pod
+// terminationGracePeriodSeconds after SIGTERM, so every way the agent is deployed must give it more
+// than its default --shutdown-grace-period (docs/design.md, safety rule 12).
+func TestSafetyRule12_AgentPodsOutliveTheGracePeriod(t *testing.T) {
+	grace := int64(agent.DefaultShutdownGracePeriod / time.Second)
+	check := func(where string, got int64) {
+		if got <= grace {
+			t.Errorf("%s: terminationGracePeriodSeconds %d, want more than the agent's shutdown grace period (%ds)", where, got, grace)
+		}
+	}
+	job := agentjob.BuildJob("n", agentjob.Options{})
+	check("agent Job", ptr.Deref(job.Spec.Template.Spec.TerminationGracePeriodSeconds, 30))
+	for _, file := range []string{"../../config/agent/daemonset.yaml", "../../charts/nodeops/templates/agent.yaml"} {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := regexp.MustCompile(`terminationGracePeriodSeconds: (\d+)`).FindSubmatch(data)
+		if m == nil {
+			t.Errorf("%s sets no terminationGracePeriodSeconds (the default, 30s, is too short)", file)
+			continue
+		}
+		n, _ := strconv.ParseInt(string(m[1]), 10, 64)
+		check(file, n)
 	}
 }

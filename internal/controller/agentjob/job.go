@@ -46,6 +46,10 @@ const (
 	componentAgent = "nodeops-agent"
 )
 
+// TerminationGracePeriodSeconds of an agent's pod: above the agent's default --shutdown-grace-period
+// (10m), so that a running command may finish on SIGTERM (docs/design.md, safety rule 12).
+const TerminationGracePeriodSeconds int64 = 630
+
 // JobName is the agent Job's name for a node: nodeops-agent-<node>, hashed when it would pass 63
 // characters (the Job controller copies it into a label).
 func JobName(node string) string {
@@ -82,7 +86,7 @@ func BuildJob(node string, o Options) *batchv1.Job {
 					HostPID:                       true,
 					RestartPolicy:                 corev1.RestartPolicyOnFailure,
 					ServiceAccountName:            o.ServiceAccount,
-					TerminationGracePeriodSeconds: ptr.To[int64](30),
+					TerminationGracePeriodSeconds: ptr.To(TerminationGracePeriodSeconds),
 					Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 					Containers: []corev1.Container{{
 						Name:    "agent",
