@@ -55,6 +55,8 @@ type Reconciler struct {
 	// RecordRunningAfter: an idempotent command is recorded Running only once it has run this
 	// long; zero for DefaultRecordRunningAfter.
 	RecordRunningAfter time.Duration
+	// DefaultTimeout is the timeout of a command that sets none; nil for its kind's DefaultTimeout.
+	DefaultTimeout func(v1alpha1.CommandKind) time.Duration
 	// Stopping is closed when the agent is told to stop: no command starts after it, while running
 	// ones go on in the reconcile's context (docs/design.md, safety rule 12). Nil: never.
 	Stopping <-chan struct{}
@@ -331,12 +333,9 @@ func (r *Reconciler) run(ctx context.Context, task *v1alpha1.NodeTask, a taskpol
 	if r.Noop {
 		return taskpolicy.Outcome{Message: fmt.Sprintf("noop host: %s recorded, nothing run", cmd.Kind())}
 	}
-	cctx := ctx
-	if cmd.Timeout != nil && cmd.Timeout.Duration > 0 {
-		var cancel context.CancelFunc
-		cctx, cancel = context.WithTimeout(ctx, cmd.Timeout.Duration)
-		defer cancel()
-	}
+	timeout := r.timeout(cmd)
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	stop := r.heartbeat(ctx, task)
 	env := &commands.Env{
 		NodeName:  task.Spec.NodeName,
@@ -354,12 +353,22 @@ func (r *Reconciler) run(ctx context.Context, task *v1alpha1.NodeTask, a taskpol
 	if err != nil {
 		o.ExitCode = int32(host.ExitCode(err)) //nolint:gosec // exit codes are small
 		if cctx.Err() != nil && ctx.Err() == nil {
-			o.Err = fmt.Errorf("timed out after %s: %w", cmd.Timeout.Duration, err)
+			o.Err = fmt.Errorf("timed out after %s: %w", timeout, err)
 		}
 		_, _ = fmt.Fprintf(tail, "error: %v\n", o.Err)
 	}
 	o.Tail = tail.String()
 	return o
+}
+
+// timeout bounds a command: its own timeout, or its kind's default (docs/design.md, safety rule 12).
+func (r *Reconciler) timeout(cmd *v1alpha1.Command) time.Duration {
+	if r.DefaultTimeout != nil && (cmd.Timeout == nil || cmd.Timeout.Duration <= 0) {
+		if k := cmd.Spec(); k != nil {
+			return r.DefaultTimeout(k)
+		}
+	}
+	return cmd.EffectiveTimeout()
 }
 
 // heartbeat renews status.agentHeartbeat until stop is called.

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/agent/commands"
 	"github.com/nodeops/nodeops/internal/host"
 	"github.com/nodeops/nodeops/internal/taskpolicy"
 )
@@ -54,6 +55,9 @@ type Options struct {
 	// ShutdownGracePeriod is how long a running command may go on once the agent is told to stop
 	// (docs/design.md, safety rule 12); zero stops it at once.
 	ShutdownGracePeriod time.Duration
+	// DefaultTimeout is the timeout of a command that sets none; nil for its kind's own
+	// (v1alpha1.CommandKind.DefaultTimeout). Tests shorten it.
+	DefaultTimeout func(v1alpha1.CommandKind) time.Duration
 }
 
 // Scheme is the agent's own scheme: core, policy and nodeops kinds.
@@ -123,6 +127,9 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err != nil {
 		return fmt.Errorf("creating a client: %w", err)
 	}
+	if o.HTTP == nil {
+		o.HTTP = commands.NewHTTPClient()
+	}
 	r := &Reconciler{
 		Client:    mgr.GetClient(),
 		Direct:    direct,
@@ -131,6 +138,8 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		Heartbeat: o.Heartbeat,
 		HTTP:      o.HTTP,
 		Poll:      o.Poll,
+
+		DefaultTimeout: o.DefaultTimeout,
 	}
 	if !o.Noop {
 		h, err := host.Open(o.ServiceManager, o.HostRoot)

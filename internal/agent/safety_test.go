@@ -1,7 +1,10 @@
 package agent_test
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,5 +82,39 @@ func TestSafetyRule12_StopAfterTheGracePeriodInterrupts(t *testing.T) {
 	task := waitTask(t, "graceful-2", phaseIs(v1alpha1.TaskFailed))
 	if task.Status.Reason != v1alpha1.ReasonInterrupted || !strings.Contains(task.Status.Commands[0].Message, "interrupted") {
 		t.Errorf("reason %q, command %+v", task.Status.Reason, task.Status.Commands[0])
+	}
+}
+
+// docs/design.md, safety rule 12: a command that sets no timeout still has one, its kind's default;
+// here a download from a server that never answers, with the default made short.
+func TestSafetyRule12_CommandWithoutTimeoutFailsAtItsKindsDefault(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	root := hosttest.NewRoot(t, nil)
+	var asked []string
+	var mu sync.Mutex
+	startAgent(t, agent.Options{NodeName: "timeout-1", HostRoot: root, DefaultTimeout: func(k v1alpha1.CommandKind) time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		asked = append(asked, k.KindName())
+		return 300 * time.Millisecond
+	}})
+	create(t, newTask("timeout-1", "timeout-1", v1alpha1.ExecutionAuto,
+		v1alpha1.Command{InstallFile: &v1alpha1.InstallFileCommand{URL: srv.URL + "/never", SHA256: strings.Repeat("0", 64), Path: "/opt/f"}}))
+	task := waitTask(t, "timeout-1", phaseIs(v1alpha1.TaskFailed))
+	if msg := task.Status.Commands[0].Message; !strings.Contains(msg, "timed out after 300ms") {
+		t.Errorf("message %q does not say the command timed out after its default", msg)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(asked, ",") != "installFile" {
+		t.Errorf("default timeouts asked for %v, want installFile's", asked)
 	}
 }
