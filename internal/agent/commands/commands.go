@@ -34,6 +34,9 @@ type Env struct {
 	Arch string
 	// Poll is how often waiting commands look again; 2s when zero.
 	Poll time.Duration
+	// DownloadIdleTimeout fails a download whose server sends nothing for this long; zero for
+	// DefaultDownloadIdleTimeout.
+	DownloadIdleTimeout time.Duration
 
 	// acting is the Host that really changes things, set in a DryRun for kubeadm's own dry run,
 	// which leaves files behind that must really be removed.
