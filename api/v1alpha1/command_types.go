@@ -236,8 +236,12 @@ type DrainCommand struct {
 	// +optional
 	// +kubebuilder:default=true
 	IgnoreDaemonSets *bool `json:"ignoreDaemonSets,omitempty"`
+	// DeleteEmptyDirData evicts pods with emptyDir volumes, whose data is lost; without it the drain refuses them.
 	// +optional
 	DeleteEmptyDirData bool `json:"deleteEmptyDirData,omitempty"`
+	// Force evicts pods that no controller owns, which will not come back; without it the drain refuses them.
+	// +optional
+	Force bool `json:"force,omitempty"`
 	// PodSelector limits the drain to matching pods.
 	// +optional
 	PodSelector *metav1.LabelSelector `json:"podSelector,omitempty"`
@@ -546,6 +550,9 @@ func drainText(d *DrainCommand) string {
 	}
 	if d.DeleteEmptyDirData {
 		parts = append(parts, "deleting emptyDir data")
+	}
+	if d.Force {
+		parts = append(parts, "forcing pods no controller owns")
 	}
 	if d.PodSelector != nil {
 		parts = append(parts, "pods "+metav1.FormatLabelSelector(d.PodSelector))

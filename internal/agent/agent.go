@@ -55,6 +55,8 @@ type Reconciler struct {
 	// RecordRunningAfter: an idempotent command is recorded Running only once it has run this
 	// long; zero for DefaultRecordRunningAfter.
 	RecordRunningAfter time.Duration
+	// AgentPod is the agent's own pod, which drain spares.
+	AgentPod types.NamespacedName
 	// DefaultTimeout is the timeout of a command that sets none; nil for its kind's DefaultTimeout.
 	DefaultTimeout func(v1alpha1.CommandKind) time.Duration
 	// Stopping is closed when the agent is told to stop: no command starts after it, while running
@@ -346,6 +348,7 @@ func (r *Reconciler) run(ctx context.Context, task *v1alpha1.NodeTask, a taskpol
 		HTTP:      r.HTTP,
 		Out:       tail,
 		Poll:      r.Poll,
+		AgentPod:  r.AgentPod,
 	}
 	res, err := commands.Run(cctx, env, cmd)
 	stop()

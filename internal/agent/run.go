@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -55,6 +56,10 @@ type Options struct {
 	// ShutdownGracePeriod is how long a running command may go on once the agent is told to stop
 	// (docs/design.md, safety rule 12); zero stops it at once.
 	ShutdownGracePeriod time.Duration
+	// PodName and PodNamespace name the agent's own pod (the downward API's POD_NAME and
+	// POD_NAMESPACE), which drain never evicts; empty outside a pod.
+	PodName      string
+	PodNamespace string
 	// DefaultTimeout is the timeout of a command that sets none; nil for its kind's own
 	// (v1alpha1.CommandKind.DefaultTimeout). Tests shorten it.
 	DefaultTimeout func(v1alpha1.CommandKind) time.Duration
@@ -140,6 +145,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		Poll:      o.Poll,
 
 		DefaultTimeout: o.DefaultTimeout,
+		AgentPod:       types.NamespacedName{Namespace: o.PodNamespace, Name: o.PodName},
 	}
 	if !o.Noop {
 		h, err := host.Open(o.ServiceManager, o.HostRoot)

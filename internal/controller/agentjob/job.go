@@ -93,10 +93,12 @@ func BuildJob(node string, o Options) *batchv1.Job {
 						Image:   o.Image,
 						Command: []string{"/agent"},
 						Args:    []string{"--host-root=/host", "--exit-when-idle"},
-						Env: []corev1.EnvVar{{
-							Name:      "NODE_NAME",
-							ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}},
-						}},
+						// POD_NAME and POD_NAMESPACE: the agent's drain must not evict the Job's own pod.
+						Env: []corev1.EnvVar{
+							fieldEnv("NODE_NAME", "spec.nodeName"),
+							fieldEnv("POD_NAME", "metadata.name"),
+							fieldEnv("POD_NAMESPACE", "metadata.namespace"),
+						},
 						SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
 						VolumeMounts: []corev1.VolumeMount{{
 							Name: "host", MountPath: "/host", MountPropagation: ptr.To(corev1.MountPropagationHostToContainer),
@@ -110,6 +112,10 @@ func BuildJob(node string, o Options) *batchv1.Job {
 			},
 		},
 	}
+}
+
+func fieldEnv(name, path string) corev1.EnvVar {
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
 }
 
 // finished reports whether a Job has ended, one way or the other.
