@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -23,7 +24,8 @@ type Command struct {
 	// +kubebuilder:validation:Maximum=10
 	Retries int32 `json:"retries,omitempty"`
 
-	// Timeout bounds the command; the command fails when it passes.
+	// Timeout bounds the command; the command fails when it passes. Unset, the kind's default
+	// applies (kubeadmUpgradeApply 30m, drain 10m or its own timeout and 1m, script 1h, wait its duration and 1m, ...).
 	// +optional
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 
@@ -66,6 +68,9 @@ func (c *KubeadmUpgradeApplyCommand) Description() string {
 	return "kubeadm upgrade apply " + c.KubernetesVersion + ignoring(c.IgnorePreflightErrors)
 }
 
+// kubeadm waits up to 5 minutes for each control-plane static pod it replaces, etcd included.
+func (*KubeadmUpgradeApplyCommand) DefaultTimeout() time.Duration { return 30 * time.Minute }
+
 // KubeadmUpgradeNodeCommand runs `kubeadm upgrade node` on a control-plane or worker node.
 type KubeadmUpgradeNodeCommand struct {
 	// +optional
@@ -81,6 +86,8 @@ func (*KubeadmUpgradeNodeCommand) IsIdempotent() bool { return true }
 func (c *KubeadmUpgradeNodeCommand) Description() string {
 	return "kubeadm upgrade node" + ignoring(c.IgnorePreflightErrors)
 }
+
+func (*KubeadmUpgradeNodeCommand) DefaultTimeout() time.Duration { return 15 * time.Minute }
 
 // KubeadmUpgradePlanCommand runs `kubeadm upgrade plan VERSION` as a preflight check.
 type KubeadmUpgradePlanCommand struct {
@@ -101,6 +108,8 @@ func (c *KubeadmUpgradePlanCommand) Description() string {
 	return "kubeadm upgrade plan " + c.KubernetesVersion + ignoring(c.IgnorePreflightErrors)
 }
 
+func (*KubeadmUpgradePlanCommand) DefaultTimeout() time.Duration { return 5 * time.Minute }
+
 // KubeadmRenewCertificatesCommand runs `kubeadm certs renew` for the listed certificates (all when empty)
 // and reports each certificate's expiry afterwards.
 type KubeadmRenewCertificatesCommand struct {
@@ -117,6 +126,8 @@ func (*KubeadmRenewCertificatesCommand) IsIdempotent() bool { return true }
 func (c *KubeadmRenewCertificatesCommand) Description() string {
 	return "kubeadm certs renew " + strings.Join(orAll(c.Certificates), " ")
 }
+
+func (*KubeadmRenewCertificatesCommand) DefaultTimeout() time.Duration { return 5 * time.Minute }
 
 // RestartStaticPodsCommand restarts control-plane static pods by moving each manifest out of
 // /etc/kubernetes/manifests and back, then waiting for its mirror pod where a kubelet runs.
@@ -135,6 +146,9 @@ func (*RestartStaticPodsCommand) IsIdempotent() bool { return true }
 func (c *RestartStaticPodsCommand) Description() string {
 	return "restart static pods: " + strings.Join(orAll(c.Components), ", ")
 }
+
+// Up to 7 minutes for each of four components (gone, then back).
+func (*RestartStaticPodsCommand) DefaultTimeout() time.Duration { return 30 * time.Minute }
 
 // BinarySource is where Kubernetes binaries come from: {baseURL}/{version}/bin/linux/{arch}/{name},
 // each with {name}.sha256 beside it.
@@ -165,6 +179,8 @@ func (c *InstallBinariesCommand) Description() string {
 	return fmt.Sprintf("install %s %s from %s", strings.Join(c.Components, ", "), c.Version, c.Source.BaseURL)
 }
 
+func (*InstallBinariesCommand) DefaultTimeout() time.Duration { return 15 * time.Minute }
+
 // RestartServiceCommand restarts a service with the host's service manager.
 type RestartServiceCommand struct {
 	// +kubebuilder:validation:MinLength=1
@@ -181,6 +197,8 @@ func (c *RestartServiceCommand) Description() string {
 	return "restart service " + c.Name
 }
 
+func (*RestartServiceCommand) DefaultTimeout() time.Duration { return 5 * time.Minute }
+
 // CordonCommand marks the node unschedulable, remembering whether it already was.
 type CordonCommand struct{}
 
@@ -191,6 +209,8 @@ func (*CordonCommand) IsIdempotent() bool { return true }
 func (*CordonCommand) Description() string {
 	return "cordon the node"
 }
+
+func (*CordonCommand) DefaultTimeout() time.Duration { return time.Minute }
 
 // UncordonCommand restores the schedulability the node had before cordon.
 type UncordonCommand struct{}
@@ -203,6 +223,8 @@ func (*UncordonCommand) Description() string {
 	return "uncordon the node (if cordon found it schedulable)"
 }
 
+func (*UncordonCommand) DefaultTimeout() time.Duration { return time.Minute }
+
 // DrainCommand evicts the node's pods through the Eviction API, honouring PodDisruptionBudgets.
 type DrainCommand struct {
 	// Timeout for the whole drain; defaults to 5m.
@@ -214,8 +236,12 @@ type DrainCommand struct {
 	// +optional
 	// +kubebuilder:default=true
 	IgnoreDaemonSets *bool `json:"ignoreDaemonSets,omitempty"`
+	// DeleteEmptyDirData evicts pods with emptyDir volumes, whose data is lost; without it the drain refuses them.
 	// +optional
 	DeleteEmptyDirData bool `json:"deleteEmptyDirData,omitempty"`
+	// Force evicts pods that no controller owns, which will not come back; without it the drain refuses them.
+	// +optional
+	Force bool `json:"force,omitempty"`
 	// PodSelector limits the drain to matching pods.
 	// +optional
 	PodSelector *metav1.LabelSelector `json:"podSelector,omitempty"`
@@ -229,6 +255,9 @@ func (c *DrainCommand) Description() string {
 	return "drain the node" + drainText(c)
 }
 
+// DefaultTimeout leaves the drain its own timeout and a minute more, and at least 10 minutes.
+func (c *DrainCommand) DefaultTimeout() time.Duration { return atLeast(10*time.Minute, c.Timeout) }
+
 // WaitNodeReadyCommand waits until the node reports Ready.
 type WaitNodeReadyCommand struct {
 	// +optional
@@ -241,6 +270,10 @@ func (*WaitNodeReadyCommand) IsIdempotent() bool { return true }
 
 func (c *WaitNodeReadyCommand) Description() string {
 	return "wait for the node to be Ready" + durationText(" within ", c.Timeout)
+}
+
+func (c *WaitNodeReadyCommand) DefaultTimeout() time.Duration {
+	return atLeast(10*time.Minute, c.Timeout)
 }
 
 // PreflightCommand checks the node before work starts.
@@ -257,6 +290,8 @@ func (*PreflightCommand) IsIdempotent() bool { return true }
 func (c *PreflightCommand) Description() string {
 	return "preflight checks" + preflightText(c.Checks)
 }
+
+func (*PreflightCommand) DefaultTimeout() time.Duration { return 2 * time.Minute }
 
 // PreflightCheck is one check; exactly one field is set.
 // +kubebuilder:validation:XValidation:rule="[has(self.binary), has(self.minFreeDiskMiB), has(self.osFamily)].filter(x, x).size() == 1",message="exactly one of binary, minFreeDiskMiB or osFamily must be set"
@@ -309,6 +344,8 @@ func (c *InstallFileCommand) Description() string {
 	return fmt.Sprintf("install %s from %s", c.Path, c.URL)
 }
 
+func (*InstallFileCommand) DefaultTimeout() time.Duration { return 15 * time.Minute }
+
 // ContainerdRuntimeCommand adds or removes a runtime handler in containerd's config (version 2 or 3), then restarts containerd.
 type ContainerdRuntimeCommand struct {
 	// Name of the runtime handler, as RuntimeClasses name it.
@@ -351,6 +388,8 @@ func (c *ContainerdRuntimeCommand) Description() string {
 	return s
 }
 
+func (*ContainerdRuntimeCommand) DefaultTimeout() time.Duration { return 5 * time.Minute }
+
 // ScriptCommand runs a shell script inside the host root.
 type ScriptCommand struct {
 	// +kubebuilder:validation:MinLength=1
@@ -376,6 +415,8 @@ func (c *ScriptCommand) Description() string {
 	return s
 }
 
+func (*ScriptCommand) DefaultTimeout() time.Duration { return time.Hour }
+
 // EnvVar is one environment variable for a script.
 type EnvVar struct {
 	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
@@ -398,6 +439,8 @@ func (c *WaitCommand) Description() string {
 	return "wait " + c.Duration.Duration.String()
 }
 
+func (c *WaitCommand) DefaultTimeout() time.Duration { return c.Duration.Duration + time.Minute }
+
 // CommandKind is what each command type declares about itself, so that a kind is defined once, on its
 // type: Command's Kind, Idempotent and Spec are derived from its fields, and the agent and CLI ask the kind.
 // +kubebuilder:object:generate=false
@@ -408,6 +451,9 @@ type CommandKind interface {
 	IsIdempotent() bool
 	// Description says in one line what the command does on the node, with its arguments.
 	Description() string
+	// DefaultTimeout bounds a command of this kind that sets no timeout of its own: every command
+	// has one (docs/design.md, safety rule 12).
+	DefaultTimeout() time.Duration
 }
 
 // Spec is the command kind that is set, nil when none is. It walks Command's pointer fields, so a
@@ -442,6 +488,17 @@ func (c *Command) DisplayName() string {
 	return c.Kind()
 }
 
+// EffectiveTimeout bounds the command: its Timeout when set, else its kind's DefaultTimeout.
+func (c *Command) EffectiveTimeout() time.Duration {
+	if c.Timeout != nil && c.Timeout.Duration > 0 {
+		return c.Timeout.Duration
+	}
+	if k := c.Spec(); k != nil {
+		return k.DefaultTimeout()
+	}
+	return time.Minute
+}
+
 // Idempotent reports whether the command is safe to run again after an interruption.
 // Every built-in command converges on its desired state; a script says so itself.
 func (c *Command) Idempotent() bool {
@@ -465,6 +522,14 @@ func ignoring(errs []string) string {
 	return " --ignore-preflight-errors=" + strings.Join(errs, ",")
 }
 
+// atLeast is floor, or a command's own wait and a minute more when that is longer.
+func atLeast(floor time.Duration, own *metav1.Duration) time.Duration {
+	if own != nil && own.Duration+time.Minute > floor {
+		return own.Duration + time.Minute
+	}
+	return floor
+}
+
 func durationText(prefix string, d *metav1.Duration) string {
 	if d == nil {
 		return ""
@@ -485,6 +550,9 @@ func drainText(d *DrainCommand) string {
 	}
 	if d.DeleteEmptyDirData {
 		parts = append(parts, "deleting emptyDir data")
+	}
+	if d.Force {
+		parts = append(parts, "forcing pods no controller owns")
 	}
 	if d.PodSelector != nil {
 		parts = append(parts, "pods "+metav1.FormatLabelSelector(d.PodSelector))

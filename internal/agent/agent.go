@@ -55,6 +55,13 @@ type Reconciler struct {
 	// RecordRunningAfter: an idempotent command is recorded Running only once it has run this
 	// long; zero for DefaultRecordRunningAfter.
 	RecordRunningAfter time.Duration
+	// AgentPod is the agent's own pod, which drain spares.
+	AgentPod types.NamespacedName
+	// DefaultTimeout is the timeout of a command that sets none; nil for its kind's DefaultTimeout.
+	DefaultTimeout func(v1alpha1.CommandKind) time.Duration
+	// Stopping is closed when the agent is told to stop: no command starts after it, while running
+	// ones go on in the reconcile's context (docs/design.md, safety rule 12). Nil: never.
+	Stopping <-chan struct{}
 
 	mu sync.Mutex
 	// written is the resourceVersion of the agent's last status write per task: a cached task at
@@ -82,9 +89,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.forgetIfFinished(task)
 		return ctrl.Result{}, nil
 	}
+	// Counted before the stop is looked at, so that a stop waiting for Busy to end sees this one.
 	r.setRunning(1)
 	defer r.setRunning(-1)
+	if r.stopping() {
+		return ctrl.Result{}, nil
+	}
 	return ctrl.Result{}, r.execute(ctx, task)
+}
+
+func (r *Reconciler) stopping() bool {
+	select {
+	case <-r.Stopping:
+		return true
+	default:
+		return false
+	}
 }
 
 func (r *Reconciler) stale(task *v1alpha1.NodeTask) bool {
@@ -164,6 +184,14 @@ func (r *Reconciler) execute(ctx context.Context, task *v1alpha1.NodeTask) error
 		}
 		if act.Kind == taskpolicy.ActNone && !dirty && !recovered {
 			return nil
+		}
+		if act.Kind == taskpolicy.ActStart && r.stopping() {
+			// A stopping agent starts nothing more; it writes the result it holds and leaves the
+			// next command Pending for the agent that follows (docs/design.md, safety rule 12).
+			if !dirty {
+				return nil
+			}
+			act = taskpolicy.Action{Kind: taskpolicy.ActNone}
 		}
 		next := status.DeepCopy()
 		taskpolicy.Apply(next, &task.Spec, act, now())
@@ -307,12 +335,9 @@ func (r *Reconciler) run(ctx context.Context, task *v1alpha1.NodeTask, a taskpol
 	if r.Noop {
 		return taskpolicy.Outcome{Message: fmt.Sprintf("noop host: %s recorded, nothing run", cmd.Kind())}
 	}
-	cctx := ctx
-	if cmd.Timeout != nil && cmd.Timeout.Duration > 0 {
-		var cancel context.CancelFunc
-		cctx, cancel = context.WithTimeout(ctx, cmd.Timeout.Duration)
-		defer cancel()
-	}
+	timeout := r.timeout(cmd)
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	stop := r.heartbeat(ctx, task)
 	env := &commands.Env{
 		NodeName:  task.Spec.NodeName,
@@ -323,6 +348,7 @@ func (r *Reconciler) run(ctx context.Context, task *v1alpha1.NodeTask, a taskpol
 		HTTP:      r.HTTP,
 		Out:       tail,
 		Poll:      r.Poll,
+		AgentPod:  r.AgentPod,
 	}
 	res, err := commands.Run(cctx, env, cmd)
 	stop()
@@ -330,12 +356,22 @@ func (r *Reconciler) run(ctx context.Context, task *v1alpha1.NodeTask, a taskpol
 	if err != nil {
 		o.ExitCode = int32(host.ExitCode(err)) //nolint:gosec // exit codes are small
 		if cctx.Err() != nil && ctx.Err() == nil {
-			o.Err = fmt.Errorf("timed out after %s: %w", cmd.Timeout.Duration, err)
+			o.Err = fmt.Errorf("timed out after %s: %w", timeout, err)
 		}
 		_, _ = fmt.Fprintf(tail, "error: %v\n", o.Err)
 	}
 	o.Tail = tail.String()
 	return o
+}
+
+// timeout bounds a command: its own timeout, or its kind's default (docs/design.md, safety rule 12).
+func (r *Reconciler) timeout(cmd *v1alpha1.Command) time.Duration {
+	if r.DefaultTimeout != nil && (cmd.Timeout == nil || cmd.Timeout.Duration <= 0) {
+		if k := cmd.Spec(); k != nil {
+			return r.DefaultTimeout(k)
+		}
+	}
+	return cmd.EffectiveTimeout()
 }
 
 // heartbeat renews status.agentHeartbeat until stop is called.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
@@ -34,6 +35,11 @@ type Env struct {
 	Arch string
 	// Poll is how often waiting commands look again; 2s when zero.
 	Poll time.Duration
+	// AgentPod is the agent's own pod, which drain never evicts; empty when the agent runs outside a pod.
+	AgentPod types.NamespacedName
+	// DownloadIdleTimeout fails a download whose server sends nothing for this long; zero for
+	// DefaultDownloadIdleTimeout.
+	DownloadIdleTimeout time.Duration
 
 	// acting is the Host that really changes things, set in a DryRun for kubeadm's own dry run,
 	// which leaves files behind that must really be removed.

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
@@ -62,11 +63,13 @@ func TestCheckKindsFindsEachMissingPiece(t *testing.T) {
 		`kind "bare" (commands_test.fakeBare): no KindName method`,
 		`kind "bare" (commands_test.fakeBare): no IsIdempotent method`,
 		`kind "bare" (commands_test.fakeBare): no Description method`,
+		`kind "bare" (commands_test.fakeBare): no DefaultTimeout method`,
 		`kind "bare" (commands_test.fakeBare): does not implement v1alpha1.CommandKind, so Command.Spec cannot see it`,
 		`kind "bare": no handler in the agent's table`,
 		`kind "bare": the CEL rule on Command does not name has(self.bare)`,
 		`kind "misnamed" (commands_test.fakeMisnamed): KindName is "other", want its JSON field name "misnamed"`,
 		`kind "misnamed" (commands_test.fakeMisnamed): empty Description, so the CLI has no text for it`,
+		`kind "misnamed" (commands_test.fakeMisnamed): DefaultTimeout is not a positive time.Duration, so a command of this kind without a timeout could run forever`,
 		`the agent's table has a handler for "stale", which is no kind of command`,
 		`the CEL rule on Command names has(self.removed), which is no kind of command`,
 	}
@@ -88,7 +91,7 @@ func checkKinds(commandType reflect.Type, handlers map[string]commands.Handler, 
 		kinds[name] = true
 		where := fmt.Sprintf("kind %q (%s)", name, f.Type.Elem())
 		zero := reflect.New(f.Type.Elem())
-		for _, m := range []string{"KindName", "IsIdempotent", "Description"} {
+		for _, m := range []string{"KindName", "IsIdempotent", "Description", "DefaultTimeout"} {
 			if _, ok := typ.MethodByName(m); !ok {
 				problems = append(problems, fmt.Sprintf("%s: no %s method", where, m))
 			}
@@ -102,6 +105,12 @@ func checkKinds(commandType reflect.Type, handlers map[string]commands.Handler, 
 			}
 			if k.Description() == "" {
 				problems = append(problems, where+": empty Description, so the CLI has no text for it")
+			}
+		}
+		// docs/design.md, safety rule 12: every command has a timeout, its kind's when it sets none.
+		if m, ok := typ.MethodByName("DefaultTimeout"); ok {
+			if d, ok := m.Func.Call([]reflect.Value{zero})[0].Interface().(time.Duration); !ok || d <= 0 {
+				problems = append(problems, where+": DefaultTimeout is not a positive time.Duration, so a command of this kind without a timeout could run forever")
 			}
 		}
 		if _, ok := handlers[name]; !ok {
@@ -207,6 +216,8 @@ func (*fakeComplete) KindName() string    { return "complete" }
 func (*fakeComplete) IsIdempotent() bool  { return true }
 func (*fakeComplete) Description() string { return "does it all" }
 
+func (*fakeComplete) DefaultTimeout() time.Duration { return time.Minute }
+
 type fakeBare struct{}
 
 type fakeMisnamed struct{}
@@ -214,3 +225,5 @@ type fakeMisnamed struct{}
 func (*fakeMisnamed) KindName() string    { return "other" }
 func (*fakeMisnamed) IsIdempotent() bool  { return false }
 func (*fakeMisnamed) Description() string { return "" }
+
+func (*fakeMisnamed) DefaultTimeout() time.Duration { return 0 }
