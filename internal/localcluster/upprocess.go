@@ -42,7 +42,9 @@ func StartUpProcess(bin string, args ...string) (*UpProcess, error) {
 		return nil, fmt.Errorf("starting nodeops-local: %w", err)
 	}
 	u := &UpProcess{cmd: cmd, exited: make(chan struct{}), ready: make(chan struct{})}
+	read := make(chan struct{})
 	go func() {
+		defer close(read)
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
 			line := sc.Text()
@@ -62,6 +64,8 @@ func StartUpProcess(bin string, args ...string) (*UpProcess, error) {
 	go func() {
 		u.waitErr = cmd.Wait()
 		_ = pw.Close()
+		// Exited only once everything printed is in Output, so an early exit's message is never lost.
+		<-read
 		close(u.exited)
 	}()
 	return u, nil
