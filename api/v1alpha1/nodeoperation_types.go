@@ -29,6 +29,7 @@ const (
 )
 
 // UpgradeOperation upgrades a kubeadm cluster, one minor version at a time.
+// +kubebuilder:validation:XValidation:rule="!has(self.ignorePreflightErrors) || !self.ignorePreflightErrors.exists(e, e.lowerAscii() == 'all') || (has(self.allowIgnoreAllPreflightErrors) && self.allowIgnoreAllPreflightErrors && self.ignorePreflightErrors.size() == 1)",message="ignorePreflightErrors may hold all only alone and with allowIgnoreAllPreflightErrors: true",fieldPath=".ignorePreflightErrors"
 // +kubebuilder:validation:XValidation:rule="(has(self.upgradeKubeletAndKubectl) && !self.upgradeKubeletAndKubectl) || has(self.binarySource)",message="binarySource is required when upgradeKubeletAndKubectl is true",fieldPath=".binarySource"
 type UpgradeOperation struct {
 	// KubernetesVersion to upgrade to.
@@ -48,7 +49,12 @@ type UpgradeOperation struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`(?i)^(all|CRI|ContainerRuntimeVersion|ControlPlaneNodesReady|CoreDNSMigration|CoreDNSUnsupportedPlugins|CreateJob|ExternalEtcdClientCertificates|ExternalEtcdVersion|Firewalld|HTTPProxy|HTTPProxyCIDR|Hostname|ImagePull|IsPrivilegedUser|KubeletVersion|KubernetesVersion|Mem|NumCPU|StaticPodManifest|Swap|SystemVerification|Port-[0-9]{1,5}|Service-[A-Za-z0-9@._-]+|(DirAvailable|FileAvailable|FileExisting|FileContent)-[A-Za-z0-9@._-]+)$`
+	// +listType=set
 	IgnorePreflightErrors []string `json:"ignorePreflightErrors,omitempty"`
+	// AllowIgnoreAllPreflightErrors must be true for ignorePreflightErrors to hold "all".
+	// +optional
+	AllowIgnoreAllPreflightErrors bool `json:"allowIgnoreAllPreflightErrors,omitempty"`
 	// Drain settings for workers.
 	// +optional
 	Drain *DrainCommand `json:"drain,omitempty"`
@@ -60,6 +66,8 @@ type RenewCertificatesOperation struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:Enum=all;admin.conf;apiserver;apiserver-etcd-client;apiserver-kubelet-client;controller-manager.conf;etcd-healthcheck-client;etcd-peer;etcd-server;front-proxy-client;scheduler.conf;super-admin.conf
+	// +kubebuilder:validation:XValidation:rule="!self.exists(c, c == 'all') || self.size() == 1",message="all already names every certificate: list it alone"
+	// +listType=set
 	Certificates []string `json:"certificates,omitempty"`
 }
 
@@ -93,6 +101,7 @@ type Group struct {
 	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:XValidation:rule="self.all(c, self.filter(d, (has(d.name) ? d.name : has(d.kubeadmUpgradeApply) ? 'kubeadmUpgradeApply' : has(d.kubeadmUpgradeNode) ? 'kubeadmUpgradeNode' : has(d.kubeadmUpgradePlan) ? 'kubeadmUpgradePlan' : has(d.kubeadmRenewCertificates) ? 'kubeadmRenewCertificates' : has(d.restartStaticPods) ? 'restartStaticPods' : has(d.installBinaries) ? 'installBinaries' : has(d.restartService) ? 'restartService' : has(d.cordon) ? 'cordon' : has(d.drain) ? 'drain' : has(d.uncordon) ? 'uncordon' : has(d.waitNodeReady) ? 'waitNodeReady' : has(d.preflight) ? 'preflight' : has(d.installFile) ? 'installFile' : has(d.containerdRuntime) ? 'containerdRuntime' : has(d.script) ? 'script' : has(d.wait) ? 'wait' : '') == (has(c.name) ? c.name : has(c.kubeadmUpgradeApply) ? 'kubeadmUpgradeApply' : has(c.kubeadmUpgradeNode) ? 'kubeadmUpgradeNode' : has(c.kubeadmUpgradePlan) ? 'kubeadmUpgradePlan' : has(c.kubeadmRenewCertificates) ? 'kubeadmRenewCertificates' : has(c.restartStaticPods) ? 'restartStaticPods' : has(c.installBinaries) ? 'installBinaries' : has(c.restartService) ? 'restartService' : has(c.cordon) ? 'cordon' : has(c.drain) ? 'drain' : has(c.uncordon) ? 'uncordon' : has(c.waitNodeReady) ? 'waitNodeReady' : has(c.preflight) ? 'preflight' : has(c.installFile) ? 'installFile' : has(c.containerdRuntime) ? 'containerdRuntime' : has(c.script) ? 'script' : has(c.wait) ? 'wait' : '')).size() == 1)",message="command names must be unique: a command without a name is named after its kind, so name each command of a kind that appears twice"
 	Commands []Command `json:"commands"`
 }
 
@@ -145,6 +154,7 @@ type NodeOperationSpec struct {
 }
 
 // OperationPhase summarises an operation.
+// +kubebuilder:validation:Enum=Pending;Running;Paused;Blocked;Succeeded;Failed;Aborted
 type OperationPhase string
 
 const (
@@ -184,6 +194,7 @@ type NodeCounts struct {
 }
 
 // GroupPhase is a group's state.
+// +kubebuilder:validation:Enum=Pending;Running;Blocked;Succeeded;Aborted
 type GroupPhase string
 
 const (

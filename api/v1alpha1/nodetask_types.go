@@ -24,17 +24,21 @@ type NodeTaskSpec struct {
 	// NodeName is the node the task runs on.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	NodeName string `json:"nodeName"`
 	// Operation or profile that owns the task, passed to scripts as NODEOPS_OPERATION.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	Operation string `json:"operation,omitempty"`
 	// Group the task belongs to.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Group string `json:"group,omitempty"`
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:XValidation:rule="self.all(c, self.filter(d, (has(d.name) ? d.name : has(d.kubeadmUpgradeApply) ? 'kubeadmUpgradeApply' : has(d.kubeadmUpgradeNode) ? 'kubeadmUpgradeNode' : has(d.kubeadmUpgradePlan) ? 'kubeadmUpgradePlan' : has(d.kubeadmRenewCertificates) ? 'kubeadmRenewCertificates' : has(d.restartStaticPods) ? 'restartStaticPods' : has(d.installBinaries) ? 'installBinaries' : has(d.restartService) ? 'restartService' : has(d.cordon) ? 'cordon' : has(d.drain) ? 'drain' : has(d.uncordon) ? 'uncordon' : has(d.waitNodeReady) ? 'waitNodeReady' : has(d.preflight) ? 'preflight' : has(d.installFile) ? 'installFile' : has(d.containerdRuntime) ? 'containerdRuntime' : has(d.script) ? 'script' : has(d.wait) ? 'wait' : '') == (has(c.name) ? c.name : has(c.kubeadmUpgradeApply) ? 'kubeadmUpgradeApply' : has(c.kubeadmUpgradeNode) ? 'kubeadmUpgradeNode' : has(c.kubeadmUpgradePlan) ? 'kubeadmUpgradePlan' : has(c.kubeadmRenewCertificates) ? 'kubeadmRenewCertificates' : has(c.restartStaticPods) ? 'restartStaticPods' : has(c.installBinaries) ? 'installBinaries' : has(c.restartService) ? 'restartService' : has(c.cordon) ? 'cordon' : has(c.drain) ? 'drain' : has(c.uncordon) ? 'uncordon' : has(c.waitNodeReady) ? 'waitNodeReady' : has(c.preflight) ? 'preflight' : has(c.installFile) ? 'installFile' : has(c.containerdRuntime) ? 'containerdRuntime' : has(c.script) ? 'script' : has(c.wait) ? 'wait' : '')).size() == 1)",message="command names must be unique: a command without a name is named after its kind, so name each command of a kind that appears twice"
 	Commands []Command `json:"commands"`
 	// +optional
 	// +kubebuilder:default=Auto
@@ -56,6 +60,7 @@ type NodeTaskSpec struct {
 }
 
 // TaskPhase is a task's state.
+// +kubebuilder:validation:Enum=Pending;Running;Succeeded;Failed;Aborted
 type TaskPhase string
 
 const (
@@ -72,6 +77,7 @@ func (p TaskPhase) Unfinished() bool {
 }
 
 // CommandPhase is a command's state.
+// +kubebuilder:validation:Enum=Pending;AwaitingApproval;Running;Succeeded;Failed;Skipped
 type CommandPhase string
 
 const (
