@@ -4,16 +4,20 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/config"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/testutil"
 )
@@ -150,7 +154,7 @@ spec:
 		{"unknown OS family", op("p4", "- preflight:\n    checks:\n    - osFamily: [windows]"), cmdPath + ".preflight.checks[0].osFamily[0]", "Unsupported value"},
 
 		// Names unique in each list; their defaults are their kinds.
-		{"two unnamed cordons in a group", op("u1", "- cordon: {}\n- cordon: {}"), "spec.custom.groups[0].commands", "command names must be unique"},
+		{"a name twice in a group", op("u1", "- name: x\n  cordon: {}\n- name: x\n  script: {inline: 'true'}"), "spec.custom.groups[0].commands", "command names must be unique"},
 		{"a name equal to another's kind", task("u2", "- drain: {}\n- name: drain\n  cordon: {}"), "spec.commands", "command names must be unique"},
 		{"two commands named alike in a profile", profile("u3", "- name: step\n  cordon: {}\n- name: step\n  uncordon: {}"), "spec.install", "command names must be unique"},
 		{"duplicate group names", `apiVersion: nodeops.io/v1alpha1
@@ -184,7 +188,7 @@ metadata:
 spec:
   autoProvision: true
   install: [{cordon: {}}]
-  uninstall: [{wait: {duration: 1s}}, {wait: {duration: 2s}}]
+  uninstall: [{wait: {duration: 1s}}, {name: wait, script: {inline: 'true'}}]
 `, "spec.uninstall", "command names must be unique"},
 		{"duplicate binaries", op("u8", "- installBinaries:\n    components: [kubelet, kubelet]\n    version: v1.37.2\n    source: {baseURL: 'https://dl.k8s.io/release'}"), cmdPath + ".installBinaries.components[1]", "Duplicate value"},
 		{"all with other certificates", `apiVersion: nodeops.io/v1alpha1
@@ -230,6 +234,8 @@ spec:
 - name: wait-long
   wait: {duration: 24h}
 - installFile: {url: 'https://x/y', sha256: `+sha+`, path: /usr/local/bin/y, mode: "0755"}
+- script: {inline: 'true'}
+- script: {inline: 'false', idempotent: true}
 - name: setuid-asked-for
   installFile: {url: 'https://x/y', sha256: `+sha+`, path: /usr/local/bin/z, mode: "4755", allowUnsafeMode: true}
 `+kubeadmOK), "", ""},
@@ -321,6 +327,62 @@ func startAPIServer(t *testing.T) (*testutil.Env, string, string) {
 		t.Fatal(err)
 	}
 	return env, kubectl, kubeconfig
+}
+
+// TestNameRuleKnowsEveryKind: the uniqueness rule on command lists spells out each kind's default
+// name, so a new kind must be added to it (in every CRD, all from the markers).
+func TestNameRuleKnowsEveryKind(t *testing.T) {
+	files, err := fs.Glob(config.CRDs, "crd/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules []string
+	for _, name := range files {
+		data, err := config.CRDs.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc any
+		if err := yaml.Unmarshal(data, &doc); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		rules = append(rules, nameRules(doc)...)
+	}
+	if len(rules) != 4 {
+		t.Errorf("found the command-name rule %d times, want 4 (group, task, install, uninstall)", len(rules))
+	}
+	typ := reflect.TypeFor[v1alpha1.Command]()
+	for _, rule := range rules {
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			if f.Type.Kind() != reflect.Pointer || f.Type.Elem().PkgPath() != typ.PkgPath() {
+				continue
+			}
+			kind, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if !strings.Contains(rule, "has(d."+kind+") ? '"+kind+"'") {
+				t.Errorf("the command-name rule does not know kind %q", kind)
+			}
+		}
+	}
+}
+
+func nameRules(node any) []string {
+	var rules []string
+	switch n := node.(type) {
+	case map[string]any:
+		if msg, _ := n["message"].(string); strings.HasPrefix(msg, "command names must be unique") {
+			rule, _ := n["rule"].(string)
+			rules = append(rules, rule)
+		}
+		for _, v := range n {
+			rules = append(rules, nameRules(v)...)
+		}
+	case []any:
+		for _, v := range n {
+			rules = append(rules, nameRules(v)...)
+		}
+	}
+	return rules
 }
 
 // TestPlannedTasksAreAdmitted checks that what a valid operation expands to passes the NodeTask CRD's
