@@ -51,9 +51,20 @@ type FS struct {
 // maxSymlinks bounds symlink resolution, as the kernel does.
 const maxSymlinks = 40
 
-// Path is where host path p is under the root. It refuses relative paths and paths that would leave
-// the root through "..".
+// Path is where host path p is under the root, with every symlink in it followed inside the root,
+// the last one too, so that what the returned path names is inside the root. It refuses relative
+// paths and paths with ".." in them.
 func (f *FS) Path(p string) (string, error) {
+	return f.path(p, true)
+}
+
+// linkPath is Path for operations on a name itself (remove, rename): a final symlink is not followed,
+// and as its directory is resolved inside the root, the link acted on is inside it too.
+func (f *FS) linkPath(p string) (string, error) {
+	return f.path(p, false)
+}
+
+func (f *FS) path(p string, followLast bool) (string, error) {
 	if !path.IsAbs(p) {
 		return "", fmt.Errorf("host path %q is not absolute", p)
 	}
@@ -62,18 +73,21 @@ func (f *FS) Path(p string) (string, error) {
 			return "", fmt.Errorf("host path %q escapes the host root", p)
 		}
 	}
-	resolved, err := f.resolve(p)
+	resolved, err := f.resolve(p, followLast)
 	if err != nil {
 		return "", err
 	}
 	return filepath.Join(f.Root, resolved), nil
 }
 
-// resolve follows symlinks in p's directories (not in its last element) with / meaning the root.
-func (f *FS) resolve(p string) (string, error) {
-	dir, base := path.Split(path.Clean(p))
+// resolve follows the symlinks in p one component at a time, as the kernel would inside a chroot at
+// the root: an absolute target starts again at the root and ".." stops there, so no path, however its
+// links point, leaves the root. The last component is followed only when followLast is set. Missing
+// components are fine: a write creates them. What it cannot close is a race with a host process that
+// swaps a checked directory for a symlink before the caller opens the result.
+func (f *FS) resolve(p string, followLast bool) (string, error) {
 	cur := "/"
-	pending := strings.Split(strings.Trim(dir, "/"), "/")
+	pending := strings.Split(strings.Trim(path.Clean(p), "/"), "/")
 	links := 0
 	for len(pending) > 0 {
 		part := pending[0]
@@ -86,9 +100,11 @@ func (f *FS) resolve(p string) (string, error) {
 			continue
 		}
 		next := path.Join(cur, part)
+		if len(pending) == 0 && !followLast {
+			return next, nil
+		}
 		fi, err := os.Lstat(filepath.Join(f.Root, next))
 		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
-			// Missing directories are fine: a write creates them.
 			cur = next
 			continue
 		}
@@ -105,10 +121,7 @@ func (f *FS) resolve(p string) (string, error) {
 		}
 		pending = append(strings.Split(target, "/"), pending...)
 	}
-	if base == "" {
-		return cur, nil
-	}
-	return path.Join(cur, base), nil
+	return cur, nil
 }
 
 // ReadFile reads host path p.
@@ -117,10 +130,21 @@ func (f *FS) ReadFile(p string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return os.ReadFile(real)
+	file, err := openNoFollow(real)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = file.Close() }()
+	return io.ReadAll(file)
 }
 
-// Stat stats host path p, following a final symlink only when it stays in the root.
+// openNoFollow opens a resolved path for reading, refusing a last component that became a symlink
+// since it was resolved.
+func openNoFollow(real string) (*os.File, error) {
+	return os.OpenFile(real, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+}
+
+// Stat stats host path p, following symlinks inside the root.
 func (f *FS) Stat(p string) (fs.FileInfo, error) {
 	real, err := f.Path(p)
 	if err != nil {
@@ -135,7 +159,7 @@ func (f *FS) Open(p string) (io.ReadCloser, error) {
 	if err != nil {
 		return nil, err
 	}
-	return os.Open(real)
+	return openNoFollow(real)
 }
 
 // ReadDir lists host directory p.
@@ -238,7 +262,7 @@ func (t *tempFile) Discard() error {
 
 // Remove removes host path p; a missing file is not an error.
 func (f *FS) Remove(p string) error {
-	real, err := f.Path(p)
+	real, err := f.linkPath(p)
 	if err != nil {
 		return err
 	}
@@ -250,7 +274,7 @@ func (f *FS) Remove(p string) error {
 
 // RemoveAll removes host path p and everything under it; a missing path is not an error.
 func (f *FS) RemoveAll(p string) error {
-	real, err := f.Path(p)
+	real, err := f.linkPath(p)
 	if err != nil {
 		return err
 	}
@@ -262,11 +286,11 @@ func (f *FS) RemoveAll(p string) error {
 
 // Rename renames host path from to host path to.
 func (f *FS) Rename(from, to string) error {
-	rf, err := f.Path(from)
+	rf, err := f.linkPath(from)
 	if err != nil {
 		return err
 	}
-	rt, err := f.Path(to)
+	rt, err := f.linkPath(to)
 	if err != nil {
 		return err
 	}
@@ -286,7 +310,7 @@ func (f *FS) KeepPrevious(p, prev string) error {
 	if err != nil {
 		return err
 	}
-	dst, err := f.Path(prev)
+	dst, err := f.linkPath(prev)
 	if err != nil {
 		return err
 	}
