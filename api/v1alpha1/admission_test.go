@@ -284,6 +284,18 @@ func TestAdmission(t *testing.T) {
 	if refused < 40 {
 		t.Fatalf("only %d invalid manifests; the table promises at least 40", refused)
 	}
+	// The samples people copy from must pass too.
+	samples, err := filepath.Glob("../../config/samples/*.yaml")
+	if err != nil || len(samples) == 0 {
+		t.Fatalf("no samples in config/samples: %v", err)
+	}
+	for _, p := range samples {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cases = append(cases, admission{name: "sample " + filepath.Base(p), manifest: string(data)})
+	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := exec.Command(kubectl, "--kubeconfig", kubeconfig, "apply", "-f", "-")
