@@ -18,6 +18,7 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/config"
+	"github.com/nodeops/nodeops/internal/controller/nodeprofile"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/testutil"
 )
@@ -411,6 +412,20 @@ func TestPlannedTasksAreAdmitted(t *testing.T) {
 			IgnorePreflightErrors: []string{"Swap", "SystemVerification"}}},
 		"renew":      {RenewCertificates: &v1alpha1.RenewCertificatesOperation{}},
 		"renew-some": {RenewCertificates: &v1alpha1.RenewCertificatesOperation{Certificates: []string{"apiserver", "etcd-server"}}},
+	}
+	// A profile's install and uninstall tasks, on a node with the longest name there can be.
+	long := strings.Repeat("n", 120) + "." + strings.Repeat("m", 132)
+	prof := &v1alpha1.NodeProfile{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("p", 50)}, Spec: v1alpha1.NodeProfileSpec{
+		AutoProvision: true,
+		Install:       []v1alpha1.Command{{InstallFile: &v1alpha1.InstallFileCommand{URL: "https://x/shim", SHA256: sha, Path: "/opt/bin/shim", Mode: "0755"}}, {Script: &v1alpha1.ScriptCommand{Inline: "true"}}, {Script: &v1alpha1.ScriptCommand{Inline: "true"}}},
+		Uninstall:     []v1alpha1.Command{{InstallFile: &v1alpha1.InstallFileCommand{URL: "https://x/shim", SHA256: sha, Path: "/opt/bin/shim", Remove: true}}},
+	}}
+	for _, a := range []nodeprofile.Action{nodeprofile.ActionInstall, nodeprofile.ActionUninstall} {
+		tk := nodeprofile.BuildTask(prof, long, a, nodeprofile.SpecHash(&prof.Spec))
+		tk.OwnerReferences = nil
+		if err := env.Client.Create(context.Background(), tk, client.DryRunAll); err != nil {
+			t.Errorf("profile %s task: refused: %v", a, err)
+		}
 	}
 	for name, spec := range specs {
 		groups, err := plan.Expand(&spec)
