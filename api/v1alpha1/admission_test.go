@@ -228,6 +228,17 @@ spec:
   commands: [{cordon: {}}]
 `, "spec.group", "should match"},
 
+		{"more commands approved than there are", `apiVersion: nodeops.io/v1alpha1
+kind: NodeTask
+metadata:
+  name: n4
+spec:
+  nodeName: n1
+  executionMode: Controlled
+  approvedCommands: 3
+  commands: [{cordon: {}}, {uncordon: {}}]
+`, "spec.approvedCommands", "at most the number of commands"},
+
 		// Accepted: the test must be able to fail both ways.
 		{"valid operation with bounds at their limits", op("ok1", `- timeout: 24h
   drain: {timeout: 1s, gracePeriodSeconds: 86400}

@@ -20,6 +20,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="self.commands == oldSelf.commands",message="commands are immutable",fieldPath=".commands"
 // +kubebuilder:validation:XValidation:rule="self.executionMode == oldSelf.executionMode || (oldSelf.executionMode == 'Controlled' && self.executionMode == 'Auto')",message="executionMode may only change from Controlled to Auto",fieldPath=".executionMode"
 // +kubebuilder:validation:XValidation:rule="self.approvedCommands >= oldSelf.approvedCommands",message="approvedCommands cannot decrease",fieldPath=".approvedCommands"
+// +kubebuilder:validation:XValidation:rule="!has(self.approvedCommands) || self.approvedCommands <= self.commands.size()",message="approvedCommands is at most the number of commands",fieldPath=".approvedCommands"
 type NodeTaskSpec struct {
 	// NodeName is the node the task runs on.
 	// +kubebuilder:validation:MinLength=1
