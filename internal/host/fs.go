@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Files is the host's files as commands see them. *FS changes them; DryRunFiles reads through and
@@ -84,7 +86,8 @@ func (f *FS) path(p string, followLast bool) (string, error) {
 // the root: an absolute target starts again at the root and ".." stops there, so no path, however its
 // links point, leaves the root. The last component is followed only when followLast is set. Missing
 // components are fine: a write creates them. What it cannot close is a race with a host process that
-// swaps a checked directory for a symlink before the caller opens the result.
+// swaps a checked directory for a symlink before the caller uses the result: reads close it by having
+// the kernel resolve again (openRead); writes, renames and removals do not yet.
 func (f *FS) resolve(p string, followLast bool) (string, error) {
 	cur := "/"
 	pending := strings.Split(strings.Trim(path.Clean(p), "/"), "/")
@@ -130,7 +133,7 @@ func (f *FS) ReadFile(p string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	file, err := openNoFollow(real)
+	file, err := f.openRead(p, real)
 	if err != nil {
 		return nil, err
 	}
@@ -138,10 +141,31 @@ func (f *FS) ReadFile(p string) ([]byte, error) {
 	return io.ReadAll(file)
 }
 
-// openNoFollow opens a resolved path for reading, refusing a last component that became a symlink
-// since it was resolved.
-func openNoFollow(real string) (*os.File, error) {
-	return os.OpenFile(real, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+// openRead opens host path p, resolved to real, for reading. The kernel resolves p again inside the
+// root (openat2 with RESOLVE_IN_ROOT, the semantics resolve follows), so a host process that swaps a
+// directory for a symlink after resolve cannot make the read leave the root. Where openat2 is missing
+// or filtered, real is opened refusing at least a last component that became a symlink.
+func (f *FS) openRead(p, real string) (*os.File, error) {
+	root, err := unix.Open(f.Root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: f.Root, Err: err}
+	}
+	defer func() { _ = unix.Close(root) }()
+	rel := strings.TrimLeft(p, "/")
+	if rel == "" {
+		rel = "."
+	}
+	fd, err := unix.Openat2(root, rel, &unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	switch {
+	case errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM):
+		return os.OpenFile(real, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	case err != nil:
+		return nil, &fs.PathError{Op: "open", Path: p, Err: err}
+	}
+	return os.NewFile(uintptr(fd), real), nil
 }
 
 // Stat stats host path p, following symlinks inside the root.
@@ -159,7 +183,7 @@ func (f *FS) Open(p string) (io.ReadCloser, error) {
 	if err != nil {
 		return nil, err
 	}
-	return openNoFollow(real)
+	return f.openRead(p, real)
 }
 
 // ReadDir lists host directory p.

@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"bytes"
 	"errors"
 	"io/fs"
 	"os"
@@ -234,6 +235,12 @@ func FuzzResolve(f *testing.F) {
 		}
 		if real, err := filepath.EvalSymlinks(got); err == nil && !inside(real) {
 			t.Fatalf("Path(%q) with /l -> %q = %q, which the kernel resolves to %q, outside the root", p, target, got, real)
+		}
+		// ReadFile has the kernel resolve p again (openat2, RESOLVE_IN_ROOT): it must find the same file.
+		want, wantErr := os.ReadFile(got)
+		data, err := fsys.ReadFile(p)
+		if (wantErr == nil) != (err == nil) || !bytes.Equal(data, want) {
+			t.Fatalf("ReadFile(%q) with /l -> %q = %q, %v; the file at %q holds %q, %v", p, target, data, err, got, want, wantErr)
 		}
 	})
 }
