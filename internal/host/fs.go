@@ -86,8 +86,9 @@ func (f *FS) path(p string, followLast bool) (string, error) {
 // the root: an absolute target starts again at the root and ".." stops there, so no path, however its
 // links point, leaves the root. The last component is followed only when followLast is set. Missing
 // components are fine: a write creates them. What it cannot close is a race with a host process that
-// swaps a checked directory for a symlink before the caller uses the result: reads close it by having
-// the kernel resolve again (openRead); writes, renames and removals do not yet.
+// swaps a checked directory for a symlink before the caller uses the result: reads, temporary files
+// and removals close it by having the kernel resolve again (openInRoot); MkdirAll, Rename, RemoveAll,
+// Chmod and KeepPrevious do not yet.
 func (f *FS) resolve(p string, followLast bool) (string, error) {
 	cur := "/"
 	pending := strings.Split(strings.Trim(path.Clean(p), "/"), "/")
@@ -146,9 +147,24 @@ func (f *FS) ReadFile(p string) ([]byte, error) {
 // directory for a symlink after resolve cannot make the read leave the root. Where openat2 is missing
 // or filtered, real is opened refusing at least a last component that became a symlink.
 func (f *FS) openRead(p, real string) (*os.File, error) {
+	fd, err := f.openInRoot(p, unix.O_RDONLY)
+	switch {
+	case errors.Is(err, errNoOpenat2):
+		return os.OpenFile(real, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	case err != nil:
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), real), nil
+}
+
+// errNoOpenat2: the kernel (or a seccomp filter) does not offer openat2; callers fall back to paths.
+var errNoOpenat2 = errors.New("openat2 is not available")
+
+// openInRoot opens host path p with flags, the kernel resolving every component inside the root.
+func (f *FS) openInRoot(p string, flags uint64) (int, error) {
 	root, err := unix.Open(f.Root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: f.Root, Err: err}
+		return -1, &fs.PathError{Op: "open", Path: f.Root, Err: err}
 	}
 	defer func() { _ = unix.Close(root) }()
 	rel := strings.TrimLeft(p, "/")
@@ -156,16 +172,39 @@ func (f *FS) openRead(p, real string) (*os.File, error) {
 		rel = "."
 	}
 	fd, err := unix.Openat2(root, rel, &unix.OpenHow{
-		Flags:   unix.O_RDONLY | unix.O_CLOEXEC,
+		Flags:   flags | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
 	})
 	switch {
 	case errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM):
-		return os.OpenFile(real, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+		return -1, errNoOpenat2
 	case err != nil:
-		return nil, &fs.PathError{Op: "open", Path: p, Err: err}
+		return -1, &fs.PathError{Op: "open", Path: p, Err: err}
 	}
-	return os.NewFile(uintptr(fd), real), nil
+	return fd, nil
+}
+
+// hostPath is the host path of real, a path under the root that path returned.
+func (f *FS) hostPath(real string) string {
+	rel, err := filepath.Rel(filepath.Clean(f.Root), real)
+	if err != nil {
+		return "/" + real // not under the root: openat2 resolves it inside anyway
+	}
+	return "/" + filepath.ToSlash(rel)
+}
+
+// openDirInRoot opens the directory holding host path p (resolved, so its last component is the
+// name to act on) for the *at calls that create, rename and remove that name; nil without openat2.
+func (f *FS) openDirInRoot(resolved string) (*os.File, error) {
+	dir := path.Dir(resolved)
+	fd, err := f.openInRoot(dir, unix.O_RDONLY|unix.O_DIRECTORY)
+	switch {
+	case errors.Is(err, errNoOpenat2):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(f.Root, dir)), nil
 }
 
 // Stat stats host path p, following symlinks inside the root.
@@ -227,10 +266,15 @@ func (f *FS) WriteFileAtomic(p string, data []byte, mode fs.FileMode) error {
 	return tmp.Commit(mode)
 }
 
-// tempFile is FS's TempFile: a real file beside the destination.
+// tempFile is FS's TempFile: a real file beside the destination. With dir set (openat2 available),
+// the file is created, renamed and removed relative to the directory the kernel resolved inside the
+// root, so a directory swapped for a symlink meanwhile cannot send the write elsewhere.
 type tempFile struct {
 	*os.File
 	dest string
+	dir  *os.File
+	name string // the temporary file's and the destination's names in dir
+	base string
 }
 
 // CreateTemp opens a temporary file in the directory of host path p, creating the directory.
@@ -244,12 +288,26 @@ func (f *FS) CreateTemp(p string) (TempFile, error) {
 	}
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
-	name := filepath.Join(filepath.Dir(real), "."+filepath.Base(real)+".nodeops-tmp-"+hex.EncodeToString(rnd[:]))
-	file, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	base := filepath.Base(real)
+	name := "." + base + ".nodeops-tmp-" + hex.EncodeToString(rnd[:])
+	dir, err := f.openDirInRoot(f.hostPath(real))
 	if err != nil {
+		return nil, fmt.Errorf("opening the directory of %s: %w", p, err)
+	}
+	if dir == nil {
+		file, err := os.OpenFile(filepath.Join(filepath.Dir(real), name), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("creating a temporary file for %s: %w", p, err)
+		}
+		return &tempFile{File: file, dest: real}, nil
+	}
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		_ = dir.Close()
 		return nil, fmt.Errorf("creating a temporary file for %s: %w", p, err)
 	}
-	return &tempFile{File: file, dest: real}, nil
+	file := os.NewFile(uintptr(fd), filepath.Join(filepath.Dir(real), name))
+	return &tempFile{File: file, dest: real, dir: dir, name: name, base: base}, nil
 }
 
 // Commit syncs the file, sets its mode and renames it over the destination.
@@ -262,11 +320,15 @@ func (t *tempFile) Commit(mode fs.FileMode) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(t.Name(), t.dest)
+		err = t.rename()
 	}
 	if err != nil {
-		_ = os.Remove(t.Name())
+		_ = t.remove()
 		return fmt.Errorf("moving %s into place: %w", t.dest, err)
+	}
+	if t.dir != nil {
+		_ = t.dir.Sync()
+		return t.dir.Close()
 	}
 	if d, derr := os.Open(filepath.Dir(t.dest)); derr == nil {
 		_ = d.Sync()
@@ -275,10 +337,26 @@ func (t *tempFile) Commit(mode fs.FileMode) error {
 	return nil
 }
 
+func (t *tempFile) rename() error {
+	if t.dir == nil {
+		return os.Rename(t.Name(), t.dest)
+	}
+	return unix.Renameat(int(t.dir.Fd()), t.name, int(t.dir.Fd()), t.base)
+}
+
+func (t *tempFile) remove() error {
+	if t.dir == nil {
+		return os.Remove(t.Name())
+	}
+	err := unix.Unlinkat(int(t.dir.Fd()), t.name, 0)
+	_ = t.dir.Close()
+	return err
+}
+
 // Discard closes and removes the temporary file.
 func (t *tempFile) Discard() error {
 	_ = t.Close()
-	if err := os.Remove(t.Name()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := t.remove(); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("removing %s: %w", t.Name(), err)
 	}
 	return nil
@@ -290,10 +368,30 @@ func (f *FS) Remove(p string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.Remove(real); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	err = removeIn(f, real)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("removing %s: %w", p, err)
 	}
 	return nil
+}
+
+// removeIn removes the file or empty directory at real, relative to its directory as the kernel
+// resolves it inside the root when openat2 is there.
+func removeIn(f *FS, real string) error {
+	dir, err := f.openDirInRoot(f.hostPath(real))
+	if err != nil || dir == nil {
+		if err == nil {
+			err = os.Remove(real)
+		}
+		return err
+	}
+	defer func() { _ = dir.Close() }()
+	base := filepath.Base(real)
+	err = unix.Unlinkat(int(dir.Fd()), base, 0)
+	if errors.Is(err, unix.EISDIR) {
+		err = unix.Unlinkat(int(dir.Fd()), base, unix.AT_REMOVEDIR)
+	}
+	return err
 }
 
 // RemoveAll removes host path p and everything under it; a missing path is not an error.

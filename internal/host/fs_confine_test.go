@@ -244,3 +244,26 @@ func FuzzResolve(f *testing.F) {
 		}
 	})
 }
+
+// TestFSWritesWithARelativeRoot: the directory descriptors writes use are found from a root given
+// relative and unclean, as --host-root may be.
+func TestFSWritesWithARelativeRoot(t *testing.T) {
+	root, _ := confinedRoot(t)
+	t.Chdir(filepath.Dir(root))
+	f := &host.FS{Root: "./root/"}
+	if err := f.WriteFileAtomic("/bin/tool", []byte("tool"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := os.ReadFile(filepath.Join(root, "usr/bin/tool")); err != nil || string(data) != "tool" {
+		t.Errorf("/bin/tool = %q, %v", data, err)
+	}
+	if err := f.Remove("/bin/tool"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "usr/bin/tool")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Remove left /usr/bin/tool: %v", err)
+	}
+	if err := f.Remove("/etc"); err == nil {
+		t.Errorf("Remove of a full directory succeeded")
+	}
+}
