@@ -86,9 +86,9 @@ func (f *FS) path(p string, followLast bool) (string, error) {
 // the root: an absolute target starts again at the root and ".." stops there, so no path, however its
 // links point, leaves the root. The last component is followed only when followLast is set. Missing
 // components are fine: a write creates them. What it cannot close is a race with a host process that
-// swaps a checked directory for a symlink before the caller uses the result: reads, temporary files
-// and removals close it by having the kernel resolve again (openInRoot); MkdirAll, Rename, RemoveAll,
-// Chmod and KeepPrevious do not yet.
+// swaps a checked directory for a symlink before the caller uses the result: reads, temporary files,
+// removals, renames and mode changes close it by having the kernel resolve again (openInRoot); MkdirAll,
+// RemoveAll and KeepPrevious do not yet.
 func (f *FS) resolve(p string, followLast bool) (string, error) {
 	cur := "/"
 	pending := strings.Split(strings.Trim(path.Clean(p), "/"), "/")
@@ -240,10 +240,24 @@ func (f *FS) Chmod(p string, mode fs.FileMode) error {
 	if err != nil {
 		return err
 	}
-	if err := os.Chmod(real, mode); err != nil {
+	if err := chmodIn(f, p, real, mode); err != nil {
 		return fmt.Errorf("setting the mode of %s: %w", p, err)
 	}
 	return nil
+}
+
+// chmodIn sets the mode through a descriptor the kernel opened inside the root, when it can.
+func chmodIn(f *FS, p, real string, mode fs.FileMode) error {
+	fd, err := f.openInRoot(p, unix.O_RDONLY|unix.O_NONBLOCK)
+	switch {
+	case errors.Is(err, errNoOpenat2) || errors.Is(err, unix.EACCES): // EACCES: unreadable, as an unprivileged local agent
+		return os.Chmod(real, mode)
+	case err != nil:
+		return err
+	}
+	file := os.NewFile(uintptr(fd), real)
+	defer func() { _ = file.Close() }()
+	return file.Chmod(mode)
 }
 
 // Exists reports whether host path p exists.
@@ -419,10 +433,28 @@ func (f *FS) Rename(from, to string) error {
 	if err := os.MkdirAll(filepath.Dir(rt), 0o755); err != nil {
 		return fmt.Errorf("creating the directory of %s: %w", to, err)
 	}
-	if err := os.Rename(rf, rt); err != nil {
+	if err := renameIn(f, rf, rt); err != nil {
 		return fmt.Errorf("renaming %s to %s: %w", from, to, err)
 	}
 	return nil
+}
+
+// renameIn renames relative to the two directories as the kernel resolves them inside the root, when it can.
+func renameIn(f *FS, rf, rt string) error {
+	from, err := f.openDirInRoot(f.hostPath(rf))
+	if err != nil || from == nil {
+		if err == nil {
+			err = os.Rename(rf, rt)
+		}
+		return err
+	}
+	defer func() { _ = from.Close() }()
+	to, err := f.openDirInRoot(f.hostPath(rt))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = to.Close() }()
+	return unix.Renameat(int(from.Fd()), filepath.Base(rf), int(to.Fd()), filepath.Base(rt))
 }
 
 // KeepPrevious makes prev a copy of p (a hard link when possible), replacing prev atomically.
