@@ -27,6 +27,8 @@ generate: tools ## Regenerate deepcopy and CRDs.
 	$(BIN)/controller-gen rbac:roleName=nodeops-manager paths=./internal/controller/... output:rbac:artifacts:config=config/rbac
 	rm -f charts/nodeops/crds/*.yaml && cp config/crd/nodeops.io_*.yaml charts/nodeops/crds/
 	cp config/rbac/role.yaml charts/nodeops/files/manager-role.yaml
+	cp config/admission/agent-confinement.yaml config/admission/nodetask-creation.yaml charts/nodeops/files/
+	cp config/rbac/people.yaml charts/nodeops/files/people-rbac.yaml
 
 verify-generate: generate ## Fail when committed generated files are stale.
 	@git diff --exit-code -- api config/crd config/rbac charts/nodeops/crds charts/nodeops/files || { echo "generated files are stale: run 'make generate' and commit" >&2; exit 1; }

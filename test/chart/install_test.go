@@ -28,6 +28,8 @@ var leftovers = []schema.GroupVersionKind{
 	{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "Role"},
 	{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "RoleBinding"},
 	{Group: "policy", Version: "v1", Kind: "PodDisruptionBudget"},
+	{Group: "admissionregistration.k8s.io", Version: "v1", Kind: "ValidatingAdmissionPolicy"},
+	{Group: "admissionregistration.k8s.io", Version: "v1", Kind: "ValidatingAdmissionPolicyBinding"},
 	{Group: "nodeops.io", Version: "v1alpha1", Kind: "NodeProfile"},
 }
 

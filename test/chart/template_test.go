@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -319,6 +320,11 @@ func TestChartMatchesConfig(t *testing.T) {
 	}
 	for _, o := range kust {
 		switch o.GetKind() {
+		case "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+			// The chart renders config/admission's files (copied by make generate): the same spec.
+			if c := find(chart, o.GetKind(), o.GetName()); c != nil && !reflect.DeepEqual(c.Object["spec"], o.Object["spec"]) {
+				t.Errorf("%s: the chart's spec differs from config/'s: run make generate", key(o))
+			}
 		case "ClusterRole", "Role":
 			// A Role's rules have a ClusterRole's shape.
 			want := typed[rbacv1.ClusterRole](t, []*unstructured.Unstructured{o}, o.GetKind(), o.GetName())
@@ -327,6 +333,9 @@ func TestChartMatchesConfig(t *testing.T) {
 					got := typed[rbacv1.ClusterRole](t, []*unstructured.Unstructured{c}, c.GetKind(), c.GetName())
 					if !reflect.DeepEqual(got.Rules, want.Rules) {
 						t.Errorf("%s: the chart's rules differ from config/'s:\n%v\n%v", key(o), got.Rules, want.Rules)
+					}
+					if g, w := aggregation(c), aggregation(o); !reflect.DeepEqual(g, w) {
+						t.Errorf("%s: the chart aggregates it into %v, config/ into %v", key(o), g, w)
 					}
 				}
 			}
@@ -385,12 +394,36 @@ func TestOtherNamespace(t *testing.T) {
 	}
 	for _, kind := range []string{"Role", "RoleBinding"} {
 		sort.Strings(ns[kind])
-		if !reflect.DeepEqual(ns[kind], []string{"kube-system", "ops"}) {
+		if !reflect.DeepEqual(slices.Compact(ns[kind]), []string{"kube-system", "ops"}) {
 			t.Errorf("%ss in %v, want kube-system and ops", kind, ns[kind])
+		}
+	}
+	// The admission policies name the ServiceAccounts of the release namespace.
+	for _, name := range []string{"nodeops-agent-confinement", "nodeops-nodetask-creation"} {
+		p := find(objs, "ValidatingAdmissionPolicy", name)
+		if p == nil {
+			t.Errorf("no ValidatingAdmissionPolicy %s", name)
+			continue
+		}
+		conds, _, _ := unstructured.NestedSlice(p.Object, "spec", "matchConditions")
+		expr := fmt.Sprint(conds)
+		if !strings.Contains(expr, "system:serviceaccount:ops:") || strings.Contains(expr, "nodeops-system") {
+			t.Errorf("%s matches %s, want the ServiceAccounts of namespace ops", name, expr)
 		}
 	}
 	m := container(t, typed[appsv1.Deployment](t, objs, "Deployment", "nodeops-manager").Spec.Template.Spec, "manager")
 	if !slices.Contains(m.Args, "--leader-election-namespace=ops") {
 		t.Errorf("manager args %v", m.Args)
 	}
+}
+
+// aggregation is the aggregate-to-* labels of a role, which say into which of Kubernetes' roles it goes.
+func aggregation(o *unstructured.Unstructured) map[string]string {
+	out := map[string]string{}
+	for k, v := range o.GetLabels() {
+		if strings.HasPrefix(k, "rbac.authorization.k8s.io/aggregate-to-") {
+			out[k] = v
+		}
+	}
+	return out
 }

@@ -19,7 +19,7 @@ import (
 // nodeIndex indexes NodeTasks by node for this controller.
 const nodeIndex = "agentjob.spec.nodeName"
 
-// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete,namespace=nodeops-system
 // +kubebuilder:rbac:groups=nodeops.io,resources=nodetasks,verbs=get;list;watch
 
 // Reconciler keeps one agent Job per node whose tasks need an agent. Requests are keyed by node name.
