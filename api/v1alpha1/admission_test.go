@@ -18,6 +18,7 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/config"
+	"github.com/nodeops/nodeops/internal/controller/clustertarget"
 	"github.com/nodeops/nodeops/internal/controller/nodeprofile"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/testutil"
@@ -239,6 +240,43 @@ spec:
   commands: [{cordon: {}}, {uncordon: {}}]
 `, "spec.approvedCommands", "at most the number of commands"},
 
+		// The ClusterTarget's upgrade settings and renewal window.
+		{"cluster target all without its flag", `apiVersion: nodeops.io/v1alpha1
+kind: ClusterTarget
+metadata:
+  name: cluster
+spec:
+  kubernetesVersion: v1.37.2
+  upgrade:
+    ignorePreflightErrors: [all]
+`, "spec.upgrade.ignorePreflightErrors", "allowIgnoreAllPreflightErrors: true"},
+		{"cluster target unknown preflight check", `apiVersion: nodeops.io/v1alpha1
+kind: ClusterTarget
+metadata:
+  name: cluster
+spec:
+  kubernetesVersion: v1.37.2
+  upgrade:
+    ignorePreflightErrors: [Swapp]
+`, "spec.upgrade.ignorePreflightErrors[0]", "should match"},
+		{"cluster target renewBefore negative", `apiVersion: nodeops.io/v1alpha1
+kind: ClusterTarget
+metadata:
+  name: cluster
+spec:
+  kubernetesVersion: v1.37.2
+  certificates: {autoRenew: true, renewBefore: -1h}
+`, "spec.certificates.renewBefore", "renewBefore must be from 1h to 87600h"},
+		{"cluster target drain timeout huge", `apiVersion: nodeops.io/v1alpha1
+kind: ClusterTarget
+metadata:
+  name: cluster
+spec:
+  kubernetesVersion: v1.37.2
+  upgrade:
+    drain: {timeout: 1000h}
+`, "spec.upgrade.drain.timeout", "drain timeout must be from 1s to 24h"},
+
 		// Accepted: the test must be able to fail both ways.
 		{"valid operation with bounds at their limits", op("ok1", `- timeout: 24h
   drain: {timeout: 1s, gracePeriodSeconds: 86400}
@@ -263,6 +301,18 @@ spec:
   group: install-abc
   operation: p
   commands: [{preflight: {checks: [{binary: /usr/bin/kubeadm}, {osFamily: [debian, rhel]}]}}]
+`, "", ""},
+		{"valid cluster target", `apiVersion: nodeops.io/v1alpha1
+kind: ClusterTarget
+metadata:
+  name: cluster
+spec:
+  kubernetesVersion: v1.37.2
+  certificates: {autoRenew: true, renewBefore: 2160h}
+  upgrade:
+    allowIgnoreAllPreflightErrors: true
+    ignorePreflightErrors: [all]
+    drain: {timeout: 30m}
 `, "", ""},
 		{"valid upgrade with all and its flag", `apiVersion: nodeops.io/v1alpha1
 kind: NodeOperation
@@ -424,6 +474,19 @@ func TestPlannedTasksAreAdmitted(t *testing.T) {
 		"renew":      {RenewCertificates: &v1alpha1.RenewCertificatesOperation{}},
 		"renew-some": {RenewCertificates: &v1alpha1.RenewCertificatesOperation{Certificates: []string{"apiserver", "etcd-server"}}},
 	}
+	// The operation a ClusterTarget with consent to "all" generates.
+	ct := &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.ClusterTargetName}, Spec: v1alpha1.ClusterTargetSpec{
+		KubernetesVersion: "v1.37.2",
+		Upgrade: v1alpha1.ClusterUpgrade{IgnorePreflightErrors: []string{"all"}, AllowIgnoreAllPreflightErrors: true,
+			BinarySource: &v1alpha1.BinarySource{BaseURL: "https://dl.k8s.io/release"}},
+	}}
+	gen := clustertarget.Operation(ct, &v1alpha1.GeneratedOperation{Name: "cluster-upgrade-v1-37-2", Kind: v1alpha1.GeneratedUpgrade,
+		KubernetesVersion: "v1.37.2", ExecutionMode: v1alpha1.ExecutionAuto})
+	if err := env.Client.Create(context.Background(), gen, client.DryRunAll); err != nil {
+		t.Errorf("the ClusterTarget's generated operation is refused: %v", err)
+	}
+	specs["cluster-target"] = gen.Spec
+
 	// A profile's install and uninstall tasks, on a node with the longest name there can be.
 	long := strings.Repeat("n", 120) + "." + strings.Repeat("m", 132)
 	prof := &v1alpha1.NodeProfile{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("p", 50)}, Spec: v1alpha1.NodeProfileSpec{

@@ -155,7 +155,8 @@ type NodeOperationSpec struct {
 }
 
 // OperationPhase summarises an operation.
-// +kubebuilder:validation:Enum=Pending;Running;Paused;Blocked;Succeeded;Failed;Aborted
+// Deleted is only a ClusterTarget's record of a generated operation gone (OperationPhaseDeleted).
+// +kubebuilder:validation:Enum=Pending;Running;Paused;Blocked;Succeeded;Failed;Aborted;Deleted
 type OperationPhase string
 
 const (
