@@ -16,6 +16,7 @@ type ClusterCertificates struct {
 	// RenewBefore is how long before the first expiry an automatic renewal starts.
 	// +optional
 	// +kubebuilder:default="720h"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1h') && duration(self) <= duration('87600h')",message="renewBefore must be from 1h to 87600h (ten years, a kubeadm CA's life)"
 	RenewBefore *metav1.Duration `json:"renewBefore,omitempty"`
 	// RotationCount renews the certificates once each time it is raised; it can only go up.
 	// +optional
@@ -24,6 +25,7 @@ type ClusterCertificates struct {
 	RotationCount int32 `json:"rotationCount,omitempty"`
 }
 
+// +kubebuilder:validation:XValidation:rule="!has(self.ignorePreflightErrors) || !self.ignorePreflightErrors.exists(e, e.lowerAscii() == 'all') || (has(self.allowIgnoreAllPreflightErrors) && self.allowIgnoreAllPreflightErrors && self.ignorePreflightErrors.size() == 1)",message="ignorePreflightErrors may hold all only alone and with allowIgnoreAllPreflightErrors: true",fieldPath=".ignorePreflightErrors"
 // ClusterUpgrade is how the upgrades a ClusterTarget generates run; the fields are those of a
 // NodeOperation's upgrade, plus the versions of intermediate minor steps.
 type ClusterUpgrade struct {
@@ -46,7 +48,12 @@ type ClusterUpgrade struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`(?i)^(all|CRI|ContainerRuntimeVersion|ControlPlaneNodesReady|CoreDNSMigration|CoreDNSUnsupportedPlugins|CreateJob|ExternalEtcdClientCertificates|ExternalEtcdVersion|Firewalld|HTTPProxy|HTTPProxyCIDR|Hostname|ImagePull|IsPrivilegedUser|KubeletVersion|KubernetesVersion|Mem|NumCPU|StaticPodManifest|Swap|SystemVerification|Port-[0-9]{1,5}|Service-[A-Za-z0-9@._-]+|(DirAvailable|FileAvailable|FileExisting|FileContent)-[A-Za-z0-9@._-]+)$`
+	// +listType=set
 	IgnorePreflightErrors []string `json:"ignorePreflightErrors,omitempty"`
+	// AllowIgnoreAllPreflightErrors must be true for ignorePreflightErrors to hold "all".
+	// +optional
+	AllowIgnoreAllPreflightErrors bool `json:"allowIgnoreAllPreflightErrors,omitempty"`
 	// Path names the version of each intermediate minor step, for a target more than one minor
 	// version ahead (kubeadm upgrades one minor at a time): from v1.35.3 to v1.37.2, path
 	// [v1.36.4]. nodeops cannot know a minor's latest patch without asking the internet, and
@@ -78,6 +85,7 @@ type ClusterTargetSpec struct {
 }
 
 // ClusterTargetPhase summarises a ClusterTarget.
+// +kubebuilder:validation:Enum=UpToDate;Progressing;Blocked;Paused;Waiting
 type ClusterTargetPhase string
 
 const (

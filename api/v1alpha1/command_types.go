@@ -27,6 +27,7 @@ type Command struct {
 	// Timeout bounds the command; the command fails when it passes. Unset, the kind's default
 	// applies (kubeadmUpgradeApply 30m, drain 10m or its own timeout and 1m, script 1h, wait its duration and 1m, ...).
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="timeout must be from 1s to 24h"
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 
 	KubeadmUpgradeApply      *KubeadmUpgradeApplyCommand      `json:"kubeadmUpgradeApply,omitempty"`
@@ -48,6 +49,7 @@ type Command struct {
 }
 
 // KubeadmUpgradeApplyCommand runs `kubeadm upgrade apply VERSION --yes` on the first control-plane node.
+// +kubebuilder:validation:XValidation:rule="!has(self.ignorePreflightErrors) || !self.ignorePreflightErrors.exists(e, e.lowerAscii() == 'all') || (has(self.allowIgnoreAllPreflightErrors) && self.allowIgnoreAllPreflightErrors && self.ignorePreflightErrors.size() == 1)",message="ignorePreflightErrors may hold all only alone and with allowIgnoreAllPreflightErrors: true",fieldPath=".ignorePreflightErrors"
 type KubeadmUpgradeApplyCommand struct {
 	// KubernetesVersion is the version to upgrade to, vMAJOR.MINOR.PATCH.
 	// +kubebuilder:validation:Pattern=`^v[0-9]+\.[0-9]+\.[0-9]+$`
@@ -57,7 +59,12 @@ type KubeadmUpgradeApplyCommand struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`(?i)^(all|CRI|ContainerRuntimeVersion|ControlPlaneNodesReady|CoreDNSMigration|CoreDNSUnsupportedPlugins|CreateJob|ExternalEtcdClientCertificates|ExternalEtcdVersion|Firewalld|HTTPProxy|HTTPProxyCIDR|Hostname|ImagePull|IsPrivilegedUser|KubeletVersion|KubernetesVersion|Mem|NumCPU|StaticPodManifest|Swap|SystemVerification|Port-[0-9]{1,5}|Service-[A-Za-z0-9@._-]+|(DirAvailable|FileAvailable|FileExisting|FileContent)-[A-Za-z0-9@._-]+)$`
+	// +listType=set
 	IgnorePreflightErrors []string `json:"ignorePreflightErrors,omitempty"`
+	// AllowIgnoreAllPreflightErrors must be true for ignorePreflightErrors to hold "all".
+	// +optional
+	AllowIgnoreAllPreflightErrors bool `json:"allowIgnoreAllPreflightErrors,omitempty"`
 }
 
 func (*KubeadmUpgradeApplyCommand) KindName() string { return "kubeadmUpgradeApply" }
@@ -72,11 +79,17 @@ func (c *KubeadmUpgradeApplyCommand) Description() string {
 func (*KubeadmUpgradeApplyCommand) DefaultTimeout() time.Duration { return 30 * time.Minute }
 
 // KubeadmUpgradeNodeCommand runs `kubeadm upgrade node` on a control-plane or worker node.
+// +kubebuilder:validation:XValidation:rule="!has(self.ignorePreflightErrors) || !self.ignorePreflightErrors.exists(e, e.lowerAscii() == 'all') || (has(self.allowIgnoreAllPreflightErrors) && self.allowIgnoreAllPreflightErrors && self.ignorePreflightErrors.size() == 1)",message="ignorePreflightErrors may hold all only alone and with allowIgnoreAllPreflightErrors: true",fieldPath=".ignorePreflightErrors"
 type KubeadmUpgradeNodeCommand struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`(?i)^(all|CRI|ContainerRuntimeVersion|ControlPlaneNodesReady|CoreDNSMigration|CoreDNSUnsupportedPlugins|CreateJob|ExternalEtcdClientCertificates|ExternalEtcdVersion|Firewalld|HTTPProxy|HTTPProxyCIDR|Hostname|ImagePull|IsPrivilegedUser|KubeletVersion|KubernetesVersion|Mem|NumCPU|StaticPodManifest|Swap|SystemVerification|Port-[0-9]{1,5}|Service-[A-Za-z0-9@._-]+|(DirAvailable|FileAvailable|FileExisting|FileContent)-[A-Za-z0-9@._-]+)$`
+	// +listType=set
 	IgnorePreflightErrors []string `json:"ignorePreflightErrors,omitempty"`
+	// AllowIgnoreAllPreflightErrors must be true for ignorePreflightErrors to hold "all".
+	// +optional
+	AllowIgnoreAllPreflightErrors bool `json:"allowIgnoreAllPreflightErrors,omitempty"`
 }
 
 func (*KubeadmUpgradeNodeCommand) KindName() string { return "kubeadmUpgradeNode" }
@@ -90,6 +103,7 @@ func (c *KubeadmUpgradeNodeCommand) Description() string {
 func (*KubeadmUpgradeNodeCommand) DefaultTimeout() time.Duration { return 15 * time.Minute }
 
 // KubeadmUpgradePlanCommand runs `kubeadm upgrade plan VERSION` as a preflight check.
+// +kubebuilder:validation:XValidation:rule="!has(self.ignorePreflightErrors) || !self.ignorePreflightErrors.exists(e, e.lowerAscii() == 'all') || (has(self.allowIgnoreAllPreflightErrors) && self.allowIgnoreAllPreflightErrors && self.ignorePreflightErrors.size() == 1)",message="ignorePreflightErrors may hold all only alone and with allowIgnoreAllPreflightErrors: true",fieldPath=".ignorePreflightErrors"
 type KubeadmUpgradePlanCommand struct {
 	// +kubebuilder:validation:Pattern=`^v[0-9]+\.[0-9]+\.[0-9]+$`
 	// +kubebuilder:validation:MaxLength=32
@@ -97,7 +111,12 @@ type KubeadmUpgradePlanCommand struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`(?i)^(all|CRI|ContainerRuntimeVersion|ControlPlaneNodesReady|CoreDNSMigration|CoreDNSUnsupportedPlugins|CreateJob|ExternalEtcdClientCertificates|ExternalEtcdVersion|Firewalld|HTTPProxy|HTTPProxyCIDR|Hostname|ImagePull|IsPrivilegedUser|KubeletVersion|KubernetesVersion|Mem|NumCPU|StaticPodManifest|Swap|SystemVerification|Port-[0-9]{1,5}|Service-[A-Za-z0-9@._-]+|(DirAvailable|FileAvailable|FileExisting|FileContent)-[A-Za-z0-9@._-]+)$`
+	// +listType=set
 	IgnorePreflightErrors []string `json:"ignorePreflightErrors,omitempty"`
+	// AllowIgnoreAllPreflightErrors must be true for ignorePreflightErrors to hold "all".
+	// +optional
+	AllowIgnoreAllPreflightErrors bool `json:"allowIgnoreAllPreflightErrors,omitempty"`
 }
 
 func (*KubeadmUpgradePlanCommand) KindName() string { return "kubeadmUpgradePlan" }
@@ -116,6 +135,8 @@ type KubeadmRenewCertificatesCommand struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:Enum=all;admin.conf;apiserver;apiserver-etcd-client;apiserver-kubelet-client;controller-manager.conf;etcd-healthcheck-client;etcd-peer;etcd-server;front-proxy-client;scheduler.conf;super-admin.conf
+	// +kubebuilder:validation:XValidation:rule="!self.exists(c, c == 'all') || self.size() == 1",message="all already names every certificate: list it alone"
+	// +listType=set
 	Certificates []string `json:"certificates,omitempty"`
 }
 
@@ -136,6 +157,7 @@ type RestartStaticPodsCommand struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=8
 	// +kubebuilder:validation:items:Enum=etcd;kube-apiserver;kube-controller-manager;kube-scheduler
+	// +listType=set
 	Components []string `json:"components,omitempty"`
 }
 
@@ -164,6 +186,7 @@ type InstallBinariesCommand struct {
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=3
 	// +kubebuilder:validation:items:Enum=kubeadm;kubelet;kubectl
+	// +listType=set
 	Components []string `json:"components"`
 	// +kubebuilder:validation:Pattern=`^v[0-9]+\.[0-9]+\.[0-9]+$`
 	// +kubebuilder:validation:MaxLength=32
@@ -185,7 +208,8 @@ func (*InstallBinariesCommand) DefaultTimeout() time.Duration { return 15 * time
 type RestartServiceCommand struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9@._-]+$`
+	// Starts with a letter, digit or underscore: a leading '-' would reach systemctl as an option.
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9_][a-zA-Z0-9@._-]*$`
 	Name string `json:"name"`
 }
 
@@ -229,9 +253,11 @@ func (*UncordonCommand) DefaultTimeout() time.Duration { return time.Minute }
 type DrainCommand struct {
 	// Timeout for the whole drain; defaults to 5m.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="drain timeout must be from 1s to 24h"
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 	// +optional
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=86400
 	GracePeriodSeconds *int64 `json:"gracePeriodSeconds,omitempty"`
 	// +optional
 	// +kubebuilder:default=true
@@ -261,6 +287,7 @@ func (c *DrainCommand) DefaultTimeout() time.Duration { return atLeast(10*time.M
 // WaitNodeReadyCommand waits until the node reports Ready.
 type WaitNodeReadyCommand struct {
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="waitNodeReady timeout must be from 1s to 24h"
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 }
 
@@ -300,19 +327,24 @@ type PreflightCheck struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	// +kubebuilder:validation:Pattern=`^/`
+	// +kubebuilder:validation:XValidation:rule="!self.contains('/../') && !self.endsWith('/..')",message="must not contain '..'"
 	Binary string `json:"binary,omitempty"`
 	// MinFreeDiskMiB is the free disk the host root must have.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1073741824
 	MinFreeDiskMiB int64 `json:"minFreeDiskMiB,omitempty"`
 	// OSFamily lists the OS families the node may have.
 	// +optional
 	// +kubebuilder:validation:MaxItems=8
 	// +kubebuilder:validation:items:Enum=debian;rhel;suse;alpine;arch;unknown
+	// +listType=set
 	OSFamily []string `json:"osFamily,omitempty"`
 }
 
 // InstallFileCommand downloads a file, verifies its sha256 and moves it into place atomically.
+// +kubebuilder:validation:XValidation:rule="!has(self.mode) || (has(self.allowUnsafeMode) && self.allowUnsafeMode) || !self.mode.matches('[1-7][0-7]{3}$')",message="mode sets the setuid, setgid or sticky bit: set allowUnsafeMode: true to allow it",fieldPath=".mode"
+// +kubebuilder:validation:XValidation:rule="!has(self.mode) || (has(self.allowUnsafeMode) && self.allowUnsafeMode) || !self.mode.matches('[2367]$')",message="mode makes the file world-writable: set allowUnsafeMode: true to allow it",fieldPath=".mode"
 type InstallFileCommand struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
@@ -323,11 +355,16 @@ type InstallFileCommand struct {
 	// Path on the host, absolute.
 	// +kubebuilder:validation:MaxLength=1024
 	// +kubebuilder:validation:Pattern=`^/`
+	// +kubebuilder:validation:XValidation:rule="!self.contains('/../') && !self.endsWith('/..')",message="must not contain '..'"
 	Path string `json:"path"`
 	// Mode as an octal string such as "0755"; defaults to 0644.
 	// +optional
 	// +kubebuilder:validation:Pattern=`^0?[0-7]{3,4}$`
+	// +kubebuilder:validation:MaxLength=5
 	Mode string `json:"mode,omitempty"`
+	// AllowUnsafeMode must be true for mode to set the setuid, setgid or sticky bit or make the file world-writable.
+	// +optional
+	AllowUnsafeMode bool `json:"allowUnsafeMode,omitempty"`
 	// Remove deletes the file instead (for uninstall); url and sha256 are then ignored.
 	// +optional
 	Remove bool `json:"remove,omitempty"`
@@ -347,6 +384,7 @@ func (c *InstallFileCommand) Description() string {
 func (*InstallFileCommand) DefaultTimeout() time.Duration { return 15 * time.Minute }
 
 // ContainerdRuntimeCommand adds or removes a runtime handler in containerd's config (version 2 or 3), then restarts containerd.
+// +kubebuilder:validation:XValidation:rule="(has(self.remove) && self.remove) || has(self.runtimeType)",message="runtimeType is required to add a runtime handler",fieldPath=".runtimeType"
 type ContainerdRuntimeCommand struct {
 	// Name of the runtime handler, as RuntimeClasses name it.
 	// +kubebuilder:validation:MinLength=1
@@ -356,14 +394,19 @@ type ContainerdRuntimeCommand struct {
 	// RuntimeType such as io.containerd.wasmedge.v1; required unless removing.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_-]+([.][A-Za-z0-9_-]+)*$`
 	RuntimeType string `json:"runtimeType,omitempty"`
-	// BinaryPath of the shim on the host.
+	// BinaryPath of the shim on the host, absolute.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^/`
+	// +kubebuilder:validation:XValidation:rule="!self.contains('/../') && !self.endsWith('/..')",message="must not contain '..'"
 	BinaryPath string `json:"binaryPath,omitempty"`
 	// ConfigPath of containerd's config; defaults to /etc/containerd/config.toml.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^/`
+	// +kubebuilder:validation:XValidation:rule="!self.contains('/../') && !self.endsWith('/..')",message="must not contain '..'"
 	ConfigPath string `json:"configPath,omitempty"`
 	// Remove takes the handler out instead of adding it.
 	// +optional
@@ -397,6 +440,8 @@ type ScriptCommand struct {
 	Inline string `json:"inline"`
 	// +optional
 	// +kubebuilder:validation:MaxItems=32
+	// +listType=map
+	// +listMapKey=name
 	Env []EnvVar `json:"env,omitempty"`
 	// Idempotent says the script is safe to run again after an interruption.
 	// +optional
@@ -428,6 +473,7 @@ type EnvVar struct {
 
 // WaitCommand waits for a duration.
 type WaitCommand struct {
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('24h')",message="wait duration must be from 0s to 24h"
 	Duration metav1.Duration `json:"duration"`
 }
 

@@ -29,6 +29,7 @@ const (
 )
 
 // UpgradeOperation upgrades a kubeadm cluster, one minor version at a time.
+// +kubebuilder:validation:XValidation:rule="!has(self.ignorePreflightErrors) || !self.ignorePreflightErrors.exists(e, e.lowerAscii() == 'all') || (has(self.allowIgnoreAllPreflightErrors) && self.allowIgnoreAllPreflightErrors && self.ignorePreflightErrors.size() == 1)",message="ignorePreflightErrors may hold all only alone and with allowIgnoreAllPreflightErrors: true",fieldPath=".ignorePreflightErrors"
 // +kubebuilder:validation:XValidation:rule="(has(self.upgradeKubeletAndKubectl) && !self.upgradeKubeletAndKubectl) || has(self.binarySource)",message="binarySource is required when upgradeKubeletAndKubectl is true",fieldPath=".binarySource"
 type UpgradeOperation struct {
 	// KubernetesVersion to upgrade to.
@@ -48,7 +49,12 @@ type UpgradeOperation struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`(?i)^(all|CRI|ContainerRuntimeVersion|ControlPlaneNodesReady|CoreDNSMigration|CoreDNSUnsupportedPlugins|CreateJob|ExternalEtcdClientCertificates|ExternalEtcdVersion|Firewalld|HTTPProxy|HTTPProxyCIDR|Hostname|ImagePull|IsPrivilegedUser|KubeletVersion|KubernetesVersion|Mem|NumCPU|StaticPodManifest|Swap|SystemVerification|Port-[0-9]{1,5}|Service-[A-Za-z0-9@._-]+|(DirAvailable|FileAvailable|FileExisting|FileContent)-[A-Za-z0-9@._-]+)$`
+	// +listType=set
 	IgnorePreflightErrors []string `json:"ignorePreflightErrors,omitempty"`
+	// AllowIgnoreAllPreflightErrors must be true for ignorePreflightErrors to hold "all".
+	// +optional
+	AllowIgnoreAllPreflightErrors bool `json:"allowIgnoreAllPreflightErrors,omitempty"`
 	// Drain settings for workers.
 	// +optional
 	Drain *DrainCommand `json:"drain,omitempty"`
@@ -60,6 +66,8 @@ type RenewCertificatesOperation struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:Enum=all;admin.conf;apiserver;apiserver-etcd-client;apiserver-kubelet-client;controller-manager.conf;etcd-healthcheck-client;etcd-peer;etcd-server;front-proxy-client;scheduler.conf;super-admin.conf
+	// +kubebuilder:validation:XValidation:rule="!self.exists(c, c == 'all') || self.size() == 1",message="all already names every certificate: list it alone"
+	// +listType=set
 	Certificates []string `json:"certificates,omitempty"`
 }
 
@@ -93,6 +101,8 @@ type Group struct {
 	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=32
+	// Names are what status and the CLI show beside each index; nameless commands of one kind may repeat.
+	// +kubebuilder:validation:XValidation:rule="self.all(c, !has(c.name) || self.filter(d, (has(d.name) ? d.name : has(d.kubeadmUpgradeApply) ? 'kubeadmUpgradeApply' : has(d.kubeadmUpgradeNode) ? 'kubeadmUpgradeNode' : has(d.kubeadmUpgradePlan) ? 'kubeadmUpgradePlan' : has(d.kubeadmRenewCertificates) ? 'kubeadmRenewCertificates' : has(d.restartStaticPods) ? 'restartStaticPods' : has(d.installBinaries) ? 'installBinaries' : has(d.restartService) ? 'restartService' : has(d.cordon) ? 'cordon' : has(d.drain) ? 'drain' : has(d.uncordon) ? 'uncordon' : has(d.waitNodeReady) ? 'waitNodeReady' : has(d.preflight) ? 'preflight' : has(d.installFile) ? 'installFile' : has(d.containerdRuntime) ? 'containerdRuntime' : has(d.script) ? 'script' : has(d.wait) ? 'wait' : '') == c.name).size() == 1)",message="command names must be unique, and differ from the kind of each command without a name (which status shows by its kind)"
 	Commands []Command `json:"commands"`
 }
 
@@ -145,6 +155,8 @@ type NodeOperationSpec struct {
 }
 
 // OperationPhase summarises an operation.
+// Deleted is only a ClusterTarget's record of a generated operation gone (OperationPhaseDeleted).
+// +kubebuilder:validation:Enum=Pending;Running;Paused;Blocked;Succeeded;Failed;Aborted;Deleted
 type OperationPhase string
 
 const (
@@ -184,6 +196,7 @@ type NodeCounts struct {
 }
 
 // GroupPhase is a group's state.
+// +kubebuilder:validation:Enum=Pending;Running;Blocked;Succeeded;Aborted
 type GroupPhase string
 
 const (

@@ -38,6 +38,7 @@ type operationFlags struct {
 	ignore       []string
 
 	certificates []string
+	ignoreAll    bool
 }
 
 func (f *operationFlags) addCommon(fs *pflag.FlagSet) {
@@ -52,7 +53,8 @@ func (f *operationFlags) addCommon(fs *pflag.FlagSet) {
 func (f *operationFlags) addUpgrade(fs *pflag.FlagSet) {
 	fs.StringVar(&f.binarySource, "binary-source", DefaultBinarySource, "Base URL of the kubelet and kubectl binaries: {url}/{version}/bin/linux/{arch}/{name}, with {name}.sha256 beside each")
 	fs.BoolVar(&f.kubeadmOnly, "kubeadm-only", false, "Upgrade with kubeadm only: leave the kubelet and kubectl binaries and the kubelet alone")
-	fs.StringSliceVar(&f.ignore, "ignore-preflight-errors", nil, "kubeadm preflight errors to ignore (comma-separated)")
+	fs.StringSliceVar(&f.ignore, "ignore-preflight-errors", nil, "kubeadm preflight errors to ignore (comma-separated), by check name such as Swap or Port-6443")
+	fs.BoolVar(&f.ignoreAll, "allow-ignore-all-preflight-errors", false, "Allow --ignore-preflight-errors=all, which ignores every kubeadm preflight check")
 }
 
 func (f *operationFlags) addRenew(fs *pflag.FlagSet) {
@@ -64,7 +66,7 @@ func (f *operationFlags) upgradeOperation(version string) (*nodeopsv1.NodeOperat
 	if !versionPattern.MatchString(version) {
 		return nil, fmt.Errorf("version %q must look like v1.37.2", version)
 	}
-	u := &nodeopsv1.UpgradeOperation{KubernetesVersion: version, IgnorePreflightErrors: f.ignore}
+	u := &nodeopsv1.UpgradeOperation{KubernetesVersion: version, IgnorePreflightErrors: f.ignore, AllowIgnoreAllPreflightErrors: f.ignoreAll}
 	if f.kubeadmOnly {
 		no := false
 		u.UpgradeKubeletAndKubectl = &no

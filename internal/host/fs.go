@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Files is the host's files as commands see them. *FS changes them; DryRunFiles reads through and
@@ -51,9 +53,20 @@ type FS struct {
 // maxSymlinks bounds symlink resolution, as the kernel does.
 const maxSymlinks = 40
 
-// Path is where host path p is under the root. It refuses relative paths and paths that would leave
-// the root through "..".
+// Path is where host path p is under the root, with every symlink in it followed inside the root,
+// the last one too, so that what the returned path names is inside the root. It refuses relative
+// paths and paths with ".." in them.
 func (f *FS) Path(p string) (string, error) {
+	return f.path(p, true)
+}
+
+// linkPath is Path for operations on a name itself (remove, rename): a final symlink is not followed,
+// and as its directory is resolved inside the root, the link acted on is inside it too.
+func (f *FS) linkPath(p string) (string, error) {
+	return f.path(p, false)
+}
+
+func (f *FS) path(p string, followLast bool) (string, error) {
 	if !path.IsAbs(p) {
 		return "", fmt.Errorf("host path %q is not absolute", p)
 	}
@@ -62,18 +75,23 @@ func (f *FS) Path(p string) (string, error) {
 			return "", fmt.Errorf("host path %q escapes the host root", p)
 		}
 	}
-	resolved, err := f.resolve(p)
+	resolved, err := f.resolve(p, followLast)
 	if err != nil {
 		return "", err
 	}
 	return filepath.Join(f.Root, resolved), nil
 }
 
-// resolve follows symlinks in p's directories (not in its last element) with / meaning the root.
-func (f *FS) resolve(p string) (string, error) {
-	dir, base := path.Split(path.Clean(p))
+// resolve follows the symlinks in p one component at a time, as the kernel would inside a chroot at
+// the root: an absolute target starts again at the root and ".." stops there, so no path, however its
+// links point, leaves the root. The last component is followed only when followLast is set. Missing
+// components are fine: a write creates them. What it cannot close is a race with a host process that
+// swaps a checked directory for a symlink before the caller uses the result: reads, temporary files,
+// removals, renames and mode changes close it by having the kernel resolve again (openInRoot); MkdirAll,
+// RemoveAll and KeepPrevious do not yet.
+func (f *FS) resolve(p string, followLast bool) (string, error) {
 	cur := "/"
-	pending := strings.Split(strings.Trim(dir, "/"), "/")
+	pending := strings.Split(strings.Trim(path.Clean(p), "/"), "/")
 	links := 0
 	for len(pending) > 0 {
 		part := pending[0]
@@ -86,9 +104,11 @@ func (f *FS) resolve(p string) (string, error) {
 			continue
 		}
 		next := path.Join(cur, part)
+		if len(pending) == 0 && !followLast {
+			return next, nil
+		}
 		fi, err := os.Lstat(filepath.Join(f.Root, next))
 		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
-			// Missing directories are fine: a write creates them.
 			cur = next
 			continue
 		}
@@ -105,10 +125,7 @@ func (f *FS) resolve(p string) (string, error) {
 		}
 		pending = append(strings.Split(target, "/"), pending...)
 	}
-	if base == "" {
-		return cur, nil
-	}
-	return path.Join(cur, base), nil
+	return cur, nil
 }
 
 // ReadFile reads host path p.
@@ -117,10 +134,80 @@ func (f *FS) ReadFile(p string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return os.ReadFile(real)
+	file, err := f.openRead(p, real)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = file.Close() }()
+	return io.ReadAll(file)
 }
 
-// Stat stats host path p, following a final symlink only when it stays in the root.
+// openRead opens host path p, resolved to real, for reading. The kernel resolves p again inside the
+// root (openat2 with RESOLVE_IN_ROOT, the semantics resolve follows), so a host process that swaps a
+// directory for a symlink after resolve cannot make the read leave the root. Where openat2 is missing
+// or filtered, real is opened refusing at least a last component that became a symlink.
+func (f *FS) openRead(p, real string) (*os.File, error) {
+	fd, err := f.openInRoot(p, unix.O_RDONLY)
+	switch {
+	case errors.Is(err, errNoOpenat2):
+		return os.OpenFile(real, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	case err != nil:
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), real), nil
+}
+
+// errNoOpenat2: the kernel (or a seccomp filter) does not offer openat2; callers fall back to paths.
+var errNoOpenat2 = errors.New("openat2 is not available")
+
+// openInRoot opens host path p with flags, the kernel resolving every component inside the root.
+func (f *FS) openInRoot(p string, flags uint64) (int, error) {
+	root, err := unix.Open(f.Root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, &fs.PathError{Op: "open", Path: f.Root, Err: err}
+	}
+	defer func() { _ = unix.Close(root) }()
+	rel := strings.TrimLeft(p, "/")
+	if rel == "" {
+		rel = "."
+	}
+	fd, err := unix.Openat2(root, rel, &unix.OpenHow{
+		Flags:   flags | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	switch {
+	case errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM):
+		return -1, errNoOpenat2
+	case err != nil:
+		return -1, &fs.PathError{Op: "open", Path: p, Err: err}
+	}
+	return fd, nil
+}
+
+// hostPath is the host path of real, a path under the root that path returned.
+func (f *FS) hostPath(real string) string {
+	rel, err := filepath.Rel(filepath.Clean(f.Root), real)
+	if err != nil {
+		return "/" + real // not under the root: openat2 resolves it inside anyway
+	}
+	return "/" + filepath.ToSlash(rel)
+}
+
+// openDirInRoot opens the directory holding host path p (resolved, so its last component is the
+// name to act on) for the *at calls that create, rename and remove that name; nil without openat2.
+func (f *FS) openDirInRoot(resolved string) (*os.File, error) {
+	dir := path.Dir(resolved)
+	fd, err := f.openInRoot(dir, unix.O_RDONLY|unix.O_DIRECTORY)
+	switch {
+	case errors.Is(err, errNoOpenat2):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(f.Root, dir)), nil
+}
+
+// Stat stats host path p, following symlinks inside the root.
 func (f *FS) Stat(p string) (fs.FileInfo, error) {
 	real, err := f.Path(p)
 	if err != nil {
@@ -135,7 +222,7 @@ func (f *FS) Open(p string) (io.ReadCloser, error) {
 	if err != nil {
 		return nil, err
 	}
-	return os.Open(real)
+	return f.openRead(p, real)
 }
 
 // ReadDir lists host directory p.
@@ -153,10 +240,24 @@ func (f *FS) Chmod(p string, mode fs.FileMode) error {
 	if err != nil {
 		return err
 	}
-	if err := os.Chmod(real, mode); err != nil {
+	if err := chmodIn(f, p, real, mode); err != nil {
 		return fmt.Errorf("setting the mode of %s: %w", p, err)
 	}
 	return nil
+}
+
+// chmodIn sets the mode through a descriptor the kernel opened inside the root, when it can.
+func chmodIn(f *FS, p, real string, mode fs.FileMode) error {
+	fd, err := f.openInRoot(p, unix.O_RDONLY|unix.O_NONBLOCK)
+	switch {
+	case errors.Is(err, errNoOpenat2) || errors.Is(err, unix.EACCES): // EACCES: unreadable, as an unprivileged local agent
+		return os.Chmod(real, mode)
+	case err != nil:
+		return err
+	}
+	file := os.NewFile(uintptr(fd), real)
+	defer func() { _ = file.Close() }()
+	return file.Chmod(mode)
 }
 
 // Exists reports whether host path p exists.
@@ -179,10 +280,15 @@ func (f *FS) WriteFileAtomic(p string, data []byte, mode fs.FileMode) error {
 	return tmp.Commit(mode)
 }
 
-// tempFile is FS's TempFile: a real file beside the destination.
+// tempFile is FS's TempFile: a real file beside the destination. With dir set (openat2 available),
+// the file is created, renamed and removed relative to the directory the kernel resolved inside the
+// root, so a directory swapped for a symlink meanwhile cannot send the write elsewhere.
 type tempFile struct {
 	*os.File
 	dest string
+	dir  *os.File
+	name string // the temporary file's and the destination's names in dir
+	base string
 }
 
 // CreateTemp opens a temporary file in the directory of host path p, creating the directory.
@@ -196,12 +302,26 @@ func (f *FS) CreateTemp(p string) (TempFile, error) {
 	}
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
-	name := filepath.Join(filepath.Dir(real), "."+filepath.Base(real)+".nodeops-tmp-"+hex.EncodeToString(rnd[:]))
-	file, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	base := filepath.Base(real)
+	name := "." + base + ".nodeops-tmp-" + hex.EncodeToString(rnd[:])
+	dir, err := f.openDirInRoot(f.hostPath(real))
 	if err != nil {
+		return nil, fmt.Errorf("opening the directory of %s: %w", p, err)
+	}
+	if dir == nil {
+		file, err := os.OpenFile(filepath.Join(filepath.Dir(real), name), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("creating a temporary file for %s: %w", p, err)
+		}
+		return &tempFile{File: file, dest: real}, nil
+	}
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		_ = dir.Close()
 		return nil, fmt.Errorf("creating a temporary file for %s: %w", p, err)
 	}
-	return &tempFile{File: file, dest: real}, nil
+	file := os.NewFile(uintptr(fd), filepath.Join(filepath.Dir(real), name))
+	return &tempFile{File: file, dest: real, dir: dir, name: name, base: base}, nil
 }
 
 // Commit syncs the file, sets its mode and renames it over the destination.
@@ -214,11 +334,15 @@ func (t *tempFile) Commit(mode fs.FileMode) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(t.Name(), t.dest)
+		err = t.rename()
 	}
 	if err != nil {
-		_ = os.Remove(t.Name())
+		_ = t.remove()
 		return fmt.Errorf("moving %s into place: %w", t.dest, err)
+	}
+	if t.dir != nil {
+		_ = t.dir.Sync()
+		return t.dir.Close()
 	}
 	if d, derr := os.Open(filepath.Dir(t.dest)); derr == nil {
 		_ = d.Sync()
@@ -227,10 +351,26 @@ func (t *tempFile) Commit(mode fs.FileMode) error {
 	return nil
 }
 
+func (t *tempFile) rename() error {
+	if t.dir == nil {
+		return os.Rename(t.Name(), t.dest)
+	}
+	return unix.Renameat(int(t.dir.Fd()), t.name, int(t.dir.Fd()), t.base)
+}
+
+func (t *tempFile) remove() error {
+	if t.dir == nil {
+		return os.Remove(t.Name())
+	}
+	err := unix.Unlinkat(int(t.dir.Fd()), t.name, 0)
+	_ = t.dir.Close()
+	return err
+}
+
 // Discard closes and removes the temporary file.
 func (t *tempFile) Discard() error {
 	_ = t.Close()
-	if err := os.Remove(t.Name()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := t.remove(); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("removing %s: %w", t.Name(), err)
 	}
 	return nil
@@ -238,19 +378,39 @@ func (t *tempFile) Discard() error {
 
 // Remove removes host path p; a missing file is not an error.
 func (f *FS) Remove(p string) error {
-	real, err := f.Path(p)
+	real, err := f.linkPath(p)
 	if err != nil {
 		return err
 	}
-	if err := os.Remove(real); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	err = removeIn(f, real)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("removing %s: %w", p, err)
 	}
 	return nil
 }
 
+// removeIn removes the file or empty directory at real, relative to its directory as the kernel
+// resolves it inside the root when openat2 is there.
+func removeIn(f *FS, real string) error {
+	dir, err := f.openDirInRoot(f.hostPath(real))
+	if err != nil || dir == nil {
+		if err == nil {
+			err = os.Remove(real)
+		}
+		return err
+	}
+	defer func() { _ = dir.Close() }()
+	base := filepath.Base(real)
+	err = unix.Unlinkat(int(dir.Fd()), base, 0)
+	if errors.Is(err, unix.EISDIR) {
+		err = unix.Unlinkat(int(dir.Fd()), base, unix.AT_REMOVEDIR)
+	}
+	return err
+}
+
 // RemoveAll removes host path p and everything under it; a missing path is not an error.
 func (f *FS) RemoveAll(p string) error {
-	real, err := f.Path(p)
+	real, err := f.linkPath(p)
 	if err != nil {
 		return err
 	}
@@ -262,21 +422,39 @@ func (f *FS) RemoveAll(p string) error {
 
 // Rename renames host path from to host path to.
 func (f *FS) Rename(from, to string) error {
-	rf, err := f.Path(from)
+	rf, err := f.linkPath(from)
 	if err != nil {
 		return err
 	}
-	rt, err := f.Path(to)
+	rt, err := f.linkPath(to)
 	if err != nil {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(rt), 0o755); err != nil {
 		return fmt.Errorf("creating the directory of %s: %w", to, err)
 	}
-	if err := os.Rename(rf, rt); err != nil {
+	if err := renameIn(f, rf, rt); err != nil {
 		return fmt.Errorf("renaming %s to %s: %w", from, to, err)
 	}
 	return nil
+}
+
+// renameIn renames relative to the two directories as the kernel resolves them inside the root, when it can.
+func renameIn(f *FS, rf, rt string) error {
+	from, err := f.openDirInRoot(f.hostPath(rf))
+	if err != nil || from == nil {
+		if err == nil {
+			err = os.Rename(rf, rt)
+		}
+		return err
+	}
+	defer func() { _ = from.Close() }()
+	to, err := f.openDirInRoot(f.hostPath(rt))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = to.Close() }()
+	return unix.Renameat(int(from.Fd()), filepath.Base(rf), int(to.Fd()), filepath.Base(rt))
 }
 
 // KeepPrevious makes prev a copy of p (a hard link when possible), replacing prev atomically.
@@ -286,7 +464,7 @@ func (f *FS) KeepPrevious(p, prev string) error {
 	if err != nil {
 		return err
 	}
-	dst, err := f.Path(prev)
+	dst, err := f.linkPath(prev)
 	if err != nil {
 		return err
 	}

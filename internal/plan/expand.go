@@ -75,7 +75,8 @@ func expandUpgrade(u *v1alpha1.UpgradeOperation) ([]v1alpha1.Group, error) {
 	if binaries && u.BinarySource == nil {
 		return nil, fmt.Errorf("upgrade.binarySource is required when upgrade.upgradeKubeletAndKubectl is true")
 	}
-	ignore := append([]string(nil), u.IgnorePreflightErrors...)
+	// The commands carry the operation's consent to "all", or their tasks would be refused at admission.
+	ignore, allowAll := append([]string(nil), u.IgnorePreflightErrors...), u.AllowIgnoreAllPreflightErrors
 	// Named, as a task holds two of them: "install-kubeadm", "install-kubelet-kubectl".
 	install := func(components ...string) v1alpha1.Command {
 		return v1alpha1.Command{Name: "install-" + strings.Join(components, "-"), InstallBinaries: &v1alpha1.InstallBinariesCommand{
@@ -103,13 +104,13 @@ func expandUpgrade(u *v1alpha1.UpgradeOperation) ([]v1alpha1.Group, error) {
 	}
 
 	first := append(kubeadm(),
-		v1alpha1.Command{KubeadmUpgradePlan: &v1alpha1.KubeadmUpgradePlanCommand{KubernetesVersion: u.KubernetesVersion, IgnorePreflightErrors: ignore}},
-		v1alpha1.Command{KubeadmUpgradeApply: &v1alpha1.KubeadmUpgradeApplyCommand{KubernetesVersion: u.KubernetesVersion, IgnorePreflightErrors: ignore}})
+		v1alpha1.Command{KubeadmUpgradePlan: &v1alpha1.KubeadmUpgradePlanCommand{KubernetesVersion: u.KubernetesVersion, IgnorePreflightErrors: ignore, AllowIgnoreAllPreflightErrors: allowAll}},
+		v1alpha1.Command{KubeadmUpgradeApply: &v1alpha1.KubeadmUpgradeApplyCommand{KubernetesVersion: u.KubernetesVersion, IgnorePreflightErrors: ignore, AllowIgnoreAllPreflightErrors: allowAll}})
 	first = append(first, kubelet()...)
-	rest := append(kubeadm(), v1alpha1.Command{KubeadmUpgradeNode: &v1alpha1.KubeadmUpgradeNodeCommand{IgnorePreflightErrors: ignore}})
+	rest := append(kubeadm(), v1alpha1.Command{KubeadmUpgradeNode: &v1alpha1.KubeadmUpgradeNodeCommand{IgnorePreflightErrors: ignore, AllowIgnoreAllPreflightErrors: allowAll}})
 	rest = append(rest, kubelet()...)
 	work := append(kubeadm(), v1alpha1.Command{Cordon: &v1alpha1.CordonCommand{}}, v1alpha1.Command{Drain: drain},
-		v1alpha1.Command{KubeadmUpgradeNode: &v1alpha1.KubeadmUpgradeNodeCommand{IgnorePreflightErrors: ignore}})
+		v1alpha1.Command{KubeadmUpgradeNode: &v1alpha1.KubeadmUpgradeNodeCommand{IgnorePreflightErrors: ignore, AllowIgnoreAllPreflightErrors: allowAll}})
 	work = append(work, kubelet()...)
 	work = append(work, v1alpha1.Command{WaitNodeReady: &v1alpha1.WaitNodeReadyCommand{}}, v1alpha1.Command{Uncordon: &v1alpha1.UncordonCommand{}})
 

@@ -106,17 +106,17 @@ func TestExpand(t *testing.T) {
 func TestExpandUpgradeCarriesVersionAndSource(t *testing.T) {
 	groups, err := Expand(&v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{
 		KubernetesVersion: "v1.37.2", BinarySource: &v1alpha1.BinarySource{BaseURL: "http://b"},
-		IgnorePreflightErrors: []string{"all"},
-		Drain:                 &v1alpha1.DrainCommand{DeleteEmptyDirData: true},
+		IgnorePreflightErrors: []string{"all"}, AllowIgnoreAllPreflightErrors: true,
+		Drain: &v1alpha1.DrainCommand{DeleteEmptyDirData: true},
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	apply := groups[0].Commands[2].KubeadmUpgradeApply
-	if apply.KubernetesVersion != "v1.37.2" || !reflect.DeepEqual(apply.IgnorePreflightErrors, []string{"all"}) {
+	if apply.KubernetesVersion != "v1.37.2" || !reflect.DeepEqual(apply.IgnorePreflightErrors, []string{"all"}) || !apply.AllowIgnoreAllPreflightErrors {
 		t.Errorf("apply = %+v", apply)
 	}
-	if p := groups[0].Commands[1].KubeadmUpgradePlan; p.KubernetesVersion != "v1.37.2" || !reflect.DeepEqual(p.IgnorePreflightErrors, []string{"all"}) {
+	if p := groups[0].Commands[1].KubeadmUpgradePlan; p.KubernetesVersion != "v1.37.2" || !reflect.DeepEqual(p.IgnorePreflightErrors, []string{"all"}) || !p.AllowIgnoreAllPreflightErrors {
 		t.Errorf("plan = %+v", p)
 	}
 	// Every node gets the new kubeadm before any kubeadm upgrade command runs on it.

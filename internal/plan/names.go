@@ -2,6 +2,7 @@ package plan
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"strings"
 
@@ -12,32 +13,61 @@ import (
 const hashLen = 16
 
 // TaskName is the deterministic name of the NodeTask that runs group's commands on node for owner
-// (an operation or profile name): "<owner>-<group>-<node>", or, when that is longer than 253
-// characters or not a DNS-1123 subdomain, a sanitized prefix of it followed by a hash of the three parts.
+// (an operation or profile name). Distinct triples always get distinct names:
+//
+//   - "<owner>-<group>-<node>" when owner and group hold no '-', so the first two dashes split the
+//     name back into its parts; the README's upgrade-workers-worker-1 stays as it was.
+//   - otherwise a readable prefix of the same join (sanitized, shortened to fit 253 characters) and
+//     "-" and a hash of the three parts, as ("a-b", "c", "n") and ("a", "b-c", "n") join alike.
+//
+// A plain name never ends in "-" and hashLen hex digits (such a node's task is hashed instead), so a
+// plain name never equals a hashed one; two hashed names are equal only if the hashes collide.
 func TaskName(owner, group, node string) string {
 	name := owner + "-" + group + "-" + node
-	if len(name) <= validation.DNS1123SubdomainMaxLength && len(validation.IsDNS1123Subdomain(name)) == 0 {
+	if !strings.Contains(owner, "-") && !strings.Contains(group, "-") && plainSubdomain(name) {
 		return name
 	}
 	return shorten(name, hashOf(owner, group, node), validation.DNS1123SubdomainMaxLength, isSubdomainChar)
 }
 
+func plainSubdomain(s string) bool {
+	return len(s) <= validation.DNS1123SubdomainMaxLength && len(validation.IsDNS1123Subdomain(s)) == 0 && !endsInHash(s)
+}
+
 // LabelValue returns s when it is a valid label value, else a sanitized prefix of s followed by a
 // hash of s, so that names longer than 63 characters (nodes, operations) can still be selected by label.
+// As in TaskName, a value that already ends like a hash is hashed too, so distinct values never share one.
 func LabelValue(s string) string {
-	if len(validation.IsValidLabelValue(s)) == 0 {
+	if len(validation.IsValidLabelValue(s)) == 0 && !endsInHash(s) {
 		return s
 	}
 	return shorten(s, hashOf(s), validation.LabelValueMaxLength, isLabelValueChar)
 }
 
+// hashOf hashes the parts length-prefixed, so no choice of parts can imitate another.
 func hashOf(parts ...string) string {
 	h := sha256.New()
 	for _, p := range parts {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
+		h.Write(n[:])
 		h.Write([]byte(p))
-		h.Write([]byte{0})
 	}
 	return hex.EncodeToString(h.Sum(nil))[:hashLen]
+}
+
+// endsInHash reports whether s ends as shorten's results do: "-" and hashLen lowercase hex digits,
+// or is hashLen hex digits alone (shorten's result when nothing readable is left).
+func endsInHash(s string) bool {
+	if len(s) < hashLen || (len(s) > hashLen && s[len(s)-hashLen-1] != '-') {
+		return false
+	}
+	for _, r := range s[len(s)-hashLen:] {
+		if !(r >= '0' && r <= '9') && !(r >= 'a' && r <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // shorten keeps the longest readable prefix of s that, with "-"+hash appended, fits max and keeps to

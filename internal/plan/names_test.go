@@ -19,6 +19,10 @@ func TestTaskName(t *testing.T) {
 		{name: "too long", owner: "op", group: "g", node: long},
 		{name: "uppercase node", owner: "op", group: "g", node: "Worker_1"},
 		{name: "exactly 253", owner: "o", group: "g", node: strings.Repeat("x", 249), want: "o-g-" + strings.Repeat("x", 249)},
+		{name: "253-character node", owner: "upgrade", group: "workers", node: strings.Repeat("n", 253)},
+		{name: "dash in the owner", owner: "steer-op", group: "rest", node: "b-3"},
+		{name: "dash in the group", owner: "op", group: "control-plane-first", node: "cp-1"},
+		{name: "node ending like a hash", owner: "op", group: "g", node: "n-0123456789abcdef"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -37,6 +41,22 @@ func TestTaskName(t *testing.T) {
 	if a, b := TaskName("op", "g", long+"a"), TaskName("op", "g", long+"b"); a == b {
 		t.Fatalf("distinct long names hash alike: %q", a)
 	}
+	// Joined with '-', these triples read alike; their names must not.
+	for _, pair := range [][2][3]string{
+		{{"a-b", "c", "n"}, {"a", "b-c", "n"}},
+		{{"a", "b", "c-n"}, {"a", "b-c", "n"}},
+		{{"a-b", "c", "n"}, {"a", "b", "c-n"}},
+		// A plain name that copies another triple's hashed name.
+		{{"o", "p", "g-n-" + TaskName("o-p", "g", "n")[len("o-p-g-n-"):]}, {"o-p", "g", "n"}},
+	} {
+		x, y := pair[0], pair[1]
+		if a, b := TaskName(x[0], x[1], x[2]), TaskName(y[0], y[1], y[2]); a == b {
+			t.Errorf("%q and %q share the task name %q", x, y, a)
+		}
+	}
+	if got := TaskName("steer-op", "rest", "b-3"); !strings.HasPrefix(got, "steer-op-rest-b-3-") {
+		t.Errorf("a hashed name lost its readable prefix: %q", got)
+	}
 	if a, b := TaskName("op", "g", "Node"), TaskName("op", "g", "node"); a == b {
 		t.Fatalf("case-distinct nodes share a task name %q", a)
 	}
@@ -50,6 +70,9 @@ func TestLabelValue(t *testing.T) {
 		{strings.Repeat("a", 64), ""},
 		{"ip-10-0-0-1.eu-west-1.compute.internal.example.com.some.long.domain.name", ""},
 		{"-bad-", ""},
+		{strings.Repeat("n", 253), ""},
+		{"n-0123456789abcdef", ""},
+		{"0123456789abcdef", ""},
 	}
 	for _, tt := range tests {
 		got := LabelValue(tt.in)

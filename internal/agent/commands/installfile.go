@@ -14,10 +14,18 @@ func parseMode(s string, def fs.FileMode) (fs.FileMode, error) {
 		return def, nil
 	}
 	m, err := strconv.ParseUint(s, 8, 32)
-	if err != nil {
-		return 0, fmt.Errorf("mode %q: %w", s, err)
+	if err != nil || m > 0o7777 {
+		return 0, fmt.Errorf("mode %q: not an octal file mode", s)
 	}
-	return fs.FileMode(m), nil
+	// fs.FileMode keeps setuid, setgid and sticky in bits of its own, not in 07000 as chmod(2) does;
+	// admission lets them through only with allowUnsafeMode.
+	mode := fs.FileMode(m & 0o777)
+	for bit, fm := range map[uint64]fs.FileMode{0o4000: fs.ModeSetuid, 0o2000: fs.ModeSetgid, 0o1000: fs.ModeSticky} {
+		if m&bit != 0 {
+			mode |= fm
+		}
+	}
+	return mode, nil
 }
 
 func runInstallFile(ctx context.Context, env *Env, f *v1alpha1.InstallFileCommand) (Result, error) {

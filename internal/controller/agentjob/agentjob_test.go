@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -74,6 +75,12 @@ func TestJobNameIsDeterministicAndShort(t *testing.T) {
 	}
 	if n := agentjob.JobName(long); len(n) > 63 || n != agentjob.JobName(long) || n == agentjob.JobName(long+"x") {
 		t.Errorf("JobName(long) = %s", n)
+	}
+	// Cut at 32 characters, a 253-character name may end a label with '.' or '-'.
+	for _, node := range []string{strings.Repeat("a", 31) + "." + strings.Repeat("b", 221), strings.Repeat("a", 31) + "-" + strings.Repeat("b", 221)} {
+		if n := agentjob.JobName(node); len(n) > 63 || len(validation.IsDNS1123Subdomain(n)) > 0 {
+			t.Errorf("JobName(%s) = %s, not a valid Job name of at most 63 characters", node, n)
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ package agentjob
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -58,7 +59,8 @@ func JobName(node string) string {
 		return name
 	}
 	sum := sha256.Sum256([]byte(node))
-	return "nodeops-agent-" + node[:32] + "-" + hex.EncodeToString(sum[:])[:12]
+	// A cut node name may end in '.' or '-', which may not precede the '-' before the hash.
+	return "nodeops-agent-" + strings.TrimRight(node[:32], ".-") + "-" + hex.EncodeToString(sum[:])[:12]
 }
 
 // BuildJob is the agent Job of a node: privileged, in the host's PID namespace, the host's / at

@@ -345,7 +345,9 @@ func Operation(ct *v1alpha1.ClusterTarget, g *v1alpha1.GeneratedOperation) *v1al
 			UpgradeKubeletAndKubectl: u.UpgradeKubeletAndKubectl,
 			BinarySource:             u.BinarySource.DeepCopy(),
 			IgnorePreflightErrors:    append([]string(nil), u.IgnorePreflightErrors...),
-			Drain:                    u.Drain.DeepCopy(),
+			// The target's consent to "all", or the generated operation is refused at admission.
+			AllowIgnoreAllPreflightErrors: u.AllowIgnoreAllPreflightErrors,
+			Drain:                         u.Drain.DeepCopy(),
 		}
 		if u.MaxUnavailable != nil {
 			m := *u.MaxUnavailable

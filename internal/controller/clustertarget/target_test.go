@@ -307,6 +307,6 @@ func TestDeletedByHandNotMadeAgain(t *testing.T) {
 	}
 	f.stillOperations()
 	// A spec change is the person's word to try again.
-	f.edit(func(ct *v1alpha1.ClusterTarget) { ct.Spec.Upgrade.IgnorePreflightErrors = []string{"all"} })
+	f.edit(func(ct *v1alpha1.ClusterTarget) { ct.Spec.Upgrade.IgnorePreflightErrors = []string{"Swap"} })
 	f.waitOperations("cluster-upgrade-v1.37.2-2")
 }

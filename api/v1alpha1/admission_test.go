@@ -1,0 +1,520 @@
+package v1alpha1_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/config"
+	"github.com/nodeops/nodeops/internal/controller/clustertarget"
+	"github.com/nodeops/nodeops/internal/controller/nodeprofile"
+	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/testutil"
+)
+
+// admission is one manifest for the real API server: refused naming field with a message containing
+// msg, or accepted when field is empty.
+type admission struct {
+	name     string
+	manifest string
+	field    string
+	msg      string
+}
+
+// op wraps commands (YAML list items, indented as under "commands:") in a custom NodeOperation.
+func op(name, commands string) string {
+	return fmt.Sprintf(`apiVersion: nodeops.io/v1alpha1
+kind: NodeOperation
+metadata:
+  name: %s
+spec:
+  custom:
+    groups:
+    - name: g
+      commands:
+%s`, name, indent(commands, "      "))
+}
+
+// task wraps commands in a NodeTask for node n1.
+func task(name, commands string) string {
+	return fmt.Sprintf(`apiVersion: nodeops.io/v1alpha1
+kind: NodeTask
+metadata:
+  name: %s
+spec:
+  nodeName: n1
+  commands:
+%s`, name, indent(commands, "  "))
+}
+
+// profile wraps commands in an auto-provisioning NodeProfile's install list.
+func profile(name, install string) string {
+	return fmt.Sprintf(`apiVersion: nodeops.io/v1alpha1
+kind: NodeProfile
+metadata:
+  name: %s
+spec:
+  autoProvision: true
+  install:
+%s`, name, indent(install, "  "))
+}
+
+func indent(s, by string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = by + l
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+const (
+	cmdPath   = "spec.custom.groups[0].commands[0]"
+	taskPath  = "spec.commands[0]"
+	profPath  = "spec.install[0]"
+	kubeadmOK = "- kubeadmUpgradeNode:\n    ignorePreflightErrors: [Swap, Port-6443, FileAvailable--etc-kubernetes-manifests-kube-apiserver.yaml]\n"
+)
+
+func admissionCases() []admission {
+	return []admission{
+		// Durations: negative, zero where meaningless, and huge.
+		{"negative command timeout", op("t1", "- timeout: -5s\n  cordon: {}"), cmdPath + ".timeout", "timeout must be from 1s to 24h"},
+		{"zero command timeout", op("t2", "- timeout: 0s\n  cordon: {}"), cmdPath + ".timeout", "timeout must be from 1s to 24h"},
+		{"huge command timeout", task("t3", "- timeout: 8760h\n  cordon: {}"), taskPath + ".timeout", "timeout must be from 1s to 24h"},
+		{"negative drain timeout", op("t4", "- drain:\n    timeout: -1m"), cmdPath + ".drain.timeout", "drain timeout must be from 1s to 24h"},
+		{"huge drain timeout", profile("t5", "- drain:\n    timeout: 100h"), profPath + ".drain.timeout", "drain timeout must be from 1s to 24h"},
+		{"negative grace period", op("t6", "- drain:\n    gracePeriodSeconds: -1"), cmdPath + ".drain.gracePeriodSeconds", "should be greater than or equal to 0"},
+		{"huge grace period", op("t7", "- drain:\n    gracePeriodSeconds: 864000"), cmdPath + ".drain.gracePeriodSeconds", "should be less than or equal to 86400"},
+		{"negative waitNodeReady timeout", task("t8", "- waitNodeReady:\n    timeout: -1s"), taskPath + ".waitNodeReady.timeout", "waitNodeReady timeout must be from 1s to 24h"},
+		{"huge wait", op("t9", "- wait:\n    duration: 25h"), cmdPath + ".wait.duration", "wait duration must be from 0s to 24h"},
+		{"negative wait", profile("t10", "- wait:\n    duration: -1s"), profPath + ".wait.duration", "wait duration must be from 0s to 24h"},
+		{"upgrade drain timeout", `apiVersion: nodeops.io/v1alpha1
+kind: NodeOperation
+metadata:
+  name: t11
+spec:
+  upgrade:
+    kubernetesVersion: v1.37.2
+    upgradeKubeletAndKubectl: false
+    drain:
+      timeout: 48h
+`, "spec.upgrade.drain.timeout", "drain timeout must be from 1s to 24h"},
+		{"retries over 10", op("t12", "- retries: 11\n  cordon: {}"), cmdPath + ".retries", "should be less than or equal to 10"},
+
+		// kubeadm's preflight check names, and "all" only with its flag.
+		{"unknown preflight check", op("k1", "- kubeadmUpgradeNode:\n    ignorePreflightErrors: [NoSuchCheck]"), cmdPath + ".kubeadmUpgradeNode.ignorePreflightErrors[0]", "should match"},
+		{"flag-like preflight check", task("k2", "- kubeadmUpgradeApply:\n    kubernetesVersion: v1.37.2\n    ignorePreflightErrors: [Swap, --force]"), taskPath + ".kubeadmUpgradeApply.ignorePreflightErrors[1]", "should match"},
+		{"all without its flag", op("k3", "- kubeadmUpgradePlan:\n    kubernetesVersion: v1.37.2\n    ignorePreflightErrors: [all]"), cmdPath + ".kubeadmUpgradePlan.ignorePreflightErrors", "allowIgnoreAllPreflightErrors: true"},
+		{"All in capitals without its flag", op("k4", "- kubeadmUpgradeNode:\n    ignorePreflightErrors: [All]"), cmdPath + ".kubeadmUpgradeNode.ignorePreflightErrors", "allowIgnoreAllPreflightErrors: true"},
+		{"all with others", op("k5", "- kubeadmUpgradeNode:\n    allowIgnoreAllPreflightErrors: true\n    ignorePreflightErrors: [all, Swap]"), cmdPath + ".kubeadmUpgradeNode.ignorePreflightErrors", "only alone"},
+		{"upgrade all without its flag", `apiVersion: nodeops.io/v1alpha1
+kind: NodeOperation
+metadata:
+  name: k6
+spec:
+  upgrade:
+    kubernetesVersion: v1.37.2
+    upgradeKubeletAndKubectl: false
+    ignorePreflightErrors: [all]
+`, "spec.upgrade.ignorePreflightErrors", "allowIgnoreAllPreflightErrors: true"},
+		{"duplicate preflight check", op("k7", "- kubeadmUpgradeNode:\n    ignorePreflightErrors: [Swap, Swap]"), cmdPath + ".kubeadmUpgradeNode.ignorePreflightErrors[1]", "Duplicate value"},
+		{"port check out of pattern", op("k8", "- kubeadmUpgradeNode:\n    ignorePreflightErrors: [Port-http]"), cmdPath + ".kubeadmUpgradeNode.ignorePreflightErrors[0]", "should match"},
+
+		// Services, files and modes.
+		{"service name starting with -", op("s1", "- restartService:\n    name: --now"), cmdPath + ".restartService.name", "should match"},
+		{"service name starting with .", task("s2", "- restartService:\n    name: ../kubelet"), taskPath + ".restartService.name", "should match"},
+		{"setuid mode", op("f1", "- installFile:\n    url: https://x/y\n    sha256: "+sha+"\n    path: /usr/local/bin/y\n    mode: \"4755\""), cmdPath + ".installFile.mode", "setuid, setgid or sticky"},
+		{"setgid mode with leading 0", profile("f2", "- installFile:\n    url: https://x/y\n    sha256: "+sha+"\n    path: /usr/local/bin/y\n    mode: \"02755\""), profPath + ".installFile.mode", "setuid, setgid or sticky"},
+		{"sticky mode", task("f3", "- installFile:\n    url: https://x/y\n    sha256: "+sha+"\n    path: /tmp/y\n    mode: \"1777\""), taskPath + ".installFile.mode", "setuid, setgid or sticky"},
+		{"world-writable mode", op("f4", "- installFile:\n    url: https://x/y\n    sha256: "+sha+"\n    path: /etc/y\n    mode: \"0666\""), cmdPath + ".installFile.mode", "world-writable"},
+		{"world-writable 3-digit mode", op("f5", "- installFile:\n    url: https://x/y\n    sha256: "+sha+"\n    path: /etc/y\n    mode: \"757\""), cmdPath + ".installFile.mode", "world-writable"},
+		{"mode not octal", op("f6", "- installFile:\n    url: https://x/y\n    sha256: "+sha+"\n    path: /etc/y\n    mode: \"0855\""), cmdPath + ".installFile.mode", "should match"},
+		{"relative installFile path", op("f7", "- installFile:\n    url: https://x/y\n    sha256: "+sha+"\n    path: etc/y"), cmdPath + ".installFile.path", "should match '^/'"},
+		{"installFile path with ..", profile("f8", "- installFile:\n    url: https://x/y\n    sha256: "+sha+"\n    path: /opt/../../etc/shadow"), profPath + ".installFile.path", "must not contain '..'"},
+		{"installFile path ending in ..", task("f9", "- installFile:\n    url: https://x/y\n    sha256: "+sha+"\n    path: /opt/..\n    remove: true"), taskPath + ".installFile.path", "must not contain '..'"},
+		{"sha256 in capitals", op("f10", "- installFile:\n    url: https://x/y\n    sha256: "+strings.ToUpper(sha)+"\n    path: /etc/y"), cmdPath + ".installFile.sha256", "should match"},
+		{"installFile from ftp", op("f11", "- installFile:\n    url: ftp://x/y\n    sha256: "+sha+"\n    path: /etc/y"), cmdPath + ".installFile.url", "should match"},
+		{"relative containerd binaryPath", op("c1", "- containerdRuntime:\n    name: wasm\n    runtimeType: io.containerd.wasmedge.v1\n    binaryPath: bin/shim"), cmdPath + ".containerdRuntime.binaryPath", "should match '^/'"},
+		{"relative containerd configPath", profile("c2", "- containerdRuntime:\n    name: wasm\n    runtimeType: io.containerd.wasmedge.v1\n    configPath: config.toml"), profPath + ".containerdRuntime.configPath", "should match '^/'"},
+		{"containerd configPath with ..", task("c3", "- containerdRuntime:\n    name: wasm\n    remove: true\n    configPath: /etc/../../x"), taskPath + ".containerdRuntime.configPath", "must not contain '..'"},
+		{"containerd runtimeType with a quote", op("c4", "- containerdRuntime:\n    name: wasm\n    runtimeType: 'io.x\"]\n[evil'"), cmdPath + ".containerdRuntime.runtimeType", "should match"},
+		{"containerd add without runtimeType", op("c5", "- containerdRuntime:\n    name: wasm"), cmdPath + ".containerdRuntime.runtimeType", "runtimeType is required"},
+		{"relative preflight binary", op("p1", "- preflight:\n    checks:\n    - binary: usr/bin/kubeadm"), cmdPath + ".preflight.checks[0].binary", "should match '^/'"},
+		{"preflight binary with ..", op("p2", "- preflight:\n    checks:\n    - binary: /usr/../../bin/sh"), cmdPath + ".preflight.checks[0].binary", "must not contain '..'"},
+		{"huge free disk", op("p3", "- preflight:\n    checks:\n    - minFreeDiskMiB: 9007199254740993"), cmdPath + ".preflight.checks[0].minFreeDiskMiB", "should be less than or equal to 1073741824"},
+		{"unknown OS family", op("p4", "- preflight:\n    checks:\n    - osFamily: [windows]"), cmdPath + ".preflight.checks[0].osFamily[0]", "Unsupported value"},
+
+		// Names unique in each list; their defaults are their kinds.
+		{"a name twice in a group", op("u1", "- name: x\n  cordon: {}\n- name: x\n  script: {inline: 'true'}"), "spec.custom.groups[0].commands", "command names must be unique"},
+		{"a name equal to another's kind", task("u2", "- drain: {}\n- name: drain\n  cordon: {}"), "spec.commands", "command names must be unique"},
+		{"two commands named alike in a profile", profile("u3", "- name: step\n  cordon: {}\n- name: step\n  uncordon: {}"), "spec.install", "command names must be unique"},
+		{"duplicate group names", `apiVersion: nodeops.io/v1alpha1
+kind: NodeOperation
+metadata:
+  name: u4
+spec:
+  custom:
+    groups:
+    - name: g
+      commands: [{cordon: {}}]
+    - name: g
+      commands: [{uncordon: {}}]
+`, "spec.custom.groups[1]", "Duplicate value"},
+		{"duplicate runtime classes", `apiVersion: nodeops.io/v1alpha1
+kind: NodeProfile
+metadata:
+  name: u5
+spec:
+  autoProvision: true
+  install: [{cordon: {}}]
+  runtimeClasses:
+  - {name: wasm, handler: wasm}
+  - {name: wasm, handler: other}
+`, "spec.runtimeClasses[1]", "Duplicate value"},
+		{"duplicate script env", op("u6", "- script:\n    inline: echo $A\n    env:\n    - {name: A, value: x}\n    - {name: A, value: y}"), cmdPath + ".script.env[1]", "Duplicate value"},
+		{"duplicate uninstall names", `apiVersion: nodeops.io/v1alpha1
+kind: NodeProfile
+metadata:
+  name: u7
+spec:
+  autoProvision: true
+  install: [{cordon: {}}]
+  uninstall: [{wait: {duration: 1s}}, {name: wait, script: {inline: 'true'}}]
+`, "spec.uninstall", "command names must be unique"},
+		{"duplicate binaries", op("u8", "- installBinaries:\n    components: [kubelet, kubelet]\n    version: v1.37.2\n    source: {baseURL: 'https://dl.k8s.io/release'}"), cmdPath + ".installBinaries.components[1]", "Duplicate value"},
+		{"all with other certificates", `apiVersion: nodeops.io/v1alpha1
+kind: NodeOperation
+metadata:
+  name: u9
+spec:
+  renewCertificates:
+    certificates: [all, apiserver]
+`, "spec.renewCertificates.certificates", "list it alone"},
+
+		// Names the manager builds from: node, operation and group of a task.
+		{"task node name not a subdomain", `apiVersion: nodeops.io/v1alpha1
+kind: NodeTask
+metadata:
+  name: n1
+spec:
+  nodeName: Worker_1
+  commands: [{cordon: {}}]
+`, "spec.nodeName", "should match"},
+		{"task node name too long", `apiVersion: nodeops.io/v1alpha1
+kind: NodeTask
+metadata:
+  name: n2
+spec:
+  nodeName: ` + strings.Repeat("n", 254) + `
+  commands: [{cordon: {}}]
+`, "spec.nodeName", "may not be more than 253"},
+		{"task group with a dot", `apiVersion: nodeops.io/v1alpha1
+kind: NodeTask
+metadata:
+  name: n3
+spec:
+  nodeName: n1
+  group: a.b
+  commands: [{cordon: {}}]
+`, "spec.group", "should match"},
+
+		{"more commands approved than there are", `apiVersion: nodeops.io/v1alpha1
+kind: NodeTask
+metadata:
+  name: n4
+spec:
+  nodeName: n1
+  executionMode: Controlled
+  approvedCommands: 3
+  commands: [{cordon: {}}, {uncordon: {}}]
+`, "spec.approvedCommands", "at most the number of commands"},
+
+		// The ClusterTarget's upgrade settings and renewal window.
+		{"cluster target all without its flag", `apiVersion: nodeops.io/v1alpha1
+kind: ClusterTarget
+metadata:
+  name: cluster
+spec:
+  kubernetesVersion: v1.37.2
+  upgrade:
+    ignorePreflightErrors: [all]
+`, "spec.upgrade.ignorePreflightErrors", "allowIgnoreAllPreflightErrors: true"},
+		{"cluster target unknown preflight check", `apiVersion: nodeops.io/v1alpha1
+kind: ClusterTarget
+metadata:
+  name: cluster
+spec:
+  kubernetesVersion: v1.37.2
+  upgrade:
+    ignorePreflightErrors: [Swapp]
+`, "spec.upgrade.ignorePreflightErrors[0]", "should match"},
+		{"cluster target renewBefore negative", `apiVersion: nodeops.io/v1alpha1
+kind: ClusterTarget
+metadata:
+  name: cluster
+spec:
+  kubernetesVersion: v1.37.2
+  certificates: {autoRenew: true, renewBefore: -1h}
+`, "spec.certificates.renewBefore", "renewBefore must be from 1h to 87600h"},
+		{"cluster target drain timeout huge", `apiVersion: nodeops.io/v1alpha1
+kind: ClusterTarget
+metadata:
+  name: cluster
+spec:
+  kubernetesVersion: v1.37.2
+  upgrade:
+    drain: {timeout: 1000h}
+`, "spec.upgrade.drain.timeout", "drain timeout must be from 1s to 24h"},
+
+		// Accepted: the test must be able to fail both ways.
+		{"valid operation with bounds at their limits", op("ok1", `- timeout: 24h
+  drain: {timeout: 1s, gracePeriodSeconds: 86400}
+- wait: {duration: 0s}
+- name: wait-long
+  wait: {duration: 24h}
+- installFile: {url: 'https://x/y', sha256: `+sha+`, path: /usr/local/bin/y, mode: "0755"}
+- script: {inline: 'true'}
+- script: {inline: 'false', idempotent: true}
+- name: setuid-asked-for
+  installFile: {url: 'https://x/y', sha256: `+sha+`, path: /usr/local/bin/z, mode: "4755", allowUnsafeMode: true}
+`+kubeadmOK), "", ""},
+		{"valid task with all and its flag", task("ok2", "- kubeadmUpgradeApply:\n    kubernetesVersion: v1.37.2\n    allowIgnoreAllPreflightErrors: true\n    ignorePreflightErrors: [all]\n- containerdRuntime:\n    name: wasm\n    runtimeType: io.containerd.wasmedge.v1\n    binaryPath: /usr/local/bin/containerd-shim-wasmedge-v1\n- name: unload\n  containerdRuntime:\n    name: wasm\n    remove: true\n- restartService: {name: kubelet.service}\n- name: getty\n  restartService: {name: getty@tty1}"), "", ""},
+		{"valid profile with a 253-character node's task", `apiVersion: nodeops.io/v1alpha1
+kind: NodeTask
+metadata:
+  name: ` + plan.TaskName("p", "install-abc", strings.Repeat("n", 253)) + `
+  labels:
+    nodeops.io/node: ` + plan.LabelValue(strings.Repeat("n", 253)) + `
+spec:
+  nodeName: ` + strings.Repeat("n", 253) + `
+  group: install-abc
+  operation: p
+  commands: [{preflight: {checks: [{binary: /usr/bin/kubeadm}, {osFamily: [debian, rhel]}]}}]
+`, "", ""},
+		{"valid cluster target", `apiVersion: nodeops.io/v1alpha1
+kind: ClusterTarget
+metadata:
+  name: cluster
+spec:
+  kubernetesVersion: v1.37.2
+  certificates: {autoRenew: true, renewBefore: 2160h}
+  upgrade:
+    allowIgnoreAllPreflightErrors: true
+    ignorePreflightErrors: [all]
+    drain: {timeout: 30m}
+`, "", ""},
+		{"valid upgrade with all and its flag", `apiVersion: nodeops.io/v1alpha1
+kind: NodeOperation
+metadata:
+  name: ok4
+spec:
+  upgrade:
+    kubernetesVersion: v1.37.2
+    upgradeKubeletAndKubectl: false
+    allowIgnoreAllPreflightErrors: true
+    ignorePreflightErrors: [all]
+    drain: {timeout: 10m}
+`, "", ""},
+	}
+}
+
+const sha = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+// TestAdmission applies each manifest with kubectl to a real API server carrying the generated CRDs:
+// every bad one is refused naming its field, every good one is accepted.
+func TestAdmission(t *testing.T) {
+	env, kubectl, kubeconfig := startAPIServer(t)
+	_ = env
+	cases := admissionCases()
+	refused := 0
+	for _, tc := range cases {
+		if tc.field != "" {
+			refused++
+		}
+	}
+	if refused < 40 {
+		t.Fatalf("only %d invalid manifests; the table promises at least 40", refused)
+	}
+	// The samples people copy from must pass too.
+	samples, err := filepath.Glob("../../config/samples/*.yaml")
+	if err != nil || len(samples) == 0 {
+		t.Fatalf("no samples in config/samples: %v", err)
+	}
+	for _, p := range samples {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cases = append(cases, admission{name: "sample " + filepath.Base(p), manifest: string(data)})
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(kubectl, "--kubeconfig", kubeconfig, "apply", "-f", "-")
+			cmd.Stdin = strings.NewReader(tc.manifest)
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			err := cmd.Run()
+			got := out.String()
+			if tc.field == "" {
+				if err != nil {
+					t.Fatalf("refused a valid manifest: %v\n%s\n%s", err, got, tc.manifest)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("accepted an invalid manifest (want %s: %s):\n%s", tc.field, tc.msg, tc.manifest)
+			}
+			if !strings.Contains(got, tc.field+":") || !strings.Contains(got, tc.msg) {
+				t.Fatalf("refused, but the message does not name %q with %q:\n%s", tc.field, tc.msg, got)
+			}
+		})
+	}
+}
+
+func startAPIServer(t *testing.T) (*testutil.Env, string, string) {
+	t.Helper()
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Skip("KUBEBUILDER_ASSETS is not set")
+	}
+	kubectl := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl")
+	if _, err := os.Stat(kubectl); err != nil {
+		t.Skipf("no kubectl beside the API server: %v", err)
+	}
+	env, err := testutil.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	kubeconfig, err := env.WriteKubeconfig(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env, kubectl, kubeconfig
+}
+
+// TestNameRuleKnowsEveryKind: the uniqueness rule on command lists spells out each kind's default
+// name, so a new kind must be added to it (in every CRD, all from the markers).
+func TestNameRuleKnowsEveryKind(t *testing.T) {
+	files, err := fs.Glob(config.CRDs, "crd/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules []string
+	for _, name := range files {
+		data, err := config.CRDs.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc any
+		if err := yaml.Unmarshal(data, &doc); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		rules = append(rules, nameRules(doc)...)
+	}
+	if len(rules) != 4 {
+		t.Errorf("found the command-name rule %d times, want 4 (group, task, install, uninstall)", len(rules))
+	}
+	typ := reflect.TypeFor[v1alpha1.Command]()
+	for _, rule := range rules {
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			if f.Type.Kind() != reflect.Pointer || f.Type.Elem().PkgPath() != typ.PkgPath() {
+				continue
+			}
+			kind, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if !strings.Contains(rule, "has(d."+kind+") ? '"+kind+"'") {
+				t.Errorf("the command-name rule does not know kind %q", kind)
+			}
+		}
+	}
+}
+
+func nameRules(node any) []string {
+	var rules []string
+	switch n := node.(type) {
+	case map[string]any:
+		if msg, _ := n["message"].(string); strings.HasPrefix(msg, "command names must be unique") {
+			rule, _ := n["rule"].(string)
+			rules = append(rules, rule)
+		}
+		for _, v := range n {
+			rules = append(rules, nameRules(v)...)
+		}
+	case []any:
+		for _, v := range n {
+			rules = append(rules, nameRules(v)...)
+		}
+	}
+	return rules
+}
+
+// TestPlannedTasksAreAdmitted checks that what a valid operation expands to passes the NodeTask CRD's
+// rules, so an accepted operation is never half-applied because its tasks are refused.
+func TestPlannedTasksAreAdmitted(t *testing.T) {
+	env, _, _ := startAPIServer(t)
+	yes := true
+	specs := map[string]v1alpha1.NodeOperationSpec{
+		"upgrade": {Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2", UpgradeKubeletAndKubectl: &yes,
+			BinarySource:          &v1alpha1.BinarySource{BaseURL: "https://dl.k8s.io/release"},
+			IgnorePreflightErrors: []string{"all"}, AllowIgnoreAllPreflightErrors: true,
+			Drain: &v1alpha1.DrainCommand{Timeout: &metav1.Duration{Duration: 3600e9}}}},
+		"upgrade-checks": {Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2", UpgradeKubeletAndKubectl: new(bool),
+			IgnorePreflightErrors: []string{"Swap", "SystemVerification"}}},
+		"renew":      {RenewCertificates: &v1alpha1.RenewCertificatesOperation{}},
+		"renew-some": {RenewCertificates: &v1alpha1.RenewCertificatesOperation{Certificates: []string{"apiserver", "etcd-server"}}},
+	}
+	// The operation a ClusterTarget with consent to "all" generates.
+	ct := &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.ClusterTargetName}, Spec: v1alpha1.ClusterTargetSpec{
+		KubernetesVersion: "v1.37.2",
+		Upgrade: v1alpha1.ClusterUpgrade{IgnorePreflightErrors: []string{"all"}, AllowIgnoreAllPreflightErrors: true,
+			BinarySource: &v1alpha1.BinarySource{BaseURL: "https://dl.k8s.io/release"}},
+	}}
+	gen := clustertarget.Operation(ct, &v1alpha1.GeneratedOperation{Name: "cluster-upgrade-v1-37-2", Kind: v1alpha1.GeneratedUpgrade,
+		KubernetesVersion: "v1.37.2", ExecutionMode: v1alpha1.ExecutionAuto})
+	if err := env.Client.Create(context.Background(), gen, client.DryRunAll); err != nil {
+		t.Errorf("the ClusterTarget's generated operation is refused: %v", err)
+	}
+	specs["cluster-target"] = gen.Spec
+
+	// A profile's install and uninstall tasks, on a node with the longest name there can be.
+	long := strings.Repeat("n", 120) + "." + strings.Repeat("m", 132)
+	prof := &v1alpha1.NodeProfile{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("p", 50)}, Spec: v1alpha1.NodeProfileSpec{
+		AutoProvision: true,
+		Install:       []v1alpha1.Command{{InstallFile: &v1alpha1.InstallFileCommand{URL: "https://x/shim", SHA256: sha, Path: "/opt/bin/shim", Mode: "0755"}}, {Script: &v1alpha1.ScriptCommand{Inline: "true"}}, {Script: &v1alpha1.ScriptCommand{Inline: "true"}}},
+		Uninstall:     []v1alpha1.Command{{InstallFile: &v1alpha1.InstallFileCommand{URL: "https://x/shim", SHA256: sha, Path: "/opt/bin/shim", Remove: true}}},
+	}}
+	for _, a := range []nodeprofile.Action{nodeprofile.ActionInstall, nodeprofile.ActionUninstall} {
+		tk := nodeprofile.BuildTask(prof, long, a, nodeprofile.SpecHash(&prof.Spec))
+		tk.OwnerReferences = nil
+		if err := env.Client.Create(context.Background(), tk, client.DryRunAll); err != nil {
+			t.Errorf("profile %s task: refused: %v", a, err)
+		}
+	}
+	for name, spec := range specs {
+		groups, err := plan.Expand(&spec)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for _, g := range groups {
+			tk := &v1alpha1.NodeTask{
+				ObjectMeta: metav1.ObjectMeta{Name: plan.TaskName(name, g.Name, "node-1")},
+				Spec: v1alpha1.NodeTaskSpec{NodeName: "node-1", Operation: name, Group: g.Name, Commands: g.Commands,
+					ExecutionMode: v1alpha1.ExecutionAuto},
+			}
+			if err := env.Client.Create(context.Background(), tk, client.DryRunAll); err != nil {
+				t.Errorf("%s group %s: the task is refused: %v", name, g.Name, err)
+			}
+		}
+	}
+}

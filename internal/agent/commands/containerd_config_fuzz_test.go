@@ -1,0 +1,85 @@
+package commands
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/pelletier/go-toml/v2"
+)
+
+// FuzzContainerdConfig: editing never panics; when it succeeds the result parses, holds the handler
+// as asked, a second edit changes nothing, and removing the handler again gives back the settings the
+// file had without it.
+func FuzzContainerdConfig(f *testing.F) {
+	for _, name := range []string{"v2-default.toml", "v3-default.toml", "v2-minimal.toml"} {
+		data, err := os.ReadFile(filepath.Join("testdata", "containerd", name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data, wasm.Name, wasm.RuntimeType, wasm.BinaryPath)
+	}
+	f.Add([]byte("version = 3\n"), "spin", "io.containerd.spin.v2", "")
+	f.Add([]byte("version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.wasmedge]\nruntime_type = \"old\"\n"), "wasmedge", "io.containerd.wasmedge.v1", "/bin/x")
+	f.Add([]byte("version = 2\nplugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.w = { runtime_type = \"x\" }\n"), "w", "y", "")
+	f.Fuzz(func(t *testing.T, data []byte, name, runtimeType, binaryPath string) {
+		h := RuntimeHandler{Name: name, RuntimeType: runtimeType, BinaryPath: binaryPath}
+		added, err := EditContainerdConfig(data, h, false)
+		// The API's strings are UTF-8 (JSON), and TOML has no other kind.
+		if err != nil || name == "" || !utf8.ValidString(name+runtimeType+binaryPath) {
+			return
+		}
+		doc := parseTOML(t, "the added config", added.Data)
+		base, _ := runtimesPath(added.Version)
+		entry := append(append([]string{}, base...), name)
+		got, _ := lookup(doc, entry).(map[string]any)
+		if got == nil || got["runtime_type"] != runtimeType || stringOr(got["runtime_path"]) != binaryPath {
+			t.Fatalf("after adding, the handler is %v\n%s", got, added.Data)
+		}
+		again, err := EditContainerdConfig(added.Data, h, false)
+		if err != nil || again.Changed {
+			t.Fatalf("adding twice changed the file again (err %v)", err)
+		}
+		removed, err := EditContainerdConfig(added.Data, h, true)
+		if err != nil {
+			t.Fatalf("removing what was added: %v\n%s", err, added.Data)
+		}
+		after := parseTOML(t, "the config after removal", removed.Data)
+		if lookup(after, entry) != nil {
+			t.Fatalf("the handler is still there after removal\n%s", removed.Data)
+		}
+		before := parseTOML(t, "the original config", data)
+		deleteAt(before, entry)
+		if !reflect.DeepEqual(pruned(before), pruned(after)) {
+			t.Fatalf("add then remove did not give back the original settings:\n--- before\n%v\n--- after\n%v", pruned(before), pruned(after))
+		}
+	})
+}
+
+func parseTOML(t *testing.T, what string, data []byte) map[string]any {
+	t.Helper()
+	doc := map[string]any{}
+	if err := toml.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("%s does not parse: %v\n%s", what, err, data)
+	}
+	return doc
+}
+
+// pruned drops empty tables, which adding a handler may create and removing it leaves.
+func pruned(v any) any {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return v
+	}
+	out := map[string]any{}
+	for k, x := range m {
+		x = pruned(x)
+		if sub, ok := x.(map[string]any); ok && len(sub) == 0 {
+			continue
+		}
+		out[k] = x
+	}
+	return out
+}
