@@ -193,7 +193,7 @@ it again, which unblocks the operation. Every failed task of the operation is
 retried unless --node names one.`,
 		ex: `  kubectl nodeops retry upgrade-v1-37-2-abcde
   kubectl nodeops retry upgrade-v1-37-2-abcde --node worker-2
-  kubectl nodeops retry upgrade-v1-37-2-abcde-workers-worker-2   # a task by name`,
+  kubectl nodeops retry upgrade-v1-37-2-abcde-workers-worker-2-5d41402abc4b2a76   # a task by name (kubectl get nodetasks)`,
 	}
 	recoverySkip = recovery{
 		mode:  nodeopsv1.RecoverySkip,

@@ -30,7 +30,7 @@ Given a task's name instead (a profile's install task, say), show that task's co
   kubectl nodeops describe renew-certs-x7k2p --tail 100
 
   # One task
-  kubectl nodeops describe renew-certs-x7k2p-control-planes-cp-2`,
+  kubectl nodeops describe renew-certs-x7k2p-control-planes-cp-2-7d793037a0760186   # (kubectl get nodetasks)`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := o.NewClient()

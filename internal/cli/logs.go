@@ -35,7 +35,7 @@ command's output in the task's status; 'logs' prints it with a header per comman
   kubectl nodeops logs renew-certs-x7k2p --failed
 
   # A task by name, one command
-  kubectl nodeops logs renew-certs-x7k2p-control-planes-cp-2 --command kubeadmRenewCertificates`,
+  kubectl nodeops logs renew-certs-x7k2p-control-planes-cp-2-7d793037a0760186 --command kubeadmRenewCertificates`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := o.NewClient()
