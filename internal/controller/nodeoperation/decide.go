@@ -106,7 +106,7 @@ func decide(in *input) decision {
 			}
 			continue
 		}
-		tasks := in.tasks[g.Name]
+		tasks := withFinished(in.op.Name, g.Name, in.tasks[g.Name], gs.Finished)
 		nodes := groupNodes(g.Nodes, tasks)
 		var failed []taskView
 		running := 0
@@ -119,9 +119,11 @@ func decide(in *input) decision {
 			}
 		}
 		gs.Name, gs.Nodes, gs.Message = g.Name, count(nodes, tasks), ""
+		gs.Finished = finished(tasks)
 		if gs.Nodes.Succeeded+gs.Nodes.Skipped == gs.Nodes.Total {
 			gs.Phase = v1alpha1.GroupSucceeded
 			gs.Message = succeededMessage(g, gs.Nodes)
+			gs.Finished = nil
 			continue
 		}
 		current = i
@@ -197,6 +199,74 @@ func next(in *input, g *plan.ResolvedGroup, nodes []string, tasks map[string]tas
 		_, held := waiting[n]
 		return held || in.notReady[n]
 	})
+}
+
+// withFinished adds to a group's tasks, as the cache shows them, the nodes the status records as
+// finished whose task is gone: deleting history by hand never makes anything run again
+// (docs/design.md, safety rule 7). A task cannot go before its end is recorded here (Finalizer).
+func withFinished(op, group string, tasks map[string]taskView, rec *v1alpha1.FinishedNodes) map[string]taskView {
+	if rec == nil {
+		return tasks
+	}
+	out := make(map[string]taskView, len(tasks)+len(rec.Succeeded)+len(rec.Skipped)+len(rec.Aborted))
+	add := func(nodes []string, phase v1alpha1.TaskPhase, skipped bool) {
+		for _, n := range nodes {
+			out[n] = taskView{Name: plan.TaskName(op, group, n), Node: n, Group: group, Phase: phase, Skipped: skipped}
+		}
+	}
+	add(rec.Succeeded, v1alpha1.TaskSucceeded, false)
+	add(rec.Skipped, v1alpha1.TaskSucceeded, true)
+	add(rec.Aborted, v1alpha1.TaskAborted, false)
+	for n, t := range tasks {
+		out[n] = t
+	}
+	return out
+}
+
+// finished is the record of a group's ended tasks, nil when none has ended.
+func finished(tasks map[string]taskView) *v1alpha1.FinishedNodes {
+	var rec v1alpha1.FinishedNodes
+	for n, t := range tasks {
+		switch {
+		case t.Phase == v1alpha1.TaskAborted:
+			rec.Aborted = append(rec.Aborted, n)
+		case t.Phase != v1alpha1.TaskSucceeded:
+		case t.Skipped:
+			rec.Skipped = append(rec.Skipped, n)
+		default:
+			rec.Succeeded = append(rec.Succeeded, n)
+		}
+	}
+	if len(rec.Succeeded)+len(rec.Skipped)+len(rec.Aborted) == 0 {
+		return nil
+	}
+	sort.Strings(rec.Succeeded)
+	sort.Strings(rec.Skipped)
+	sort.Strings(rec.Aborted)
+	return &rec
+}
+
+// recorded reports whether the status records node's task in group as ended: its group
+// succeeded, or the node is in the group's Finished lists.
+func recorded(st *v1alpha1.NodeOperationStatus, group, node string) bool {
+	for i := range st.Groups {
+		g := &st.Groups[i]
+		if g.Name != group {
+			continue
+		}
+		if g.Phase == v1alpha1.GroupSucceeded {
+			return true
+		}
+		if g.Finished == nil {
+			return false
+		}
+		for _, list := range [][]string{g.Finished.Succeeded, g.Finished.Skipped, g.Finished.Aborted} {
+			if i := sort.SearchStrings(list, node); i < len(list) && list[i] == node {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // alignGroups keeps the recorded group statuses when they match the plan, else starts afresh.
