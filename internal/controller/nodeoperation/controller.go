@@ -144,9 +144,10 @@ func (r *Reconciler) decide(s *scope) {
 // tasks, and asks to look again for nodes it waits for and for the TTL.
 func (r *Reconciler) act(ctx context.Context, s *scope) (ctrl.Result, error) {
 	var result ctrl.Result
-	lost, err := r.createTasks(ctx, s.op, s.d.create, s.d.waiting)
+	lost, err := r.createTasks(ctx, s.op, s.d.create, s.d.budget, s.d.waiting)
 	if lost > 0 {
 		r.noteWaiting(s.op.Name, s.d.waiting)
+		result = skeleton.Within(result, r.WaitRecheck)
 	}
 	if err != nil {
 		return ctrl.Result{}, err
@@ -175,7 +176,7 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 	op := s.op
 	// The lock table is read before the cache: a task that is no longer a reservation in the
 	// view is then always in the cache (see nodelock.View), so no created task is ever missed.
-	s.in = input{op: op, now: metav1.NewTime(r.now()), notReady: map[string]bool{}, tasks: map[string]map[string]taskView{}, locks: r.Locks.Snapshot()}
+	s.in = input{op: op, now: metav1.NewTime(r.now()), notReady: map[string]bool{}, cordoned: map[string]bool{}, tasks: map[string]map[string]taskView{}, locks: r.Locks.Snapshot()}
 	tasks, err := r.ownTasks(ctx, op)
 	if err != nil {
 		return err
@@ -187,6 +188,9 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 	for i := range nodes.Items {
 		if !plan.NodeReady(&nodes.Items[i]) {
 			s.in.notReady[nodes.Items[i].Name] = true
+		}
+		if nodes.Items[i].Spec.Unschedulable {
+			s.in.cordoned[nodes.Items[i].Name] = true
 		}
 	}
 	groups, err := plan.Resolve(&op.Spec, nodes.Items)

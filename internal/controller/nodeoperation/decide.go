@@ -44,6 +44,8 @@ type input struct {
 	// tasks by group, then node. Tasks just created that the cache has not seen yet are here as Pending.
 	tasks    map[string]map[string]taskView
 	notReady map[string]bool
+	// cordoned are the nodes whose spec.unschedulable is set.
+	cordoned map[string]bool
 	// locks is the node lock table's view: nodes held by tasks, this operation's and others'.
 	locks nodelock.View
 	// fail, when set, ends the operation at once: it was refused before anything ran.
@@ -66,6 +68,9 @@ type decision struct {
 	create []start
 	// waiting are the group's nodes held by another task, with the holder.
 	waiting map[string]nodelock.Holder
+	// budget is the current group's maxUnavailable over its nodes, which act checks again as it
+	// acquires them (nodelock.Table.AcquireWithin).
+	budget nodelock.Budget
 }
 
 // decide computes the operation's status from its tasks, nodes and the lock table's view, and
@@ -153,8 +158,12 @@ func decide(in *input) decision {
 			for _, node := range next(in, g, nodes, tasks, d.waiting) {
 				d.create = append(d.create, start{group: &g.Group, node: node})
 			}
+			d.budget = nodelock.Budget{Nodes: nodes, Limit: g.MaxUnavailable, Down: func(n string) bool {
+				_, has := tasks[n]
+				return in.notReady[n] || in.cordoned[n] && !has
+			}}
 			message = runningMessage(g.Name, gs.Nodes, len(d.create))
-			if waits := waitingMessage(nodes, tasks, in.notReady, d.waiting); waits != "" {
+			if waits := waitingMessage(nodes, tasks, in.notReady, in.cordoned, d.waiting); waits != "" {
 				gs.Message = waits
 				message += "; " + waits
 				if len(d.waiting) > 0 {
@@ -178,8 +187,11 @@ func decide(in *input) decision {
 
 // next chooses the group's nodes that start now (plan.Select): nodes without a task are the
 // candidates, in sorted order; nodes with an unfinished task, or NotReady, count against the
-// group's maxUnavailable; a candidate NotReady or held by another task (added to waiting) counts
-// too and waits (docs/design.md, safety rules 2 and 11).
+// group's maxUnavailable; a candidate NotReady, cordoned or held by another task (added to
+// waiting) counts too and waits (docs/design.md, safety rules 2 and 11). A cordon on a node with
+// a task in this group is taken for that task's own (a drain's), so it counts only while the
+// task is unfinished; any other cordon is someone else's: an administrator's, or another
+// operation's or profile's task that left the node unschedulable.
 func next(in *input, g *plan.ResolvedGroup, nodes []string, tasks map[string]taskView, waiting map[string]nodelock.Holder) []string {
 	candidates := make([]string, 0, len(nodes)-len(tasks))
 	unavailable := 0
@@ -197,7 +209,7 @@ func next(in *input, g *plan.ResolvedGroup, nodes []string, tasks map[string]tas
 	}
 	return plan.Select(candidates, g.MaxUnavailable, unavailable, func(n string) bool {
 		_, held := waiting[n]
-		return held || in.notReady[n]
+		return held || in.notReady[n] || in.cordoned[n]
 	})
 }
 
@@ -371,8 +383,9 @@ func runningMessage(group string, c v1alpha1.NodeCounts, starting int) string {
 	return fmt.Sprintf("group %s: %d/%d nodes done, %d running, %d starting", group, c.Succeeded+c.Skipped, c.Total, c.Running, starting)
 }
 
-// waitingMessage names the nodes the group waits for: those held by another task, and NotReady ones without a task.
-func waitingMessage(nodes []string, tasks map[string]taskView, notReady map[string]bool, waiting map[string]nodelock.Holder) string {
+// waitingMessage names the nodes the group waits for: those held by another task, and NotReady
+// or cordoned ones without a task.
+func waitingMessage(nodes []string, tasks map[string]taskView, notReady, cordoned map[string]bool, waiting map[string]nodelock.Holder) string {
 	var parts []string
 	held := make([]string, 0, len(waiting))
 	for n := range waiting {
@@ -386,17 +399,29 @@ func waitingMessage(nodes []string, tasks map[string]taskView, notReady map[stri
 		}
 		parts = append(parts, fmt.Sprintf("waiting for node %s, held by %s", n, waiting[n]))
 	}
-	var down []string
+	var down, unschedulable []string
 	for _, n := range nodes {
-		if _, has := tasks[n]; !has && notReady[n] {
+		if _, has := tasks[n]; has {
+			continue
+		}
+		if notReady[n] {
 			down = append(down, n)
 		}
+		if cordoned[n] {
+			unschedulable = append(unschedulable, n)
+		}
+	}
+	name := func(nodes []string) string {
+		if len(nodes) > 3 {
+			nodes = append(nodes[:3:3], fmt.Sprintf("and %d more", len(nodes)-3))
+		}
+		return strings.Join(nodes, ", ")
 	}
 	if len(down) > 0 {
-		if len(down) > 3 {
-			down = append(down[:3], fmt.Sprintf("and %d more", len(down)-3))
-		}
-		parts = append(parts, "waiting for NotReady nodes "+strings.Join(down, ", "))
+		parts = append(parts, "waiting for NotReady nodes "+name(down))
+	}
+	if len(unschedulable) > 0 {
+		parts = append(parts, "waiting for cordoned nodes "+name(unschedulable)+" (spec.unschedulable, set outside this group: they count against maxUnavailable until uncordoned)")
 	}
 	return strings.Join(parts, "; ")
 }

@@ -1,15 +1,23 @@
 package nodeoperation_test
 
 import (
+	"context"
 	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/nodelock"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/testutil"
 )
@@ -111,5 +119,175 @@ func TestSafetyRule7_DeletedRunningTaskIsNotRunAgain(t *testing.T) {
 	f.neverAgain(op.Name, "g", nodes[0], "", time.Second)
 	if c := f.get(op.Name).Status.Groups[0].Nodes; c.Succeeded != 1 {
 		t.Errorf("counts %+v, want the node succeeded", c)
+	}
+}
+
+// setCordon sets a node's spec.unschedulable, as `kubectl cordon` (or another tool) does.
+func (f *fixture) setCordon(node string, cordoned bool) {
+	f.t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var n corev1.Node
+		if err := f.c.Get(f.ctx, client.ObjectKey{Name: node}, &n); err != nil {
+			return err
+		}
+		n.Spec.Unschedulable = cordoned
+		return f.c.Update(f.ctx, &n)
+	})
+	if err != nil {
+		f.t.Fatalf("cordon %s=%v: %v", node, cordoned, err)
+	}
+}
+
+// docs/design.md, safety rules 2 and 11: a node an administrator cordoned is unavailable, so a
+// group at maxUnavailable 1 that selects it starts nothing until it is uncordoned, and says why.
+func TestSafetyRule11_CordonedNodeCountsAgainstMaxUnavailable(t *testing.T) {
+	f := newFixture(t)
+	nodes := f.nodes(nil, "a", "b", "c")
+	f.setCordon(nodes[1], true)
+	op := f.operation("cordoned", nil, v1alpha1.Group{Name: "g", MaxUnavailable: intOrStr("1"), Commands: []v1alpha1.Command{waitCmd()}})
+	testutil.Eventually(t, 20*time.Second, "the operation names the cordoned node", func() error {
+		c := condition(f.get(op.Name), v1alpha1.ConditionProgressing)
+		if !strings.Contains(c.Message, "cordoned") || !strings.Contains(c.Message, nodes[1]) {
+			return fmt.Errorf("Progressing %+v", c)
+		}
+		return nil
+	})
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if tasks := f.tasks(op.Name); len(tasks) != 0 {
+			t.Fatalf("task %s started on %s while %s is cordoned at maxUnavailable 1", tasks[0].Name, tasks[0].Spec.NodeName, nodes[1])
+		}
+	}
+	f.setCordon(nodes[1], false)
+	for i := range nodes {
+		task := f.waitTasks(op.Name, i+1)
+		for _, t := range task {
+			if t.EffectivePhase().Unfinished() {
+				f.runAll(t.Name)
+			}
+		}
+	}
+	f.waitPhase(op.Name, v1alpha1.OperationSucceeded)
+}
+
+// docs/design.md, safety rule 11: two operations at maxUnavailable 1 over the same nodes never
+// make a second node unavailable while one is (a task holding it, or cordoned): checked on every
+// task the API server reports newly holding its node, while the agent finishes tasks in random
+// order and an administrator cordons a node for a while.
+func TestSafetyRule11_TwoOperationsShareOneBudget(t *testing.T) {
+	f := newFixture(t)
+	nodes := f.nodes(nil, "w1", "w2", "w3", "w4")
+	var mu sync.Mutex
+	var violation string
+	seen := map[string]bool{}      // tasks the watch saw, so the check is not vacuous
+	holding := map[string]string{} // task -> node
+	cordoned := map[string]bool{}
+	check := func(what string) {
+		down := map[string]bool{}
+		for _, n := range holding {
+			down[n] = true
+		}
+		for n := range cordoned {
+			down[n] = true
+		}
+		if len(down) > 1 && violation == "" {
+			violation = fmt.Sprintf("after %s: %d nodes unavailable at once (tasks %v, cordoned %v)", what, len(down), holding, cordoned)
+		}
+	}
+	watchTasks, err := f.c.Watch(f.ctx, &v1alpha1.NodeTaskList{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watchTasks.Stop()
+	watchNodes, err := f.c.Watch(f.ctx, &corev1.NodeList{}, client.MatchingLabels{testLabel: f.id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watchNodes.Stop()
+	go func() {
+		for {
+			select {
+			case ev, ok := <-watchTasks.ResultChan():
+				if !ok {
+					return
+				}
+				task, isTask := ev.Object.(*v1alpha1.NodeTask)
+				if !isTask || !strings.HasPrefix(task.Name, f.id) {
+					continue
+				}
+				mu.Lock()
+				seen[task.Name] = true
+				_, held := holding[task.Name]
+				if ev.Type == watch.Deleted || !nodelock.Holds(task) {
+					delete(holding, task.Name)
+				} else if !held {
+					// A task that starts holding its node is what nodeops decided: check then.
+					holding[task.Name] = task.Spec.NodeName
+					check("task " + task.Name + " created")
+				}
+				mu.Unlock()
+			case ev, ok := <-watchNodes.ResultChan():
+				if !ok {
+					return
+				}
+				if n, isNode := ev.Object.(*corev1.Node); isNode {
+					mu.Lock()
+					if n.Spec.Unschedulable {
+						cordoned[n.Name] = true
+					} else {
+						delete(cordoned, n.Name)
+					}
+					mu.Unlock()
+				}
+			}
+		}
+	}()
+
+	one := func(o *v1alpha1.NodeOperation) { o.Spec.MaxUnavailable = intOrStr("1") }
+	a := f.operation("a", one, v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{waitCmd()}})
+	b := f.operation("b", one, v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{waitCmd()}})
+	rng := rand.New(rand.NewPCG(3, 4))
+	ctx, cancel := context.WithTimeout(f.ctx, 60*time.Second)
+	defer cancel()
+	for step := 0; ctx.Err() == nil; step++ {
+		var open []v1alpha1.NodeTask
+		for _, op := range []string{a.Name, b.Name} {
+			for _, task := range f.tasks(op) {
+				if task.EffectivePhase().Unfinished() {
+					open = append(open, task)
+				}
+			}
+		}
+		switch step {
+		case 3:
+			f.setCordon(nodes[2], true) // an administrator's, for a while
+		case 15:
+			f.setCordon(nodes[2], false)
+		}
+		if len(open) == 0 {
+			if f.get(a.Name).Status.Phase == v1alpha1.OperationSucceeded && f.get(b.Name).Status.Phase == v1alpha1.OperationSucceeded {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		task := open[rng.IntN(len(open))]
+		if task.Status.Phase == "" {
+			f.begin(task.Name, 0)
+		} else {
+			f.end(task.Name, 0, true, "ok")
+		}
+	}
+	f.waitPhase(a.Name, v1alpha1.OperationSucceeded)
+	f.waitPhase(b.Name, v1alpha1.OperationSucceeded)
+	time.Sleep(200 * time.Millisecond) // the last events
+	watchTasks.Stop()
+	watchNodes.Stop()
+	mu.Lock()
+	defer mu.Unlock()
+	if violation != "" {
+		t.Fatal(violation)
+	}
+	if len(seen) != 8 {
+		t.Fatalf("the watch saw %d of 8 tasks", len(seen))
 	}
 }

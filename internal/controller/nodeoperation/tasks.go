@@ -62,19 +62,27 @@ func buildTask(op *v1alpha1.NodeOperation, group *v1alpha1.Group, node string) *
 	}
 }
 
-// createTasks acquires each task's node in the lock table and creates the tasks in parallel. A
-// node another task took since decide looked is passed over this round: it is added to waiting
-// and counted in lost. A create that fails gives its node back, and one that finds the task
-// already there (the cache lagged) lets the table learn the task's real state from the API server.
-func (r *Reconciler) createTasks(ctx context.Context, op *v1alpha1.NodeOperation, starts []start, waiting map[string]nodelock.Holder) (lost int, err error) {
+// createTasks acquires the tasks' nodes in the lock table, within the group's budget, and
+// creates the tasks in parallel. A node another task took since decide looked is passed over
+// this round: it is added to waiting and counted in lost; so is one refused because another
+// controller spent the budget's room since (counted in lost only). A create that fails gives its
+// node back, and one that finds the task already there (the cache lagged) lets the table learn
+// the task's real state from the API server.
+func (r *Reconciler) createTasks(ctx context.Context, op *v1alpha1.NodeOperation, starts []start, budget nodelock.Budget, waiting map[string]nodelock.Holder) (lost int, err error) {
 	if len(starts) == 0 {
 		return 0, nil
 	}
-	owner := nodelock.OperationOwner(op.Name)
+	claims := make([]nodelock.Claim, len(starts))
+	for i, s := range starts {
+		claims[i] = nodelock.Claim{Node: s.node, Task: plan.TaskName(op.Name, s.group.Name, s.node)}
+	}
+	got, holders := r.Locks.AcquireWithin(nodelock.OperationOwner(op.Name), claims, budget)
 	w := skeleton.NewWrites(r.CreateParallelism)
-	for _, s := range starts {
-		if holder, ok := r.Locks.TryAcquire(s.node, plan.TaskName(op.Name, s.group.Name, s.node), owner); !ok {
-			waiting[s.node] = holder
+	for i, s := range starts {
+		if !got[i] {
+			if holders[i].Task != "" {
+				waiting[s.node] = holders[i]
+			}
 			lost++
 			continue
 		}
