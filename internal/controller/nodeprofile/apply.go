@@ -89,12 +89,13 @@ func (r *Reconciler) startTask(ctx context.Context, s *scope, st Start, task *v1
 			return err
 		}
 	}
+	now := time.Now()
+	metav1.SetMetaDataAnnotation(&task.ObjectMeta, CreatedAnnotation, now.UTC().Format(time.RFC3339Nano))
 	if err := r.Client.Create(ctx, task); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create NodeTask %s (%s on node %s): %w", task.Name, st.Action, st.Node, err)
 	}
 	v, _ := ViewTask(task)
-	v.Created = time.Now()
-	r.expect.created(profileKey(s.profile), v, v.Created)
+	r.expect.created(profileKey(s.profile), v, now)
 	return nil
 }
 

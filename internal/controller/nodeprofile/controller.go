@@ -304,9 +304,22 @@ func ViewTask(t *v1alpha1.NodeTask) (TaskView, bool) {
 		Hash:      hash,
 		Phase:     t.EffectivePhase(),
 		Abort:     t.Spec.Abort,
-		Created:   t.CreationTimestamp.Time,
+		Created:   createdAt(t),
 		Failure:   FailureMessage(t),
 	}, true
+}
+
+// CreatedAnnotation records when the profile created a task, to the nanosecond: a node's tasks
+// are ordered by creation to find its latest, and creationTimestamp has whole seconds, too coarse
+// now that superseded tasks are kept beside their successor.
+const CreatedAnnotation = "nodeops.io/profile-task-created"
+
+// createdAt is when the task was created: CreatedAnnotation, else its creationTimestamp.
+func createdAt(t *v1alpha1.NodeTask) time.Time {
+	if at, err := time.Parse(time.RFC3339Nano, t.Annotations[CreatedAnnotation]); err == nil {
+		return at
+	}
+	return t.CreationTimestamp.Time
 }
 
 // FailureMessage explains a failed or aborted task by its failed command and that command's
