@@ -291,3 +291,23 @@ func TestSafetyRule11_TwoOperationsShareOneBudget(t *testing.T) {
 		t.Fatalf("the watch saw %d of 8 tasks", len(seen))
 	}
 }
+
+// The record's finalizer never outlives the operation: once the operation is deleted, its tasks
+// go as the garbage collector deletes them (played here by the test: envtest runs none).
+func TestDeletedOperationReleasesItsTasks(t *testing.T) {
+	f := newFixture(t)
+	f.nodes(nil, "a")
+	op := f.operation("deleted", nil, v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{waitCmd()}})
+	task := f.waitTasks(op.Name, 1)[0]
+	f.begin(task.Name, 0)
+	if err := f.c.Delete(f.ctx, f.get(op.Name)); err != nil {
+		t.Fatal(err)
+	}
+	f.deleteTask(task.Name)
+	testutil.Eventually(t, 30*time.Second, "the task of the deleted operation gone", func() error {
+		if _, ok := f.taskOn(op.Name, "g", task.Spec.NodeName); ok {
+			return fmt.Errorf("task %s still there", task.Name)
+		}
+		return nil
+	})
+}
