@@ -140,7 +140,8 @@ type Budget struct {
 }
 
 // AcquireWithin acquires the claims' nodes in order for owner, as TryAcquire does, while the
-// budget's unavailable nodes (held by any task, or Down) stay within its limit. The count and
+// budget's unavailable nodes (held by any task, or Down) stay within its limit; a claim on a node
+// Down already spends nothing and is always granted. The count and
 // the acquisitions are one step under the table's lock, so controllers deciding at the same
 // moment (two operations, an operation and a profile) cannot each spend the same last room
 // (docs/design.md, safety rule 11). ok[i] tells whether claim i was acquired; holders[i] names
@@ -162,6 +163,12 @@ func (t *Table) AcquireWithin(owner string, claims []Claim, b Budget) (ok []bool
 		}
 		if _, mine := t.byTask[c.Task]; mine {
 			ok[i] = true // already acquired: counted above
+			continue
+		}
+		if b.Down != nil && b.Down(c.Node) {
+			// Unavailable already, and counted: a task on it spends nothing more.
+			t.putLocked(c.Task, &entry{owner: owner, node: c.Node})
+			ok[i] = true
 			continue
 		}
 		if unavailable >= b.Limit {

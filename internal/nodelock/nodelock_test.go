@@ -180,4 +180,8 @@ func TestAcquireWithinBudget(t *testing.T) {
 	if ok, _ := tb.AcquireWithin("NodeOperation/op", []Claim{{"n3", "op-n3"}}, Budget{Nodes: scope, Limit: 2}); ok[0] {
 		t.Error("n3 acquired beyond the limit")
 	}
+	// A node down already is counted already: a task on it spends nothing, even with no room.
+	if ok, _ := tb.AcquireWithin("NodeOperation/op", []Claim{{"n4", "op-n4"}}, Budget{Nodes: scope, Down: down, Limit: 1}); !ok[0] {
+		t.Error("a claim on a node already down refused")
+	}
 }

@@ -191,9 +191,13 @@ func decide(in *input) decision {
 // waiting) counts too and waits (docs/design.md, safety rules 2 and 11). A cordon on a node with
 // a task in this group is taken for that task's own (a drain's), so it counts only while the
 // task is unfinished; any other cordon is someone else's: an administrator's, or another
-// operation's or profile's task that left the node unschedulable.
+// operation's or profile's task that left the node unschedulable. Only a group that can make a
+// node no less available (onlyRestores: an uncordon, say) starts on a cordoned node, which it
+// finds counted already: otherwise nodeops could not undo a cordon it left behind.
 func next(in *input, g *plan.ResolvedGroup, nodes []string, tasks map[string]taskView, waiting map[string]nodelock.Holder) []string {
 	candidates := make([]string, 0, len(nodes)-len(tasks))
+	var remedies []string
+	restores := onlyRestores(&g.Group)
 	unavailable := 0
 	for _, n := range nodes {
 		if t, ok := tasks[n]; ok {
@@ -202,15 +206,33 @@ func next(in *input, g *plan.ResolvedGroup, nodes []string, tasks map[string]tas
 			}
 			continue
 		}
-		candidates = append(candidates, n)
 		if h, held := in.locks.Holder(n); held && h.Task != plan.TaskName(in.op.Name, g.Name, n) {
 			waiting[n] = h
 		}
+		if _, held := waiting[n]; restores && in.cordoned[n] && !held && !in.notReady[n] {
+			remedies = append(remedies, n)
+			unavailable++
+			continue
+		}
+		candidates = append(candidates, n)
 	}
-	return plan.Select(candidates, g.MaxUnavailable, unavailable, func(n string) bool {
+	return append(remedies, plan.Select(candidates, g.MaxUnavailable, unavailable, func(n string) bool {
 		_, held := waiting[n]
 		return held || in.notReady[n] || in.cordoned[n]
-	})
+	})...)
+}
+
+// onlyRestores reports whether the group uncordons and otherwise only waits or checks: it leaves
+// a node at least as available as it found it.
+func onlyRestores(g *v1alpha1.Group) bool {
+	uncordons := false
+	for _, c := range g.Commands {
+		uncordons = uncordons || c.Uncordon != nil
+		if c.Uncordon == nil && c.Wait == nil && c.WaitNodeReady == nil && c.Preflight == nil {
+			return false
+		}
+	}
+	return uncordons
 }
 
 // withFinished adds to a group's tasks, as the cache shows them, the nodes the status records as

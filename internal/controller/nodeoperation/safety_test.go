@@ -311,3 +311,26 @@ func TestDeletedOperationReleasesItsTasks(t *testing.T) {
 		return nil
 	})
 }
+
+// A cordon left by another operation (a drain that failed, then was aborted) can be undone by an
+// operation that only uncordons: it finds the node counted already and spends nothing more, and
+// the group's other nodes wait for it (test/e2e's "uncordon-after" relies on this).
+func TestSafetyRule11_UncordonRunsOnCordonedNode(t *testing.T) {
+	f := newFixture(t)
+	nodes := f.nodes(nil, "a", "b")
+	f.setCordon(nodes[1], true)
+	op := f.operation("uncordon", nil, v1alpha1.Group{Name: "g", MaxUnavailable: intOrStr("1"), Commands: []v1alpha1.Command{{Uncordon: &v1alpha1.UncordonCommand{}}}})
+	first := f.waitTasks(op.Name, 1)[0]
+	if first.Spec.NodeName != nodes[1] {
+		t.Fatalf("first task on %s, want the cordoned %s", first.Spec.NodeName, nodes[1])
+	}
+	f.neverAgain(op.Name, "g", nodes[0], "", time.Second) // a is not started beside the cordoned b
+	f.runAll(first.Name)
+	f.setCordon(nodes[1], false) // what the agent's uncordon does
+	for _, task := range f.waitTasks(op.Name, 2) {
+		if task.Name != first.Name {
+			f.runAll(task.Name)
+		}
+	}
+	f.waitPhase(op.Name, v1alpha1.OperationSucceeded)
+}
