@@ -123,21 +123,52 @@ func TestSafetyRule7_ProfileKeepsSupersededTasks(t *testing.T) {
 	})
 }
 
-// docs/design.md, safety rules 2 and 11: a node an administrator cordoned counts against the
-// profile's maxUnavailable: at 1, nothing starts until it is uncordoned.
-func TestSafetyRule11_ProfileCountsCordonedNodes(t *testing.T) {
+// docs/design.md, safety rules 2 and 11: a node an administrator cordoned, or a NotReady one,
+// counts against the profile's maxUnavailable: at 1, nothing starts until it is back. (NotReady
+// was counted before; the cordon was not.)
+func TestSafetyRule11_ProfileCountsUnavailableNodes(t *testing.T) {
 	needEnv(t)
-	ctx := context.Background()
-	makeNode(t, ctx, "cord-1", "cord", nil, kwasm)
-	makeNode(t, ctx, "cord-2", "cord", nil, kwasm)
-	setUnschedulable(t, ctx, "cord-1", true)
-	makeProfile(t, ctx, "cord", "cord", nil)
-	waitCondition(t, ctx, "cord", v1alpha1.ConditionProvisioning, metav1.ConditionTrue, "2 waiting")
-	noTaskOn(t, ctx, "cord", "cord-2", "while cord-1 is cordoned at maxUnavailable 1", 2*time.Second)
-	noTaskOn(t, ctx, "cord", "cord-1", "while it is cordoned", 0)
-	setUnschedulable(t, ctx, "cord-1", false)
-	provision(t, ctx, "cord", "cord-1")
-	provision(t, ctx, "cord", "cord-2")
+	for _, tt := range []struct {
+		name string
+		down func(t *testing.T, ctx context.Context, node string, down bool)
+	}{
+		{"cordoned", setUnschedulable},
+		{"notready", setNotReady},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			p, n1, n2 := "down-"+tt.name, "down-"+tt.name+"-1", "down-"+tt.name+"-2"
+			makeNode(t, ctx, n1, p, nil, kwasm)
+			makeNode(t, ctx, n2, p, nil, kwasm)
+			tt.down(t, ctx, n1, true)
+			makeProfile(t, ctx, p, p, nil)
+			waitCondition(t, ctx, p, v1alpha1.ConditionProvisioning, metav1.ConditionTrue, "2 waiting")
+			noTaskOn(t, ctx, p, n2, "while "+n1+" is "+tt.name+" at maxUnavailable 1", 2*time.Second)
+			noTaskOn(t, ctx, p, n1, "while it is "+tt.name, 0)
+			tt.down(t, ctx, n1, false)
+			provision(t, ctx, p, n1)
+			provision(t, ctx, p, n2)
+		})
+	}
+}
+
+func setNotReady(t *testing.T, ctx context.Context, node string, notReady bool) {
+	t.Helper()
+	status := corev1.ConditionTrue
+	if notReady {
+		status = corev1.ConditionFalse
+	}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var n corev1.Node
+		if err := env.client.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
+			return err
+		}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, Reason: "Test", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		return env.client.Status().Update(ctx, &n)
+	})
+	if err != nil {
+		t.Fatalf("set %s NotReady=%v: %v", node, notReady, err)
+	}
 }
 
 func setUnschedulable(t *testing.T, ctx context.Context, node string, cordoned bool) {
