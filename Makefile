@@ -25,12 +25,16 @@ generate: tools ## Regenerate deepcopy and CRDs.
 	$(BIN)/controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(BIN)/controller-gen crd paths=./api/... output:crd:artifacts:config=config/crd
 	$(BIN)/controller-gen rbac:roleName=nodeops-manager paths=./internal/controller/... output:rbac:artifacts:config=config/rbac
+	rm -f charts/nodeops/crds/*.yaml && cp config/crd/nodeops.io_*.yaml charts/nodeops/crds/
+	cp config/rbac/role.yaml charts/nodeops/files/manager-role.yaml
+	cp config/admission/agent-confinement.yaml config/admission/nodetask-creation.yaml charts/nodeops/files/
+	cp config/rbac/people.yaml charts/nodeops/files/people-rbac.yaml
 
 verify-generate: generate ## Fail when committed generated files are stale.
-	@git diff --exit-code -- api config/crd config/rbac || { echo "generated files are stale: run 'make generate' and commit" >&2; exit 1; }
+	@git diff --exit-code -- api config/crd config/rbac charts/nodeops/crds charts/nodeops/files || { echo "generated files are stale: run 'make generate' and commit" >&2; exit 1; }
 
 lint: tools ## gofmt, go mod tidy, go vet and golangci-lint.
-	@for m in . hack/realnode hack/tools hack/tools/kwok hack/tools/lint; do \
+	@for m in . hack/realnode hack/tools hack/tools/helm hack/tools/kwok hack/tools/lint; do \
 		(cd $$m && go mod tidy -diff >/dev/null) || { echo "$$m/go.mod or go.sum is not tidy: run 'go mod tidy' there and commit" >&2; (cd $$m && go mod tidy -diff) >&2; exit 1; }; \
 	done
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/clock"
 	"github.com/nodeops/nodeops/internal/localcluster"
 )
 
@@ -95,7 +96,7 @@ func benchK(ctx context.Context, o options, k int, dir string, logf func(string,
 
 	if o.wants(scenarioRaw) {
 		for _, w := range []rawWorkload{configMapCreates{}, taskWrites{}} {
-			_ = sleepCtx(ctx, settleBefore)
+			_ = clock.Sleep(ctx, settleBefore)
 			raw, err := measureRaw(ctx, c, w, o.rawCreates, o.rawClients)
 			if err != nil {
 				return res, fmt.Errorf("raw write limit (%s): %w", w.name(), err)
@@ -186,7 +187,7 @@ func measure(ctx context.Context, c *cluster, name string, timeout time.Duration
 	if err != nil {
 		return fail(err)
 	}
-	_ = sleepCtx(ctx, settleAfter)
+	_ = clock.Sleep(ctx, settleAfter)
 	w1, err := scrapeWrites(ctx, c.cfg)
 	if err != nil {
 		return fail(err)
@@ -220,7 +221,7 @@ func waitQuiet(ctx context.Context, c *cluster) error {
 		return err
 	}
 	for time.Now().Before(deadline) {
-		if err := sleepCtx(ctx, quietWindow); err != nil {
+		if err := clock.Sleep(ctx, quietWindow); err != nil {
 			return err
 		}
 		cur, err := scrapeWrites(ctx, c.cfg)
@@ -387,7 +388,7 @@ func deleteOperation(ctx context.Context, c *cluster, name string) error {
 		if len(tasks.Items) == 0 {
 			return nil
 		}
-		if err := sleepCtx(dctx, time.Second); err != nil {
+		if err := clock.Sleep(dctx, time.Second); err != nil {
 			return fmt.Errorf("waiting for the tasks of %s to go: %w", name, err)
 		}
 	}
@@ -451,15 +452,4 @@ func runProfile(ctx context.Context, c *cluster, k int) (time.Duration, taskTime
 		return 0, tt, fmt.Errorf("NodeProfile %s provisioned with %d tasks, not %d", profileName, tt.Count, k)
 	}
 	return wall, tt, nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

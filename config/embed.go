@@ -3,7 +3,19 @@ package config
 
 import "embed"
 
-// CRDs holds the generated CustomResourceDefinitions, crd/*.yaml.
+// CRDs holds the generated CustomResourceDefinitions, crd/nodeops.io_*.yaml (not the directory's
+// kustomization.yaml, which readers of crd/*.yaml would take for a CRD).
 //
-//go:embed crd/*.yaml
+//go:embed crd/nodeops.io_*.yaml
 var CRDs embed.FS
+
+// Admission holds the admission policies of a real install, admission/*.yaml less the
+// kustomization (TestAdmissionKustomizationListsEveryPolicy keeps the two in step).
+//
+//go:embed admission/agent-confinement.yaml admission/nodetask-creation.yaml
+var Admission embed.FS
+
+// Agent holds the agent's ServiceAccount, ClusterRole, ClusterRoleBinding and DaemonSet.
+//
+//go:embed agent/daemonset.yaml
+var Agent embed.FS

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the pinned binaries into bin/: the Kubernetes v1.37.2 components and etcd (hack/tools),
-# kwok (hack/tools/kwok), controller-gen and golangci-lint (hack/tools/lint).
-# A set is rebuilt only when a binary is missing or its module's go.mod/go.sum changed, so a
-# second run takes seconds. Progress is printed while the (slow, first-time) builds run.
+# kwok (hack/tools/kwok), controller-gen and golangci-lint (hack/tools/lint), helm (hack/tools/helm).
+# A set is rebuilt only when a binary is missing or its module's go.mod/go.sum or its build line
+# changed, so a second run takes seconds. Progress is printed while the (slow, first-time) builds run.
+# `hack/tools.sh SET...` builds only those sets (for example `hack/tools.sh helm`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -16,14 +17,21 @@ kver=v1.37.2
 vpkg=k8s.io/component-base/version
 k8s_ldflags="-s -w -X $vpkg.gitVersion=$kver -X $vpkg.gitMajor=1 -X $vpkg.gitMinor=37 -X $vpkg.gitTreeState=clean -X $vpkg.buildDate=2026-01-01T00:00:00Z"
 
-stamp_of() { cat "$1/go.mod" "$1/go.sum" "$0" | sha256sum | cut -c1-16; }
+only=" $* "
+
+# stamp_of MODULE_DIR BUILD_ARGS...: a set's own inputs (module, build line, build function), not
+# the whole script, so that adding a set does not rebuild the others (Kubernetes takes minutes).
+stamp_of() {
+	{ cat "$1/go.mod" "$1/go.sum"; declare -f build; echo "$*"; } | sha256sum | cut -c1-16
+}
 
 # build SET MODULE_DIR "BINARIES" LDFLAGS PACKAGES...
 build() {
 	local set=$1 dir=$2 names=$3 ldflags=$4
-	shift 4
+	[ "$only" = "  " ] || [[ $only == *" $set "* ]] || return 0
 	local want reason="" have
-	want=$(stamp_of "$dir")
+	want=$(stamp_of "$dir" "$@")
+	shift 4
 	for n in $names; do
 		[ -x "$bin/$n" ] || { reason="$n is missing"; break; }
 	done
@@ -67,6 +75,13 @@ build kubernetes hack/tools "etcd kube-apiserver kube-controller-manager kube-sc
 build kwok hack/tools/kwok "kwok" "-s -w" sigs.k8s.io/kwok/cmd/kwok
 build lint hack/tools/lint "controller-gen golangci-lint" "-s -w" \
 	sigs.k8s.io/controller-tools/cmd/controller-gen github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+# As helm's own Makefile stamps it: its version, and the Kubernetes version of its client-go (v0.37 ->
+# 1.37) that helm template and helm lint assume; without them they assume Kubernetes v1.20.
+hpkg=helm.sh/helm/v3
+helm_ldflags="-s -w -X $hpkg/internal/version.version=v3.22.0 -X $hpkg/internal/version.gitTreeState=clean \
+-X $hpkg/pkg/chartutil.k8sVersionMajor=1 -X $hpkg/pkg/chartutil.k8sVersionMinor=37 \
+-X $hpkg/pkg/lint/rules.k8sVersionMajor=1 -X $hpkg/pkg/lint/rules.k8sVersionMinor=37"
+build helm hack/tools/helm "helm" "$helm_ldflags" helm.sh/helm/v3/cmd/helm
 
 # kwok's stage configs ship in its module; copy the ones nodeops-local needs beside the binary.
 stages=$(cd hack/tools/kwok && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage

@@ -1,6 +1,11 @@
 package v1alpha1
 
 import (
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -19,7 +24,8 @@ type Command struct {
 	// +kubebuilder:validation:Maximum=10
 	Retries int32 `json:"retries,omitempty"`
 
-	// Timeout bounds the command; the command fails when it passes.
+	// Timeout bounds the command; the command fails when it passes. Unset, the kind's default
+	// applies (kubeadmUpgradeApply 30m, drain 10m or its own timeout and 1m, script 1h, wait its duration and 1m, ...).
 	// +optional
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 
@@ -54,6 +60,17 @@ type KubeadmUpgradeApplyCommand struct {
 	IgnorePreflightErrors []string `json:"ignorePreflightErrors,omitempty"`
 }
 
+func (*KubeadmUpgradeApplyCommand) KindName() string { return "kubeadmUpgradeApply" }
+
+func (*KubeadmUpgradeApplyCommand) IsIdempotent() bool { return true }
+
+func (c *KubeadmUpgradeApplyCommand) Description() string {
+	return "kubeadm upgrade apply " + c.KubernetesVersion + ignoring(c.IgnorePreflightErrors)
+}
+
+// kubeadm waits up to 5 minutes for each control-plane static pod it replaces, etcd included.
+func (*KubeadmUpgradeApplyCommand) DefaultTimeout() time.Duration { return 30 * time.Minute }
+
 // KubeadmUpgradeNodeCommand runs `kubeadm upgrade node` on a control-plane or worker node.
 type KubeadmUpgradeNodeCommand struct {
 	// +optional
@@ -61,6 +78,16 @@ type KubeadmUpgradeNodeCommand struct {
 	// +kubebuilder:validation:items:MaxLength=63
 	IgnorePreflightErrors []string `json:"ignorePreflightErrors,omitempty"`
 }
+
+func (*KubeadmUpgradeNodeCommand) KindName() string { return "kubeadmUpgradeNode" }
+
+func (*KubeadmUpgradeNodeCommand) IsIdempotent() bool { return true }
+
+func (c *KubeadmUpgradeNodeCommand) Description() string {
+	return "kubeadm upgrade node" + ignoring(c.IgnorePreflightErrors)
+}
+
+func (*KubeadmUpgradeNodeCommand) DefaultTimeout() time.Duration { return 15 * time.Minute }
 
 // KubeadmUpgradePlanCommand runs `kubeadm upgrade plan VERSION` as a preflight check.
 type KubeadmUpgradePlanCommand struct {
@@ -73,6 +100,16 @@ type KubeadmUpgradePlanCommand struct {
 	IgnorePreflightErrors []string `json:"ignorePreflightErrors,omitempty"`
 }
 
+func (*KubeadmUpgradePlanCommand) KindName() string { return "kubeadmUpgradePlan" }
+
+func (*KubeadmUpgradePlanCommand) IsIdempotent() bool { return true }
+
+func (c *KubeadmUpgradePlanCommand) Description() string {
+	return "kubeadm upgrade plan " + c.KubernetesVersion + ignoring(c.IgnorePreflightErrors)
+}
+
+func (*KubeadmUpgradePlanCommand) DefaultTimeout() time.Duration { return 5 * time.Minute }
+
 // KubeadmRenewCertificatesCommand runs `kubeadm certs renew` for the listed certificates (all when empty)
 // and reports each certificate's expiry afterwards.
 type KubeadmRenewCertificatesCommand struct {
@@ -81,6 +118,16 @@ type KubeadmRenewCertificatesCommand struct {
 	// +kubebuilder:validation:items:Enum=all;admin.conf;apiserver;apiserver-etcd-client;apiserver-kubelet-client;controller-manager.conf;etcd-healthcheck-client;etcd-peer;etcd-server;front-proxy-client;scheduler.conf;super-admin.conf
 	Certificates []string `json:"certificates,omitempty"`
 }
+
+func (*KubeadmRenewCertificatesCommand) KindName() string { return "kubeadmRenewCertificates" }
+
+func (*KubeadmRenewCertificatesCommand) IsIdempotent() bool { return true }
+
+func (c *KubeadmRenewCertificatesCommand) Description() string {
+	return "kubeadm certs renew " + strings.Join(orAll(c.Certificates), " ")
+}
+
+func (*KubeadmRenewCertificatesCommand) DefaultTimeout() time.Duration { return 5 * time.Minute }
 
 // RestartStaticPodsCommand restarts control-plane static pods by moving each manifest out of
 // /etc/kubernetes/manifests and back, then waiting for its mirror pod where a kubelet runs.
@@ -91,6 +138,17 @@ type RestartStaticPodsCommand struct {
 	// +kubebuilder:validation:items:Enum=etcd;kube-apiserver;kube-controller-manager;kube-scheduler
 	Components []string `json:"components,omitempty"`
 }
+
+func (*RestartStaticPodsCommand) KindName() string { return "restartStaticPods" }
+
+func (*RestartStaticPodsCommand) IsIdempotent() bool { return true }
+
+func (c *RestartStaticPodsCommand) Description() string {
+	return "restart static pods: " + strings.Join(orAll(c.Components), ", ")
+}
+
+// Up to 7 minutes for each of four components (gone, then back).
+func (*RestartStaticPodsCommand) DefaultTimeout() time.Duration { return 30 * time.Minute }
 
 // BinarySource is where Kubernetes binaries come from: {baseURL}/{version}/bin/linux/{arch}/{name},
 // each with {name}.sha256 beside it.
@@ -113,6 +171,16 @@ type InstallBinariesCommand struct {
 	Source  BinarySource `json:"source"`
 }
 
+func (*InstallBinariesCommand) KindName() string { return "installBinaries" }
+
+func (*InstallBinariesCommand) IsIdempotent() bool { return true }
+
+func (c *InstallBinariesCommand) Description() string {
+	return fmt.Sprintf("install %s %s from %s", strings.Join(c.Components, ", "), c.Version, c.Source.BaseURL)
+}
+
+func (*InstallBinariesCommand) DefaultTimeout() time.Duration { return 15 * time.Minute }
+
 // RestartServiceCommand restarts a service with the host's service manager.
 type RestartServiceCommand struct {
 	// +kubebuilder:validation:MinLength=1
@@ -121,11 +189,41 @@ type RestartServiceCommand struct {
 	Name string `json:"name"`
 }
 
+func (*RestartServiceCommand) KindName() string { return "restartService" }
+
+func (*RestartServiceCommand) IsIdempotent() bool { return true }
+
+func (c *RestartServiceCommand) Description() string {
+	return "restart service " + c.Name
+}
+
+func (*RestartServiceCommand) DefaultTimeout() time.Duration { return 5 * time.Minute }
+
 // CordonCommand marks the node unschedulable, remembering whether it already was.
 type CordonCommand struct{}
 
+func (*CordonCommand) KindName() string { return "cordon" }
+
+func (*CordonCommand) IsIdempotent() bool { return true }
+
+func (*CordonCommand) Description() string {
+	return "cordon the node"
+}
+
+func (*CordonCommand) DefaultTimeout() time.Duration { return time.Minute }
+
 // UncordonCommand restores the schedulability the node had before cordon.
 type UncordonCommand struct{}
+
+func (*UncordonCommand) KindName() string { return "uncordon" }
+
+func (*UncordonCommand) IsIdempotent() bool { return true }
+
+func (*UncordonCommand) Description() string {
+	return "uncordon the node (if cordon found it schedulable)"
+}
+
+func (*UncordonCommand) DefaultTimeout() time.Duration { return time.Minute }
 
 // DrainCommand evicts the node's pods through the Eviction API, honouring PodDisruptionBudgets.
 type DrainCommand struct {
@@ -138,17 +236,44 @@ type DrainCommand struct {
 	// +optional
 	// +kubebuilder:default=true
 	IgnoreDaemonSets *bool `json:"ignoreDaemonSets,omitempty"`
+	// DeleteEmptyDirData evicts pods with emptyDir volumes, whose data is lost; without it the drain refuses them.
 	// +optional
 	DeleteEmptyDirData bool `json:"deleteEmptyDirData,omitempty"`
+	// Force evicts pods that no controller owns, which will not come back; without it the drain refuses them.
+	// +optional
+	Force bool `json:"force,omitempty"`
 	// PodSelector limits the drain to matching pods.
 	// +optional
 	PodSelector *metav1.LabelSelector `json:"podSelector,omitempty"`
 }
 
+func (*DrainCommand) KindName() string { return "drain" }
+
+func (*DrainCommand) IsIdempotent() bool { return true }
+
+func (c *DrainCommand) Description() string {
+	return "drain the node" + drainText(c)
+}
+
+// DefaultTimeout leaves the drain its own timeout and a minute more, and at least 10 minutes.
+func (c *DrainCommand) DefaultTimeout() time.Duration { return atLeast(10*time.Minute, c.Timeout) }
+
 // WaitNodeReadyCommand waits until the node reports Ready.
 type WaitNodeReadyCommand struct {
 	// +optional
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
+}
+
+func (*WaitNodeReadyCommand) KindName() string { return "waitNodeReady" }
+
+func (*WaitNodeReadyCommand) IsIdempotent() bool { return true }
+
+func (c *WaitNodeReadyCommand) Description() string {
+	return "wait for the node to be Ready" + durationText(" within ", c.Timeout)
+}
+
+func (c *WaitNodeReadyCommand) DefaultTimeout() time.Duration {
+	return atLeast(10*time.Minute, c.Timeout)
 }
 
 // PreflightCommand checks the node before work starts.
@@ -157,6 +282,16 @@ type PreflightCommand struct {
 	// +kubebuilder:validation:MaxItems=16
 	Checks []PreflightCheck `json:"checks,omitempty"`
 }
+
+func (*PreflightCommand) KindName() string { return "preflight" }
+
+func (*PreflightCommand) IsIdempotent() bool { return true }
+
+func (c *PreflightCommand) Description() string {
+	return "preflight checks" + preflightText(c.Checks)
+}
+
+func (*PreflightCommand) DefaultTimeout() time.Duration { return 2 * time.Minute }
 
 // PreflightCheck is one check; exactly one field is set.
 // +kubebuilder:validation:XValidation:rule="[has(self.binary), has(self.minFreeDiskMiB), has(self.osFamily)].filter(x, x).size() == 1",message="exactly one of binary, minFreeDiskMiB or osFamily must be set"
@@ -198,6 +333,19 @@ type InstallFileCommand struct {
 	Remove bool `json:"remove,omitempty"`
 }
 
+func (*InstallFileCommand) KindName() string { return "installFile" }
+
+func (*InstallFileCommand) IsIdempotent() bool { return true }
+
+func (c *InstallFileCommand) Description() string {
+	if c.Remove {
+		return "remove " + c.Path
+	}
+	return fmt.Sprintf("install %s from %s", c.Path, c.URL)
+}
+
+func (*InstallFileCommand) DefaultTimeout() time.Duration { return 15 * time.Minute }
+
 // ContainerdRuntimeCommand adds or removes a runtime handler in containerd's config (version 2 or 3), then restarts containerd.
 type ContainerdRuntimeCommand struct {
 	// Name of the runtime handler, as RuntimeClasses name it.
@@ -225,6 +373,23 @@ type ContainerdRuntimeCommand struct {
 	SkipRestart bool `json:"skipRestart,omitempty"`
 }
 
+func (*ContainerdRuntimeCommand) KindName() string { return "containerdRuntime" }
+
+func (*ContainerdRuntimeCommand) IsIdempotent() bool { return true }
+
+func (c *ContainerdRuntimeCommand) Description() string {
+	s := fmt.Sprintf("add containerd runtime %s (%s)", c.Name, c.RuntimeType)
+	if c.Remove {
+		s = "remove containerd runtime " + c.Name
+	}
+	if !c.SkipRestart {
+		s += ", restart containerd"
+	}
+	return s
+}
+
+func (*ContainerdRuntimeCommand) DefaultTimeout() time.Duration { return 5 * time.Minute }
+
 // ScriptCommand runs a shell script inside the host root.
 type ScriptCommand struct {
 	// +kubebuilder:validation:MinLength=1
@@ -237,6 +402,20 @@ type ScriptCommand struct {
 	// +optional
 	Idempotent bool `json:"idempotent,omitempty"`
 }
+
+func (*ScriptCommand) KindName() string { return "script" }
+
+func (c *ScriptCommand) IsIdempotent() bool { return c.Idempotent }
+
+func (c *ScriptCommand) Description() string {
+	s := "script: " + firstLine(c.Inline)
+	if c.Idempotent {
+		s += " (idempotent)"
+	}
+	return s
+}
+
+func (*ScriptCommand) DefaultTimeout() time.Duration { return time.Hour }
 
 // EnvVar is one environment variable for a script.
 type EnvVar struct {
@@ -252,41 +431,51 @@ type WaitCommand struct {
 	Duration metav1.Duration `json:"duration"`
 }
 
+func (*WaitCommand) KindName() string { return "wait" }
+
+func (*WaitCommand) IsIdempotent() bool { return true }
+
+func (c *WaitCommand) Description() string {
+	return "wait " + c.Duration.Duration.String()
+}
+
+func (c *WaitCommand) DefaultTimeout() time.Duration { return c.Duration.Duration + time.Minute }
+
+// CommandKind is what each command type declares about itself, so that a kind is defined once, on its
+// type: Command's Kind, Idempotent and Spec are derived from its fields, and the agent and CLI ask the kind.
+// +kubebuilder:object:generate=false
+type CommandKind interface {
+	// KindName is the kind's field name in Command, as JSON spells it, such as "script".
+	KindName() string
+	// IsIdempotent reports whether the command is safe to run again after an interruption.
+	IsIdempotent() bool
+	// Description says in one line what the command does on the node, with its arguments.
+	Description() string
+	// DefaultTimeout bounds a command of this kind that sets no timeout of its own: every command
+	// has one (docs/design.md, safety rule 12).
+	DefaultTimeout() time.Duration
+}
+
+// Spec is the command kind that is set, nil when none is. It walks Command's pointer fields, so a
+// new kind needs no case here.
+func (c *Command) Spec() CommandKind {
+	v := reflect.ValueOf(c).Elem()
+	for i := range v.NumField() {
+		f := v.Field(i)
+		if f.Kind() != reflect.Pointer || f.IsNil() {
+			continue
+		}
+		if k, ok := f.Interface().(CommandKind); ok {
+			return k
+		}
+	}
+	return nil
+}
+
 // Kind names the command kind that is set, such as "script".
 func (c *Command) Kind() string {
-	switch {
-	case c.KubeadmUpgradeApply != nil:
-		return "kubeadmUpgradeApply"
-	case c.KubeadmUpgradeNode != nil:
-		return "kubeadmUpgradeNode"
-	case c.KubeadmUpgradePlan != nil:
-		return "kubeadmUpgradePlan"
-	case c.KubeadmRenewCertificates != nil:
-		return "kubeadmRenewCertificates"
-	case c.RestartStaticPods != nil:
-		return "restartStaticPods"
-	case c.InstallBinaries != nil:
-		return "installBinaries"
-	case c.RestartService != nil:
-		return "restartService"
-	case c.Cordon != nil:
-		return "cordon"
-	case c.Drain != nil:
-		return "drain"
-	case c.Uncordon != nil:
-		return "uncordon"
-	case c.WaitNodeReady != nil:
-		return "waitNodeReady"
-	case c.Preflight != nil:
-		return "preflight"
-	case c.InstallFile != nil:
-		return "installFile"
-	case c.ContainerdRuntime != nil:
-		return "containerdRuntime"
-	case c.Script != nil:
-		return "script"
-	case c.Wait != nil:
-		return "wait"
+	if k := c.Spec(); k != nil {
+		return k.KindName()
 	}
 	return "unknown"
 }
@@ -299,11 +488,108 @@ func (c *Command) DisplayName() string {
 	return c.Kind()
 }
 
+// EffectiveTimeout bounds the command: its Timeout when set, else its kind's DefaultTimeout.
+func (c *Command) EffectiveTimeout() time.Duration {
+	if c.Timeout != nil && c.Timeout.Duration > 0 {
+		return c.Timeout.Duration
+	}
+	if k := c.Spec(); k != nil {
+		return k.DefaultTimeout()
+	}
+	return time.Minute
+}
+
 // Idempotent reports whether the command is safe to run again after an interruption.
 // Every built-in command converges on its desired state; a script says so itself.
 func (c *Command) Idempotent() bool {
-	if c.Script != nil {
-		return c.Script.Idempotent
+	if k := c.Spec(); k != nil {
+		return k.IsIdempotent()
 	}
 	return true
+}
+
+func orAll(names []string) []string {
+	if len(names) == 0 {
+		return []string{"all"}
+	}
+	return names
+}
+
+func ignoring(errs []string) string {
+	if len(errs) == 0 {
+		return ""
+	}
+	return " --ignore-preflight-errors=" + strings.Join(errs, ",")
+}
+
+// atLeast is floor, or a command's own wait and a minute more when that is longer.
+func atLeast(floor time.Duration, own *metav1.Duration) time.Duration {
+	if own != nil && own.Duration+time.Minute > floor {
+		return own.Duration + time.Minute
+	}
+	return floor
+}
+
+func durationText(prefix string, d *metav1.Duration) string {
+	if d == nil {
+		return ""
+	}
+	return prefix + d.Duration.String()
+}
+
+func drainText(d *DrainCommand) string {
+	var parts []string
+	if d.Timeout != nil {
+		parts = append(parts, "timeout "+d.Timeout.Duration.String())
+	}
+	if d.GracePeriodSeconds != nil {
+		parts = append(parts, fmt.Sprintf("grace %ds", *d.GracePeriodSeconds))
+	}
+	if d.IgnoreDaemonSets == nil || *d.IgnoreDaemonSets {
+		parts = append(parts, "ignoring DaemonSets")
+	}
+	if d.DeleteEmptyDirData {
+		parts = append(parts, "deleting emptyDir data")
+	}
+	if d.Force {
+		parts = append(parts, "forcing pods no controller owns")
+	}
+	if d.PodSelector != nil {
+		parts = append(parts, "pods "+metav1.FormatLabelSelector(d.PodSelector))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+func preflightText(checks []PreflightCheck) string {
+	var parts []string
+	for _, c := range checks {
+		switch {
+		case c.Binary != "":
+			parts = append(parts, "has "+c.Binary)
+		case c.MinFreeDiskMiB > 0:
+			parts = append(parts, fmt.Sprintf("%d MiB free", c.MinFreeDiskMiB))
+		case len(c.OSFamily) > 0:
+			parts = append(parts, "OS "+strings.Join(c.OSFamily, "|"))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(parts, ", ")
+}
+
+// firstLine is a script's first line, shortened to fit a table.
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	line, rest, _ := strings.Cut(s, "\n")
+	line = strings.TrimSpace(line)
+	if len(line) > 60 {
+		line = line[:57] + "..."
+	} else if strings.TrimSpace(rest) != "" {
+		line += " ..."
+	}
+	return line
 }

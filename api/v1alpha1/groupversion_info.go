@@ -1,4 +1,4 @@
-// Package v1alpha1 holds the nodeops.io/v1alpha1 API: NodeOperation, NodeTask and NodeProfile.
+// Package v1alpha1 holds the nodeops.io/v1alpha1 API: NodeOperation, NodeTask, NodeProfile and ClusterTarget.
 // +kubebuilder:object:generate=true
 // +groupName=nodeops.io
 package v1alpha1
@@ -26,6 +26,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&NodeOperation{}, &NodeOperationList{},
 		&NodeTask{}, &NodeTaskList{},
 		&NodeProfile{}, &NodeProfileList{},
+		&ClusterTarget{}, &ClusterTargetList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

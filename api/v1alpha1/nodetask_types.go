@@ -122,7 +122,7 @@ type CertificateExpiry struct {
 	NotAfter metav1.Time `json:"notAfter"`
 }
 
-// NodeTaskStatus is written by the node's agent (and, for recovery and abort, by the manager).
+// NodeTaskStatus is written by the node's agent alone; a person's retry, skip or abort goes in the spec.
 type NodeTaskStatus struct {
 	// +optional
 	Phase TaskPhase `json:"phase,omitempty"`
@@ -145,7 +145,7 @@ type NodeTaskStatus struct {
 	// AgentHeartbeat is renewed by the agent while a command runs.
 	// +optional
 	AgentHeartbeat *metav1.MicroTime `json:"agentHeartbeat,omitempty"`
-	// RecoveredGeneration is the generation whose recoveryMode the manager last acted on.
+	// RecoveredGeneration is the generation whose recoveryMode the agent last acted on.
 	// +optional
 	RecoveredGeneration int64 `json:"recoveredGeneration,omitempty"`
 	// Certificates reports certificate expiry after a renewal.

@@ -32,6 +32,8 @@ func run() error {
 	)
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	fs.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "node whose NodeTasks to execute (default: $NODE_NAME, set from the downward API)")
+	fs.StringVar(&o.PodName, "pod-name", os.Getenv("POD_NAME"), "the agent's own pod, which drain never evicts (default: $POD_NAME, from the downward API)")
+	fs.StringVar(&o.PodNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "the namespace of the agent's own pod (default: $POD_NAMESPACE, from the downward API)")
 	fs.StringVar(&o.HostRoot, "host-root", "/host", "the node's / as the agent sees it")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster config when empty")
 	fs.StringVar(&o.ServiceManager, "service-manager", host.ServiceManagerAuto, "auto, systemd, systemctl or local (the nodeops-local service table)")
@@ -40,6 +42,7 @@ func run() error {
 	fs.IntVar(&o.Workers, "workers", 0, "tasks run at once (default 1, or 64 with --node-prefix)")
 	fs.BoolVar(&o.ExitWhenIdle, "exit-when-idle", false, "exit once no task of the node needs the agent (Job mode)")
 	fs.DurationVar(&o.Heartbeat, "heartbeat", agent.DefaultHeartbeat, "how often status.agentHeartbeat is renewed while a command runs")
+	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", agent.DefaultShutdownGracePeriod, "on SIGTERM, how long a running command may go on to finish (no new one starts); keep the pod's terminationGracePeriodSeconds above it")
 	fs.Float64Var(&qps, "kube-api-qps", 500, "client requests per second to the API server")
 	fs.IntVar(&burst, "kube-api-burst", 1000, "client request burst to the API server")
 	zapOpts := zap.Options{}

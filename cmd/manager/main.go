@@ -1,4 +1,4 @@
-// Command manager runs nodeops' controllers: NodeOperation, NodeTask recovery and NodeProfile,
+// Command manager runs nodeops' controllers: NodeOperation, NodeTask recovery, NodeProfile and ClusterTarget,
 // sharing one node lock table.
 package main
 
@@ -22,6 +22,7 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/controller/agentjob"
+	"github.com/nodeops/nodeops/internal/controller/clustertarget"
 	"github.com/nodeops/nodeops/internal/controller/nodeoperation"
 	"github.com/nodeops/nodeops/internal/controller/nodeprofile"
 	"github.com/nodeops/nodeops/internal/controller/nodetask"
@@ -138,6 +139,9 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 	}
 	if err := nodeprofile.SetupWithManager(mgr, locks); err != nil {
 		return fmt.Errorf("set up the NodeProfile controller: %w", err)
+	}
+	if err := clustertarget.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up the ClusterTarget controller: %w", err)
 	}
 	if o.agentMode == "Job" {
 		if err := agentjob.SetupWithManager(mgr, agentjob.Options{Image: o.agentImage}); err != nil {

@@ -1,3 +1,8 @@
+// Package agent executes NodeTasks on their nodes and is the only writer of their status: it
+// records each non-idempotent command Running before it starts (an idempotent one once it has run
+// for a second) and every result after it ends, resumes safely after a restart, honours
+// approvals, DryRun, pause and abort, and acts on a person's recoveryMode (docs/design.md,
+// safety rules 3 and 4). What it does is decided by package taskpolicy; this package does it.
 package agent
 
 import (
@@ -19,7 +24,9 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/agent/commands"
+	"github.com/nodeops/nodeops/internal/clock"
 	"github.com/nodeops/nodeops/internal/host"
+	"github.com/nodeops/nodeops/internal/taskpolicy"
 )
 
 // DefaultHeartbeat is how often the agent renews status.agentHeartbeat while a command runs.
@@ -48,6 +55,13 @@ type Reconciler struct {
 	// RecordRunningAfter: an idempotent command is recorded Running only once it has run this
 	// long; zero for DefaultRecordRunningAfter.
 	RecordRunningAfter time.Duration
+	// AgentPod is the agent's own pod, which drain spares.
+	AgentPod types.NamespacedName
+	// DefaultTimeout is the timeout of a command that sets none; nil for its kind's DefaultTimeout.
+	DefaultTimeout func(v1alpha1.CommandKind) time.Duration
+	// Stopping is closed when the agent is told to stop: no command starts after it, while running
+	// ones go on in the reconcile's context (docs/design.md, safety rule 12). Nil: never.
+	Stopping <-chan struct{}
 
 	mu sync.Mutex
 	// written is the resourceVersion of the agent's last status write per task: a cached task at
@@ -71,13 +85,26 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
 	}
-	if Decide(task).Kind == ActNone {
+	if taskpolicy.Decide(task).Kind == taskpolicy.ActNone {
 		r.forgetIfFinished(task)
 		return ctrl.Result{}, nil
 	}
+	// Counted before the stop is looked at, so that a stop waiting for Busy to end sees this one.
 	r.setRunning(1)
 	defer r.setRunning(-1)
+	if r.stopping() {
+		return ctrl.Result{}, nil
+	}
 	return ctrl.Result{}, r.execute(ctx, task)
+}
+
+func (r *Reconciler) stopping() bool {
+	select {
+	case <-r.Stopping:
+		return true
+	default:
+		return false
+	}
 }
 
 func (r *Reconciler) stale(task *v1alpha1.NodeTask) bool {
@@ -120,29 +147,55 @@ func (r *Reconciler) Busy() bool {
 
 func now() metav1.MicroTime { return metav1.NewMicroTime(time.Now()) }
 
-// execute is the task's loop: each step is one status write (the result of the command before it
-// merged with the next command's Running record, approval wait or the task's end), then the command.
+// execute is the task's loop: each step is one status write (the result of the command before it,
+// or a recovery, merged with the next command's Running record, approval wait or the task's end),
+// then the command.
 //
 // The Running record exists so that an agent that stops mid-command never runs a non-idempotent
 // command twice. An idempotent command may safely run again, so when nothing else is waiting to be
 // written it starts before its record, which is written only if the command runs longer than
 // RecordRunningAfter: a quick idempotent command, the common one-command task, costs one status
-// write instead of two.
+// write instead of two. A recovery waits for the next write in the same way: unlike a result, it
+// may be lost, since a restarted agent makes it again from the spec.
 func (r *Reconciler) execute(ctx context.Context, task *v1alpha1.NodeTask) error {
 	logger := log.FromContext(ctx).WithValues("node", task.Spec.NodeName)
 	status := task.Status.DeepCopy()
-	dirty := false // status holds a command result not yet written
+	dirty := false     // status holds a command result not yet written
+	recovered := false // status holds a recovery not yet written; lost, it is made again from the spec
 	runs := map[int]int32{}
 	for {
 		view := task.DeepCopy()
 		view.Status = *status
-		act := Decide(view)
-		if act.Kind == ActNone && !dirty {
+		act := taskpolicy.Decide(view)
+		if act.Kind == taskpolicy.ActRecover {
+			// Written with the step it leads to: the retried command's Running record, or (an
+			// idempotent command run before its record) its result, or the task's end.
+			st, note, acted := taskpolicy.Recover(view, now())
+			status, recovered = &st, true
+			if acted {
+				clear(runs) // a retried command gets its retries afresh, as in a new reconcile
+			}
+			msg := "acting on recoveryMode"
+			if !acted {
+				msg = "ignoring recoveryMode"
+			}
+			logger.Info(msg, "task", task.Name, "note", note)
+			continue
+		}
+		if act.Kind == taskpolicy.ActNone && !dirty && !recovered {
 			return nil
 		}
+		if act.Kind == taskpolicy.ActStart && r.stopping() {
+			// A stopping agent starts nothing more; it writes the result it holds and leaves the
+			// next command Pending for the agent that follows (docs/design.md, safety rule 12).
+			if !dirty {
+				return nil
+			}
+			act = taskpolicy.Action{Kind: taskpolicy.ActNone}
+		}
 		next := status.DeepCopy()
-		apply(next, &task.Spec, act, now())
-		late := act.Kind == ActStart && !dirty && task.Spec.Commands[act.Index].Idempotent()
+		taskpolicy.Apply(next, &task.Spec, act, now())
+		late := act.Kind == taskpolicy.ActStart && !dirty && task.Spec.Commands[act.Index].Idempotent()
 		if !late {
 			err := r.writeStatus(ctx, task, next)
 			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
@@ -151,11 +204,10 @@ func (r *Reconciler) execute(ctx context.Context, task *v1alpha1.NodeTask) error
 					return gerr
 				}
 				if dirty {
-					// The agent owns the status of a running task: keep the result, take the new spec.
-					status.RecoveredGeneration = fresh.Status.RecoveredGeneration
+					// The agent alone writes status: keep the result, take the new spec.
 					task = fresh
 				} else {
-					task, status = fresh, fresh.Status.DeepCopy()
+					task, status, recovered = fresh, fresh.Status.DeepCopy(), false
 				}
 				continue
 			}
@@ -165,33 +217,34 @@ func (r *Reconciler) execute(ctx context.Context, task *v1alpha1.NodeTask) error
 				}
 				// A result must not be lost: keep trying until the agent stops.
 				logger.Error(err, "writing a command result; retrying", "task", task.Name)
-				if serr := sleepCtx(ctx, time.Second); serr != nil {
+				if serr := clock.Sleep(ctx, time.Second); serr != nil {
 					return errors.Join(err, serr)
 				}
 				continue
 			}
+			recovered = false
 		}
 		status = next
-		if act.Kind != ActStart {
+		if act.Kind != taskpolicy.ActStart {
 			return nil
 		}
 		runs[act.Index]++
-		var o outcome
+		var o taskpolicy.Outcome
 		if late {
 			task, o = r.runRecordingLate(ctx, task, act, status)
 		} else {
 			o = r.run(ctx, task, act)
 		}
-		if o.err != nil && runs[act.Index] <= task.Spec.Commands[act.Index].Retries && ctx.Err() == nil {
-			o.retry = true
+		if o.Err != nil && runs[act.Index] <= task.Spec.Commands[act.Index].Retries && ctx.Err() == nil {
+			o.Retry = true
 		}
 		if ctx.Err() != nil {
 			// The agent is stopping: leave the command Running (or, not yet recorded, Pending), as a restart expects.
 			return ctx.Err()
 		}
-		applyResult(status, &task.Spec, act.Index, o, now())
+		taskpolicy.ApplyResult(status, &task.Spec, act.Index, o, now())
 		dirty = true
-		logger.V(1).Info("command ended", "task", task.Name, "command", act.Index, "error", o.err)
+		logger.V(1).Info("command ended", "task", task.Name, "command", act.Index, "error", o.Err)
 	}
 }
 
@@ -210,8 +263,8 @@ func (r *Reconciler) fresh(ctx context.Context, task *v1alpha1.NodeTask) (*v1alp
 // runRecordingLate runs idempotent command a.Index before its Running record (in status), and
 // writes that record only if the command is still running after RecordRunningAfter. It returns
 // the task as last written and the command's outcome.
-func (r *Reconciler) runRecordingLate(ctx context.Context, task *v1alpha1.NodeTask, a Action, status *v1alpha1.NodeTaskStatus) (*v1alpha1.NodeTask, outcome) {
-	done := make(chan outcome, 1)
+func (r *Reconciler) runRecordingLate(ctx context.Context, task *v1alpha1.NodeTask, a taskpolicy.Action, status *v1alpha1.NodeTaskStatus) (*v1alpha1.NodeTask, taskpolicy.Outcome) {
+	done := make(chan taskpolicy.Outcome, 1)
 	ended := make(chan struct{})
 	go func(t *v1alpha1.NodeTask) {
 		done <- r.run(ctx, t, a)
@@ -240,7 +293,6 @@ func (r *Reconciler) runRecordingLate(ctx context.Context, task *v1alpha1.NodeTa
 				break // deleted: the result's write finds that out
 			}
 			if gerr == nil {
-				status.RecoveredGeneration = fresh.Status.RecoveredGeneration
 				task = fresh
 				continue
 			}
@@ -274,21 +326,18 @@ func (r *Reconciler) writeStatus(ctx context.Context, task *v1alpha1.NodeTask, s
 }
 
 // run runs command a.Index once, renewing the heartbeat meanwhile.
-func (r *Reconciler) run(ctx context.Context, task *v1alpha1.NodeTask, a Action) outcome {
+func (r *Reconciler) run(ctx context.Context, task *v1alpha1.NodeTask, a taskpolicy.Action) taskpolicy.Outcome {
 	cmd := &task.Spec.Commands[a.Index]
 	tail := &tailBuffer{}
 	if a.Rerun {
 		_, _ = fmt.Fprintln(tail, "running again: the agent was interrupted while this command ran")
 	}
 	if r.Noop {
-		return outcome{message: fmt.Sprintf("noop host: %s recorded, nothing run", cmd.Kind())}
+		return taskpolicy.Outcome{Message: fmt.Sprintf("noop host: %s recorded, nothing run", cmd.Kind())}
 	}
-	cctx := ctx
-	if cmd.Timeout != nil && cmd.Timeout.Duration > 0 {
-		var cancel context.CancelFunc
-		cctx, cancel = context.WithTimeout(ctx, cmd.Timeout.Duration)
-		defer cancel()
-	}
+	timeout := r.timeout(cmd)
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	stop := r.heartbeat(ctx, task)
 	env := &commands.Env{
 		NodeName:  task.Spec.NodeName,
@@ -299,19 +348,30 @@ func (r *Reconciler) run(ctx context.Context, task *v1alpha1.NodeTask, a Action)
 		HTTP:      r.HTTP,
 		Out:       tail,
 		Poll:      r.Poll,
+		AgentPod:  r.AgentPod,
 	}
 	res, err := commands.Run(cctx, env, cmd)
 	stop()
-	o := outcome{err: err, message: res.Message, certs: res.Certificates}
+	o := taskpolicy.Outcome{Err: err, Message: res.Message, Certs: res.Certificates}
 	if err != nil {
-		o.exitCode = int32(host.ExitCode(err)) //nolint:gosec // exit codes are small
+		o.ExitCode = int32(host.ExitCode(err)) //nolint:gosec // exit codes are small
 		if cctx.Err() != nil && ctx.Err() == nil {
-			o.err = fmt.Errorf("timed out after %s: %w", cmd.Timeout.Duration, err)
+			o.Err = fmt.Errorf("timed out after %s: %w", timeout, err)
 		}
-		_, _ = fmt.Fprintf(tail, "error: %v\n", o.err)
+		_, _ = fmt.Fprintf(tail, "error: %v\n", o.Err)
 	}
-	o.tail = tail.String()
+	o.Tail = tail.String()
 	return o
+}
+
+// timeout bounds a command: its own timeout, or its kind's default (docs/design.md, safety rule 12).
+func (r *Reconciler) timeout(cmd *v1alpha1.Command) time.Duration {
+	if r.DefaultTimeout != nil && (cmd.Timeout == nil || cmd.Timeout.Duration <= 0) {
+		if k := cmd.Spec(); k != nil {
+			return r.DefaultTimeout(k)
+		}
+	}
+	return cmd.EffectiveTimeout()
 }
 
 // heartbeat renews status.agentHeartbeat until stop is called.
@@ -341,17 +401,6 @@ func (r *Reconciler) heartbeat(ctx context.Context, task *v1alpha1.NodeTask) (st
 		}
 	}()
 	return func() { cancel(); <-done }
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // NodeServer says which nodes an agent serves: one by name, or every node with a prefix.

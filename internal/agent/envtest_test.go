@@ -12,22 +12,27 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/agent"
 	"github.com/nodeops/nodeops/internal/agent/commands"
+	"github.com/nodeops/nodeops/internal/controller/nodetask"
 	"github.com/nodeops/nodeops/internal/host"
 	"github.com/nodeops/nodeops/internal/host/hosttest"
+	"github.com/nodeops/nodeops/internal/testutil"
 )
 
 // One API server for the package; each test uses its own node names.
@@ -41,35 +46,15 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run `make test-unit`, or export KUBEBUILDER_ASSETS=/work/main/bin after `make tools`")
-		return 1
-	}
-	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(true)))
-	scheme, err := agent.Scheme()
+	logf.SetLogger(testutil.Logger())
+	// The agent only needs NodeTasks.
+	env, err := testutil.Start("nodetasks")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	te := &envtest.Environment{
-		// The agent only needs NodeTasks.
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "nodeops.io_nodetasks.yaml")},
-		ErrorIfCRDPathMissing: true,
-		BinaryAssetsDirectory: os.Getenv("KUBEBUILDER_ASSETS"),
-		Scheme:                scheme,
-	}
-	cfg, err = te.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start envtest:", err)
-		return 1
-	}
-	defer func() { _ = te.Stop() }()
-	cfg.QPS, cfg.Burst = 500, 1000
-	cl, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	defer func() { _ = env.Stop() }()
+	cfg, cl = env.Config, env.Client
 	return m.Run()
 }
 
@@ -123,18 +108,17 @@ func create(t *testing.T, obj client.Object) {
 // waitTask waits until cond holds for the task, failing with its last state after the deadline.
 func waitTask(t *testing.T, name string, cond func(*v1alpha1.NodeTask) bool) *v1alpha1.NodeTask {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
 	task := &v1alpha1.NodeTask{}
-	for {
-		err := cl.Get(context.Background(), client.ObjectKey{Name: name}, task)
-		if err == nil && cond(task) {
-			return task
+	testutil.Eventually(t, 60*time.Second, "task "+name, func() error {
+		if err := cl.Get(context.Background(), client.ObjectKey{Name: name}, task); err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("task %s: condition not met; last status %+v (err %v)", name, task.Status, err)
+		if !cond(task) {
+			return fmt.Errorf("condition not met; last spec %+v, status %+v", task.Spec, task.Status)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return task
 }
 
 func phaseIs(p v1alpha1.TaskPhase) func(*v1alpha1.NodeTask) bool {
@@ -204,7 +188,7 @@ func TestLongIdempotentCommandIsRecordedRunning(t *testing.T) {
 	startAgent(t, agent.Options{NodeName: "long-1", HostRoot: root})
 	create(t, newTask("long-1", "long-1", v1alpha1.ExecutionAuto,
 		script("touch /started; while [ ! -f /release ]; do sleep 1; done", true)))
-	waitFor(t, "the command to start", func() bool { return fileExists(root, "/started") })
+	testutil.Eventually(t, 60*time.Second, "the command to start", fileIn(root, "/started"))
 	// It runs until released, so its Running record must appear meanwhile.
 	running := waitTask(t, "long-1", func(tk *v1alpha1.NodeTask) bool {
 		return tk.Status.Phase == v1alpha1.TaskRunning && len(tk.Status.Commands) == 1 && tk.Status.Commands[0].Phase == v1alpha1.CommandRunning
@@ -254,7 +238,7 @@ func TestRestartNeverRerunsFinishedAndFailsInterruptedNonIdempotent(t *testing.T
 	waitTask(t, "restart-1", func(tk *v1alpha1.NodeTask) bool {
 		return len(tk.Status.Commands) == 3 && tk.Status.Commands[1].Phase == v1alpha1.CommandRunning
 	})
-	waitFor(t, "both commands to start", func() bool { return hosttest.ReadFile(t, root, "/ran") == "first\nsecond\n" })
+	testutil.Eventually(t, 60*time.Second, "both commands to start", fileHolds(t, root, "/ran", "first\nsecond\n"))
 	stop()
 	startAgent(t, agent.Options{NodeName: "restart-1", HostRoot: root})
 	task := waitTask(t, "restart-1", phaseIs(v1alpha1.TaskFailed))
@@ -272,7 +256,7 @@ func TestRestartRerunsInterruptedIdempotent(t *testing.T) {
 	create(t, newTask("restart-2", "restart-2", v1alpha1.ExecutionAuto,
 		script("echo first >> /ran", false),
 		script("echo second >> /ran; [ -f /marker ] && exit 0; touch /marker; sleep 60", true)))
-	waitFor(t, "the second command to start", func() bool { return fileExists(root, "/marker") })
+	testutil.Eventually(t, 60*time.Second, "the second command to start", fileIn(root, "/marker"))
 	waitTask(t, "restart-2", func(tk *v1alpha1.NodeTask) bool {
 		return len(tk.Status.Commands) == 2 && tk.Status.Commands[1].Phase == v1alpha1.CommandRunning
 	})
@@ -287,20 +271,27 @@ func TestRestartRerunsInterruptedIdempotent(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func fileExists(root, p string) bool {
 	_, err := os.Stat(filepath.Join(root, p))
 	return err == nil
+}
+
+// fileIn is a condition for testutil.Eventually: file p exists under root.
+func fileIn(root, p string) func() error {
+	return func() error {
+		_, err := os.Stat(filepath.Join(root, p))
+		return err
+	}
+}
+
+// fileHolds is a condition for testutil.Eventually: file p under root holds want.
+func fileHolds(t *testing.T, root, p, want string) func() error {
+	return func() error {
+		if got := hosttest.ReadFile(t, root, p); got != want {
+			return fmt.Errorf("%s holds %q, want %q", p, got, want)
+		}
+		return nil
+	}
 }
 
 func TestControlledModeWaitsForApprovals(t *testing.T) {
@@ -510,5 +501,196 @@ func TestNoopHostServesManyNodes(t *testing.T) {
 	}
 	if err := cl.Delete(context.Background(), other); err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
+	}
+}
+
+// startNodeTaskController runs the manager's NodeTask controller, which clears a recoveryMode
+// once the agent acted on it, so that a second retry can be asked for as the CLI asks.
+func startNodeTaskController(t *testing.T) {
+	t.Helper()
+	scheme, err := testutil.NewScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nodetask.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := mgr.Start(ctx); err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+	t.Cleanup(func() { cancel(); wg.Wait() })
+}
+
+// askRecovery sets spec.recoveryMode as `kubectl nodeops retry` and `skip` do (a merge patch of
+// the spec) and returns the generation that asks for it.
+func askRecovery(t *testing.T, name string, mode v1alpha1.RecoveryMode) int64 {
+	t.Helper()
+	task := &v1alpha1.NodeTask{}
+	if err := cl.Get(context.Background(), client.ObjectKey{Name: name}, task); err != nil {
+		t.Fatal(err)
+	}
+	if task.Spec.RecoveryMode != "" {
+		t.Fatalf("task %s still carries recoveryMode %s", name, task.Spec.RecoveryMode)
+	}
+	base := task.DeepCopy()
+	task.Spec.RecoveryMode = mode
+	if err := cl.Patch(context.Background(), task, client.MergeFrom(base)); err != nil {
+		t.Fatal(err)
+	}
+	return task.Generation
+}
+
+// recovered: the agent acted on generation gen's request and the manager cleared it.
+func recovered(gen int64, cond func(*v1alpha1.NodeTask) bool) func(*v1alpha1.NodeTask) bool {
+	return func(tk *v1alpha1.NodeTask) bool {
+		return tk.Status.RecoveredGeneration >= gen && tk.Spec.RecoveryMode == "" && cond(tk)
+	}
+}
+
+// A failed command stops the task until a person asks; Retry runs it again (a new attempt), Skip
+// goes on after it; a request on a task that has not failed is recorded and changes nothing.
+func TestRetryAndSkip(t *testing.T) {
+	startNodeTaskController(t)
+	root := hosttest.NewRoot(t, nil)
+	startAgent(t, agent.Options{NodeName: "recover-1", HostRoot: root})
+	create(t, newTask("recover-1", "recover-1", v1alpha1.ExecutionAuto,
+		script("echo a >> /ran; [ -f /fixed ]", false), script("echo b >> /ran; exit 5", false), script("echo c >> /ran", false)))
+	task := waitTask(t, "recover-1", phaseIs(v1alpha1.TaskFailed))
+	if task.Status.Commands[0].Phase != v1alpha1.CommandFailed || task.Status.Attempt != 1 || hosttest.ReadFile(t, root, "/ran") != "a\n" {
+		t.Fatalf("before any recovery: %+v", task.Status)
+	}
+	time.Sleep(time.Second) // nothing can be waited for: a failed task is left alone until a person asks
+	if got := hosttest.ReadFile(t, root, "/ran"); got != "a\n" {
+		t.Fatalf("a failed command ran again on its own: %q", got)
+	}
+
+	// Retry, still broken: the command runs once more and fails again.
+	gen := askRecovery(t, "recover-1", v1alpha1.RecoveryRetry)
+	task = waitTask(t, "recover-1", recovered(gen, func(tk *v1alpha1.NodeTask) bool {
+		return tk.Status.Phase == v1alpha1.TaskFailed && tk.Status.Commands[0].Attempt == 2
+	}))
+	if c := task.Status.Commands[0]; c.Phase != v1alpha1.CommandFailed || task.Status.Attempt != 2 || task.Status.Reason != v1alpha1.ReasonCommandFailed {
+		t.Errorf("after the first retry: %+v", task.Status)
+	}
+	if got := hosttest.ReadFile(t, root, "/ran"); got != "a\na\n" {
+		t.Errorf("after the first retry the commands ran %q", got)
+	}
+
+	// Retry, fixed: the command succeeds and the next one fails.
+	if err := os.WriteFile(filepath.Join(root, "fixed"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gen = askRecovery(t, "recover-1", v1alpha1.RecoveryRetry)
+	task = waitTask(t, "recover-1", recovered(gen, func(tk *v1alpha1.NodeTask) bool {
+		return tk.Status.Phase == v1alpha1.TaskFailed && tk.Status.Commands[1].Phase == v1alpha1.CommandFailed
+	}))
+	if c := task.Status.Commands[0]; c.Phase != v1alpha1.CommandSucceeded || c.Attempt != 3 || task.Status.Attempt != 3 || task.Status.CurrentCommand != 1 {
+		t.Errorf("after the second retry: %+v", task.Status)
+	}
+	if got := hosttest.ReadFile(t, root, "/ran"); got != "a\na\na\nb\n" {
+		t.Errorf("after the second retry the commands ran %q", got)
+	}
+
+	// Skip: the failed command is Skipped and the task goes on to succeed.
+	gen = askRecovery(t, "recover-1", v1alpha1.RecoverySkip)
+	task = waitTask(t, "recover-1", recovered(gen, phaseIs(v1alpha1.TaskSucceeded)))
+	if c := task.Status.Commands[1]; c.Phase != v1alpha1.CommandSkipped || c.Attempt != 1 || c.CompletionTime == nil {
+		t.Errorf("skipped command %+v", c)
+	}
+	if task.Status.Commands[2].Phase != v1alpha1.CommandSucceeded || task.Status.Progress != "3/3" || task.Status.Attempt != 4 ||
+		task.Status.Reason != "" || task.Status.Message != "" || task.Status.CompletionTime == nil {
+		t.Errorf("after skip: %+v", task.Status)
+	}
+	if got := hosttest.ReadFile(t, root, "/ran"); got != "a\na\na\nb\nc\n" {
+		t.Errorf("after skip the commands ran %q", got)
+	}
+
+	// A retry of a task that succeeded is recorded as seen and ignored.
+	before := task.Status.DeepCopy()
+	gen = askRecovery(t, "recover-1", v1alpha1.RecoveryRetry)
+	task = waitTask(t, "recover-1", recovered(gen, phaseIs(v1alpha1.TaskSucceeded)))
+	before.RecoveredGeneration = task.Status.RecoveredGeneration
+	if !equality.Semantic.DeepEqual(*before, task.Status) {
+		t.Errorf("an ignored retry changed the status from %+v to %+v", *before, task.Status)
+	}
+	if got := hosttest.ReadFile(t, root, "/ran"); got != "a\na\na\nb\nc\n" {
+		t.Errorf("an ignored retry ran commands: %q", got)
+	}
+}
+
+// Skipping the last command ends the task Succeeded without running anything.
+func TestSkipLastCommand(t *testing.T) {
+	startNodeTaskController(t)
+	root := hosttest.NewRoot(t, nil)
+	startAgent(t, agent.Options{NodeName: "recover-2", HostRoot: root})
+	create(t, newTask("recover-2", "recover-2", v1alpha1.ExecutionAuto, script("echo a >> /ran", true), script("echo b >> /ran; exit 1", true)))
+	waitTask(t, "recover-2", phaseIs(v1alpha1.TaskFailed))
+	gen := askRecovery(t, "recover-2", v1alpha1.RecoverySkip)
+	task := waitTask(t, "recover-2", recovered(gen, phaseIs(v1alpha1.TaskSucceeded)))
+	if task.Status.Commands[1].Phase != v1alpha1.CommandSkipped || task.Status.Progress != "2/2" || task.Status.CurrentCommand != 2 || task.Status.CompletionTime == nil {
+		t.Errorf("after skip: %+v", task.Status)
+	}
+	if got := hosttest.ReadFile(t, root, "/ran"); got != "a\nb\n" {
+		t.Errorf("commands ran %q", got)
+	}
+}
+
+// retryCountingWrites fails a one-command task on a new node, asks for a retry with the command
+// fixed, and counts the writes to the task from the request to its success (the request is one).
+func retryCountingWrites(t *testing.T, node string, idempotent bool) int {
+	t.Helper()
+	root := hosttest.NewRoot(t, nil)
+	startAgent(t, agent.Options{NodeName: node, HostRoot: root})
+	create(t, newTask(node, node, v1alpha1.ExecutionAuto, script("echo run >> /ran; [ -f /fixed ]", idempotent)))
+	waitTask(t, node, phaseIs(v1alpha1.TaskFailed))
+	if err := os.WriteFile(filepath.Join(root, "fixed"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w, err := cl.Watch(context.Background(), &v1alpha1.NodeTaskList{}, client.MatchingLabels{v1alpha1.LabelNode: node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	<-w.ResultChan() // the task as it is, Added
+	gen := askRecovery(t, node, v1alpha1.RecoveryRetry)
+	task := waitTask(t, node, phaseIs(v1alpha1.TaskSucceeded))
+	if task.Status.RecoveredGeneration != gen || task.Status.Attempt != 2 || task.Status.Commands[0].Attempt != 2 || hosttest.ReadFile(t, root, "/ran") != "run\nrun\n" {
+		t.Errorf("after retry: %+v", task.Status)
+	}
+	modified := 0
+	timeout := time.After(3 * time.Second)
+	for {
+		select {
+		case ev := <-w.ResultChan():
+			if ev.Type == watch.Modified {
+				modified++
+			}
+		case <-timeout:
+			return modified
+		}
+	}
+}
+
+// A retry costs no write of its own: it rides on the retried command's Running record, or, for a
+// quick idempotent command run before its record, on the result.
+func TestRetryCostsNoExtraStatusWrite(t *testing.T) {
+	if n := retryCountingWrites(t, "retry-writes-1", false); n != 1+2 {
+		t.Errorf("a retried non-idempotent command cost %d writes, want 3 (the request, recovery with Running, result)", n)
+	}
+	if n := retryCountingWrites(t, "retry-writes-2", true); n != 1+1 {
+		t.Errorf("a retried quick idempotent command cost %d writes, want 2 (the request, recovery with the result)", n)
 	}
 }

@@ -4,16 +4,21 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"regexp"
+	"strconv"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/agent"
+	"github.com/nodeops/nodeops/internal/controller/agentjob"
 	"github.com/nodeops/nodeops/internal/host/hosttest"
 )
 
@@ -49,7 +54,8 @@ func TestAgentWorksWithItsDeploymentRBAC(t *testing.T) {
 	zero := int64(0)
 	create(t, newTask("rbac-1", "rbac-1", v1alpha1.ExecutionAuto,
 		v1alpha1.Command{Cordon: &v1alpha1.CordonCommand{}},
-		v1alpha1.Command{Drain: &v1alpha1.DrainCommand{GracePeriodSeconds: &zero}},
+		// The victim has no controller: force, as the drain refuses it otherwise (safety rule 6).
+		v1alpha1.Command{Drain: &v1alpha1.DrainCommand{GracePeriodSeconds: &zero, Force: true}},
 		v1alpha1.Command{Uncordon: &v1alpha1.UncordonCommand{}},
 	))
 	task := waitTask(t, "rbac-1", func(tk *v1alpha1.NodeTask) bool {
@@ -57,5 +63,62 @@ func TestAgentWorksWithItsDeploymentRBAC(t *testing.T) {
 	})
 	if task.Status.Phase != v1alpha1.TaskSucceeded {
 		t.Fatalf("task %s: %s", task.Status.Phase, task.Status.Message)
+	}
+}
+
+// TestSafetyRule12_AgentPodsOutliveTheGracePeriod: the kubelet kills an agent's pod
+// terminationGracePeriodSeconds after SIGTERM, so every way the agent is deployed must give it more
+// than its default --shutdown-grace-period (docs/design.md, safety rule 12).
+func TestSafetyRule12_AgentPodsOutliveTheGracePeriod(t *testing.T) {
+	grace := int64(agent.DefaultShutdownGracePeriod / time.Second)
+	check := func(where string, got int64) {
+		if got <= grace {
+			t.Errorf("%s: terminationGracePeriodSeconds %d, want more than the agent's shutdown grace period (%ds)", where, got, grace)
+		}
+	}
+	job := agentjob.BuildJob("n", agentjob.Options{})
+	check("agent Job", ptr.Deref(job.Spec.Template.Spec.TerminationGracePeriodSeconds, 30))
+	for _, file := range []string{"../../config/agent/daemonset.yaml", "../../charts/nodeops/templates/agent.yaml"} {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := regexp.MustCompile(`terminationGracePeriodSeconds: (\d+)`).FindSubmatch(data)
+		if m == nil {
+			t.Errorf("%s sets no terminationGracePeriodSeconds (the default, 30s, is too short)", file)
+			continue
+		}
+		n, _ := strconv.ParseInt(string(m[1]), 10, 64)
+		check(file, n)
+	}
+}
+
+// TestSafetyRule6_AgentPodsKnowTheirOwnName: every way the agent is deployed tells it its pod's
+// name and namespace (cmd/agent's --pod-name and --pod-namespace defaults), so its drain spares it.
+func TestSafetyRule6_AgentPodsKnowTheirOwnName(t *testing.T) {
+	want := map[string]string{"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
+	job := agentjob.BuildJob("n", agentjob.Options{})
+	got := map[string]string{}
+	for _, e := range job.Spec.Template.Spec.Containers[0].Env {
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			got[e.Name] = e.ValueFrom.FieldRef.FieldPath
+		}
+	}
+	for name, path := range want {
+		if got[name] != path {
+			t.Errorf("agent Job: %s is %q, want the downward API's %s", name, got[name], path)
+		}
+	}
+	for _, file := range []string{"../../config/agent/daemonset.yaml", "../../charts/nodeops/templates/agent.yaml"} {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, path := range want {
+			re := regexp.MustCompile(`- name: ` + name + `\s+valueFrom:\s+fieldRef:\s+fieldPath: ` + regexp.QuoteMeta(path))
+			if !re.Match(data) {
+				t.Errorf("%s does not set %s from %s", file, name, path)
+			}
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -24,8 +25,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/agent/commands"
 	"github.com/nodeops/nodeops/internal/host"
+	"github.com/nodeops/nodeops/internal/taskpolicy"
 )
+
+// DefaultShutdownGracePeriod is how long a running command may go on after SIGTERM: long enough for
+// kubeadm upgrade apply, which waits up to 5 minutes for each static pod it replaces. The agent's
+// pods (config/agent, the chart, agent Jobs) set terminationGracePeriodSeconds a little above it.
+const DefaultShutdownGracePeriod = 10 * time.Minute
 
 // Options configure an agent process.
 type Options struct {
@@ -45,6 +53,16 @@ type Options struct {
 	Heartbeat    time.Duration
 	Poll         time.Duration
 	HTTP         *http.Client
+	// ShutdownGracePeriod is how long a running command may go on once the agent is told to stop
+	// (docs/design.md, safety rule 12); zero stops it at once.
+	ShutdownGracePeriod time.Duration
+	// PodName and PodNamespace name the agent's own pod (the downward API's POD_NAME and
+	// POD_NAMESPACE), which drain never evicts; empty outside a pod.
+	PodName      string
+	PodNamespace string
+	// DefaultTimeout is the timeout of a command that sets none; nil for its kind's own
+	// (v1alpha1.CommandKind.DefaultTimeout). Tests shorten it.
+	DefaultTimeout func(v1alpha1.CommandKind) time.Duration
 }
 
 // Scheme is the agent's own scheme: core, policy and nodeops kinds.
@@ -84,7 +102,9 @@ func (o Options) validate() error {
 	return nil
 }
 
-// Run runs the agent until ctx ends (or, with ExitWhenIdle, until it has nothing left to do).
+// Run runs the agent until ctx ends (or, with ExitWhenIdle, until it has nothing left to do). When
+// ctx ends no command starts any more; a running one may finish within o.ShutdownGracePeriod and
+// have its result recorded, after which its context is cancelled (docs/design.md, safety rule 12).
 func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err := o.validate(); err != nil {
 		return err
@@ -112,6 +132,9 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err != nil {
 		return fmt.Errorf("creating a client: %w", err)
 	}
+	if o.HTTP == nil {
+		o.HTTP = commands.NewHTTPClient()
+	}
 	r := &Reconciler{
 		Client:    mgr.GetClient(),
 		Direct:    direct,
@@ -120,27 +143,67 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		Heartbeat: o.Heartbeat,
 		HTTP:      o.HTTP,
 		Poll:      o.Poll,
+
+		DefaultTimeout: o.DefaultTimeout,
+		AgentPod:       types.NamespacedName{Namespace: o.PodNamespace, Name: o.PodName},
 	}
 	if !o.Noop {
-		services, err := host.NewServiceManager(o.ServiceManager, o.HostRoot, &host.ChrootRunner{Root: o.HostRoot})
+		h, err := host.Open(o.ServiceManager, o.HostRoot)
 		if err != nil {
 			return err
 		}
-		h := host.New(o.HostRoot, services, o.ServiceManager == host.ServiceManagerLocal)
 		r.HostFor = func(string) *host.Host { return h }
 	}
 	if err := r.SetupWithManager(mgr, o.Workers); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	// The manager, and with it every reconcile and command, runs in work, which outlives ctx by
+	// the grace period: ctx's end only closes stopping.
+	work, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
+	stopping := make(chan struct{})
+	r.Stopping = stopping
+	go func() {
+		select {
+		case <-work.Done():
+			return
+		case <-ctx.Done():
+		}
+		close(stopping)
+		drain(work, r, o.ShutdownGracePeriod)
+		cancel()
+	}()
 	if o.ExitWhenIdle {
 		if err := mgr.Add(&idleExit{r: r, cache: mgr.GetClient(), cancel: cancel}); err != nil {
 			return fmt.Errorf("adding the idle watcher: %w", err)
 		}
 	}
 	log.FromContext(ctx).Info("agent starting", "node", o.NodeName, "prefix", o.NodePrefix, "root", o.HostRoot, "noop", o.Noop)
-	return mgr.Start(ctx)
+	return mgr.Start(work)
+}
+
+// drain waits, up to grace, until no task is being worked on.
+func drain(ctx context.Context, r *Reconciler, grace time.Duration) {
+	logger := log.FromContext(ctx)
+	if !r.Busy() {
+		return
+	}
+	logger.Info("stopping: no new command starts; waiting for the running one", "gracePeriod", grace)
+	deadline := time.NewTimer(grace)
+	defer deadline.Stop()
+	poll := time.NewTicker(100 * time.Millisecond)
+	defer poll.Stop()
+	for r.Busy() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline.C:
+			logger.Info("stopping: the grace period ran out; cancelling the running command", "gracePeriod", grace)
+			return
+		case <-poll.C:
+		}
+	}
+	logger.Info("stopping: the running command ended and its result is recorded")
 }
 
 // SetupWithManager registers the reconciler for the NodeTasks of the nodes it serves.
@@ -184,7 +247,7 @@ func (i *idleExit) Start(ctx context.Context) error {
 		}
 		idle := !i.r.Busy()
 		for k := range tasks.Items {
-			if i.r.Serves(tasks.Items[k].Spec.NodeName) && NeedsAgent(&tasks.Items[k]) {
+			if i.r.Serves(tasks.Items[k].Spec.NodeName) && taskpolicy.NeedsAgent(&tasks.Items[k]) {
 				idle = false
 				break
 			}

@@ -188,7 +188,7 @@ var (
 		use:   "retry NAME",
 		short: "Run the failed command of a blocked operation's failed tasks again",
 		long: `Set recoveryMode Retry on the failed tasks of an operation (or on the named task):
-the manager puts the failed command back to Pending (attempt + 1) and the agent runs
+the node's agent puts the failed command back to Pending (attempt + 1) and runs
 it again, which unblocks the operation. Every failed task of the operation is
 retried unless --node names one.`,
 		ex: `  kubectl nodeops retry upgrade-v1-37-2-abcde
@@ -200,7 +200,7 @@ retried unless --node names one.`,
 		use:   "skip NAME",
 		short: "Skip the failed command of a blocked operation's failed tasks and go on",
 		long: `Set recoveryMode Skip on the failed tasks of an operation (or on the named task):
-the manager marks the failed command Skipped and the task goes on with its next
+the node's agent marks the failed command Skipped and the task goes on with its next
 command (or succeeds if it was the last), which unblocks the operation. Every
 failed task of the operation is skipped unless --node names one.`,
 		ex: `  kubectl nodeops skip custom-rollout

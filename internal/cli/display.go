@@ -21,7 +21,7 @@ type outcome struct {
 }
 
 // operationOutcome decides whether watching is over. Blocked ends the watch unless a person
-// already asked for recovery (or abort) and the manager has not acted yet.
+// already asked for recovery (or abort) and the agent has not acted yet.
 func operationOutcome(op *nodeopsv1.NodeOperation, tasks []nodeopsv1.NodeTask) *outcome {
 	switch op.Status.Phase {
 	case nodeopsv1.OperationSucceeded, nodeopsv1.OperationFailed, nodeopsv1.OperationAborted:
@@ -40,7 +40,7 @@ func operationOutcome(op *nodeopsv1.NodeOperation, tasks []nodeopsv1.NodeTask) *
 }
 
 // blockedSettled: the tasks agree that the operation waits for a person. It does while a failed
-// task carries no Retry or Skip. It does not while every failed task has one the manager has not
+// task carries no Retry or Skip. It does not while every failed task has one the agent has not
 // acted on yet, nor when a task was just recovered and the operation's status has not caught up.
 func blockedSettled(tasks []nodeopsv1.NodeTask) bool {
 	recovering := false

@@ -112,6 +112,7 @@ See what an operation would do with 'plan', start one with 'upgrade' or 'renew-c
 		newUpgradeCommand(o),
 		newRenewCertsCommand(o),
 		newProfileCommand(o),
+		newTargetCommand(o),
 	)
 	return cmd
 }

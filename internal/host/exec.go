@@ -95,6 +95,15 @@ func (k *KubeadmRunner) Kubeadm(ctx context.Context, out io.Writer, args ...stri
 	cmd := exec.CommandContext(ctx, bin, full...)
 	cmd.Env = []string{"PATH=" + DefaultPath, "HOME=/root"}
 	cmd.Stdout, cmd.Stderr = out, out
+	// Its own process group, as a script has: a SIGTERM to the agent's group (nodeops-local stops
+	// its children so) must not cut kubeadm short while the agent lets it finish (safety rule 12).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error {
+		if cmd.Process == nil {
+			return nil
+		}
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
 	cmd.WaitDelay = 5 * time.Second
 	if out != nil {
 		_, _ = fmt.Fprintf(out, "$ kubeadm %s\n", strings.Join(full, " "))

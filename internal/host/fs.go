@@ -14,6 +14,34 @@ import (
 	"syscall"
 )
 
+// Files is the host's files as commands see them. *FS changes them; DryRunFiles reads through and
+// reports each change instead of making it.
+type Files interface {
+	// Path is where host path p is under the root; it fails for paths that are not absolute or escape.
+	Path(p string) (string, error)
+	ReadFile(p string) ([]byte, error)
+	Open(p string) (io.ReadCloser, error)
+	Stat(p string) (fs.FileInfo, error)
+	Exists(p string) bool
+	ReadDir(p string) ([]fs.DirEntry, error)
+	FreeBytes(p string) (uint64, error)
+
+	WriteFileAtomic(p string, data []byte, mode fs.FileMode) error
+	CreateTemp(p string) (TempFile, error)
+	Chmod(p string, mode fs.FileMode) error
+	Remove(p string) error
+	RemoveAll(p string) error
+	Rename(from, to string) error
+	KeepPrevious(p, prev string) error
+}
+
+// TempFile is a file being written beside its destination; Commit moves it into place, Discard drops it.
+type TempFile interface {
+	io.Writer
+	Commit(mode fs.FileMode) error
+	Discard() error
+}
+
 // FS reads and writes files under a host root. Paths are host paths (absolute, as the node sees them);
 // symbolic links are followed as the host would, inside the root, so nothing outside it is ever touched.
 type FS struct {
@@ -101,6 +129,36 @@ func (f *FS) Stat(p string) (fs.FileInfo, error) {
 	return os.Lstat(real)
 }
 
+// Open opens host path p for reading.
+func (f *FS) Open(p string) (io.ReadCloser, error) {
+	real, err := f.Path(p)
+	if err != nil {
+		return nil, err
+	}
+	return os.Open(real)
+}
+
+// ReadDir lists host directory p.
+func (f *FS) ReadDir(p string) ([]fs.DirEntry, error) {
+	real, err := f.Path(p)
+	if err != nil {
+		return nil, err
+	}
+	return os.ReadDir(real)
+}
+
+// Chmod sets the mode of host path p.
+func (f *FS) Chmod(p string, mode fs.FileMode) error {
+	real, err := f.Path(p)
+	if err != nil {
+		return err
+	}
+	if err := os.Chmod(real, mode); err != nil {
+		return fmt.Errorf("setting the mode of %s: %w", p, err)
+	}
+	return nil
+}
+
 // Exists reports whether host path p exists.
 func (f *FS) Exists(p string) bool {
 	_, err := f.Stat(p)
@@ -121,14 +179,14 @@ func (f *FS) WriteFileAtomic(p string, data []byte, mode fs.FileMode) error {
 	return tmp.Commit(mode)
 }
 
-// TempFile is a file being written beside its destination; Commit moves it into place, Discard drops it.
-type TempFile struct {
+// tempFile is FS's TempFile: a real file beside the destination.
+type tempFile struct {
 	*os.File
 	dest string
 }
 
 // CreateTemp opens a temporary file in the directory of host path p, creating the directory.
-func (f *FS) CreateTemp(p string) (*TempFile, error) {
+func (f *FS) CreateTemp(p string) (TempFile, error) {
 	real, err := f.Path(p)
 	if err != nil {
 		return nil, err
@@ -143,11 +201,11 @@ func (f *FS) CreateTemp(p string) (*TempFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating a temporary file for %s: %w", p, err)
 	}
-	return &TempFile{File: file, dest: real}, nil
+	return &tempFile{File: file, dest: real}, nil
 }
 
 // Commit syncs the file, sets its mode and renames it over the destination.
-func (t *TempFile) Commit(mode fs.FileMode) error {
+func (t *tempFile) Commit(mode fs.FileMode) error {
 	err := t.Sync()
 	if err == nil {
 		err = t.Chmod(mode)
@@ -170,7 +228,7 @@ func (t *TempFile) Commit(mode fs.FileMode) error {
 }
 
 // Discard closes and removes the temporary file.
-func (t *TempFile) Discard() error {
+func (t *tempFile) Discard() error {
 	_ = t.Close()
 	if err := os.Remove(t.Name()); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("removing %s: %w", t.Name(), err)
@@ -185,6 +243,18 @@ func (f *FS) Remove(p string) error {
 		return err
 	}
 	if err := os.Remove(real); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing %s: %w", p, err)
+	}
+	return nil
+}
+
+// RemoveAll removes host path p and everything under it; a missing path is not an error.
+func (f *FS) RemoveAll(p string) error {
+	real, err := f.Path(p)
+	if err != nil {
+		return err
+	}
+	if err := os.RemoveAll(real); err != nil {
 		return fmt.Errorf("removing %s: %w", p, err)
 	}
 	return nil

@@ -40,24 +40,51 @@ type ServiceManager interface {
 // Host is everything the agent's commands may do to one node.
 type Host struct {
 	// Root is the host's / as the agent sees it, such as /host or a local node's directory.
-	Root     string
-	Exec     Runner
-	Kubeadm  Kubeadm
-	Files    *FS
-	Services ServiceManager
-	// Local is true on nodeops-local nodes, where no kubelet runs: static pod restarts are recorded in
-	// the local service table instead of waited for.
-	Local bool
+	Root       string
+	Exec       Runner
+	Kubeadm    Kubeadm
+	Files      Files
+	Services   ServiceManager
+	StaticPods StaticPods
 }
 
-// New builds the Host for a root with the given service manager.
-func New(root string, services ServiceManager, local bool) *Host {
+// Open builds the Host of root for the service manager --service-manager names: the one place that
+// chooses between a real node and nodeops-local's stand-ins ("local").
+func Open(serviceManager, root string) (*Host, error) {
+	if serviceManager == ServiceManagerLocal {
+		return NewLocal(root), nil
+	}
+	services, err := NewServiceManager(serviceManager, root, &ChrootRunner{Root: root})
+	if err != nil {
+		return nil, err
+	}
+	return New(root, services), nil
+}
+
+// New builds the Host of a real node under root, with the given service manager.
+func New(root string, services ServiceManager) *Host {
+	files := &FS{Root: root}
 	return &Host{
-		Root:     root,
-		Exec:     &ChrootRunner{Root: root},
-		Kubeadm:  &KubeadmRunner{Root: root},
-		Files:    &FS{Root: root},
-		Services: services,
-		Local:    local,
+		Root:       root,
+		Exec:       &ChrootRunner{Root: root},
+		Kubeadm:    &KubeadmRunner{Root: root},
+		Files:      files,
+		Services:   services,
+		StaticPods: &KubeletStaticPods{Files: files},
+	}
+}
+
+// NewLocal builds the Host of a nodeops-local node, where no kubelet runs: service and static pod
+// restarts are recorded in the local service table (the one stand-in).
+func NewLocal(root string) *Host {
+	files := &FS{Root: root}
+	table := &LocalServices{Files: files}
+	return &Host{
+		Root:       root,
+		Exec:       &ChrootRunner{Root: root},
+		Kubeadm:    &KubeadmRunner{Root: root},
+		Files:      files,
+		Services:   table,
+		StaticPods: &LocalStaticPods{Files: files, Table: table},
 	}
 }

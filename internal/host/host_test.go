@@ -4,7 +4,9 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
@@ -156,10 +158,11 @@ func TestDetectOS(t *testing.T) {
 
 func TestLocalServicesRecordsRestarts(t *testing.T) {
 	root := hosttest.NewRoot(t, nil)
-	sm, err := host.NewServiceManager(host.ServiceManagerLocal, root, &host.ChrootRunner{Root: root})
+	h, err := host.Open(host.ServiceManagerLocal, root)
 	if err != nil {
 		t.Fatal(err)
 	}
+	sm := h.Services
 	for _, s := range []string{"kubelet", "containerd"} {
 		if err := sm.Restart(context.Background(), s); err != nil {
 			t.Fatal(err)
@@ -217,5 +220,29 @@ func TestKubeadmRunsWithRootfs(t *testing.T) {
 	b, _ := os.ReadFile(log)
 	if got, want := strings.TrimSpace(string(b)), "--rootfs "+root+" certs renew all"; got != want {
 		t.Fatalf("kubeadm args = %q, want %q", got, want)
+	}
+}
+
+// docs/design.md, safety rule 12: host programs run in a process group of their own, so a SIGTERM
+// to the agent's group (nodeops-local stops its children so) leaves them to finish in the grace period.
+func TestSafetyRule12_HostProgramsRunInTheirOwnProcessGroup(t *testing.T) {
+	root := hosttest.NewRoot(t, nil)
+	pgid := func(out string) string {
+		fields := strings.Fields(out)
+		if len(fields) < 5 {
+			t.Fatalf("no /proc stat line in %q", out)
+		}
+		return fields[4]
+	}
+	agentGroup := strconv.Itoa(syscall.Getpgrp())
+	// Scripts (ChrootRunner) have always had their own group; kubeadm runs outside the chroot.
+	hosttest.WriteFile(t, root, "/usr/bin/kubeadm", "#!/bin/sh\ncat /proc/$$/stat\n", 0o755)
+	var kubeadm strings.Builder
+	if err := (&host.KubeadmRunner{Root: root}).Kubeadm(context.Background(), &kubeadm, "version"); err != nil {
+		t.Fatalf("%v: %s", err, kubeadm.String())
+	}
+	lines := strings.Split(strings.TrimSpace(kubeadm.String()), "\n")
+	if g := pgid(lines[len(lines)-1]); g == agentGroup {
+		t.Errorf("kubeadm runs in the agent's process group %s", g)
 	}
 }

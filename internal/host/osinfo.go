@@ -20,7 +20,7 @@ type OSInfo struct {
 }
 
 // DetectOS reads the OS from the files under a root.
-func DetectOS(f *FS) OSInfo {
+func DetectOS(f Files) OSInfo {
 	return detectOS(func(p string) ([]byte, bool) {
 		b, err := f.ReadFile(p)
 		if err != nil {

@@ -25,13 +25,12 @@ const (
 // LocalServiceLog is the local service table of nodeops-local nodes, under the host root.
 const LocalServiceLog = "/var/lib/nodeops-local/services.log"
 
-// NewServiceManager picks the service manager for a root: systemd over D-Bus when the host's systemd
-// socket is there (falling back to systemctl if the connection fails), systemctl, or the local table.
+// NewServiceManager picks the service manager of a real node's root: systemd over D-Bus when the
+// host's systemd socket is there (falling back to systemctl if the connection fails), or systemctl.
+// The local table comes with NewLocal, as it also records static pod restarts.
 func NewServiceManager(kind string, root string, runner Runner) (ServiceManager, error) {
 	fs := &FS{Root: root}
 	switch kind {
-	case ServiceManagerLocal:
-		return &LocalServices{Files: fs}, nil
 	case ServiceManagerSystemctl:
 		return &Systemctl{Runner: runner}, nil
 	case ServiceManagerSystemd:

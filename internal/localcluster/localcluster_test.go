@@ -190,7 +190,7 @@ func TestEmbeddedCRDs(t *testing.T) {
 			t.Errorf("%s: group %s scope %s", c.Name, c.Spec.Group, c.Spec.Scope)
 		}
 	}
-	for _, want := range []string{"nodeoperations.nodeops.io", "nodetasks.nodeops.io", "nodeprofiles.nodeops.io"} {
+	for _, want := range []string{"nodeoperations.nodeops.io", "nodetasks.nodeops.io", "nodeprofiles.nodeops.io", "clustertargets.nodeops.io"} {
 		if !names[want] {
 			t.Errorf("CRD %s not embedded (have %v)", want, names)
 		}

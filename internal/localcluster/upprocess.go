@@ -42,7 +42,9 @@ func StartUpProcess(bin string, args ...string) (*UpProcess, error) {
 		return nil, fmt.Errorf("starting nodeops-local: %w", err)
 	}
 	u := &UpProcess{cmd: cmd, exited: make(chan struct{}), ready: make(chan struct{})}
+	read := make(chan struct{})
 	go func() {
+		defer close(read)
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
 			line := sc.Text()
@@ -62,6 +64,8 @@ func StartUpProcess(bin string, args ...string) (*UpProcess, error) {
 	go func() {
 		u.waitErr = cmd.Wait()
 		_ = pw.Close()
+		// Exited only once everything printed is in Output, so an early exit's message is never lost.
+		<-read
 		close(u.exited)
 	}()
 	return u, nil
@@ -76,7 +80,7 @@ func (u *UpProcess) Ready(ctx context.Context) (string, error) {
 		defer u.mu.Unlock()
 		return u.kubeconfig, nil
 	case <-u.exited:
-		return "", fmt.Errorf("nodeops-local exited before it was ready (%v):\n%s", u.waitErr, u.Output())
+		return "", fmt.Errorf("nodeops-local exited before it was ready (%w):\n%s", u.waitErr, u.Output())
 	case <-ctx.Done():
 		return "", fmt.Errorf("nodeops-local was not ready: %w:\n%s", context.Cause(ctx), u.Output())
 	}

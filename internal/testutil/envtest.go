@@ -90,34 +90,7 @@ func containsAny(s string, subs []string) bool {
 // Start starts etcd and kube-apiserver from $KUBEBUILDER_ASSETS and installs the CRDs whose
 // file names contain one of crds ("nodeoperations", "nodetasks", ...), or all of them.
 func Start(crds ...string) (*Env, error) {
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		return nil, fmt.Errorf("KUBEBUILDER_ASSETS is not set: run `make test-unit`, or export KUBEBUILDER_ASSETS=/work/main/bin after `make tools`")
-	}
-	scheme, err := NewScheme()
-	if err != nil {
-		return nil, err
-	}
-	defs, err := CRDs(crds...)
-	if err != nil {
-		return nil, err
-	}
-	te := &envtest.Environment{
-		CRDInstallOptions:     envtest.CRDInstallOptions{CRDs: defs},
-		BinaryAssetsDirectory: assets,
-		Scheme:                scheme,
-	}
-	cfg, err := te.Start()
-	if err != nil {
-		return nil, fmt.Errorf("start envtest (etcd and kube-apiserver from %s): %w", assets, err)
-	}
-	cfg.QPS, cfg.Burst = 500, 1000
-	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		_ = te.Stop()
-		return nil, fmt.Errorf("client: %w", err)
-	}
-	return &Env{Config: cfg, Scheme: scheme, Client: c, env: te}, nil
+	return StartWith(Options{CRDs: crds})
 }
 
 // Stop stops the API server and etcd.

@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/taskpolicy"
 )
 
 // FakeAgent plays the node agent in controller tests: each call is one status write of one
@@ -43,7 +45,9 @@ func (a FakeAgent) Write(ctx context.Context, task string, mutate func(*v1alpha1
 
 // Begin records command i Running (the task Running with it): one write.
 func (a FakeAgent) Begin(ctx context.Context, task string, i int) error {
-	return a.Write(ctx, task, func(t *v1alpha1.NodeTask) { markRunning(t, i) })
+	return a.Write(ctx, task, func(t *v1alpha1.NodeTask) {
+		taskpolicy.Apply(&t.Status, &t.Spec, taskpolicy.Action{Kind: taskpolicy.ActStart, Index: i}, metav1.NowMicro())
+	})
 }
 
 // End records command i's result, merged with the next command's Running record or the task's
@@ -51,30 +55,18 @@ func (a FakeAgent) Begin(ctx context.Context, task string, i int) error {
 func (a FakeAgent) End(ctx context.Context, task string, i int, ok bool, message string) error {
 	return a.Write(ctx, task, func(t *v1alpha1.NodeTask) {
 		now := metav1.NowMicro()
-		ensureCommands(t)
-		c := &t.Status.Commands[i]
-		c.CompletionTime = &now
-		c.Message = message
-		code := int32(0)
+		o := taskpolicy.Outcome{Message: message}
 		if !ok {
-			code = 1
+			o.Err, o.ExitCode = errors.New(message), 1
 		}
-		c.ExitCode = &code
+		taskpolicy.ApplyResult(&t.Status, &t.Spec, i, o, now)
 		switch {
 		case !ok:
-			c.Phase = v1alpha1.CommandFailed
-			t.Status.Phase = v1alpha1.TaskFailed
-			t.Status.Reason = v1alpha1.ReasonCommandFailed
-			t.Status.Message = fmt.Sprintf("command %s failed: %s", c.Name, message)
 		case i+1 < len(t.Spec.Commands):
-			c.Phase = v1alpha1.CommandSucceeded
-			markRunning(t, i+1)
+			taskpolicy.Apply(&t.Status, &t.Spec, taskpolicy.Action{Kind: taskpolicy.ActStart, Index: i + 1}, now)
 		default:
-			c.Phase = v1alpha1.CommandSucceeded
-			t.Status.Phase = v1alpha1.TaskSucceeded
-			t.Status.CompletionTime = &now
+			taskpolicy.Apply(&t.Status, &t.Spec, taskpolicy.Action{Kind: taskpolicy.ActComplete}, now)
 		}
-		t.Status.Progress = progress(t)
 	})
 }
 
@@ -82,20 +74,16 @@ func (a FakeAgent) End(ctx context.Context, task string, i int, ok bool, message
 func (a FakeAgent) Succeed(ctx context.Context, task string) error {
 	return a.Write(ctx, task, func(t *v1alpha1.NodeTask) {
 		now := metav1.NowMicro()
-		ensureCommands(t)
-		for i := range t.Status.Commands {
-			c := &t.Status.Commands[i]
-			if c.Phase.Done() {
+		for i := range t.Spec.Commands {
+			if i < len(t.Status.Commands) && t.Status.Commands[i].Phase.Done() {
 				continue
 			}
-			if c.Attempt == 0 {
-				c.Attempt = 1
+			if i >= len(t.Status.Commands) || t.Status.Commands[i].Phase != v1alpha1.CommandRunning {
+				taskpolicy.Apply(&t.Status, &t.Spec, taskpolicy.Action{Kind: taskpolicy.ActStart, Index: i}, now)
 			}
-			c.Phase, c.CompletionTime = v1alpha1.CommandSucceeded, &now
+			taskpolicy.ApplyResult(&t.Status, &t.Spec, i, taskpolicy.Outcome{}, now)
 		}
-		t.Status.Phase = v1alpha1.TaskSucceeded
-		t.Status.CompletionTime = &now
-		t.Status.Progress = progress(t)
+		taskpolicy.Apply(&t.Status, &t.Spec, taskpolicy.Action{Kind: taskpolicy.ActComplete}, now)
 	})
 }
 
@@ -119,40 +107,13 @@ func (a FakeAgent) RunAll(ctx context.Context, task string) error {
 // Abort ends a task told to abort, as the agent does: one write.
 func (a FakeAgent) Abort(ctx context.Context, task string) error {
 	return a.Write(ctx, task, func(t *v1alpha1.NodeTask) {
-		now := metav1.NowMicro()
-		t.Status.Phase = v1alpha1.TaskAborted
-		t.Status.Reason = "Aborted"
-		t.Status.CompletionTime = &now
+		taskpolicy.Apply(&t.Status, &t.Spec, taskpolicy.Action{Kind: taskpolicy.ActAbort}, metav1.NowMicro())
 	})
 }
 
-func ensureCommands(t *v1alpha1.NodeTask) {
-	for len(t.Status.Commands) < len(t.Spec.Commands) {
-		i := len(t.Status.Commands)
-		t.Status.Commands = append(t.Status.Commands, v1alpha1.CommandStatus{Name: t.Spec.Commands[i].DisplayName(), Phase: v1alpha1.CommandPending})
-	}
-}
-
-func progress(t *v1alpha1.NodeTask) string {
-	n := 0
-	for _, c := range t.Status.Commands {
-		if c.Phase.Done() {
-			n++
-		}
-	}
-	return fmt.Sprintf("%d/%d", n, len(t.Spec.Commands))
-}
-
-func markRunning(t *v1alpha1.NodeTask, i int) {
-	now := metav1.NowMicro()
-	ensureCommands(t)
-	t.Status.Phase = v1alpha1.TaskRunning
-	if t.Status.StartTime == nil {
-		t.Status.StartTime = &now
-	}
-	t.Status.CurrentCommand = int32(i)
-	t.Status.Commands[i].Phase = v1alpha1.CommandRunning
-	t.Status.Commands[i].Attempt++
-	t.Status.Commands[i].StartTime = &now
-	t.Status.Progress = progress(t)
+// Recover acts on the task's spec.recoveryMode (retry or skip) as the agent does: one write.
+func (a FakeAgent) Recover(ctx context.Context, task string) error {
+	return a.Write(ctx, task, func(t *v1alpha1.NodeTask) {
+		t.Status, _, _ = taskpolicy.Recover(t, metav1.NowMicro())
+	})
 }

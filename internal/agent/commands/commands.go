@@ -1,5 +1,6 @@
 // Package commands runs one NodeTask command on its own node: each kind in its own file, each touching
-// only its node (its host root, its Node object and the pods on it).
+// only its node (its host root, its Node object and the pods on it). A kind declares itself on its API
+// type, its handler has one entry in Handlers, and TestEveryCommandKindIsComplete fails for a gap.
 package commands
 
 import (
@@ -7,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
@@ -19,7 +22,8 @@ import (
 type Env struct {
 	NodeName  string
 	Operation string
-	// DryRun: change nothing on the host or in the cluster; report what would be done.
+	// DryRun: change nothing on the host or in the cluster; report what would be done. Run gives
+	// handlers a Host and Client that do so, so handlers need not ask.
 	DryRun bool
 	Host   *host.Host
 	// Client reads and writes the cluster directly (no cache): the node, its pods, evictions.
@@ -31,6 +35,45 @@ type Env struct {
 	Arch string
 	// Poll is how often waiting commands look again; 2s when zero.
 	Poll time.Duration
+	// AgentPod is the agent's own pod, which drain never evicts; empty when the agent runs outside a pod.
+	AgentPod types.NamespacedName
+	// DownloadIdleTimeout fails a download whose server sends nothing for this long; zero for
+	// DefaultDownloadIdleTimeout.
+	DownloadIdleTimeout time.Duration
+
+	// acting is the Host that really changes things, set in a DryRun for kubeadm's own dry run,
+	// which leaves files behind that must really be removed.
+	acting *host.Host
+}
+
+// forRun is the Env a handler gets: in a DryRun its host reports changes instead of making them and
+// its cluster writes are server-side dry runs.
+func (e *Env) forRun() *Env {
+	if !e.DryRun {
+		return e
+	}
+	d := *e
+	d.acting = e.Host
+	d.Host = e.Host.DryRun(e.out())
+	if e.Client != nil {
+		d.Client = client.NewDryRunClient(e.Client)
+	}
+	return &d
+}
+
+// actingFiles are the host's files as they really are, even in a DryRun.
+func (e *Env) actingFiles() host.Files {
+	if e.acting != nil {
+		return e.acting.Files
+	}
+	return e.Host.Files
+}
+
+func (e *Env) out() io.Writer {
+	if e.Out != nil {
+		return e.Out
+	}
+	return io.Discard
 }
 
 func (e *Env) poll() time.Duration {
@@ -52,53 +95,69 @@ type Result struct {
 	Certificates []v1alpha1.CertificateExpiry
 }
 
-// Run runs one command. An error fails the command; host.ExitCode(err) is its exit code.
-func Run(ctx context.Context, env *Env, c *v1alpha1.Command) (Result, error) {
-	switch {
-	case c.Script != nil:
-		return runScript(ctx, env, c.Script)
-	case c.Wait != nil:
-		return runWait(ctx, env, c.Wait)
-	case c.Cordon != nil:
-		return runCordon(ctx, env)
-	case c.Uncordon != nil:
-		return runUncordon(ctx, env)
-	case c.Drain != nil:
-		return runDrain(ctx, env, c.Drain)
-	case c.WaitNodeReady != nil:
-		return runWaitNodeReady(ctx, env, c.WaitNodeReady)
-	case c.InstallFile != nil:
-		return runInstallFile(ctx, env, c.InstallFile)
-	case c.ContainerdRuntime != nil:
-		return runContainerdRuntime(ctx, env, c.ContainerdRuntime)
-	case c.RestartService != nil:
-		return runRestartService(ctx, env, c.RestartService)
-	case c.InstallBinaries != nil:
-		return runInstallBinaries(ctx, env, c.InstallBinaries)
-	case c.Preflight != nil:
-		return runPreflight(ctx, env, c.Preflight)
-	case c.KubeadmUpgradePlan != nil:
-		return runKubeadmUpgradePlan(ctx, env, c.KubeadmUpgradePlan)
-	case c.KubeadmUpgradeApply != nil:
-		return runKubeadmUpgradeApply(ctx, env, c.KubeadmUpgradeApply)
-	case c.KubeadmUpgradeNode != nil:
-		return runKubeadmUpgradeNode(ctx, env, c.KubeadmUpgradeNode)
-	case c.KubeadmRenewCertificates != nil:
-		return runKubeadmRenewCertificates(ctx, env, c.KubeadmRenewCertificates)
-	case c.RestartStaticPods != nil:
-		return runRestartStaticPods(ctx, env, c.RestartStaticPods)
-	}
-	return Result{}, fmt.Errorf("command %q has no kind this agent knows", c.DisplayName())
+// Handler runs one command of one kind; spec is that kind's own type, such as *v1alpha1.ScriptCommand.
+type Handler func(ctx context.Context, env *Env, spec v1alpha1.CommandKind) (Result, error)
+
+// Handlers is the one table from command kind to the code that runs it. A test walks Command's
+// fields and fails for a kind missing here.
+func Handlers() map[string]Handler {
+	return byKind(
+		handle(runKubeadmUpgradeApply),
+		handle(runKubeadmUpgradeNode),
+		handle(runKubeadmUpgradePlan),
+		handle(runKubeadmRenewCertificates),
+		handle(runRestartStaticPods),
+		handle(runInstallBinaries),
+		handle(runRestartService),
+		handle(runCordon),
+		handle(runDrain),
+		handle(runUncordon),
+		handle(runWaitNodeReady),
+		handle(runPreflight),
+		handle(runInstallFile),
+		handle(runContainerdRuntime),
+		handle(runScript),
+		handle(runWait),
+	)
 }
 
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+type entry struct {
+	kind string
+	run  Handler
+}
+
+// handle files run under its kind's name, taken from the kind's type so the two cannot disagree.
+func handle[T any, P interface {
+	*T
+	v1alpha1.CommandKind
+}](run func(context.Context, *Env, P) (Result, error)) entry {
+	return entry{kind: P(new(T)).KindName(), run: func(ctx context.Context, env *Env, spec v1alpha1.CommandKind) (Result, error) {
+		return run(ctx, env, spec.(P))
+	}}
+}
+
+func byKind(entries ...entry) map[string]Handler {
+	m := make(map[string]Handler, len(entries))
+	for _, e := range entries {
+		m[e.kind] = e.run
 	}
+	return m
+}
+
+// Run runs one command. An error fails the command; host.ExitCode(err) is its exit code.
+func Run(ctx context.Context, env *Env, c *v1alpha1.Command) (Result, error) {
+	spec := c.Spec()
+	if spec == nil {
+		return Result{}, fmt.Errorf("command %q sets no command kind", c.DisplayName())
+	}
+	run, ok := Handlers()[spec.KindName()]
+	if !ok {
+		return Result{}, fmt.Errorf("command %q is of kind %s, which this agent has no handler for", c.DisplayName(), spec.KindName())
+	}
+	res, err := run(ctx, env.forRun(), spec)
+	// Like kubectl's "(dry run)": the same message, marked, so it is never taken for a change made.
+	if env.DryRun && res.Message != "" && !strings.HasPrefix(res.Message, "dry run") {
+		res.Message = "dry run: " + res.Message
+	}
+	return res, err
 }

@@ -9,12 +9,14 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/host"
@@ -24,12 +26,8 @@ import (
 func localEnv(t *testing.T, files map[string]string, dryRun bool) (*Env, string, *bytes.Buffer) {
 	t.Helper()
 	root := hosttest.NewRoot(t, files)
-	sm, err := host.NewServiceManager(host.ServiceManagerLocal, root, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := &bytes.Buffer{}
-	return &Env{NodeName: "node-a", Operation: "op", DryRun: dryRun, Host: host.New(root, sm, true), Out: out, Arch: "amd64", Poll: 10 * time.Millisecond}, root, out
+	return &Env{NodeName: "node-a", Operation: "op", DryRun: dryRun, Host: host.NewLocal(root), Out: out, Arch: "amd64", Poll: 10 * time.Millisecond}, root, out
 }
 
 func sum(s string) string {
@@ -261,6 +259,7 @@ func TestPlanDrain(t *testing.T) {
 		pod("ds", func(p *corev1.Pod) { p.OwnerReferences = ctrl("DaemonSet") }),
 		pod("mirror", func(p *corev1.Pod) { p.Annotations = map[string]string{mirrorPodAnnotation: "h"} }),
 		pod("cache", func(p *corev1.Pod) {
+			p.OwnerReferences = ctrl("ReplicaSet")
 			p.Spec.Volumes = []corev1.Volume{{Name: "c", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
 		}),
 	}
@@ -270,8 +269,19 @@ func TestPlanDrain(t *testing.T) {
 		}
 		return out
 	}
+	agentPod := types.NamespacedName{Namespace: "ns", Name: "agent"}
+	withAgents := append(slices.Clone(pods),
+		pod("agent", func(p *corev1.Pod) { p.OwnerReferences = ctrl("Job") }),
+		pod("agent-2", func(p *corev1.Pod) {
+			p.OwnerReferences = ctrl("Job")
+			p.Labels = map[string]string{"app.kubernetes.io/name": "nodeops-agent"}
+		}),
+		pod("bare", nil),
+		pod("bare-done", func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }),
+	)
 	tests := []struct {
 		name        string
+		pods        []corev1.Pod
 		d           v1alpha1.DrainCommand
 		evict       string
 		left, refus int
@@ -280,10 +290,17 @@ func TestPlanDrain(t *testing.T) {
 		{name: "emptyDir data deleted when asked", d: v1alpha1.DrainCommand{DeleteEmptyDirData: true}, evict: "web,cache", left: 2},
 		{name: "DaemonSet refused when not ignored", d: v1alpha1.DrainCommand{IgnoreDaemonSets: &no, DeleteEmptyDirData: true}, evict: "web,cache", left: 1, refus: 1},
 		{name: "pod selector", d: v1alpha1.DrainCommand{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}, evict: "web"},
+		// docs/design.md, safety rule 6.
+		{name: "agents left, a pod without a controller refused", pods: withAgents, d: v1alpha1.DrainCommand{DeleteEmptyDirData: true}, evict: "web,cache,bare-done", left: 4, refus: 1},
+		{name: "a pod without a controller evicted with force", pods: withAgents, d: v1alpha1.DrainCommand{DeleteEmptyDirData: true, Force: true}, evict: "web,cache,bare,bare-done", left: 4},
+		{name: "force does not evict emptyDir data", pods: withAgents, d: v1alpha1.DrainCommand{Force: true}, evict: "web,bare,bare-done", left: 4, refus: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := planDrain(pods, &tt.d)
+			if tt.pods == nil {
+				tt.pods = pods
+			}
+			p, err := planDrain(tt.pods, &tt.d, agentPod)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -387,13 +404,14 @@ func TestRemoveDryRunLeftovers(t *testing.T) {
 		}
 	}
 	t.Run("directory made by the run", func(t *testing.T) {
-		dir := filepath.Join(t.TempDir(), "tmp")
-		before, existed, err := dirNames(dir)
+		files := &host.FS{Root: t.TempDir()}
+		dir := filepath.Join(files.Root, "tmp")
+		before, existed, err := dirNames(files, "/tmp")
 		if err != nil || existed {
 			t.Fatalf("dirNames of a missing dir: %v, %v", existed, err)
 		}
 		write(t, filepath.Join(dir, "kubeadm-upgrade-node-dryrun123/tmp/config.yaml"))
-		removed, err := removeDryRunLeftovers(dir, before, existed)
+		removed, err := removeDryRunLeftovers(files, "/tmp", before, existed)
 		if err != nil || len(removed) != 1 {
 			t.Fatalf("removed %v, %v", removed, err)
 		}
@@ -402,20 +420,21 @@ func TestRemoveDryRunLeftovers(t *testing.T) {
 		}
 	})
 	t.Run("existing directory keeps what was there and what is not kubeadm's dry run", func(t *testing.T) {
-		dir := filepath.Join(t.TempDir(), "tmp")
+		files := &host.FS{Root: t.TempDir()}
+		dir := filepath.Join(files.Root, "tmp")
 		write(t, filepath.Join(dir, "kubeadm-backup-manifests-1/etcd.yaml"))
 		write(t, filepath.Join(dir, "kubeadm-upgrade-apply-dryrun1/config.yaml"))
-		before, existed, err := dirNames(dir)
+		before, existed, err := dirNames(files, "/tmp")
 		if err != nil || !existed {
 			t.Fatal(existed, err)
 		}
 		write(t, filepath.Join(dir, "kubeadm-upgrade-apply-dryrun2/config.yaml"))
 		write(t, filepath.Join(dir, "someone-else"))
-		removed, err := removeDryRunLeftovers(dir, before, existed)
+		removed, err := removeDryRunLeftovers(files, "/tmp", before, existed)
 		if err != nil || len(removed) != 1 || removed[0] != "kubeadm-upgrade-apply-dryrun2" {
 			t.Fatalf("removed %v, %v", removed, err)
 		}
-		now, _, _ := dirNames(dir)
+		now, _, _ := dirNames(files, "/tmp")
 		if len(now) != 3 || !now["kubeadm-backup-manifests-1"] || !now["kubeadm-upgrade-apply-dryrun1"] || !now["someone-else"] {
 			t.Errorf("left %v", now)
 		}

@@ -30,12 +30,6 @@ func runContainerdRuntime(ctx context.Context, env *Env, c *v1alpha1.ContainerdR
 	if c.Remove {
 		verb = "removed from"
 	}
-	switch {
-	case env.DryRun && edit.Changed:
-		return Result{Message: fmt.Sprintf("dry run: runtime %s would be %s %s (version %d)", c.Name, verb, path, edit.Version)}, nil
-	case env.DryRun:
-		return Result{Message: fmt.Sprintf("dry run: %s already as wanted", path)}, nil
-	}
 	if edit.Changed {
 		mode := fs.FileMode(0o644)
 		if fi, err := env.Host.Files.Stat(path); err == nil {

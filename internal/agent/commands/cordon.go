@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
 )
 
 // AnnotationWasUnschedulable remembers, from cordon to uncordon, whether the node was already
@@ -63,24 +65,17 @@ func patchNodeOnce(ctx context.Context, env *Env, verb string, change func(*core
 	if next == nil {
 		return Result{Message: fmt.Sprintf("node %s already %s", env.NodeName, verb)}, nil
 	}
-	opts := []client.PatchOption{}
-	if env.DryRun {
-		opts = append(opts, client.DryRunAll)
-	}
 	// The resourceVersion in the patch makes it fail rather than overwrite a concurrent change.
-	if err := env.Client.Patch(ctx, next, client.MergeFromWithOptions(node, client.MergeFromWithOptimisticLock{}), opts...); err != nil {
+	if err := env.Client.Patch(ctx, next, client.MergeFromWithOptions(node, client.MergeFromWithOptimisticLock{})); err != nil {
 		return Result{}, fmt.Errorf("patching node %s: %w", env.NodeName, err)
-	}
-	if env.DryRun {
-		return Result{Message: fmt.Sprintf("dry run: node %s would be %s", env.NodeName, verb)}, nil
 	}
 	return Result{Message: fmt.Sprintf("node %s %s (unschedulable=%t)", env.NodeName, verb, next.Spec.Unschedulable)}, nil
 }
 
-func runCordon(ctx context.Context, env *Env) (Result, error) {
+func runCordon(ctx context.Context, env *Env, _ *v1alpha1.CordonCommand) (Result, error) {
 	return patchNode(ctx, env, "cordoned", cordonPatch)
 }
 
-func runUncordon(ctx context.Context, env *Env) (Result, error) {
+func runUncordon(ctx context.Context, env *Env, _ *v1alpha1.UncordonCommand) (Result, error) {
 	return patchNode(ctx, env, "uncordoned", uncordonPatch)
 }

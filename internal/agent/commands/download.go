@@ -4,38 +4,137 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
-	"os"
 	"strings"
+	"time"
 )
 
 // maxDownload bounds one download (Kubernetes binaries are about 100 MiB).
 const maxDownload = 1 << 30
 
-func httpClient(env *Env) *http.Client {
-	if env.HTTP != nil {
-		return env.HTTP
+// Bounds on each stage of a download (docs/design.md, safety rule 12): the command's timeout bounds
+// the whole, these fail a stuck connection long before it, naming the stage.
+const (
+	dialTimeout           = 30 * time.Second
+	tlsHandshakeTimeout   = 30 * time.Second
+	responseHeaderTimeout = time.Minute
+	// DefaultDownloadIdleTimeout fails a download whose server sends nothing for this long.
+	DefaultDownloadIdleTimeout = 30 * time.Second
+)
+
+// NewHTTPClient is the agent's client for downloads: bounded connect, TLS handshake and response
+// header waits (the body's idle wait is get's), proxies from the environment, and no redirect from
+// https to http.
+func NewHTTPClient() *http.Client {
+	return &http.Client{
+		Transport: &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+			ForceAttemptHTTP2:     true,
+			TLSHandshakeTimeout:   tlsHandshakeTimeout,
+			ResponseHeaderTimeout: responseHeaderTimeout,
+			ExpectContinueTimeout: time.Second,
+			IdleConnTimeout:       90 * time.Second,
+			MaxIdleConns:          16,
+		},
+		CheckRedirect: noDowngrade(nil),
 	}
-	return http.DefaultClient
 }
 
+// noDowngrade refuses a redirect from https to http (a checksum would catch a changed file, but
+// a .sha256 fetched the same way would not), then asks next, or Go's default of 10 redirects.
+func noDowngrade(next func(*http.Request, []*http.Request) error) func(*http.Request, []*http.Request) error {
+	return func(req *http.Request, via []*http.Request) error {
+		if len(via) > 0 && via[len(via)-1].URL.Scheme == "https" && req.URL.Scheme != "https" {
+			return fmt.Errorf("refusing the redirect from https to %s (%s)", req.URL.Scheme, req.URL.Redacted())
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
+}
+
+func httpClient(env *Env) *http.Client {
+	var c http.Client
+	if env.HTTP != nil {
+		c = *env.HTTP
+	} else {
+		c = *NewHTTPClient() // the agent passes its own; this serves tests and tools
+	}
+	// Whichever client the agent was given, https is never carried on over http.
+	c.CheckRedirect = noDowngrade(c.CheckRedirect)
+	return &c
+}
+
+// errIdle is the cause of a download's cancellation by its idle timer.
+type errIdle struct{ after time.Duration }
+
+func (e errIdle) Error() string { return fmt.Sprintf("no data for %s", e.after) }
+
 func get(ctx context.Context, env *Env, url string) (io.ReadCloser, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
+		cancel(nil)
 		return nil, fmt.Errorf("downloading %s: %w", url, err)
 	}
 	resp, err := httpClient(env).Do(req)
 	if err != nil {
+		cancel(nil)
 		return nil, fmt.Errorf("downloading %s: %w", url, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		_ = resp.Body.Close()
+		cancel(nil)
 		return nil, fmt.Errorf("downloading %s: HTTP %s", url, resp.Status)
 	}
-	return resp.Body, nil
+	idle := env.DownloadIdleTimeout
+	if idle <= 0 {
+		idle = DefaultDownloadIdleTimeout
+	}
+	b := &idleBody{body: resp.Body, ctx: ctx, cancel: cancel, idle: idle}
+	b.timer = time.AfterFunc(idle, func() { cancel(errIdle{idle}) })
+	return b, nil
+}
+
+// idleBody is a response body that cancels its request when no byte arrives for idle; its reads then
+// fail with errIdle.
+type idleBody struct {
+	body   io.ReadCloser
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	idle   time.Duration
+	timer  *time.Timer
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	n, err := b.body.Read(p)
+	if n > 0 {
+		b.timer.Reset(b.idle)
+	}
+	if err != nil && !errors.Is(err, io.EOF) {
+		var idle errIdle
+		if errors.As(context.Cause(b.ctx), &idle) {
+			return n, idle
+		}
+	}
+	return n, err // io.EOF must stay io.EOF; the caller names the URL
+}
+
+func (b *idleBody) Close() error {
+	b.timer.Stop()
+	err := b.body.Close()
+	b.cancel(nil)
+	return err
 }
 
 // fetchSHA256 reads a .sha256 file: the hex digest, optionally followed by a file name.
@@ -58,7 +157,7 @@ func fetchSHA256(ctx context.Context, env *Env, url string) (string, error) {
 
 // installVerified downloads url and, only when its sha256 is want, moves it into place at host path p
 // atomically. On a mismatch the temporary file is dropped and p is left as it was. In DryRun the
-// download is verified and nothing is written.
+// download is verified all the same and the host's files keep none of it.
 func installVerified(ctx context.Context, env *Env, url, want, p string, mode fs.FileMode) error {
 	body, err := get(ctx, env, url)
 	if err != nil {
@@ -66,12 +165,6 @@ func installVerified(ctx context.Context, env *Env, url, want, p string, mode fs
 	}
 	defer func() { _ = body.Close() }()
 	h := sha256.New()
-	if env.DryRun {
-		if _, err := io.Copy(h, io.LimitReader(body, maxDownload)); err != nil {
-			return fmt.Errorf("downloading %s: %w", url, err)
-		}
-		return checkSum(url, p, want, h.Sum(nil))
-	}
 	tmp, err := env.Host.Files.CreateTemp(p)
 	if err != nil {
 		return err
@@ -96,11 +189,7 @@ func checkSum(url, p, want string, got []byte) error {
 
 // fileSHA256 is the digest of host path p, "" when it cannot be read.
 func fileSHA256(env *Env, p string) string {
-	real, err := env.Host.Files.Path(p)
-	if err != nil {
-		return ""
-	}
-	f, err := os.Open(real)
+	f, err := env.Host.Files.Open(p)
 	if err != nil {
 		return ""
 	}

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/clock"
 )
 
 const (
@@ -25,17 +26,22 @@ const (
 	mirrorPodAnnotation = "kubernetes.io/config.mirror"
 )
 
+// agentLabel marks the agent's pods (DaemonSet and Jobs), which a drain leaves: evicting an agent
+// would stop the task that drains, and in Job mode nothing else would spare it.
+var agentLabel = labels.Set{"app.kubernetes.io/name": "nodeops-agent"}
+
 // drainPlan is which of a node's pods a drain evicts and why it leaves or refuses the others.
 type drainPlan struct {
 	Evict []corev1.Pod
-	// Left are pods a drain never evicts (mirror and, when ignored, DaemonSet pods), as "ns/name (why)".
+	// Left are pods a drain never evicts (mirror, the agent's, and, when ignored, DaemonSet pods), as "ns/name (why)".
 	Left []string
-	// Refused are pods that stop the drain before it starts, as "ns/name (why)".
+	// Refused are pods that stop the drain before it starts, as "refusing to evict ns/name (why)".
 	Refused []string
 }
 
-// planDrain sorts a node's pods; it is pure.
-func planDrain(pods []corev1.Pod, d *v1alpha1.DrainCommand) (drainPlan, error) {
+// planDrain sorts a node's pods as kubectl drain does (docs/design.md, safety rule 6); it is pure.
+// agentPod is the agent's own pod, if it runs in one.
+func planDrain(pods []corev1.Pod, d *v1alpha1.DrainCommand, agentPod types.NamespacedName) (drainPlan, error) {
 	sel := labels.Everything()
 	if d.PodSelector != nil {
 		s, err := metav1.LabelSelectorAsSelector(d.PodSelector)
@@ -44,6 +50,7 @@ func planDrain(pods []corev1.Pod, d *v1alpha1.DrainCommand) (drainPlan, error) {
 		}
 		sel = s
 	}
+	agents := labels.SelectorFromSet(agentLabel)
 	ignoreDS := d.IgnoreDaemonSets == nil || *d.IgnoreDaemonSets
 	var p drainPlan
 	for _, pod := range pods {
@@ -51,6 +58,10 @@ func planDrain(pods []corev1.Pod, d *v1alpha1.DrainCommand) (drainPlan, error) {
 		switch {
 		case !sel.Matches(labels.Set(pod.Labels)):
 			continue
+		case agentPod.Name != "" && pod.Name == agentPod.Name && pod.Namespace == agentPod.Namespace:
+			p.Left = append(p.Left, name+" (the agent's own pod)")
+		case agents.Matches(labels.Set(pod.Labels)):
+			p.Left = append(p.Left, name+" (a nodeops agent)")
 		case pod.DeletionTimestamp != nil:
 			// Already going; the drain waits for it.
 			p.Evict = append(p.Evict, pod)
@@ -60,13 +71,23 @@ func planDrain(pods []corev1.Pod, d *v1alpha1.DrainCommand) (drainPlan, error) {
 			if ignoreDS {
 				p.Left = append(p.Left, name+" (DaemonSet)")
 			} else {
-				p.Refused = append(p.Refused, name+" (DaemonSet-managed; set ignoreDaemonSets)")
+				p.Refused = append(p.Refused, "refusing to evict "+name+" (DaemonSet-managed; set ignoreDaemonSets: true to leave it)")
 			}
 		case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
+			// Finished: nothing is lost, as kubectl drain has it.
 			p.Evict = append(p.Evict, pod)
-		case hasEmptyDir(&pod) && !d.DeleteEmptyDirData:
-			p.Refused = append(p.Refused, name+" (uses emptyDir; set deleteEmptyDirData)")
 		default:
+			var why []string
+			if metav1.GetControllerOf(&pod) == nil && !d.Force {
+				why = append(why, "no controller; set force: true to evict it, it will not come back")
+			}
+			if hasEmptyDir(&pod) && !d.DeleteEmptyDirData {
+				why = append(why, "uses emptyDir; set deleteEmptyDirData: true to evict it, its emptyDir data will be lost")
+			}
+			if len(why) > 0 {
+				p.Refused = append(p.Refused, "refusing to evict "+name+" ("+strings.Join(why, "; ")+")")
+				continue
+			}
 			p.Evict = append(p.Evict, pod)
 		}
 	}
@@ -89,7 +110,7 @@ func hasEmptyDir(pod *corev1.Pod) bool {
 
 // runDrain evicts the node's pods through the Eviction API. An eviction a PodDisruptionBudget refuses
 // (429) is tried again until the timeout; then the drain fails naming the pod and the budget.
-// In DryRun the evictions are server-side dry runs and nothing is waited for.
+// In DryRun the evictions are server-side dry runs (Env's client) and nothing is waited for.
 func runDrain(ctx context.Context, env *Env, d *v1alpha1.DrainCommand) (Result, error) {
 	timeout := defaultDrainTimeout
 	if d.Timeout != nil && d.Timeout.Duration > 0 {
@@ -102,7 +123,7 @@ func runDrain(ctx context.Context, env *Env, d *v1alpha1.DrainCommand) (Result, 
 	if err := env.Client.List(ctx, pods, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", env.NodeName)}); err != nil {
 		return Result{}, fmt.Errorf("listing the pods of node %s: %w", env.NodeName, err)
 	}
-	plan, err := planDrain(pods.Items, d)
+	plan, err := planDrain(pods.Items, d, env.AgentPod)
 	if err != nil {
 		return Result{}, err
 	}
@@ -110,7 +131,7 @@ func runDrain(ctx context.Context, env *Env, d *v1alpha1.DrainCommand) (Result, 
 		env.printf("leaving %s\n", l)
 	}
 	if len(plan.Refused) > 0 {
-		return Result{}, fmt.Errorf("cannot drain node %s: %s", env.NodeName, strings.Join(plan.Refused, ", "))
+		return Result{}, fmt.Errorf("cannot drain node %s: %s", env.NodeName, strings.Join(plan.Refused, "; "))
 	}
 
 	pending := map[types.UID]corev1.Pod{}
@@ -142,23 +163,20 @@ func runDrain(ctx context.Context, env *Env, d *v1alpha1.DrainCommand) (Result, 
 				return Result{}, fmt.Errorf("evicting pod %s/%s: %w", pod.Namespace, pod.Name, err)
 			}
 		}
-		if env.DryRun && len(blocked) == 0 {
-			break
-		}
-		if !env.DryRun {
-			if err := forgetGone(ctx, env, pending, evicted); err != nil {
-				return Result{}, err
+		// A dry-run eviction leaves its pod in place: nothing goes away to wait for, only refusals to retry.
+		if env.DryRun {
+			if len(blocked) == 0 {
+				break
 			}
+		} else if err := forgetGone(ctx, env, pending, evicted); err != nil {
+			return Result{}, err
 		}
 		if len(pending) == 0 {
 			break
 		}
-		if err := sleep(ctx, env.poll()); err != nil {
+		if err := clock.Sleep(ctx, env.poll()); err != nil {
 			return Result{}, drainTimeoutError(env.NodeName, timeout, pending, blocked)
 		}
-	}
-	if env.DryRun {
-		return Result{Message: fmt.Sprintf("dry run: %d pods of node %s would be evicted, %d left", len(plan.Evict), env.NodeName, len(plan.Left))}, nil
 	}
 	return Result{Message: fmt.Sprintf("drained node %s: %d pods evicted, %d left", env.NodeName, len(plan.Evict), len(plan.Left))}, nil
 }
@@ -174,12 +192,8 @@ func evict(ctx context.Context, env *Env, pod *corev1.Pod, grace *int64) error {
 		ObjectMeta:    metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
 		DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: grace, Preconditions: &metav1.Preconditions{UID: &pod.UID}},
 	}
-	var opts []client.SubResourceCreateOption
-	if env.DryRun {
-		ev.DeleteOptions.DryRun = []string{metav1.DryRunAll}
-		opts = append(opts, client.DryRunAll)
-	}
-	return env.Client.SubResource("eviction").Create(ctx, pod, ev, opts...)
+	// In DryRun the client makes this a server-side dry run; the server carries that into the eviction.
+	return env.Client.SubResource("eviction").Create(ctx, pod, ev)
 }
 
 // forgetGone drops from pending the pods that no longer exist (or were replaced under the same name).

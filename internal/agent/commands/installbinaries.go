@@ -38,19 +38,14 @@ func runInstallBinaries(ctx context.Context, env *Env, b *v1alpha1.InstallBinari
 			done = append(done, name+" (already current)")
 			continue
 		}
-		if !env.DryRun {
-			if err := env.Host.Files.KeepPrevious(dest, dest+PrevSuffix); err != nil {
-				return Result{}, err
-			}
+		if err := env.Host.Files.KeepPrevious(dest, dest+PrevSuffix); err != nil {
+			return Result{}, err
 		}
 		if err := installVerified(ctx, env, url, sum, dest, 0o755); err != nil {
 			return Result{}, err
 		}
 		env.printf("installed %s from %s (sha256 %s)\n", dest, url, sum)
 		done = append(done, name)
-	}
-	if env.DryRun {
-		return Result{Message: fmt.Sprintf("dry run: %s %s verified, nothing installed", strings.Join(b.Components, ", "), b.Version)}, nil
 	}
 	return Result{Message: fmt.Sprintf("installed %s %s", strings.Join(done, ", "), b.Version)}, nil
 }

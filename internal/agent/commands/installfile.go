@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
-	"os"
 	"strconv"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
@@ -23,9 +22,6 @@ func parseMode(s string, def fs.FileMode) (fs.FileMode, error) {
 
 func runInstallFile(ctx context.Context, env *Env, f *v1alpha1.InstallFileCommand) (Result, error) {
 	if f.Remove {
-		if env.DryRun {
-			return Result{Message: fmt.Sprintf("dry run: %s would be removed", f.Path)}, nil
-		}
 		if err := env.Host.Files.Remove(f.Path); err != nil {
 			return Result{}, err
 		}
@@ -39,19 +35,13 @@ func runInstallFile(ctx context.Context, env *Env, f *v1alpha1.InstallFileComman
 		return Result{}, err
 	}
 	if fileSHA256(env, f.Path) == f.SHA256 {
-		if !env.DryRun {
-			real, _ := env.Host.Files.Path(f.Path)
-			if err := os.Chmod(real, mode); err != nil {
-				return Result{}, fmt.Errorf("setting the mode of %s: %w", f.Path, err)
-			}
+		if err := env.Host.Files.Chmod(f.Path, mode); err != nil {
+			return Result{}, err
 		}
 		return Result{Message: fmt.Sprintf("%s already has sha256 %s", f.Path, f.SHA256)}, nil
 	}
 	if err := installVerified(ctx, env, f.URL, f.SHA256, f.Path, mode); err != nil {
 		return Result{}, err
-	}
-	if env.DryRun {
-		return Result{Message: fmt.Sprintf("dry run: %s verified (sha256 %s); would be installed at %s mode %04o", f.URL, f.SHA256, f.Path, mode)}, nil
 	}
 	env.printf("installed %s at %s mode %04o\n", f.URL, f.Path, mode)
 	return Result{Message: fmt.Sprintf("installed %s (sha256 %s)", f.Path, f.SHA256)}, nil

@@ -8,14 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
+	"io/fs"
 	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/host"
 )
 
 func ignorePreflight(errs []string) []string {
@@ -34,28 +34,26 @@ func kubeadm(ctx context.Context, env *Env, args ...string) error {
 const kubeadmTmp = "/etc/kubernetes/tmp"
 
 // kubeadmDryRun runs kubeadm with --dry-run, then removes what that run left in kubeadmTmp, so
-// that a DryRun leaves the host as it found it.
+// that a DryRun leaves the host as it found it. kubeadm really wrote those files, so they are
+// removed from the acting host's files, not the reporting ones.
 func kubeadmDryRun(ctx context.Context, env *Env, args ...string) error {
-	dir, err := env.Host.Files.Path(kubeadmTmp)
-	if err != nil {
-		return err
-	}
-	before, existed, err := dirNames(dir)
+	files := env.actingFiles()
+	before, existed, err := dirNames(files, kubeadmTmp)
 	if err != nil {
 		return err
 	}
 	runErr := kubeadm(ctx, env, append(args, "--dry-run")...)
-	removed, cleanErr := removeDryRunLeftovers(dir, before, existed)
+	removed, cleanErr := removeDryRunLeftovers(files, kubeadmTmp, before, existed)
 	for _, r := range removed {
 		env.printf("removed kubeadm's dry-run files %s/%s\n", kubeadmTmp, r)
 	}
 	return errors.Join(runErr, cleanErr)
 }
 
-// dirNames lists dir's entries; a missing dir is empty and not an error.
-func dirNames(dir string) (map[string]bool, bool, error) {
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
+// dirNames lists host directory dir's entries; a missing dir is empty and not an error.
+func dirNames(files host.Files, dir string) (map[string]bool, bool, error) {
+	entries, err := files.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
 		return map[string]bool{}, false, nil
 	}
 	if err != nil {
@@ -68,10 +66,10 @@ func dirNames(dir string) (map[string]bool, bool, error) {
 	return names, true, nil
 }
 
-// removeDryRunLeftovers removes the kubeadm-*dryrun* entries of dir that are not in before, and dir
-// itself when it did not exist before and is empty now. It returns the names it removed.
-func removeDryRunLeftovers(dir string, before map[string]bool, existed bool) ([]string, error) {
-	now, _, err := dirNames(dir)
+// removeDryRunLeftovers removes the kubeadm-*dryrun* entries of host directory dir that are not in
+// before, and dir itself when it did not exist before and is empty now. It returns the names it removed.
+func removeDryRunLeftovers(files host.Files, dir string, before map[string]bool, existed bool) ([]string, error) {
+	now, _, err := dirNames(files, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -80,14 +78,14 @@ func removeDryRunLeftovers(dir string, before map[string]bool, existed bool) ([]
 		if before[name] || !strings.HasPrefix(name, "kubeadm-") || !strings.Contains(name, "dryrun") {
 			continue
 		}
-		if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
+		if err := files.RemoveAll(dir + "/" + name); err != nil {
 			return removed, fmt.Errorf("removing kubeadm's dry-run files %s: %w", name, err)
 		}
 		removed = append(removed, name)
 	}
 	if !existed && len(now) == len(removed) {
-		if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return removed, fmt.Errorf("removing %s: %w", dir, err)
+		if err := files.Remove(dir); err != nil {
+			return removed, err
 		}
 	}
 	return removed, nil
@@ -102,7 +100,8 @@ func runKubeadmUpgradePlan(ctx context.Context, env *Env, c *v1alpha1.KubeadmUpg
 	return Result{Message: fmt.Sprintf("kubeadm upgrade plan %s passed", c.KubernetesVersion)}, nil
 }
 
-// runUpgrade runs a kubeadm upgrade command, in its dry-run form in DryRun.
+// runUpgrade runs a kubeadm upgrade command, in its dry-run form in DryRun: one of the two places
+// where a DryRun is a different real invocation rather than a side effect left out.
 func runUpgrade(ctx context.Context, env *Env, args []string) error {
 	if env.DryRun {
 		return kubeadmDryRun(ctx, env, args...)
@@ -115,7 +114,7 @@ func runKubeadmUpgradeApply(ctx context.Context, env *Env, c *v1alpha1.KubeadmUp
 	if err := runUpgrade(ctx, env, args); err != nil {
 		return Result{}, err
 	}
-	return Result{Message: dryRunPrefix(env) + fmt.Sprintf("kubeadm upgrade apply %s succeeded", c.KubernetesVersion)}, nil
+	return Result{Message: fmt.Sprintf("kubeadm upgrade apply %s succeeded", c.KubernetesVersion)}, nil
 }
 
 func runKubeadmUpgradeNode(ctx context.Context, env *Env, c *v1alpha1.KubeadmUpgradeNodeCommand) (Result, error) {
@@ -123,11 +122,12 @@ func runKubeadmUpgradeNode(ctx context.Context, env *Env, c *v1alpha1.KubeadmUpg
 	if err := runUpgrade(ctx, env, args); err != nil {
 		return Result{}, err
 	}
-	return Result{Message: dryRunPrefix(env) + "kubeadm upgrade node succeeded"}, nil
+	return Result{Message: "kubeadm upgrade node succeeded"}, nil
 }
 
-// runKubeadmRenewCertificates renews the certificates (kubeadm certs renew has no dry run, so DryRun
-// renews nothing) and reports every certificate's expiry from `kubeadm certs check-expiration`.
+// runKubeadmRenewCertificates renews the certificates and reports every certificate's expiry from
+// `kubeadm certs check-expiration`. certs renew has no dry run, so DryRun renews nothing: the other
+// explicit check, as the host's kubeadm stays real for check-expiration and upgrade --dry-run.
 func runKubeadmRenewCertificates(ctx context.Context, env *Env, c *v1alpha1.KubeadmRenewCertificatesCommand) (Result, error) {
 	certs := c.Certificates
 	if len(certs) == 0 {
@@ -155,16 +155,9 @@ func runKubeadmRenewCertificates(ctx context.Context, env *Env, c *v1alpha1.Kube
 		return Result{}, err
 	}
 	return Result{
-		Message:      dryRunPrefix(env) + fmt.Sprintf("renewed %s; %d certificates checked", strings.Join(certs, ", "), len(expiry)),
+		Message:      fmt.Sprintf("renewed %s; %d certificates checked", strings.Join(certs, ", "), len(expiry)),
 		Certificates: expiry,
 	}, nil
-}
-
-func dryRunPrefix(env *Env) string {
-	if env.DryRun {
-		return "dry run: "
-	}
-	return ""
 }
 
 // ParseCheckExpiration reads the certificates table of `kubeadm certs check-expiration` (JSON output

@@ -8,9 +8,6 @@ import (
 )
 
 func runRestartService(ctx context.Context, env *Env, s *v1alpha1.RestartServiceCommand) (Result, error) {
-	if env.DryRun {
-		return Result{Message: fmt.Sprintf("dry run: %s would be restarted with %s", s.Name, env.Host.Services.Name())}, nil
-	}
 	if err := env.Host.Services.Restart(ctx, s.Name); err != nil {
 		return Result{}, err
 	}

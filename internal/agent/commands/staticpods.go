@@ -11,89 +11,57 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/clock"
+	"github.com/nodeops/nodeops/internal/host"
 )
 
 const (
-	manifestsDir = "/etc/kubernetes/manifests"
-	// movedDir holds a manifest while it is out of the manifests directory; a re-run after an
-	// interruption puts it back from here.
-	movedDir          = "/etc/kubernetes/nodeops-moved"
 	staticPodGoneWait = 2 * time.Minute
 	staticPodBackWait = 5 * time.Minute
 )
 
 var controlPlaneComponents = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}
 
-// recorder is the local service table: on local nodes no kubelet runs, so restarts are recorded.
-type recorder interface {
-	Record(what string) error
-}
-
-// runRestartStaticPods moves each manifest out of the manifests directory and back. Where a kubelet
-// runs it waits for the mirror pod to go and come back Ready; on local nodes it records
-// `restart static-pod/<component>` in the local service table instead.
+// runRestartStaticPods restarts each component with the host's static pods: where a kubelet runs the
+// manifest is moved out and back while the mirror pod goes and comes back Ready; on local nodes the
+// restart is recorded in the local service table instead.
 func runRestartStaticPods(ctx context.Context, env *Env, c *v1alpha1.RestartStaticPodsCommand) (Result, error) {
 	components := c.Components
 	if len(components) == 0 {
 		for _, comp := range controlPlaneComponents {
-			if env.Host.Files.Exists(manifest(manifestsDir, comp)) || env.Host.Files.Exists(manifest(movedDir, comp)) {
+			if env.Host.Files.Exists(host.Manifest(host.ManifestsDir, comp)) || env.Host.Files.Exists(host.Manifest(host.MovedManifestsDir, comp)) {
 				components = append(components, comp)
 			}
 		}
 	}
 	for _, comp := range components {
-		live, moved := manifest(manifestsDir, comp), manifest(movedDir, comp)
-		if env.Host.Files.Exists(moved) && !env.Host.Files.Exists(live) {
-			// An interrupted run left it out: put it back before anything else.
-			if !env.DryRun {
-				if err := env.Host.Files.Rename(moved, live); err != nil {
-					return Result{}, err
-				}
-			}
-		}
-		if !env.Host.Files.Exists(live) && !env.DryRun {
-			return Result{}, fmt.Errorf("no static pod manifest %s", live)
-		}
-		if env.DryRun {
-			env.printf("dry run: would restart static pod %s\n", comp)
-			continue
-		}
-		var before types.UID
-		if !env.Host.Local {
-			before = mirrorPodIdentity(ctx, env, comp)
-		}
-		if err := env.Host.Files.Rename(live, moved); err != nil {
+		if err := env.Host.StaticPods.Restart(ctx, env.out(), comp, &mirrorPod{env: env, comp: comp}); err != nil {
 			return Result{}, err
 		}
-		waitErr := error(nil)
-		if !env.Host.Local {
-			// Without etcd or the API server of this node the API may be unreachable: that is the
-			// sign they went away (on a single control plane nothing else answers).
-			apiDownMeansGone := comp == "etcd" || comp == "kube-apiserver"
-			waitErr = waitMirrorPod(ctx, env, comp, func(id types.UID, exists, _ bool) bool { return !exists || id != before }, staticPodGoneWait, apiDownMeansGone)
-		}
-		if err := env.Host.Files.Rename(moved, live); err != nil {
-			return Result{}, err
-		}
-		if rec, ok := env.Host.Services.(recorder); ok && env.Host.Local {
-			if err := rec.Record("restart static-pod/" + comp); err != nil {
-				return Result{}, err
-			}
-			env.printf("static pod %s restarted (recorded in the local service table)\n", comp)
-			continue
-		}
-		if waitErr != nil {
-			env.printf("mirror pod of %s did not go away: %v\n", comp, waitErr)
-		}
-		if err := waitMirrorPod(ctx, env, comp, func(uid types.UID, exists, ready bool) bool { return exists && ready && uid != before }, staticPodBackWait, false); err != nil {
-			return Result{}, fmt.Errorf("static pod %s did not come back: %w", comp, err)
-		}
-		env.printf("static pod %s restarted\n", comp)
 	}
-	return Result{Message: dryRunPrefix(env) + fmt.Sprintf("restarted static pods %v", components)}, nil
+	return Result{Message: fmt.Sprintf("restarted static pods %v", components)}, nil
 }
 
-func manifest(dir, comp string) string { return dir + "/" + comp + ".yaml" }
+// mirrorPod is host.MirrorPod for a component of this node, read through the cluster.
+type mirrorPod struct {
+	env  *Env
+	comp string
+}
+
+func (m *mirrorPod) Identity(ctx context.Context) string {
+	return string(mirrorPodIdentity(ctx, m.env, m.comp))
+}
+
+func (m *mirrorPod) WaitGone(ctx context.Context, before string) error {
+	// Without etcd or the API server of this node the API may be unreachable: that is the sign they
+	// went away (on a single control plane nothing else answers).
+	apiDownMeansGone := m.comp == "etcd" || m.comp == "kube-apiserver"
+	return waitMirrorPod(ctx, m.env, m.comp, func(id types.UID, exists, _ bool) bool { return !exists || string(id) != before }, staticPodGoneWait, apiDownMeansGone)
+}
+
+func (m *mirrorPod) WaitBack(ctx context.Context, before string) error {
+	return waitMirrorPod(ctx, m.env, m.comp, func(id types.UID, exists, ready bool) bool { return exists && ready && string(id) != before }, staticPodBackWait, false)
+}
 
 func mirrorPodIdentity(ctx context.Context, env *Env, comp string) types.UID {
 	pod := &corev1.Pod{}
@@ -135,7 +103,7 @@ func waitMirrorPod(ctx context.Context, env *Env, comp string, done func(uid typ
 			env.printf("API server unreachable after moving the %s manifest out: it went away (%v)\n", comp, err)
 			return nil
 		}
-		if err := sleep(ctx, env.poll()); err != nil {
+		if err := clock.Sleep(ctx, env.poll()); err != nil {
 			return fmt.Errorf("mirror pod kube-system/%s-%s: %w", comp, env.NodeName, err)
 		}
 	}

@@ -5,10 +5,11 @@ import (
 	"fmt"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/clock"
 )
 
 func runWait(ctx context.Context, _ *Env, w *v1alpha1.WaitCommand) (Result, error) {
-	if err := sleep(ctx, w.Duration.Duration); err != nil {
+	if err := clock.Sleep(ctx, w.Duration.Duration); err != nil {
 		return Result{}, fmt.Errorf("waiting %s: %w", w.Duration.Duration, err)
 	}
 	return Result{Message: fmt.Sprintf("waited %s", w.Duration.Duration)}, nil

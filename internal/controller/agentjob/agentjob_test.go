@@ -132,3 +132,40 @@ func TestJobPerNodeWithPendingTasks(t *testing.T) {
 		return nil
 	})
 }
+
+// A failed task needs no agent until a person asks for a retry, which only an agent carries out.
+func TestJobForFailedTaskOnlyOnceRecoveryIsAsked(t *testing.T) {
+	ctx := context.Background()
+	c := env.Client
+	task := &v1alpha1.NodeTask{
+		ObjectMeta: metav1.ObjectMeta{Name: "failed-task", Labels: map[string]string{v1alpha1.LabelNode: "failed-node"}},
+		Spec:       v1alpha1.NodeTaskSpec{NodeName: "failed-node", Paused: true, Commands: []v1alpha1.Command{{Wait: &v1alpha1.WaitCommand{}}}},
+	}
+	if err := c.Create(ctx, task); err != nil {
+		t.Fatal(err)
+	}
+	// Created paused so that no Job is made before it is recorded Failed, as an agent records it.
+	task.Status = v1alpha1.NodeTaskStatus{Phase: v1alpha1.TaskFailed, Reason: v1alpha1.ReasonCommandFailed, Attempt: 1,
+		Commands: []v1alpha1.CommandStatus{{Name: "wait", Phase: v1alpha1.CommandFailed, Attempt: 1}}}
+	if err := c.Status().Update(ctx, task); err != nil {
+		t.Fatal(err)
+	}
+	base := task.DeepCopy()
+	task.Spec.Paused = false
+	if err := c.Patch(ctx, task, client.MergeFrom(base)); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKey{Namespace: "nodeops-system", Name: "nodeops-agent-failed-node"}
+	time.Sleep(time.Second) // nothing can be waited for: no Job must appear
+	if err := c.Get(ctx, key, &batchv1.Job{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("a Job exists for a node whose only task failed (err %v)", err)
+	}
+	base = task.DeepCopy()
+	task.Spec.RecoveryMode = v1alpha1.RecoveryRetry
+	if err := c.Patch(ctx, task, client.MergeFrom(base)); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, "a Job to carry out the retry", func() error {
+		return c.Get(ctx, key, &batchv1.Job{})
+	})
+}

@@ -13,13 +13,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
-	"github.com/nodeops/nodeops/internal/agent"
+	"github.com/nodeops/nodeops/internal/taskpolicy"
 )
 
 // nodeIndex indexes NodeTasks by node for this controller.
 const nodeIndex = "agentjob.spec.nodeName"
 
-// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete,namespace=nodeops-system
 // +kubebuilder:rbac:groups=nodeops.io,resources=nodetasks,verbs=get;list;watch
 
 // Reconciler keeps one agent Job per node whose tasks need an agent. Requests are keyed by node name.
@@ -38,7 +38,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	need := false
 	for i := range tasks.Items {
-		if agent.NeedsAgent(&tasks.Items[i]) {
+		if taskpolicy.NeedsAgent(&tasks.Items[i]) {
 			need = true
 			break
 		}

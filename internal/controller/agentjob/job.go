@@ -46,6 +46,10 @@ const (
 	componentAgent = "nodeops-agent"
 )
 
+// TerminationGracePeriodSeconds of an agent's pod: above the agent's default --shutdown-grace-period
+// (10m), so that a running command may finish on SIGTERM (docs/design.md, safety rule 12).
+const TerminationGracePeriodSeconds int64 = 630
+
 // JobName is the agent Job's name for a node: nodeops-agent-<node>, hashed when it would pass 63
 // characters (the Job controller copies it into a label).
 func JobName(node string) string {
@@ -82,17 +86,19 @@ func BuildJob(node string, o Options) *batchv1.Job {
 					HostPID:                       true,
 					RestartPolicy:                 corev1.RestartPolicyOnFailure,
 					ServiceAccountName:            o.ServiceAccount,
-					TerminationGracePeriodSeconds: ptr.To[int64](30),
+					TerminationGracePeriodSeconds: ptr.To(TerminationGracePeriodSeconds),
 					Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 					Containers: []corev1.Container{{
 						Name:    "agent",
 						Image:   o.Image,
 						Command: []string{"/agent"},
 						Args:    []string{"--host-root=/host", "--exit-when-idle"},
-						Env: []corev1.EnvVar{{
-							Name:      "NODE_NAME",
-							ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}},
-						}},
+						// POD_NAME and POD_NAMESPACE: the agent's drain must not evict the Job's own pod.
+						Env: []corev1.EnvVar{
+							fieldEnv("NODE_NAME", "spec.nodeName"),
+							fieldEnv("POD_NAME", "metadata.name"),
+							fieldEnv("POD_NAMESPACE", "metadata.namespace"),
+						},
 						SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
 						VolumeMounts: []corev1.VolumeMount{{
 							Name: "host", MountPath: "/host", MountPropagation: ptr.To(corev1.MountPropagationHostToContainer),
@@ -106,6 +112,10 @@ func BuildJob(node string, o Options) *batchv1.Job {
 			},
 		},
 	}
+}
+
+func fieldEnv(name, path string) corev1.EnvVar {
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
 }
 
 // finished reports whether a Job has ended, one way or the other.

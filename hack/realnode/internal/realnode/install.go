@@ -19,8 +19,8 @@ import (
 type Workload struct{ Kind, Namespace, Name string }
 
 // InstallNodeops installs nodeops from the project's own manifests, as a user would: the CRDs,
-// the generated RBAC, the manager Deployment and the agent DaemonSet, with nodeops' images
-// replaced by the locally built ones (imagePullPolicy Never).
+// the RBAC, the manager Deployment, the agent DaemonSet and the admission policies, with
+// nodeops' images replaced by the locally built ones (imagePullPolicy Never).
 //
 // One change a user of this cluster would make too: it runs no kube-proxy (kubeadm's addon is
 // skipped, REALNODE.md), so the kubernetes Service address does not route; nodeops' pods are told
@@ -29,19 +29,20 @@ type Workload struct{ Kind, Namespace, Name string }
 func InstallNodeops(ctx context.Context, l Layout, apiHost string) error {
 	start := time.Now()
 	cfg := filepath.Join(l.Repo, "config")
-	for _, d := range []string{"crd", "rbac", "manager", "agent"} {
+	for _, d := range []string{"crd", "rbac", "manager", "agent", "admission"} {
 		if files, _ := manifestFiles(filepath.Join(cfg, d)); len(files) == 0 {
 			return fmt.Errorf("nodeops cannot be installed: %s has no manifests", filepath.Join(cfg, d))
 		}
 	}
-	if err := kubectl(ctx, io.Discard, "apply", "--server-side", "-f", filepath.Join(cfg, "crd")); err != nil {
+	// -k: config/crd holds a kustomization.yaml beside the CRDs, which -f would send to the API server.
+	if err := kubectl(ctx, io.Discard, "apply", "--server-side", "-k", filepath.Join(cfg, "crd")); err != nil {
 		return fmt.Errorf("install CRDs: %w", err)
 	}
 	if err := kubectl(ctx, io.Discard, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"); err != nil {
 		return fmt.Errorf("CRDs not established: %w", err)
 	}
 	var all bytes.Buffer
-	for _, d := range []string{"rbac", "manager", "agent"} {
+	for _, d := range []string{"rbac", "manager", "agent", "admission"} {
 		files, err := manifestFiles(filepath.Join(cfg, d))
 		if err != nil {
 			return err

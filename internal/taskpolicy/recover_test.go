@@ -1,9 +1,10 @@
-package nodetask
+package taskpolicy
 
 import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
@@ -51,14 +52,14 @@ func TestRecover(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if !needsRecovery(tt.task) {
+			if !NeedsRecovery(tt.task) {
 				t.Fatal("needsRecovery = false")
 			}
-			st, note, acted := recover(tt.task, now)
+			st, note, acted := Recover(tt.task, now)
 			if acted != tt.acted || note == "" {
 				t.Fatalf("acted %v, note %q", acted, note)
 			}
-			i := failedCommand(tt.task)
+			i := FailedCommand(tt.task)
 			if st.Phase != tt.phase || st.Commands[i].Phase != tt.cmdPhase || st.CurrentCommand != tt.current || st.Progress != tt.progress {
 				t.Errorf("status %+v", st)
 			}
@@ -76,19 +77,45 @@ func TestRecover(t *testing.T) {
 }
 
 func TestRecoverIgnoresUnfailedTasks(t *testing.T) {
+	for _, phase := range []v1alpha1.TaskPhase{v1alpha1.TaskSucceeded, v1alpha1.TaskAborted, v1alpha1.TaskPending} {
+		task := failedTask(v1alpha1.RecoverySkip, 0, 2)
+		task.Status.Phase = phase
+		st, note, acted := Recover(task, metav1.NowMicro())
+		st.RecoveredGeneration = task.Status.RecoveredGeneration
+		if acted || !equality.Semantic.DeepEqual(st, task.Status) || note != "recoveryMode Skip ignored: the task is "+string(phase)+", not Failed" {
+			t.Errorf("%s: acted %v, note %q, status changed beyond recoveredGeneration: %+v", phase, acted, note, st)
+		}
+	}
 	task := failedTask(v1alpha1.RecoveryRetry, 0, 2)
 	task.Status.Phase = v1alpha1.TaskRunning
-	st, _, acted := recover(task, metav1.NowMicro())
-	if acted || st.Phase != v1alpha1.TaskRunning || st.RecoveredGeneration != 4 {
-		t.Fatalf("acted %v on a running task: %+v", acted, st)
+	st, note, acted := Recover(task, metav1.NowMicro())
+	if acted || st.Phase != v1alpha1.TaskRunning || st.RecoveredGeneration != 4 || note != "recoveryMode Retry ignored: the task is Running, not Failed" {
+		t.Fatalf("acted %v on a running task (note %q): %+v", acted, note, st)
 	}
 	task.Status.RecoveredGeneration = 4
-	if needsRecovery(task) {
+	if NeedsRecovery(task) {
 		t.Fatal("a recovery already acted on is asked again")
 	}
 	task.Spec.RecoveryMode = ""
 	task.Generation = 9
-	if needsRecovery(task) {
+	if NeedsRecovery(task) {
 		t.Fatal("no recoveryMode, no recovery")
+	}
+}
+
+// An interrupted command (Reason Interrupted) is recovered like a failed one; a failure recorded
+// before the command's status entry existed is found at currentCommand.
+func TestRecoverInterruptedAndShortStatus(t *testing.T) {
+	task := failedTask(v1alpha1.RecoveryRetry, 1, 3)
+	task.Status.Reason = v1alpha1.ReasonInterrupted
+	st, note, acted := Recover(task, metav1.NowMicro())
+	if !acted || st.Commands[1].Phase != v1alpha1.CommandPending || st.Reason != "" || note != "retrying command c1 on node n1 (task attempt 2)" {
+		t.Errorf("acted %v, note %q, status %+v", acted, note, st)
+	}
+	short := failedTask(v1alpha1.RecoverySkip, 1, 3)
+	short.Status.Commands = short.Status.Commands[:1]
+	st, _, acted = Recover(short, metav1.NowMicro())
+	if !acted || len(st.Commands) != 2 || st.Commands[1].Phase != v1alpha1.CommandSkipped || st.CurrentCommand != 2 || st.Phase != v1alpha1.TaskPending || st.Progress != "2/3" {
+		t.Errorf("acted %v, status %+v", acted, st)
 	}
 }

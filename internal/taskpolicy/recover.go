@@ -1,6 +1,4 @@
-// Package nodetask is the manager's NodeTask controller: it carries out a person's recovery
-// choice (spec.recoveryMode Retry or Skip) on a failed task, as CONTRACTS.md describes.
-package nodetask
+package taskpolicy
 
 import (
 	"fmt"
@@ -10,20 +8,14 @@ import (
 	"github.com/nodeops/nodeops/api/v1alpha1"
 )
 
-// Reasons of task events.
-const (
-	ReasonRetried         = "Retried"
-	ReasonSkipped         = "Skipped"
-	ReasonRecoveryIgnored = "RecoveryIgnored"
-)
-
-// needsRecovery reports whether the task asks for a recovery not yet acted on.
-func needsRecovery(t *v1alpha1.NodeTask) bool {
+// NeedsRecovery reports whether the task asks for a recovery not yet acted on: a person's
+// spec.recoveryMode from a generation newer than status.recoveredGeneration.
+func NeedsRecovery(t *v1alpha1.NodeTask) bool {
 	return t.Spec.RecoveryMode != v1alpha1.RecoveryNone && t.Status.RecoveredGeneration < t.Generation
 }
 
-// failedCommand is the index of the command that failed: the first recorded Failed, else the current one.
-func failedCommand(t *v1alpha1.NodeTask) int {
+// FailedCommand is the index of the command that failed: the first recorded Failed, else the current one.
+func FailedCommand(t *v1alpha1.NodeTask) int {
 	for i, c := range t.Status.Commands {
 		if c.Phase == v1alpha1.CommandFailed {
 			return i
@@ -32,15 +24,17 @@ func failedCommand(t *v1alpha1.NodeTask) int {
 	return int(t.Status.CurrentCommand)
 }
 
-// recover returns the task's status after acting on its recoveryMode, and a note for the event.
-// ok is false when the task is not Failed: there is nothing to recover, and the request is only cleared.
-func recover(t *v1alpha1.NodeTask, now metav1.MicroTime) (st v1alpha1.NodeTaskStatus, note string, ok bool) {
+// Recover returns the task's status after acting on its recoveryMode, and a note saying what was
+// done. Retry puts the failed command back to Pending, Skip marks it Skipped and goes on after it
+// (the task succeeds if it was the last); either starts a new task attempt. ok is false when the
+// task is not Failed: there is nothing to recover, and only the request is marked as seen.
+func Recover(t *v1alpha1.NodeTask, now metav1.MicroTime) (st v1alpha1.NodeTaskStatus, note string, ok bool) {
 	st = *t.Status.DeepCopy()
 	st.RecoveredGeneration = t.Generation
 	if t.EffectivePhase() != v1alpha1.TaskFailed {
 		return st, fmt.Sprintf("recoveryMode %s ignored: the task is %s, not Failed", t.Spec.RecoveryMode, t.EffectivePhase()), false
 	}
-	i := failedCommand(t)
+	i := FailedCommand(t)
 	if i < 0 || i >= len(t.Spec.Commands) {
 		i = max(0, min(i, len(t.Spec.Commands)-1))
 	}
@@ -55,12 +49,12 @@ func recover(t *v1alpha1.NodeTask, now metav1.MicroTime) (st v1alpha1.NodeTaskSt
 	case v1alpha1.RecoveryRetry:
 		cmd.Phase = v1alpha1.CommandPending
 		st.Phase = v1alpha1.TaskPending
-		st.CurrentCommand = int32(i)
+		st.CurrentCommand = int32(i) //nolint:gosec // at most 32 commands
 		note = fmt.Sprintf("retrying command %s on node %s (task attempt %d)", cmd.Name, t.Spec.NodeName, st.Attempt)
 	case v1alpha1.RecoverySkip:
 		cmd.Phase = v1alpha1.CommandSkipped
 		cmd.CompletionTime = &now
-		st.CurrentCommand = int32(i + 1)
+		st.CurrentCommand = int32(i + 1) //nolint:gosec // at most 32 commands
 		if i == len(t.Spec.Commands)-1 {
 			st.Phase = v1alpha1.TaskSucceeded
 			st.CompletionTime = &now
@@ -71,14 +65,4 @@ func recover(t *v1alpha1.NodeTask, now metav1.MicroTime) (st v1alpha1.NodeTaskSt
 	}
 	st.Progress = progress(&st, len(t.Spec.Commands))
 	return st, note, true
-}
-
-func progress(st *v1alpha1.NodeTaskStatus, total int) string {
-	done := 0
-	for _, c := range st.Commands {
-		if c.Phase.Done() {
-			done++
-		}
-	}
-	return fmt.Sprintf("%d/%d", done, total)
 }

@@ -1,0 +1,23 @@
+package clock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestSleep(t *testing.T) {
+	if err := Sleep(context.Background(), time.Millisecond); err != nil {
+		t.Errorf("Sleep = %v, want nil", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	start := time.Now()
+	if err := Sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) {
+		t.Errorf("Sleep on a cancelled context = %v, want context.Canceled", err)
+	}
+	if time.Since(start) > time.Second {
+		t.Errorf("Sleep on a cancelled context waited %s", time.Since(start))
+	}
+}

@@ -1,0 +1,377 @@
+// Package clustertarget is the ClusterTarget controller: it observes the cluster's versions and
+// certificate expiry into the one ClusterTarget's status and generates, one at a time, the
+// NodeOperations (upgrades, certificate renewals) that bring the cluster to its spec.
+package clustertarget
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/controller/skeleton"
+	"github.com/nodeops/nodeops/internal/plan"
+)
+
+// +kubebuilder:rbac:groups=nodeops.io,resources=clustertargets,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=nodeops.io,resources=clustertargets/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=nodeops.io,resources=clustertargets/finalizers,verbs=update
+// +kubebuilder:rbac:groups=nodeops.io,resources=nodeoperations,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=nodeops.io,resources=nodetasks,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch,namespace=kube-system
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch,namespace=kube-system
+
+const kind = "ClusterTarget"
+
+// KubeadmConfig is where kubeadm keeps the cluster's configuration.
+var KubeadmConfig = types.NamespacedName{Namespace: "kube-system", Name: "kubeadm-config"}
+
+// Reconciler reconciles the ClusterTarget.
+type Reconciler struct {
+	// Client reads nodes, tasks, operations and the ClusterTarget from the manager's cache and writes.
+	Client client.Client
+	// System reads kube-system's kubeadm-config and control-plane mirror pods, from a cache of
+	// those alone (see SetupWithManager).
+	System client.Reader
+	// NodesInterval batches status writes that only change status.nodes (nodes joining, a
+	// kubelet restarting onto a new version while nothing else moves): at most one per interval,
+	// so that creating thousands of nodes does not rewrite a large status thousands of times.
+	NodesInterval time.Duration
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+
+	status skeleton.StatusThrottle
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+type scope struct {
+	ct     *v1alpha1.ClusterTarget
+	before *v1alpha1.ClusterTargetStatus
+	in     input
+	d      decision
+}
+
+// Reconcile follows the skeleton: get, observe, decide, write status, act. No finalizer: the
+// generated operations carry an owner reference and nothing needs undoing.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if req.Name != v1alpha1.ClusterTargetName {
+		return ctrl.Result{}, nil
+	}
+	ct := &v1alpha1.ClusterTarget{}
+	if err := r.Client.Get(ctx, req.NamespacedName, ct); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !ct.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	s := &scope{ct: ct, before: ct.Status.DeepCopy()}
+	res, err := skeleton.Run(ctx, s, skeleton.Steps[*scope]{
+		Observe:     r.observe,
+		Decide:      func(s *scope) { s.d = decide(&s.in) },
+		WriteStatus: r.writeStatus,
+		Act:         r.act,
+	})
+	var stale *staleError
+	if errors.As(err, &stale) {
+		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
+	}
+	return res, err
+}
+
+// observe reads the cluster version, every node's versions, the control planes' static pod
+// versions, the certificate readings of tasks, and the operations the ClusterTarget controls.
+func (r *Reconciler) observe(ctx context.Context, s *scope) error {
+	s.in = input{ct: s.ct, now: r.now(), ops: map[string]opView{},
+		opKinds: map[string]v1alpha1.GeneratedOperationKind{}, opVersions: map[string]string{}}
+	v, problem, err := ClusterVersion(ctx, r.System)
+	if err != nil {
+		return err
+	}
+	s.in.clusterVersion, s.in.versionProblem = v, problem
+
+	// Read-only lists (no deep copy): observe copies what it keeps.
+	var nodes corev1.NodeList
+	if err := r.Client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("list nodes: %w", err)
+	}
+	var pods corev1.PodList
+	if err := r.System.List(ctx, &pods, client.InNamespace(KubeadmConfig.Namespace), client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("list kube-system pods: %w", err)
+	}
+	s.in.nodes = observeNodes(nodes.Items, pods.Items)
+
+	var tasks v1alpha1.NodeTaskList
+	if err := r.Client.List(ctx, &tasks, client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("list tasks: %w", err)
+	}
+	s.in.certs = observeCertificates(tasks.Items)
+
+	var ops v1alpha1.NodeOperationList
+	if err := r.Client.List(ctx, &ops); err != nil {
+		return fmt.Errorf("list operations: %w", err)
+	}
+	sort.Slice(ops.Items, func(i, j int) bool {
+		a, b := ops.Items[i].CreationTimestamp, ops.Items[j].CreationTimestamp
+		return a.Before(&b) || a.Equal(&b) && ops.Items[i].Name < ops.Items[j].Name
+	})
+	for i := range ops.Items {
+		op := &ops.Items[i]
+		if skeleton.ControllerUID(op, kind) != s.ct.UID {
+			continue
+		}
+		s.in.ops[op.Name] = viewOf(op)
+		s.in.opOrder = append(s.in.opOrder, op.Name)
+		if op.Spec.Upgrade != nil {
+			s.in.opKinds[op.Name], s.in.opVersions[op.Name] = v1alpha1.GeneratedUpgrade, op.Spec.Upgrade.KubernetesVersion
+		} else {
+			s.in.opKinds[op.Name] = v1alpha1.GeneratedRenewCertificates
+		}
+	}
+	return nil
+}
+
+// ClusterVersion reads kubeadm-config's kubernetesVersion; when it is unknown, problem says why.
+func ClusterVersion(ctx context.Context, c client.Reader) (v, problem string, err error) {
+	var cm corev1.ConfigMap
+	if err := c.Get(ctx, KubeadmConfig, &cm); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", "kube-system/kubeadm-config not found: the cluster's version is unknown", nil
+		}
+		return "", "", fmt.Errorf("read kube-system/kubeadm-config: %w", err)
+	}
+	v, perr := plan.KubeadmConfigVersion(cm.Data["ClusterConfiguration"])
+	if perr != nil {
+		return "", "kube-system/kubeadm-config: " + perr.Error(), nil
+	}
+	return v, "", nil
+}
+
+func viewOf(op *v1alpha1.NodeOperation) opView {
+	v := opView{Phase: op.Status.Phase, Mode: op.Spec.ExecutionMode, Completion: op.Status.CompletionTime}
+	for _, t := range []string{v1alpha1.ConditionBlocked, v1alpha1.ConditionFailed} {
+		if c := meta.FindStatusCondition(op.Status.Conditions, t); c != nil && c.Status == metav1.ConditionTrue {
+			v.Reason, v.Message = c.Reason, c.Message
+			break
+		}
+	}
+	if v.Completion != nil {
+		// Seconds, as the history keeps it: a status round trip must compare equal.
+		t := metav1.NewTime(v.Completion.Rfc3339Copy().Time)
+		v.Completion = &t
+	}
+	return v
+}
+
+// mirrorAnnotation marks a mirror pod, the API server's copy of a static pod.
+const mirrorAnnotation = "kubernetes.io/config.mirror"
+
+// observeNodes is every node's kubelet version and, on control planes, the version (image tag)
+// of each static pod's mirror pod, sorted by node name.
+func observeNodes(nodes []corev1.Node, pods []corev1.Pod) []v1alpha1.ObservedNode {
+	static := map[string]map[string]string{}
+	for i := range pods {
+		p := &pods[i]
+		comp := p.Labels["component"]
+		if _, mirror := p.Annotations[mirrorAnnotation]; !mirror || comp == "" || p.Spec.NodeName == "" || len(p.Spec.Containers) == 0 {
+			continue
+		}
+		if static[p.Spec.NodeName] == nil {
+			static[p.Spec.NodeName] = map[string]string{}
+		}
+		static[p.Spec.NodeName][comp] = imageTag(p.Spec.Containers[0].Image)
+	}
+	out := make([]v1alpha1.ObservedNode, 0, len(nodes))
+	for i := range nodes {
+		n := &nodes[i]
+		_, cp := n.Labels[plan.LabelControlPlane]
+		out = append(out, v1alpha1.ObservedNode{Name: n.Name, KubeletVersion: n.Status.NodeInfo.KubeletVersion, ControlPlane: cp, StaticPods: static[n.Name]})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// imageTag is the tag of an image reference, without a digest: registry.k8s.io/kube-apiserver:v1.37.2 -> v1.37.2.
+func imageTag(image string) string {
+	image, _, _ = strings.Cut(image, "@")
+	i := strings.LastIndex(image, ":")
+	if i < 0 || strings.Contains(image[i:], "/") {
+		return ""
+	}
+	return image[i+1:]
+}
+
+// observeCertificates is, per node, the certificates of its newest succeeded task that reported
+// any (renewals and upgrades do), sorted by node.
+func observeCertificates(tasks []v1alpha1.NodeTask) []v1alpha1.ObservedCertificates {
+	newest := map[string]*v1alpha1.NodeTask{}
+	for i := range tasks {
+		t := &tasks[i]
+		if t.Status.Phase != v1alpha1.TaskSucceeded || len(t.Status.Certificates) == 0 {
+			continue
+		}
+		if o := newest[t.Spec.NodeName]; o == nil || completion(o).Before(completion(t)) || completion(o).Equal(completion(t)) && o.Name < t.Name {
+			newest[t.Spec.NodeName] = t
+		}
+	}
+	out := make([]v1alpha1.ObservedCertificates, 0, len(newest))
+	for node, t := range newest {
+		certs := make([]v1alpha1.CertificateExpiry, len(t.Status.Certificates))
+		for i, c := range t.Status.Certificates {
+			certs[i] = v1alpha1.CertificateExpiry{Name: c.Name, NotAfter: metav1.NewTime(c.NotAfter.Rfc3339Copy().Time)}
+		}
+		sort.Slice(certs, func(i, j int) bool { return certs[i].Name < certs[j].Name })
+		out = append(out, v1alpha1.ObservedCertificates{Node: node, Task: t.Name, Certificates: certs})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+func completion(t *v1alpha1.NodeTask) time.Time {
+	if t.Status.CompletionTime != nil {
+		return t.Status.CompletionTime.Time
+	}
+	return t.CreationTimestamp.Time
+}
+
+// writeStatus writes the status only when it changed, with an optimistic lock: the history it
+// records is the intent act carries out, so it must not be written over a newer one from a
+// stale cache.
+func (r *Reconciler) writeStatus(ctx context.Context, s *scope) (ctrl.Result, error) {
+	if equality.Semantic.DeepEqual(s.before, &s.d.status) {
+		return ctrl.Result{}, nil
+	}
+	now := r.now()
+	if wait := r.status.Wait(s.ct.Name, !onlyNodes(s.before, &s.d.status), r.NodesInterval, now); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+	orig := s.ct.DeepCopy()
+	s.ct.Status = s.d.status
+	err := r.Client.Status().Patch(ctx, s.ct, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		// Decided on a stale copy: decide again on the newer one (the writer's event brings it,
+		// but a status-only change is filtered out, so ask too). Gone: nothing to do.
+		return ctrl.Result{}, &staleError{err}
+	}
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("write status of ClusterTarget %s: %w", s.ct.Name, err)
+	}
+	r.status.Wrote(s.ct.Name, now)
+	return ctrl.Result{}, nil
+}
+
+// onlyNodes reports whether before and after differ in status.nodes alone.
+func onlyNodes(before, after *v1alpha1.ClusterTargetStatus) bool {
+	a, b := before.DeepCopy(), after.DeepCopy()
+	a.Nodes, b.Nodes = nil, nil
+	return equality.Semantic.DeepEqual(a, b)
+}
+
+// staleError stops the reconcile before act, without the error being logged as a failure.
+type staleError struct{ error }
+
+// act creates the operation the status now records, and asks to look again when certificates
+// fall within renewBefore.
+func (r *Reconciler) act(ctx context.Context, s *scope) (ctrl.Result, error) {
+	var result ctrl.Result
+	if !s.d.recheck.IsZero() {
+		result = skeleton.Within(result, min(s.d.recheck.Sub(r.now()), 12*time.Hour))
+	}
+	if s.d.create == nil {
+		return result, nil
+	}
+	op := Operation(s.ct, s.d.create)
+	if err := controllerutil.SetControllerReference(s.ct, op, r.Client.Scheme()); err != nil {
+		return ctrl.Result{}, fmt.Errorf("own NodeOperation %s: %w", op.Name, err)
+	}
+	err := r.Client.Create(ctx, op)
+	if apierrors.IsAlreadyExists(err) {
+		var existing v1alpha1.NodeOperation
+		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(op), &existing); apierrors.IsNotFound(err) {
+			// Created by an earlier reconcile and not in the cache yet: its event comes.
+			return result, nil
+		} else if err != nil {
+			return ctrl.Result{}, fmt.Errorf("read NodeOperation %s: %w", op.Name, err)
+		}
+		if skeleton.ControllerUID(&existing, kind) != s.ct.UID {
+			return ctrl.Result{}, reconcile.TerminalError(fmt.Errorf("NodeOperation %s exists and is not the ClusterTarget's: rename or delete it", op.Name))
+		}
+		return result, nil
+	}
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("create NodeOperation %s: %w", op.Name, err)
+	}
+	return result, nil
+}
+
+// Operation is the NodeOperation g stands for, built from the ClusterTarget's spec (without the
+// owner reference act adds). The CLI builds it too, to show the plan of what would run next.
+func Operation(ct *v1alpha1.ClusterTarget, g *v1alpha1.GeneratedOperation) *v1alpha1.NodeOperation {
+	op := &v1alpha1.NodeOperation{
+		ObjectMeta: metav1.ObjectMeta{Name: g.Name, Labels: map[string]string{LabelClusterTarget: ct.Name}},
+		Spec:       v1alpha1.NodeOperationSpec{ExecutionMode: g.ExecutionMode},
+	}
+	u := ct.Spec.Upgrade
+	switch g.Kind {
+	case v1alpha1.GeneratedUpgrade:
+		op.Spec.Upgrade = &v1alpha1.UpgradeOperation{
+			KubernetesVersion:        g.KubernetesVersion,
+			UpgradeKubeletAndKubectl: u.UpgradeKubeletAndKubectl,
+			BinarySource:             u.BinarySource.DeepCopy(),
+			IgnorePreflightErrors:    append([]string(nil), u.IgnorePreflightErrors...),
+			Drain:                    u.Drain.DeepCopy(),
+		}
+		if u.MaxUnavailable != nil {
+			m := *u.MaxUnavailable
+			op.Spec.MaxUnavailable = &m
+		}
+	default:
+		op.Spec.RenewCertificates = &v1alpha1.RenewCertificatesOperation{}
+	}
+	return op
+}
+
+// LabelClusterTarget marks the operations a ClusterTarget generated.
+const LabelClusterTarget = "nodeops.io/cluster-target"
+
+// Next is what the ClusterTarget would generate next from its status and the cluster as it is,
+// with the status that decision gives: for `kubectl nodeops target`. The operation is nil when
+// nothing is due (or something runs already).
+func Next(ct *v1alpha1.ClusterTarget, now time.Time) *v1alpha1.GeneratedOperation {
+	in := &input{ct: ct.DeepCopy(), now: now, clusterVersion: ct.Status.KubernetesVersion, versionProblem: "the cluster's version is not observed yet",
+		nodes: ct.Status.Nodes, certs: ct.Status.Certificates, ops: map[string]opView{}}
+	in.ct.Spec.Paused = false
+	for _, g := range ct.Status.Operations {
+		if g.Phase != v1alpha1.OperationPhaseDeleted {
+			in.ops[g.Name] = opView{Phase: g.Phase, Reason: g.Reason, Mode: g.ExecutionMode, Completion: g.CompletionTime}
+		}
+	}
+	d := decide(in)
+	return d.create
+}

@@ -1,0 +1,417 @@
+package clustertarget
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/version"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/plan"
+)
+
+// Condition reasons of a ClusterTarget.
+const (
+	ReasonUpToDate                 = "UpToDate"
+	ReasonOperationRunning         = "OperationRunning"
+	ReasonOperationBlocked         = "OperationBlocked"
+	ReasonOperationFailed          = "OperationFailed"
+	ReasonOperationCreated         = "OperationCreated"
+	ReasonPaused                   = "Paused"
+	ReasonUpgradeDue               = "UpgradeDue"
+	ReasonRotationRequested        = "RotationRequested"
+	ReasonCertificatesExpiring     = "CertificatesExpiring"
+	ReasonRenewBeforeUnsatisfiable = "RenewBeforeUnsatisfiable"
+	ReasonAwaitingObservedVersion  = "AwaitingObservedVersion"
+	ReasonNodesBehind              = "NodesBehind"
+	ReasonDryRunSucceeded          = "DryRunSucceeded"
+	ReasonNoKubeadmConfig          = "NoKubeadmConfig"
+	ReasonInvalidVersion           = "InvalidVersion"
+	ReasonInvalidSpec              = "InvalidSpec"
+	ReasonNothingToDo              = "NothingToDo"
+)
+
+// opView is what decide needs of a generated NodeOperation that exists.
+type opView struct {
+	Phase v1alpha1.OperationPhase
+	// Reason of its Blocked or Failed condition, when it has one.
+	Reason, Message string
+	Mode            v1alpha1.ExecutionMode
+	Completion      *metav1.Time
+}
+
+// input is everything decide reads: the ClusterTarget and what observe found.
+type input struct {
+	ct  *v1alpha1.ClusterTarget
+	now time.Time
+	// clusterVersion is kubeadm-config's; versionProblem says why it is unknown.
+	clusterVersion string
+	versionProblem string
+	nodes          []v1alpha1.ObservedNode
+	certs          []v1alpha1.ObservedCertificates
+	// ops are the NodeOperations the ClusterTarget controls, by name.
+	ops map[string]opView
+	// opOrder lists ops by creation, for adopting operations missing from the history.
+	opOrder []string
+	// opKinds and opVersions describe ops found that the history lacks.
+	opKinds    map[string]v1alpha1.GeneratedOperationKind
+	opVersions map[string]string
+}
+
+// decision is the new status and, at most, one operation to create.
+type decision struct {
+	status v1alpha1.ClusterTargetStatus
+	// create is the history entry whose operation act creates, or nil.
+	create *v1alpha1.GeneratedOperation
+	// recheck asks for a reconcile at that time (the moment certificates fall within renewBefore).
+	recheck time.Time
+}
+
+// verdict is decide's conclusion before it becomes conditions.
+type verdict struct {
+	phase               v1alpha1.ClusterTargetPhase
+	upToDate            bool
+	reason, message     string
+	reconciling, stalls bool
+}
+
+// decide is pure: from the observations and the history it computes the status and the one
+// operation to generate, if any. Rules, in order: an unfinished generated operation is waited
+// for (Blocked when it is); an upgrade comes before a renewal (kubeadm upgrade renews the
+// certificates anyway); a rotation is generated once per raise of rotationCount; an automatic
+// renewal once certificates fall within renewBefore, unless the last renewal left them there; a
+// failed, aborted or deleted attempt is tried again only after the spec changed.
+func decide(in *input) decision {
+	ct := in.ct
+	st := v1alpha1.ClusterTargetStatus{
+		ObservedGeneration: ct.Generation,
+		Conditions:         append([]metav1.Condition(nil), ct.Status.Conditions...),
+		KubernetesVersion:  in.clusterVersion,
+		Nodes:              in.nodes,
+		Certificates:       in.certs,
+		LastRotationCount:  ct.Status.LastRotationCount,
+	}
+	st.NextCertificateExpiry = nextExpiry(in.certs)
+	st.Operations = history(ct.Status.Operations, in)
+	if in.clusterVersion != "" {
+		// Shown while a step runs too; due reports the error when there is one.
+		st.UpgradePath, _ = plan.UpgradeSteps(in.clusterVersion, ct.Spec.KubernetesVersion, ct.Spec.Upgrade.Path)
+	}
+	d := decision{}
+	v := func() verdict {
+		if a := active(st.Operations); a != nil {
+			if a.Phase == v1alpha1.OperationBlocked {
+				return verdict{phase: v1alpha1.ClusterBlocked, reason: ReasonOperationBlocked, stalls: true,
+					message: fmt.Sprintf("NodeOperation %s is Blocked (%s): retry or skip its failed task, or abort it", a.Name, a.Reason)}
+			}
+			return verdict{phase: v1alpha1.ClusterProgressing, reason: ReasonOperationRunning, reconciling: true,
+				message: fmt.Sprintf("NodeOperation %s is %s", a.Name, phaseOf(a))}
+		}
+		next, v := due(in, &st)
+		if next == nil {
+			return v
+		}
+		if ct.Spec.Paused {
+			return verdict{phase: v1alpha1.ClusterPaused, reason: ReasonPaused,
+				message: fmt.Sprintf("paused: would generate NodeOperation %s (%s)", next.Name, v.message)}
+		}
+		if next.Kind == v1alpha1.GeneratedRenewCertificates && ct.Spec.Certificates.RotationCount > st.LastRotationCount {
+			st.LastRotationCount = ct.Spec.Certificates.RotationCount
+		}
+		st.Operations = append(st.Operations, *next)
+		d.create = &st.Operations[len(st.Operations)-1]
+		return verdict{phase: v1alpha1.ClusterProgressing, reason: ReasonOperationCreated, reconciling: true,
+			message: fmt.Sprintf("generated NodeOperation %s: %s", next.Name, v.message)}
+	}()
+	if len(st.UpgradePath) == 0 {
+		st.UpgradePath = nil
+	}
+	if len(st.Operations) == 0 {
+		st.Operations = nil
+	}
+	st.Phase = v.phase
+	setConditions(&st, ct.Generation, v)
+	if !in.now.IsZero() && ct.Spec.Certificates.AutoRenew && st.NextCertificateExpiry != nil {
+		if at := st.NextCertificateExpiry.Add(-renewBefore(ct)); at.After(in.now) {
+			d.recheck = at
+		}
+	}
+	d.status = st
+	return d
+}
+
+// due is the operation to generate next, or nil and the verdict on why nothing is.
+func due(in *input, st *v1alpha1.ClusterTargetStatus) (*v1alpha1.GeneratedOperation, verdict) {
+	ct := in.ct
+	target := ct.Spec.KubernetesVersion
+	if in.clusterVersion == "" {
+		return nil, verdict{phase: v1alpha1.ClusterWaiting, reason: ReasonNoKubeadmConfig, stalls: true, message: in.versionProblem}
+	}
+	steps, err := plan.UpgradeSteps(in.clusterVersion, target, ct.Spec.Upgrade.Path)
+	if err != nil {
+		reason := ReasonInvalidVersion
+		var skew *plan.VersionSkewError
+		if errors.As(err, &skew) {
+			reason = skew.Reason()
+		}
+		msg := err.Error()
+		if !strings.Contains(msg, in.clusterVersion) || !strings.Contains(msg, target) {
+			msg = fmt.Sprintf("cannot go from %s to %s: %s", in.clusterVersion, target, msg)
+		}
+		return nil, verdict{phase: v1alpha1.ClusterWaiting, reason: reason, stalls: true, message: msg + "; nothing was run"}
+	}
+	if len(steps) > 0 {
+		step := steps[0]
+		u := ct.Spec.Upgrade
+		if (u.UpgradeKubeletAndKubectl == nil || *u.UpgradeKubeletAndKubectl) && u.BinarySource == nil {
+			return nil, verdict{phase: v1alpha1.ClusterWaiting, reason: ReasonInvalidSpec, stalls: true,
+				message: "spec.upgrade.binarySource is required to upgrade to " + step + " while spec.upgrade.upgradeKubeletAndKubectl is true"}
+		}
+		why := fmt.Sprintf("upgrade %s -> %s", in.clusterVersion, step)
+		if len(steps) > 1 {
+			why += fmt.Sprintf(" (step 1 of %d to %s)", len(steps), target)
+		}
+		return attempt(in, st.Operations, "cluster-upgrade-"+step, v1alpha1.GeneratedUpgrade, step, ReasonUpgradeDue, why)
+	}
+	if behind := nodesBehind(in.nodes, target, ct.Spec.Upgrade); len(behind) > 0 {
+		msg := fmt.Sprintf("the cluster is at %s but nodes %s are not", target, strings.Join(behind, ", "))
+		if last := lastOf(st.Operations, v1alpha1.GeneratedUpgrade); last != nil && last.KubernetesVersion == target && last.Phase == v1alpha1.OperationSucceeded {
+			return nil, verdict{phase: v1alpha1.ClusterProgressing, reason: ReasonAwaitingObservedVersion, reconciling: true,
+				message: msg + " yet, after " + last.Name + " succeeded"}
+		}
+		return nil, verdict{phase: v1alpha1.ClusterWaiting, reason: ReasonNodesBehind,
+			message: msg + "; nodeops generates upgrades when the cluster version is behind, not for single nodes"}
+	}
+	if n := ct.Spec.Certificates.RotationCount; n > st.LastRotationCount {
+		return attempt(in, st.Operations, fmt.Sprintf("cluster-rotate-certificates-%d", n), v1alpha1.GeneratedRenewCertificates, "",
+			ReasonRotationRequested, fmt.Sprintf("rotationCount raised to %d", n))
+	}
+	if exp := st.NextCertificateExpiry; ct.Spec.Certificates.AutoRenew && exp != nil && exp.Sub(in.now) < renewBefore(ct) {
+		rb := renewBefore(ct)
+		if last := lastOf(st.Operations, v1alpha1.GeneratedRenewCertificates); last != nil && last.Phase == v1alpha1.OperationSucceeded &&
+			last.CompletionTime != nil && exp.Sub(last.CompletionTime.Time) < rb {
+			return nil, verdict{phase: v1alpha1.ClusterWaiting, reason: ReasonRenewBeforeUnsatisfiable, stalls: true, message: fmt.Sprintf(
+				"after %s succeeded at %s the certificates observed expire at %s, still within renewBefore %s: renewing again cannot satisfy it; lower spec.certificates.renewBefore",
+				last.Name, last.CompletionTime.UTC().Format(time.RFC3339), exp.UTC().Format(time.RFC3339), rb)}
+		}
+		return attempt(in, st.Operations, "cluster-renew-certificates-expiring-"+exp.UTC().Format("20060102"), v1alpha1.GeneratedRenewCertificates, "",
+			ReasonCertificatesExpiring, fmt.Sprintf("certificates expire at %s, within renewBefore %s", exp.UTC().Format(time.RFC3339), rb))
+	}
+	return nil, verdict{phase: v1alpha1.ClusterUpToDate, upToDate: true, reason: ReasonUpToDate, message: "the cluster is at " + target + " and no renewal is due"}
+}
+
+// attempt is the next attempt of the operation named prefix-<n>, or nil and why there is none:
+// a succeeded attempt is not repeated (but a dry run is, once the mode is no longer DryRun); a
+// failed, aborted or deleted one is repeated only after the spec changed since it was generated.
+func attempt(in *input, hist []v1alpha1.GeneratedOperation, prefix string, kind v1alpha1.GeneratedOperationKind, ver, reason, why string) (*v1alpha1.GeneratedOperation, verdict) {
+	ct := in.ct
+	n, last := 0, (*v1alpha1.GeneratedOperation)(nil)
+	for i := range hist {
+		if strings.HasPrefix(hist[i].Name, prefix+"-") {
+			n++
+			last = &hist[i]
+		}
+	}
+	next := &v1alpha1.GeneratedOperation{Name: fmt.Sprintf("%s-%d", prefix, n+1), Kind: kind,
+		Reason: reason, KubernetesVersion: ver, Generation: ct.Generation, ExecutionMode: mode(ct)}
+	if last == nil {
+		return next, verdict{message: why}
+	}
+	switch {
+	case last.Phase == v1alpha1.OperationSucceeded && last.ExecutionMode == v1alpha1.ExecutionDryRun && mode(ct) != v1alpha1.ExecutionDryRun:
+		return next, verdict{message: why + ", for real after the dry run " + last.Name}
+	case last.Phase == v1alpha1.OperationSucceeded && last.ExecutionMode == v1alpha1.ExecutionDryRun:
+		return nil, verdict{phase: v1alpha1.ClusterWaiting, reason: ReasonDryRunSucceeded,
+			message: fmt.Sprintf("the dry run %s succeeded (%s); set spec.executionMode to Auto or Controlled to run it", last.Name, why)}
+	case last.Phase == v1alpha1.OperationSucceeded:
+		return nil, verdict{phase: v1alpha1.ClusterProgressing, reason: ReasonAwaitingObservedVersion, reconciling: true,
+			message: fmt.Sprintf("%s succeeded; waiting to observe its result (%s)", last.Name, why)}
+	case ct.Generation > last.Generation:
+		return next, verdict{message: fmt.Sprintf("%s, again after %s ended %s and the spec changed", why, last.Name, last.Phase)}
+	}
+	return nil, verdict{phase: v1alpha1.ClusterWaiting, reason: ReasonOperationFailed, stalls: true, message: fmt.Sprintf(
+		"%s ended %s (%s); change the spec (for example pause and resume) to try again", last.Name, last.Phase, last.Reason)}
+}
+
+// history merges the recorded history with the operations that exist: phases follow the
+// operations; an entry seen before whose operation is gone is Deleted (never made again); an
+// entry recorded but never seen (phase empty) is dropped, and decide records it again if it is
+// still due; an operation the history lacks (status lost) is adopted.
+func history(recorded []v1alpha1.GeneratedOperation, in *input) []v1alpha1.GeneratedOperation {
+	out := make([]v1alpha1.GeneratedOperation, 0, len(recorded)+1)
+	seen := map[string]bool{}
+	for _, e := range recorded {
+		seen[e.Name] = true
+		o, ok := in.ops[e.Name]
+		switch {
+		case ok:
+			e.Phase = o.Phase
+			if e.Phase == "" {
+				e.Phase = v1alpha1.OperationPending
+			}
+			if o.Reason != "" {
+				e.Reason = o.Reason
+			}
+			if o.Mode != "" {
+				e.ExecutionMode = o.Mode
+			}
+			e.CompletionTime = o.Completion
+		case e.Phase == "":
+			continue
+		default:
+			e.Phase = v1alpha1.OperationPhaseDeleted
+		}
+		out = append(out, e)
+	}
+	for _, name := range in.opOrder {
+		if seen[name] {
+			continue
+		}
+		o := in.ops[name]
+		phase := o.Phase
+		if phase == "" {
+			phase = v1alpha1.OperationPending
+		}
+		out = append(out, v1alpha1.GeneratedOperation{Name: name, Kind: in.opKinds[name], Phase: phase, Reason: o.Reason,
+			KubernetesVersion: in.opVersions[name], ExecutionMode: o.Mode, CompletionTime: o.Completion})
+	}
+	return out
+}
+
+// active is the generated operation not yet finished, if any (there is at most one).
+func active(hist []v1alpha1.GeneratedOperation) *v1alpha1.GeneratedOperation {
+	for i := range hist {
+		if p := hist[i].Phase; p != v1alpha1.OperationPhaseDeleted && !p.Finished() {
+			return &hist[i]
+		}
+	}
+	return nil
+}
+
+func lastOf(hist []v1alpha1.GeneratedOperation, kind v1alpha1.GeneratedOperationKind) *v1alpha1.GeneratedOperation {
+	for i := len(hist) - 1; i >= 0; i-- {
+		if hist[i].Kind == kind {
+			return &hist[i]
+		}
+	}
+	return nil
+}
+
+func phaseOf(g *v1alpha1.GeneratedOperation) string {
+	if g.Phase == "" {
+		return string(v1alpha1.OperationPending)
+	}
+	return string(g.Phase)
+}
+
+func mode(ct *v1alpha1.ClusterTarget) v1alpha1.ExecutionMode {
+	if ct.Spec.ExecutionMode == "" {
+		return v1alpha1.ExecutionAuto
+	}
+	return ct.Spec.ExecutionMode
+}
+
+// defaultRenewBefore is the CRD's default, for objects built without the API server.
+const defaultRenewBefore = 30 * 24 * time.Hour
+
+func renewBefore(ct *v1alpha1.ClusterTarget) time.Duration {
+	if rb := ct.Spec.Certificates.RenewBefore; rb != nil {
+		return rb.Duration
+	}
+	return defaultRenewBefore
+}
+
+// nodesBehind names the nodes whose kubelet (when the upgrade replaces kubelets) or control plane
+// static pods (etcd aside: it has its own versions) report a version other than target; a
+// version not reported is not counted.
+func nodesBehind(nodes []v1alpha1.ObservedNode, target string, u v1alpha1.ClusterUpgrade) []string {
+	kubelets := u.UpgradeKubeletAndKubectl == nil || *u.UpgradeKubeletAndKubectl
+	want, err := version.ParseSemantic(target)
+	if err != nil {
+		return nil
+	}
+	differs := func(v string) bool {
+		got, err := version.ParseGeneric(v)
+		return err == nil && !(got.Major() == want.Major() && got.Minor() == want.Minor() && got.Patch() == want.Patch())
+	}
+	var out []string
+	for _, n := range nodes {
+		bad := kubelets && n.KubeletVersion != "" && differs(n.KubeletVersion)
+		for comp, v := range n.StaticPods {
+			if comp != "etcd" && differs(v) {
+				bad = true
+			}
+		}
+		if bad {
+			out = append(out, n.Name)
+		}
+	}
+	return out
+}
+
+// nextExpiry is the earliest expiry of any certificate observed.
+func nextExpiry(certs []v1alpha1.ObservedCertificates) *metav1.Time {
+	var next *metav1.Time
+	for _, n := range certs {
+		for i := range n.Certificates {
+			if c := &n.Certificates[i]; next == nil || c.NotAfter.Before(next) {
+				t := c.NotAfter
+				next = &t
+			}
+		}
+	}
+	return next
+}
+
+// setConditions writes every condition of the verdict; lastTransitionTime moves only when a
+// status flips (meta.SetStatusCondition), so an unchanged verdict is an unchanged status.
+func setConditions(st *v1alpha1.ClusterTargetStatus, gen int64, v verdict) {
+	b := func(ok bool) metav1.ConditionStatus {
+		if ok {
+			return metav1.ConditionTrue
+		}
+		return metav1.ConditionFalse
+	}
+	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: gen})
+	}
+	upReason := v.reason
+	if v.upToDate {
+		upReason = ReasonUpToDate
+	}
+	set(v1alpha1.ConditionUpToDate, b(v.upToDate), upReason, v.message)
+	set(v1alpha1.ConditionReady, b(v.upToDate), upReason, v.message)
+	blocked := v.phase == v1alpha1.ClusterBlocked
+	progressReason := v.reason
+	if !v.reconciling && !blocked && v.phase != v1alpha1.ClusterPaused {
+		progressReason = ReasonNothingToDo
+	}
+	set(v1alpha1.ConditionProgressing, b(v.reconciling), progressReason, v.message)
+	set(v1alpha1.ConditionReconciling, b(v.reconciling), progressReason, v.message)
+	blockedReason := v.reason
+	if !blocked {
+		blockedReason = "NotBlocked"
+	}
+	set(v1alpha1.ConditionBlocked, b(blocked), blockedReason, v.message)
+	stalledReason := v.reason
+	if !v.stalls {
+		stalledReason = "NotStalled"
+	}
+	set(v1alpha1.ConditionStalled, b(v.stalls), stalledReason, v.message)
+	sort.SliceStable(st.Conditions, func(i, j int) bool { return condOrder(st.Conditions[i].Type) < condOrder(st.Conditions[j].Type) })
+}
+
+func condOrder(t string) int {
+	for i, c := range []string{v1alpha1.ConditionUpToDate, v1alpha1.ConditionReady, v1alpha1.ConditionProgressing,
+		v1alpha1.ConditionReconciling, v1alpha1.ConditionBlocked, v1alpha1.ConditionStalled} {
+		if c == t {
+			return i
+		}
+	}
+	return 99
+}

@@ -1,0 +1,178 @@
+package clustertarget
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+)
+
+var now = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+
+func target(version string, mutate ...func(*v1alpha1.ClusterTarget)) *v1alpha1.ClusterTarget {
+	ct := &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: "cluster", UID: "u", Generation: 1},
+		Spec: v1alpha1.ClusterTargetSpec{KubernetesVersion: version,
+			Upgrade: v1alpha1.ClusterUpgrade{BinarySource: &v1alpha1.BinarySource{BaseURL: "http://example"}}}}
+	for _, m := range mutate {
+		m(ct)
+	}
+	return ct
+}
+
+func certs(notAfter time.Time) []v1alpha1.ObservedCertificates {
+	return []v1alpha1.ObservedCertificates{{Node: "cp", Certificates: []v1alpha1.CertificateExpiry{{Name: "apiserver", NotAfter: metav1.NewTime(notAfter)}}}}
+}
+
+func TestDecide(t *testing.T) {
+	renewed := metav1.NewTime(now.Add(-time.Hour))
+	tests := []struct {
+		name string
+		in   input
+		// create is the name of the operation generated, "" for none.
+		create, phase, reason string
+		upToDate, stalled     bool
+	}{
+		{name: "fresh install", in: input{ct: target("v1.37.2"), clusterVersion: "v1.37.2"},
+			phase: "UpToDate", reason: ReasonUpToDate, upToDate: true},
+		{name: "patch upgrade", in: input{ct: target("v1.37.2"), clusterVersion: "v1.37.0"},
+			create: "cluster-upgrade-v1.37.2-1", phase: "Progressing", reason: ReasonOperationCreated},
+		{name: "two minors without a path", in: input{ct: target("v1.37.2"), clusterVersion: "v1.35.3"},
+			phase: "Waiting", reason: "UnsupportedVersionSkew", stalled: true},
+		{name: "two minors with a path", in: input{ct: target("v1.37.2", func(ct *v1alpha1.ClusterTarget) { ct.Spec.Upgrade.Path = []string{"v1.36.4"} }), clusterVersion: "v1.35.3"},
+			create: "cluster-upgrade-v1.36.4-1", phase: "Progressing", reason: ReasonOperationCreated},
+		{name: "downgrade", in: input{ct: target("v1.36.0"), clusterVersion: "v1.37.2"},
+			phase: "Waiting", reason: "UnsupportedVersionSkew", stalled: true},
+		{name: "no kubeadm-config", in: input{ct: target("v1.37.2"), versionProblem: "gone"},
+			phase: "Waiting", reason: ReasonNoKubeadmConfig, stalled: true},
+		{name: "no binary source", in: input{ct: target("v1.37.2", func(ct *v1alpha1.ClusterTarget) { ct.Spec.Upgrade.BinarySource = nil }), clusterVersion: "v1.36.3"},
+			phase: "Waiting", reason: ReasonInvalidSpec, stalled: true},
+		{name: "paused", in: input{ct: target("v1.37.2", func(ct *v1alpha1.ClusterTarget) { ct.Spec.Paused = true }), clusterVersion: "v1.36.3"},
+			phase: "Paused", reason: ReasonPaused},
+		{name: "running operation", in: input{ct: target("v1.37.2", func(ct *v1alpha1.ClusterTarget) {
+			ct.Status.Operations = []v1alpha1.GeneratedOperation{{Name: "cluster-upgrade-v1.37.2-1", Kind: "Upgrade", Phase: "Pending", KubernetesVersion: "v1.37.2", Generation: 1}}
+		}), clusterVersion: "v1.36.3", ops: map[string]opView{"cluster-upgrade-v1.37.2-1": {Phase: "Running"}}},
+			phase: "Progressing", reason: ReasonOperationRunning},
+		{name: "blocked operation", in: input{ct: target("v1.37.2", func(ct *v1alpha1.ClusterTarget) {
+			ct.Status.Operations = []v1alpha1.GeneratedOperation{{Name: "cluster-upgrade-v1.37.2-1", Kind: "Upgrade", Phase: "Running", KubernetesVersion: "v1.37.2", Generation: 1}}
+		}), clusterVersion: "v1.36.3", ops: map[string]opView{"cluster-upgrade-v1.37.2-1": {Phase: "Blocked", Reason: "CommandFailed"}}},
+			phase: "Blocked", reason: ReasonOperationBlocked, stalled: true},
+		{name: "deleted by hand is not made again", in: input{ct: target("v1.37.2", func(ct *v1alpha1.ClusterTarget) {
+			ct.Status.Operations = []v1alpha1.GeneratedOperation{{Name: "cluster-upgrade-v1.37.2-1", Kind: "Upgrade", Phase: "Running", KubernetesVersion: "v1.37.2", Generation: 1}}
+		}), clusterVersion: "v1.36.3"},
+			phase: "Waiting", reason: ReasonOperationFailed, stalled: true},
+		{name: "deleted by hand before it started is not made again", in: input{ct: target("v1.37.2", func(ct *v1alpha1.ClusterTarget) {
+			ct.Status.Operations = []v1alpha1.GeneratedOperation{{Name: "cluster-upgrade-v1.37.2-1", Kind: "Upgrade", Phase: "Pending", KubernetesVersion: "v1.37.2", Generation: 1}}
+		}), clusterVersion: "v1.36.3"},
+			phase: "Waiting", reason: ReasonOperationFailed, stalled: true},
+		{name: "recorded, not yet created: recorded again", in: input{ct: target("v1.37.2", func(ct *v1alpha1.ClusterTarget) {
+			ct.Status.Operations = []v1alpha1.GeneratedOperation{{Name: "cluster-upgrade-v1.37.2-1", Kind: "Upgrade", KubernetesVersion: "v1.37.2", Generation: 1}}
+		}), clusterVersion: "v1.36.3"},
+			create: "cluster-upgrade-v1.37.2-1", phase: "Progressing", reason: ReasonOperationCreated},
+		{name: "failed is tried again after a spec change", in: input{ct: target("v1.37.2", func(ct *v1alpha1.ClusterTarget) {
+			ct.Generation = 2
+			ct.Status.Operations = []v1alpha1.GeneratedOperation{{Name: "cluster-upgrade-v1.37.2-1", Kind: "Upgrade", Phase: "Aborted", KubernetesVersion: "v1.37.2", Generation: 1}}
+		}), clusterVersion: "v1.36.3", ops: map[string]opView{"cluster-upgrade-v1.37.2-1": {Phase: "Aborted"}}},
+			create: "cluster-upgrade-v1.37.2-2", phase: "Progressing", reason: ReasonOperationCreated},
+		{name: "succeeded, version not yet observed", in: input{ct: target("v1.37.2", func(ct *v1alpha1.ClusterTarget) {
+			ct.Status.Operations = []v1alpha1.GeneratedOperation{{Name: "cluster-upgrade-v1.37.2-1", Kind: "Upgrade", Phase: "Succeeded", KubernetesVersion: "v1.37.2", Generation: 1, ExecutionMode: "Auto"}}
+		}), clusterVersion: "v1.36.3", ops: map[string]opView{"cluster-upgrade-v1.37.2-1": {Phase: "Succeeded", Mode: "Auto"}}},
+			phase: "Progressing", reason: ReasonAwaitingObservedVersion},
+		{name: "rotation", in: input{ct: target("v1.37.2", func(ct *v1alpha1.ClusterTarget) { ct.Spec.Certificates.RotationCount = 1 }), clusterVersion: "v1.37.2"},
+			create: "cluster-rotate-certificates-1-1", phase: "Progressing", reason: ReasonOperationCreated},
+		{name: "upgrade before rotation", in: input{ct: target("v1.37.2", func(ct *v1alpha1.ClusterTarget) { ct.Spec.Certificates.RotationCount = 1 }), clusterVersion: "v1.36.3"},
+			create: "cluster-upgrade-v1.37.2-1", phase: "Progressing", reason: ReasonOperationCreated},
+		{name: "rotation already acted on", in: input{ct: target("v1.37.2", func(ct *v1alpha1.ClusterTarget) {
+			ct.Spec.Certificates.RotationCount = 1
+			ct.Status.LastRotationCount = 1
+		}), clusterVersion: "v1.37.2"},
+			phase: "UpToDate", reason: ReasonUpToDate, upToDate: true},
+		{name: "expiring, autoRenew off", in: input{ct: target("v1.37.2"), clusterVersion: "v1.37.2", certs: certs(now.Add(24 * time.Hour))},
+			phase: "UpToDate", reason: ReasonUpToDate, upToDate: true},
+		{name: "expiring", in: input{ct: target("v1.37.2", func(ct *v1alpha1.ClusterTarget) { ct.Spec.Certificates.AutoRenew = true }), clusterVersion: "v1.37.2", certs: certs(now.Add(24 * time.Hour))},
+			create: "cluster-renew-certificates-expiring-20261202-1", phase: "Progressing", reason: ReasonOperationCreated},
+		{name: "renewBefore no renewal satisfies", in: input{ct: target("v1.37.2", func(ct *v1alpha1.ClusterTarget) {
+			ct.Spec.Certificates.AutoRenew = true
+			ct.Spec.Certificates.RenewBefore = &metav1.Duration{Duration: 2 * 365 * 24 * time.Hour}
+			ct.Status.Operations = []v1alpha1.GeneratedOperation{{Name: "cluster-renew-certificates-expiring-20261202-1", Kind: "RenewCertificates", Phase: "Succeeded", Generation: 1}}
+		}), clusterVersion: "v1.37.2", certs: certs(now.Add(365 * 24 * time.Hour)),
+			ops: map[string]opView{"cluster-renew-certificates-expiring-20261202-1": {Phase: "Succeeded", Completion: &renewed}}},
+			phase: "Waiting", reason: ReasonRenewBeforeUnsatisfiable, stalled: true},
+		{name: "dry run done", in: input{ct: target("v1.37.2", func(ct *v1alpha1.ClusterTarget) {
+			ct.Spec.ExecutionMode = v1alpha1.ExecutionDryRun
+			ct.Status.Operations = []v1alpha1.GeneratedOperation{{Name: "cluster-upgrade-v1.37.2-1", Kind: "Upgrade", Phase: "Succeeded", KubernetesVersion: "v1.37.2", Generation: 1, ExecutionMode: "DryRun"}}
+		}), clusterVersion: "v1.36.3", ops: map[string]opView{"cluster-upgrade-v1.37.2-1": {Phase: "Succeeded", Mode: "DryRun"}}},
+			phase: "Waiting", reason: ReasonDryRunSucceeded},
+		{name: "for real after a dry run", in: input{ct: target("v1.37.2", func(ct *v1alpha1.ClusterTarget) {
+			ct.Generation = 2
+			ct.Status.Operations = []v1alpha1.GeneratedOperation{{Name: "cluster-upgrade-v1.37.2-1", Kind: "Upgrade", Phase: "Succeeded", KubernetesVersion: "v1.37.2", Generation: 1, ExecutionMode: "DryRun"}}
+		}), clusterVersion: "v1.36.3", ops: map[string]opView{"cluster-upgrade-v1.37.2-1": {Phase: "Succeeded", Mode: "DryRun"}}},
+			create: "cluster-upgrade-v1.37.2-2", phase: "Progressing", reason: ReasonOperationCreated},
+		{name: "status lost: the operation is adopted, not made again", in: input{ct: target("v1.37.2"), clusterVersion: "v1.36.3",
+			ops: map[string]opView{"cluster-upgrade-v1.37.2-1": {Phase: "Running"}}, opOrder: []string{"cluster-upgrade-v1.37.2-1"},
+			opKinds: map[string]v1alpha1.GeneratedOperationKind{"cluster-upgrade-v1.37.2-1": "Upgrade"}, opVersions: map[string]string{"cluster-upgrade-v1.37.2-1": "v1.37.2"}},
+			phase: "Progressing", reason: ReasonOperationRunning},
+		{name: "kubelets behind", in: input{ct: target("v1.37.2"), clusterVersion: "v1.37.2", nodes: []v1alpha1.ObservedNode{{Name: "w", KubeletVersion: "v1.36.3"}}},
+			phase: "Waiting", reason: ReasonNodesBehind},
+	}
+	for _, tt := range tests {
+		tt.in.now = now
+		if tt.in.ops == nil {
+			tt.in.ops = map[string]opView{}
+		}
+		d := decide(&tt.in)
+		got := ""
+		if d.create != nil {
+			got = d.create.Name
+		}
+		st := d.status
+		up := meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionUpToDate)
+		stalled := meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionStalled)
+		reason := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionUpToDate).Reason
+		if got != tt.create || string(st.Phase) != tt.phase || reason != tt.reason || up != tt.upToDate || stalled != tt.stalled {
+			t.Errorf("%s: created %q phase %s reason %s upToDate %v stalled %v; want %q %s %s %v %v\n%+v",
+				tt.name, got, st.Phase, reason, up, stalled, tt.create, tt.phase, tt.reason, tt.upToDate, tt.stalled, st.Conditions)
+		}
+		for _, c := range st.Conditions {
+			if c.Reason == "" {
+				t.Errorf("%s: condition %s has no reason", tt.name, c.Type)
+			}
+		}
+		if tt.reason == "UnsupportedVersionSkew" {
+			msg := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionStalled).Message
+			if !strings.Contains(msg, tt.in.clusterVersion) || !strings.Contains(msg, tt.in.ct.Spec.KubernetesVersion) {
+				t.Errorf("%s: message %q must name both versions", tt.name, msg)
+			}
+		}
+		// Deciding again from the status written must change nothing: zero writes at rest.
+		again := tt.in
+		ct := tt.in.ct.DeepCopy()
+		ct.Status = st
+		again.ct = ct
+		if d.create != nil {
+			again.ops = map[string]opView{d.create.Name: {Phase: ""}}
+			for k, v := range tt.in.ops {
+				again.ops[k] = v
+			}
+		}
+		if d2 := decide(&again); d2.create != nil {
+			t.Errorf("%s: deciding again generates %s too", tt.name, d2.create.Name)
+		}
+	}
+}
+
+func TestImageTag(t *testing.T) {
+	for in, want := range map[string]string{
+		"registry.k8s.io/kube-apiserver:v1.37.2":            "v1.37.2",
+		"localhost:5000/kube-apiserver:v1.37.2@sha256:abcd": "v1.37.2",
+		"localhost:5000/kube-apiserver":                     "",
+		"kube-apiserver":                                    "",
+	} {
+		if got := imageTag(in); got != want {
+			t.Errorf("imageTag(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,312 @@
+package clustertarget_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/controller/clustertarget"
+	"github.com/nodeops/nodeops/internal/testutil"
+)
+
+// The installer creates the ClusterTarget from what it observes, and never touches one that exists.
+func TestCreatedOnInstallAndNeverOverwritten(t *testing.T) {
+	f := newFixture(t)
+	f.empty("v1.36.3")
+	installer := &clustertarget.Installer{Client: f.c, Reader: f.c, Interval: 50 * time.Millisecond}
+	f.must(installer.Start(f.ctx))
+	ct := f.target()
+	if ct.Spec.KubernetesVersion != "v1.36.3" || ct.Spec.Paused || ct.Spec.Certificates.AutoRenew || ct.Spec.Certificates.RotationCount != 0 {
+		t.Fatalf("installed spec %+v", ct.Spec)
+	}
+	f.waitCondition(v1alpha1.ConditionUpToDate, metav1.ConditionTrue, clustertarget.ReasonUpToDate)
+	f.stillOperations()
+
+	f.edit(func(ct *v1alpha1.ClusterTarget) {
+		ct.Spec.Paused = true
+		ct.Spec.Certificates.AutoRenew = true
+	})
+	// Restarted: a new installer, and the kubeadm-config moving on, change nothing a person wrote.
+	f.setClusterVersion("v1.37.2")
+	f.must((&clustertarget.Installer{Client: f.c, Reader: f.c, Interval: 50 * time.Millisecond}).Start(f.ctx))
+	created, problem, err := clustertarget.Install(f.ctx, f.c, f.c)
+	if created || problem != "" || err != nil {
+		t.Fatalf("Install over an existing ClusterTarget: created %v, %q, %v", created, problem, err)
+	}
+	ct = f.target()
+	if ct.Spec.KubernetesVersion != "v1.36.3" || !ct.Spec.Paused || !ct.Spec.Certificates.AutoRenew {
+		t.Fatalf("spec overwritten: %+v", ct.Spec)
+	}
+}
+
+// The API server keeps the singleton's name and rotationCount from going down.
+func TestValidation(t *testing.T) {
+	f := newFixture(t)
+	f.reset("v1.37.2")
+	err := f.c.Create(f.ctx, &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: "other"}, Spec: v1alpha1.ClusterTargetSpec{KubernetesVersion: "v1.37.2"}})
+	if err == nil || !strings.Contains(err.Error(), "named cluster") {
+		t.Errorf("a second ClusterTarget: %v", err)
+	}
+	f.edit(func(ct *v1alpha1.ClusterTarget) { ct.Spec.Certificates.RotationCount = 2 })
+	ct := f.target()
+	lower := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"certificates":{"rotationCount":1}}}`))
+	if err := f.c.Patch(f.ctx, ct, lower); err == nil || !strings.Contains(err.Error(), "can only go up") {
+		t.Errorf("lowering rotationCount: %v", err)
+	}
+}
+
+// A new patch version makes exactly one upgrade operation, owned by the ClusterTarget; once it
+// succeeded and the versions observed match, the cluster is up to date.
+func TestUpgradeToNewPatch(t *testing.T) {
+	f := newFixture(t)
+	f.reset("v1.37.0")
+	f.waitCondition(v1alpha1.ConditionUpToDate, metav1.ConditionTrue, clustertarget.ReasonUpToDate)
+	if s := f.kstatus(); s != status.CurrentStatus {
+		t.Errorf("kstatus when up to date: %s", s)
+	}
+	f.edit(func(ct *v1alpha1.ClusterTarget) { ct.Spec.KubernetesVersion = "v1.37.2" })
+	ops := f.waitOperations("cluster-upgrade-v1.37.2-1")
+	ct := f.target()
+	if ref := metav1.GetControllerOf(&ops[0]); ref == nil || ref.UID != ct.UID || ref.Kind != "ClusterTarget" {
+		t.Fatalf("owner %+v", ops[0].OwnerReferences)
+	}
+	if u := ops[0].Spec.Upgrade; u == nil || u.KubernetesVersion != "v1.37.2" || u.BinarySource == nil {
+		t.Fatalf("upgrade spec %+v", ops[0].Spec)
+	}
+	f.waitKstatus(status.InProgressStatus)
+
+	f.runOperation("cluster-upgrade-v1.37.2-1", nil, v1alpha1.OperationSucceeded)
+	f.waitCondition(v1alpha1.ConditionReconciling, metav1.ConditionTrue, clustertarget.ReasonAwaitingObservedVersion)
+	f.setClusterVersion("v1.37.2")
+	f.nodeStatus("cp-1", "v1.37.2")
+	f.nodeStatus("w-1", "v1.37.2")
+	f.mirrorPod("cp-1", "v1.37.2")
+	ct = f.waitCondition(v1alpha1.ConditionUpToDate, metav1.ConditionTrue, clustertarget.ReasonUpToDate)
+	if ct.Status.KubernetesVersion != "v1.37.2" || ct.Status.Phase != v1alpha1.ClusterUpToDate {
+		t.Errorf("status %s at %s", ct.Status.Phase, ct.Status.KubernetesVersion)
+	}
+	var cp *v1alpha1.ObservedNode
+	for i := range ct.Status.Nodes {
+		if ct.Status.Nodes[i].Name == "cp-1" {
+			cp = &ct.Status.Nodes[i]
+		}
+	}
+	if cp == nil || !cp.ControlPlane || cp.KubeletVersion != "v1.37.2" || cp.StaticPods["kube-apiserver"] != "v1.37.2" {
+		t.Errorf("observed control plane %+v", cp)
+	}
+	if len(ct.Status.Operations) != 1 || ct.Status.Operations[0].Phase != v1alpha1.OperationSucceeded {
+		t.Errorf("operations %+v", ct.Status.Operations)
+	}
+	f.waitKstatus(status.CurrentStatus)
+	f.stillOperations("cluster-upgrade-v1.37.2-1")
+}
+
+// v1.35 to v1.37 is two upgrades: refused until the v1.36 step is named, then only the first runs.
+func TestUpgradeChain(t *testing.T) {
+	f := newFixture(t)
+	f.reset("v1.35.3")
+	f.edit(func(ct *v1alpha1.ClusterTarget) { ct.Spec.KubernetesVersion = "v1.37.2" })
+	ct := f.waitCondition(v1alpha1.ConditionStalled, metav1.ConditionTrue, "UnsupportedVersionSkew")
+	msg := meta.FindStatusCondition(ct.Status.Conditions, v1alpha1.ConditionStalled).Message
+	if !strings.Contains(msg, "v1.35.3") || !strings.Contains(msg, "v1.37.2") {
+		t.Errorf("message %q must name both versions", msg)
+	}
+	f.stillOperations()
+
+	f.edit(func(ct *v1alpha1.ClusterTarget) { ct.Spec.Upgrade.Path = []string{"v1.36.4"} })
+	f.waitOperations("cluster-upgrade-v1.36.4-1")
+	ct = f.waitCondition(v1alpha1.ConditionProgressing, metav1.ConditionTrue, "")
+	if got := strings.Join(ct.Status.UpgradePath, " "); got != "v1.36.4 v1.37.2" {
+		t.Errorf("upgrade path %q", got)
+	}
+	f.stillOperations("cluster-upgrade-v1.36.4-1")
+}
+
+// A downgrade is refused, naming both versions, and nothing runs.
+func TestDowngradeRefused(t *testing.T) {
+	f := newFixture(t)
+	f.reset("v1.37.2")
+	f.edit(func(ct *v1alpha1.ClusterTarget) { ct.Spec.KubernetesVersion = "v1.36.9" })
+	ct := f.waitCondition(v1alpha1.ConditionStalled, metav1.ConditionTrue, "UnsupportedVersionSkew")
+	if msg := meta.FindStatusCondition(ct.Status.Conditions, v1alpha1.ConditionUpToDate).Message; !strings.Contains(msg, "v1.37.2") || !strings.Contains(msg, "v1.36.9") {
+		t.Errorf("message %q", msg)
+	}
+	f.waitKstatus(status.FailedStatus)
+	f.stillOperations()
+}
+
+// Raising rotationCount renews the certificates exactly once.
+func TestRotationOncePerIncrement(t *testing.T) {
+	f := newFixture(t)
+	f.reset("v1.37.2")
+	f.edit(func(ct *v1alpha1.ClusterTarget) { ct.Spec.Certificates.RotationCount = 1 })
+	ops := f.waitOperations("cluster-rotate-certificates-1-1")
+	if ops[0].Spec.RenewCertificates == nil {
+		t.Fatalf("spec %+v", ops[0].Spec)
+	}
+	expiry := metav1.NewTime(time.Now().Add(365 * 24 * time.Hour).Truncate(time.Second))
+	f.runOperation(ops[0].Name, []v1alpha1.CertificateExpiry{{Name: "apiserver", NotAfter: expiry}}, v1alpha1.OperationSucceeded)
+	ct := f.waitCondition(v1alpha1.ConditionUpToDate, metav1.ConditionTrue, clustertarget.ReasonUpToDate)
+	if ct.Status.LastRotationCount != 1 {
+		t.Errorf("lastRotationCount %d", ct.Status.LastRotationCount)
+	}
+	if ct.Status.NextCertificateExpiry == nil || !ct.Status.NextCertificateExpiry.Equal(&expiry) || len(ct.Status.Certificates) != 1 || ct.Status.Certificates[0].Node != "cp-1" {
+		t.Errorf("certificates %+v, next %v", ct.Status.Certificates, ct.Status.NextCertificateExpiry)
+	}
+	f.stillOperations("cluster-rotate-certificates-1-1")
+	f.edit(func(ct *v1alpha1.ClusterTarget) { ct.Spec.Certificates.RotationCount = 2 })
+	f.waitOperations("cluster-rotate-certificates-1-1", "cluster-rotate-certificates-2-1")
+}
+
+// A renewBefore longer than the certificates' lifetime: one renewal, then a condition, no loop.
+func TestRenewBeforeNoRenewalSatisfies(t *testing.T) {
+	f := newFixture(t)
+	f.reset("v1.37.2")
+	// An earlier renewal's reading: certificates that expire in ten days.
+	soon := metav1.NewTime(time.Now().Add(10 * 24 * time.Hour).Truncate(time.Second))
+	task := &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: "earlier-renewal-cp-1"},
+		Spec: v1alpha1.NodeTaskSpec{NodeName: "cp-1", Commands: []v1alpha1.Command{{KubeadmRenewCertificates: &v1alpha1.KubeadmRenewCertificatesCommand{}}}}}
+	f.must(f.c.Create(f.ctx, task))
+	f.must(f.agent().Write(f.ctx, task.Name, func(t *v1alpha1.NodeTask) {
+		now := metav1.NowMicro()
+		t.Status.Phase, t.Status.CompletionTime = v1alpha1.TaskSucceeded, &now
+		t.Status.Certificates = []v1alpha1.CertificateExpiry{{Name: "apiserver", NotAfter: soon}}
+	}))
+	f.edit(func(ct *v1alpha1.ClusterTarget) {
+		ct.Spec.Certificates.AutoRenew = true
+		ct.Spec.Certificates.RenewBefore = &metav1.Duration{Duration: 2 * 365 * 24 * time.Hour}
+	})
+	name := "cluster-renew-certificates-expiring-" + soon.UTC().Format("20060102") + "-1"
+	f.waitOperations(name)
+	year := metav1.NewTime(time.Now().Add(365 * 24 * time.Hour).Truncate(time.Second))
+	f.runOperation(name, []v1alpha1.CertificateExpiry{{Name: "apiserver", NotAfter: year}}, v1alpha1.OperationSucceeded)
+	f.waitCondition(v1alpha1.ConditionStalled, metav1.ConditionTrue, clustertarget.ReasonRenewBeforeUnsatisfiable)
+	f.stillOperations(name)
+}
+
+// Paused generates nothing, and says so; resumed, it generates.
+func TestPaused(t *testing.T) {
+	f := newFixture(t)
+	f.reset("v1.37.0")
+	f.edit(func(ct *v1alpha1.ClusterTarget) {
+		ct.Spec.Paused = true
+		ct.Spec.KubernetesVersion = "v1.37.2"
+	})
+	f.waitCondition(v1alpha1.ConditionProgressing, metav1.ConditionFalse, clustertarget.ReasonPaused)
+	f.stillOperations()
+	f.edit(func(ct *v1alpha1.ClusterTarget) { ct.Spec.Paused = false })
+	f.waitOperations("cluster-upgrade-v1.37.2-1")
+}
+
+// A generated operation that is Blocked makes the ClusterTarget Blocked and Stalled, and nothing
+// new is generated, even when more becomes due.
+func TestBlocked(t *testing.T) {
+	f := newFixture(t)
+	f.reset("v1.37.0")
+	f.edit(func(ct *v1alpha1.ClusterTarget) {
+		ct.Spec.KubernetesVersion = "v1.37.2"
+		ct.Spec.Upgrade.UpgradeKubeletAndKubectl = ptr.To(true)
+	})
+	f.waitOperations("cluster-upgrade-v1.37.2-1")
+	var task string
+	testutil.Eventually(t, 30*time.Second, "the first task", func() error {
+		var tasks v1alpha1.NodeTaskList
+		if err := f.c.List(f.ctx, &tasks, client.MatchingLabels{v1alpha1.LabelOperation: "cluster-upgrade-v1.37.2-1"}); err != nil {
+			return err
+		}
+		if len(tasks.Items) == 0 {
+			return errNoTask
+		}
+		task = tasks.Items[0].Name
+		return nil
+	})
+	f.must(f.agent().Begin(f.ctx, task, 0))
+	f.must(f.agent().End(f.ctx, task, 0, false, "download failed"))
+	ct := f.waitCondition(v1alpha1.ConditionBlocked, metav1.ConditionTrue, clustertarget.ReasonOperationBlocked)
+	if ct.Status.Phase != v1alpha1.ClusterBlocked || !meta.IsStatusConditionTrue(ct.Status.Conditions, v1alpha1.ConditionStalled) {
+		t.Errorf("phase %s, conditions %+v", ct.Status.Phase, ct.Status.Conditions)
+	}
+	f.waitKstatus(status.FailedStatus)
+	f.edit(func(ct *v1alpha1.ClusterTarget) { ct.Spec.Certificates.RotationCount = 1 })
+	f.waitCondition(v1alpha1.ConditionBlocked, metav1.ConditionTrue, clustertarget.ReasonOperationBlocked)
+	f.stillOperations("cluster-upgrade-v1.37.2-1")
+}
+
+// At rest the ClusterTarget is not written: node heartbeats and operation progress do not wake
+// it, and a reconcile that changes nothing writes nothing.
+func TestZeroWritesAtRest(t *testing.T) {
+	f := newFixture(t)
+	f.reset("v1.37.2")
+	f.edit(func(ct *v1alpha1.ClusterTarget) { ct.Spec.Certificates.RotationCount = 1 })
+	f.runOperation("cluster-rotate-certificates-1-1", []v1alpha1.CertificateExpiry{{Name: "apiserver", NotAfter: metav1.NewTime(time.Now().Add(300 * 24 * time.Hour))}}, v1alpha1.OperationSucceeded)
+	f.waitCondition(v1alpha1.ConditionUpToDate, metav1.ConditionTrue, clustertarget.ReasonUpToDate)
+	time.Sleep(time.Second) // let the last events settle before counting from zero
+	rv := f.target().ResourceVersion
+	for i := range 6 {
+		f.nodeStatus("cp-1", "v1.37.2") // a heartbeat
+		f.nodeStatus("w-1", "v1.37.2")
+		if i == 2 {
+			// A label passes the node predicate: a reconcile runs, decides the same, writes nothing.
+			f.must(f.c.Patch(f.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w-1"}},
+				client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"pool":"b"}}}`))))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if got := f.target().ResourceVersion; got != rv {
+		t.Fatalf("ClusterTarget written at rest: resourceVersion %s -> %s", rv, got)
+	}
+}
+
+type errString string
+
+func (e errString) Error() string { return string(e) }
+
+const errNoTask = errString("no task yet")
+
+// The sample is a valid ClusterTarget: strict to the type, and accepted by the API server's
+// schema and CEL rules (a dry-run update).
+func TestSample(t *testing.T) {
+	f := newFixture(t)
+	f.reset("v1.37.2")
+	data, err := os.ReadFile(filepath.Join("..", "..", "..", "config", "samples", "clustertarget.yaml"))
+	f.must(err)
+	var sample v1alpha1.ClusterTarget
+	f.must(yaml.UnmarshalStrict(data, &sample))
+	f.must(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		ct := f.target()
+		ct.Spec = sample.Spec
+		return f.c.Update(f.ctx, ct, client.DryRunAll)
+	}))
+}
+
+// An operation deleted by hand is history: it is not generated again (docs/design.md, safety
+// rule 7) until the spec changes.
+func TestDeletedByHandNotMadeAgain(t *testing.T) {
+	f := newFixture(t)
+	f.reset("v1.37.0")
+	f.edit(func(ct *v1alpha1.ClusterTarget) { ct.Spec.KubernetesVersion = "v1.37.2" })
+	ops := f.waitOperations("cluster-upgrade-v1.37.2-1")
+	f.waitCondition(v1alpha1.ConditionReconciling, metav1.ConditionTrue, clustertarget.ReasonOperationRunning)
+	f.must(f.c.Delete(f.ctx, &ops[0]))
+	ct := f.waitCondition(v1alpha1.ConditionStalled, metav1.ConditionTrue, clustertarget.ReasonOperationFailed)
+	if len(ct.Status.Operations) != 1 || ct.Status.Operations[0].Phase != v1alpha1.OperationPhaseDeleted {
+		t.Errorf("history %+v", ct.Status.Operations)
+	}
+	f.stillOperations()
+	// A spec change is the person's word to try again.
+	f.edit(func(ct *v1alpha1.ClusterTarget) { ct.Spec.Upgrade.IgnorePreflightErrors = []string{"all"} })
+	f.waitOperations("cluster-upgrade-v1.37.2-2")
+}

@@ -1,0 +1,132 @@
+package nodetask_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/controller/nodetask"
+	"github.com/nodeops/nodeops/internal/testutil"
+)
+
+var cl client.Client
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	logf.SetLogger(testutil.Logger())
+	env, err := testutil.Start("nodetasks")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	cl = env.Client
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:                 env.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := nodetask.SetupWithManager(mgr); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "manager stopped:", err)
+		}
+	})
+	code := m.Run()
+	cancel()
+	wg.Wait()
+	return code
+}
+
+func get(t *testing.T, name string) *v1alpha1.NodeTask {
+	t.Helper()
+	task := &v1alpha1.NodeTask{}
+	if err := cl.Get(context.Background(), client.ObjectKey{Name: name}, task); err != nil {
+		t.Fatal(err)
+	}
+	return task
+}
+
+// The controller leaves a request alone until the agent records it acted on, then clears it,
+// and never writes status.
+func TestClearsRecoveryModeOnlyOnceActedOn(t *testing.T) {
+	ctx := context.Background()
+	task := &v1alpha1.NodeTask{
+		ObjectMeta: metav1.ObjectMeta{Name: "clear-1", Labels: map[string]string{v1alpha1.LabelNode: "n1"}},
+		Spec:       v1alpha1.NodeTaskSpec{NodeName: "n1", Commands: []v1alpha1.Command{{Wait: &v1alpha1.WaitCommand{}}}},
+	}
+	if err := cl.Create(ctx, task); err != nil {
+		t.Fatal(err)
+	}
+	// What an agent writes when the command fails.
+	task.Status = v1alpha1.NodeTaskStatus{Phase: v1alpha1.TaskFailed, Reason: v1alpha1.ReasonCommandFailed, Attempt: 1, Progress: "0/1",
+		Commands: []v1alpha1.CommandStatus{{Name: "wait", Phase: v1alpha1.CommandFailed, Attempt: 1}}}
+	if err := cl.Status().Update(ctx, task); err != nil {
+		t.Fatal(err)
+	}
+	base := task.DeepCopy()
+	task.Spec.RecoveryMode = v1alpha1.RecoveryRetry
+	if err := cl.Patch(ctx, task, client.MergeFrom(base)); err != nil {
+		t.Fatal(err)
+	}
+	failed := task.Status.DeepCopy()
+
+	time.Sleep(time.Second) // nothing can be waited for: the controller must leave the request alone
+	got := get(t, "clear-1")
+	if got.Spec.RecoveryMode != v1alpha1.RecoveryRetry || !equality.Semantic.DeepEqual(got.Status, *failed) {
+		t.Fatalf("before the agent acted: recoveryMode %q, status %+v", got.Spec.RecoveryMode, got.Status)
+	}
+
+	// The agent acts on it: recoveredGeneration records the request as done.
+	got.Status.RecoveredGeneration = got.Generation
+	got.Status.Phase, got.Status.Attempt = v1alpha1.TaskPending, 2
+	got.Status.Commands[0].Phase = v1alpha1.CommandPending
+	if err := cl.Status().Update(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	acted := got.Status.DeepCopy()
+	testutil.Eventually(t, 20*time.Second, "recoveryMode cleared", func() error {
+		if m := get(t, "clear-1").Spec.RecoveryMode; m != "" {
+			return fmt.Errorf("recoveryMode %q", m)
+		}
+		return nil
+	})
+	if st := get(t, "clear-1").Status; !equality.Semantic.DeepEqual(st, *acted) {
+		t.Errorf("the controller changed status from %+v to %+v", *acted, st)
+	}
+
+	// A new request (a new generation) waits for the agent again.
+	task = get(t, "clear-1")
+	base = task.DeepCopy()
+	task.Spec.RecoveryMode = v1alpha1.RecoverySkip
+	if err := cl.Patch(ctx, task, client.MergeFrom(base)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if m := get(t, "clear-1").Spec.RecoveryMode; m != v1alpha1.RecoverySkip {
+		t.Errorf("a request not yet acted on was cleared: recoveryMode %q", m)
+	}
+}
