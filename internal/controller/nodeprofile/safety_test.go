@@ -66,6 +66,7 @@ func TestSafetyRule3_FailedInstallStopsOtherInstalls(t *testing.T) {
 	makeProfile(t, ctx, "r3", "r3", func(s *v1alpha1.NodeProfileSpec) { s.MaxUnavailable = ptrIntOrString(2) })
 	first := waitTask(t, ctx, "r3", "r3-1", nodeprofile.ActionInstall)
 	second := waitTask(t, ctx, "r3", "r3-2", nodeprofile.ActionInstall)
+	agentRun(t, ctx, first.Name)
 	agentFail(t, ctx, first.Name, "sha256 mismatch")
 	agentRun(t, ctx, second.Name)
 	agentSucceed(t, ctx, second.Name)
