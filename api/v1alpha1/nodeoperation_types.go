@@ -215,6 +215,22 @@ type GroupStatus struct {
 	// Message says why the group is where it is, for example that it matched no node.
 	// +optional
 	Message string `json:"message,omitempty"`
+	// Finished names the nodes whose task in this group ended, so that a task deleted by hand is
+	// never created and run again (docs/design.md, safety rule 7). It goes once the group has
+	// succeeded: the group's phase then says it for every node.
+	// +optional
+	Finished *FinishedNodes `json:"finished,omitempty"`
+}
+
+// FinishedNodes names, in sorted lists, a group's nodes whose task ended, by how it ended.
+type FinishedNodes struct {
+	// +optional
+	Succeeded []string `json:"succeeded,omitempty"`
+	// Skipped: the task succeeded after a person skipped one of its commands.
+	// +optional
+	Skipped []string `json:"skipped,omitempty"`
+	// +optional
+	Aborted []string `json:"aborted,omitempty"`
 }
 
 // NodeOperationStatus is what the operation has done so far.

@@ -63,6 +63,12 @@ type NodeProfileSpec struct {
 	// +kubebuilder:validation:XIntOrString
 	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')",message="must be an integer >= 1 or a percentage from 1% to 100%"
 	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+	// TTLSecondsAfterFinished deletes a superseded task (an install replaced after a spec change,
+	// an install or uninstall followed by the other) this long after it finished. A node's latest
+	// task is kept whatever it says, and nothing is deleted when unset (docs/design.md, safety rule 7).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
 }
 
 // ProfileNodeCounts counts the profile's nodes.

@@ -126,6 +126,61 @@ func (t *Table) TryAcquire(node, task, owner string) (Holder, bool) {
 	return Holder{}, true
 }
 
+// Claim is one node a controller wants for one of its tasks.
+type Claim struct{ Node, Task string }
+
+// Budget is a maxUnavailable limit over a group's or a profile's nodes, for AcquireWithin.
+type Budget struct {
+	// Nodes are the nodes the limit covers.
+	Nodes []string
+	// Down reports a node unavailable for a reason the table cannot see (NotReady, cordoned); nil for none.
+	Down func(node string) bool
+	// Limit is the most nodes of Nodes that may be unavailable.
+	Limit int
+}
+
+// AcquireWithin acquires the claims' nodes in order for owner, as TryAcquire does, while the
+// budget's unavailable nodes (held by any task, or Down) stay within its limit; a claim on a node
+// Down already spends nothing and is always granted. The count and
+// the acquisitions are one step under the table's lock, so controllers deciding at the same
+// moment (two operations, an operation and a profile) cannot each spend the same last room
+// (docs/design.md, safety rule 11). ok[i] tells whether claim i was acquired; holders[i] names
+// the task holding its node when another does, and is empty when it was refused for want of room.
+func (t *Table) AcquireWithin(owner string, claims []Claim, b Budget) (ok []bool, holders []Holder) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	unavailable := 0
+	for _, n := range b.Nodes {
+		if len(t.byNode[n]) > 0 || (b.Down != nil && b.Down(n)) {
+			unavailable++
+		}
+	}
+	ok, holders = make([]bool, len(claims)), make([]Holder, len(claims))
+	for i, c := range claims {
+		if h, held := t.holderLocked(c.Node, c.Task); held {
+			holders[i] = h
+			continue
+		}
+		if _, mine := t.byTask[c.Task]; mine {
+			ok[i] = true // already acquired: counted above
+			continue
+		}
+		if b.Down != nil && b.Down(c.Node) {
+			// Unavailable already, and counted: a task on it spends nothing more.
+			t.putLocked(c.Task, &entry{owner: owner, node: c.Node})
+			ok[i] = true
+			continue
+		}
+		if unavailable >= b.Limit {
+			continue
+		}
+		t.putLocked(c.Task, &entry{owner: owner, node: c.Node})
+		unavailable++
+		ok[i] = true
+	}
+	return ok, holders
+}
+
 // Release drops a reservation whose task was never created. A task the informer has already
 // delivered stays: only the cache can say it no longer holds the node.
 func (t *Table) Release(node, task string) {

@@ -160,3 +160,28 @@ func TestSnapshot(t *testing.T) {
 		t.Error("the view follows the table")
 	}
 }
+
+func TestAcquireWithinBudget(t *testing.T) {
+	tb := New()
+	tb.Observe(task("other", "n1", v1alpha1.TaskRunning, false))
+	scope := []string{"n1", "n2", "n3", "n4"}
+	down := func(n string) bool { return n == "n4" }
+	ok, holders := tb.AcquireWithin("NodeOperation/op", []Claim{{"n1", "op-n1"}, {"n2", "op-n2"}, {"n3", "op-n3"}}, Budget{Nodes: scope, Down: down, Limit: 3})
+	if ok[0] || holders[0].Task != "other" {
+		t.Errorf("n1, held by another task: ok %v, holder %+v", ok[0], holders[0])
+	}
+	if !ok[1] || ok[2] || holders[2].Task != "" {
+		t.Errorf("limit 3 with n1 held and n4 down: ok %v, holders %+v; want only n2", ok, holders)
+	}
+	// Acquiring again what the task holds succeeds and spends nothing more.
+	if ok, _ := tb.AcquireWithin("NodeOperation/op", []Claim{{"n2", "op-n2"}}, Budget{Nodes: scope, Limit: 2}); !ok[0] {
+		t.Error("re-acquire of a held reservation refused")
+	}
+	if ok, _ := tb.AcquireWithin("NodeOperation/op", []Claim{{"n3", "op-n3"}}, Budget{Nodes: scope, Limit: 2}); ok[0] {
+		t.Error("n3 acquired beyond the limit")
+	}
+	// A node down already is counted already: a task on it spends nothing, even with no room.
+	if ok, _ := tb.AcquireWithin("NodeOperation/op", []Claim{{"n4", "op-n4"}}, Budget{Nodes: scope, Down: down, Limit: 1}); !ok[0] {
+		t.Error("a claim on a node already down refused")
+	}
+}

@@ -22,7 +22,7 @@ func TestCreateTasksPassesOverNodeTakenSinceDecide(t *testing.T) {
 	op.Name = "op"
 	g := &v1alpha1.Group{Name: "g"}
 	waiting := map[string]nodelock.Holder{}
-	lost, err := r.createTasks(context.Background(), op, []start{{group: g, node: "n1"}}, waiting)
+	lost, err := r.createTasks(context.Background(), op, []start{{group: g, node: "n1"}}, nodelock.Budget{Nodes: []string{"n1"}, Limit: 1}, waiting)
 	if err != nil || lost != 1 {
 		t.Fatalf("lost %d, error %v; want 1, nil", lost, err)
 	}
@@ -31,5 +31,26 @@ func TestCreateTasksPassesOverNodeTakenSinceDecide(t *testing.T) {
 	}
 	if locks.Held(plan.TaskName("op", "g", "n1")) {
 		t.Error("the passed-over task holds a reservation")
+	}
+}
+
+// docs/design.md, safety rule 11: a budget another controller spent between decide and act (it
+// took a node of the group that decide saw free) refuses the create; the operation looks again.
+func TestCreateTasksKeepsBudgetSpentSinceDecide(t *testing.T) {
+	locks := nodelock.New()
+	if _, ok := locks.TryAcquire("n1", "other-g-n1", nodelock.OperationOwner("other")); !ok {
+		t.Fatal("acquire")
+	}
+	r := &Reconciler{Locks: locks, CreateParallelism: 4}
+	op := &v1alpha1.NodeOperation{}
+	op.Name = "op"
+	g := &v1alpha1.Group{Name: "g"}
+	waiting := map[string]nodelock.Holder{}
+	lost, err := r.createTasks(context.Background(), op, []start{{group: g, node: "n2"}}, nodelock.Budget{Nodes: []string{"n1", "n2"}, Limit: 1}, waiting)
+	if err != nil || lost != 1 || len(waiting) != 0 {
+		t.Fatalf("lost %d, waiting %v, error %v; want 1, none, nil", lost, waiting, err)
+	}
+	if locks.Held(plan.TaskName("op", "g", "n2")) {
+		t.Error("the refused task holds a reservation")
 	}
 }

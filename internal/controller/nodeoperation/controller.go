@@ -104,11 +104,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.Get(ctx, req.NamespacedName, op); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.forget(req.Name)
+			return ctrl.Result{}, r.releaseOrphans(ctx, req.Name)
 		}
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		return ctrl.Result{}, err
 	}
 	if !op.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, nil
+		// A foreground deletion waits for the tasks: nothing needs their record any more.
+		tasks, err := r.ownTasks(ctx, op)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{}, r.release(ctx, &op.Status, tasks, true, false)
 	}
 	if op.Status.Phase.Finished() {
 		return r.reconcileFinished(ctx, op)
@@ -138,14 +144,19 @@ func (r *Reconciler) decide(s *scope) {
 // tasks, and asks to look again for nodes it waits for and for the TTL.
 func (r *Reconciler) act(ctx context.Context, s *scope) (ctrl.Result, error) {
 	var result ctrl.Result
-	lost, err := r.createTasks(ctx, s.op, s.d.create, s.d.waiting)
+	lost, err := r.createTasks(ctx, s.op, s.d.create, s.d.budget, s.d.waiting)
 	if lost > 0 {
 		r.noteWaiting(s.op.Name, s.d.waiting)
+		result = skeleton.Within(result, r.WaitRecheck)
 	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.mirror(ctx, s.op, s.tasks); err != nil {
+		return ctrl.Result{}, err
+	}
+	// s.op.Status is the status as last written: a deleted task goes only once its end is recorded there.
+	if err := r.release(ctx, &s.op.Status, s.tasks, false, false); err != nil {
 		return ctrl.Result{}, err
 	}
 	if len(s.d.waiting) > 0 {
@@ -165,10 +176,10 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 	op := s.op
 	// The lock table is read before the cache: a task that is no longer a reservation in the
 	// view is then always in the cache (see nodelock.View), so no created task is ever missed.
-	s.in = input{op: op, now: metav1.NewTime(r.now()), notReady: map[string]bool{}, tasks: map[string]map[string]taskView{}, locks: r.Locks.Snapshot()}
-	var tasks v1alpha1.NodeTaskList
-	if err := r.Client.List(ctx, &tasks, skeleton.OwnedBy(kind, op.UID), client.UnsafeDisableDeepCopy); err != nil {
-		return fmt.Errorf("list tasks of NodeOperation %s: %w", op.Name, err)
+	s.in = input{op: op, now: metav1.NewTime(r.now()), notReady: map[string]bool{}, cordoned: map[string]bool{}, tasks: map[string]map[string]taskView{}, locks: r.Locks.Snapshot()}
+	tasks, err := r.ownTasks(ctx, op)
+	if err != nil {
+		return err
 	}
 	var nodes corev1.NodeList
 	if err := r.Client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
@@ -177,6 +188,9 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 	for i := range nodes.Items {
 		if !plan.NodeReady(&nodes.Items[i]) {
 			s.in.notReady[nodes.Items[i].Name] = true
+		}
+		if nodes.Items[i].Spec.Unschedulable {
+			s.in.cordoned[nodes.Items[i].Name] = true
 		}
 	}
 	groups, err := plan.Resolve(&op.Spec, nodes.Items)
@@ -195,9 +209,8 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 			return nil
 		}
 	}
-	for i := range tasks.Items {
-		t := &tasks.Items[i]
-		s.tasks = append(s.tasks, t)
+	s.tasks = tasks
+	for _, t := range tasks {
 		if s.in.tasks[t.Spec.Group] == nil {
 			s.in.tasks[t.Spec.Group] = map[string]taskView{}
 		}
@@ -217,6 +230,35 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 		}
 	}
 	return nil
+}
+
+// ownTasks lists the operation's tasks from the cache, read-only.
+func (r *Reconciler) ownTasks(ctx context.Context, op *v1alpha1.NodeOperation) ([]*v1alpha1.NodeTask, error) {
+	var list v1alpha1.NodeTaskList
+	if err := r.Client.List(ctx, &list, skeleton.OwnedBy(kind, op.UID), client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list tasks of NodeOperation %s: %w", op.Name, err)
+	}
+	out := make([]*v1alpha1.NodeTask, len(list.Items))
+	for i := range list.Items {
+		out[i] = &list.Items[i]
+	}
+	return out, nil
+}
+
+// releaseOrphans lets the tasks of a deleted operation go: the garbage collector deletes them,
+// and no record is needed once the operation is gone.
+func (r *Reconciler) releaseOrphans(ctx context.Context, name string) error {
+	var list v1alpha1.NodeTaskList
+	if err := r.Client.List(ctx, &list, client.MatchingLabels{v1alpha1.LabelOperation: plan.LabelValue(name)}, client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("list tasks of deleted NodeOperation %s: %w", name, err)
+	}
+	var tasks []*v1alpha1.NodeTask
+	for i := range list.Items {
+		if t := &list.Items[i]; !t.DeletionTimestamp.IsZero() && metav1.GetControllerOf(t) != nil && metav1.GetControllerOf(t).Kind == kind {
+			tasks = append(tasks, t)
+		}
+	}
+	return r.release(ctx, nil, tasks, true, false)
 }
 
 // checkVersion applies the version policy against kube-system/kubeadm-config.
@@ -323,13 +365,31 @@ func ttlLeft(op *v1alpha1.NodeOperation, st *v1alpha1.NodeOperationStatus, now t
 func (r *Reconciler) reconcileFinished(ctx context.Context, op *v1alpha1.NodeOperation) (ctrl.Result, error) {
 	r.noteWaiting(op.Name, nil)
 	left, ok := ttlLeft(op, &op.Status, r.now())
+	if !ok || left > 0 {
+		// The operation creates nothing more: tasks a person deleted may go.
+		tasks, err := r.ownTasks(ctx, op)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if err := r.release(ctx, &op.Status, tasks, true, false); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	if !ok {
 		return ctrl.Result{}, nil
 	}
 	if left > 0 {
 		return ctrl.Result{RequeueAfter: left}, nil
 	}
-	// Tasks are deleted explicitly too, so that the TTL holds where no garbage collector runs.
+	// Tasks are deleted explicitly too, so that the TTL holds where no garbage collector runs;
+	// their finalizers go first.
+	tasks, err := r.ownTasks(ctx, op)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.release(ctx, &op.Status, tasks, true, true); err != nil {
+		return ctrl.Result{}, err
+	}
 	if err := r.Client.DeleteAllOf(ctx, &v1alpha1.NodeTask{}, client.MatchingLabels{v1alpha1.LabelOperation: plan.LabelValue(op.Name)}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("delete tasks of expired NodeOperation %s: %w", op.Name, err)
 	}

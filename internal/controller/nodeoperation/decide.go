@@ -44,6 +44,8 @@ type input struct {
 	// tasks by group, then node. Tasks just created that the cache has not seen yet are here as Pending.
 	tasks    map[string]map[string]taskView
 	notReady map[string]bool
+	// cordoned are the nodes whose spec.unschedulable is set.
+	cordoned map[string]bool
 	// locks is the node lock table's view: nodes held by tasks, this operation's and others'.
 	locks nodelock.View
 	// fail, when set, ends the operation at once: it was refused before anything ran.
@@ -66,6 +68,9 @@ type decision struct {
 	create []start
 	// waiting are the group's nodes held by another task, with the holder.
 	waiting map[string]nodelock.Holder
+	// budget is the current group's maxUnavailable over its nodes, which act checks again as it
+	// acquires them (nodelock.Table.AcquireWithin).
+	budget nodelock.Budget
 }
 
 // decide computes the operation's status from its tasks, nodes and the lock table's view, and
@@ -106,7 +111,7 @@ func decide(in *input) decision {
 			}
 			continue
 		}
-		tasks := in.tasks[g.Name]
+		tasks := withFinished(in.op.Name, g.Name, in.tasks[g.Name], gs.Finished)
 		nodes := groupNodes(g.Nodes, tasks)
 		var failed []taskView
 		running := 0
@@ -119,9 +124,11 @@ func decide(in *input) decision {
 			}
 		}
 		gs.Name, gs.Nodes, gs.Message = g.Name, count(nodes, tasks), ""
+		gs.Finished = finished(tasks)
 		if gs.Nodes.Succeeded+gs.Nodes.Skipped == gs.Nodes.Total {
 			gs.Phase = v1alpha1.GroupSucceeded
 			gs.Message = succeededMessage(g, gs.Nodes)
+			gs.Finished = nil
 			continue
 		}
 		current = i
@@ -151,8 +158,12 @@ func decide(in *input) decision {
 			for _, node := range next(in, g, nodes, tasks, d.waiting) {
 				d.create = append(d.create, start{group: &g.Group, node: node})
 			}
+			d.budget = nodelock.Budget{Nodes: nodes, Limit: g.MaxUnavailable, Down: func(n string) bool {
+				_, has := tasks[n]
+				return in.notReady[n] || in.cordoned[n] && !has
+			}}
 			message = runningMessage(g.Name, gs.Nodes, len(d.create))
-			if waits := waitingMessage(nodes, tasks, in.notReady, d.waiting); waits != "" {
+			if waits := waitingMessage(nodes, tasks, in.notReady, in.cordoned, d.waiting); waits != "" {
 				gs.Message = waits
 				message += "; " + waits
 				if len(d.waiting) > 0 {
@@ -176,10 +187,17 @@ func decide(in *input) decision {
 
 // next chooses the group's nodes that start now (plan.Select): nodes without a task are the
 // candidates, in sorted order; nodes with an unfinished task, or NotReady, count against the
-// group's maxUnavailable; a candidate NotReady or held by another task (added to waiting) counts
-// too and waits (docs/design.md, safety rules 2 and 11).
+// group's maxUnavailable; a candidate NotReady, cordoned or held by another task (added to
+// waiting) counts too and waits (docs/design.md, safety rules 2 and 11). A cordon on a node with
+// a task in this group is taken for that task's own (a drain's), so it counts only while the
+// task is unfinished; any other cordon is someone else's: an administrator's, or another
+// operation's or profile's task that left the node unschedulable. Only a group that can make a
+// node no less available (onlyRestores: an uncordon, say) starts on a cordoned node, which it
+// finds counted already: otherwise nodeops could not undo a cordon it left behind.
 func next(in *input, g *plan.ResolvedGroup, nodes []string, tasks map[string]taskView, waiting map[string]nodelock.Holder) []string {
 	candidates := make([]string, 0, len(nodes)-len(tasks))
+	var remedies []string
+	restores := onlyRestores(&g.Group)
 	unavailable := 0
 	for _, n := range nodes {
 		if t, ok := tasks[n]; ok {
@@ -188,15 +206,101 @@ func next(in *input, g *plan.ResolvedGroup, nodes []string, tasks map[string]tas
 			}
 			continue
 		}
-		candidates = append(candidates, n)
 		if h, held := in.locks.Holder(n); held && h.Task != plan.TaskName(in.op.Name, g.Name, n) {
 			waiting[n] = h
 		}
+		if _, held := waiting[n]; restores && in.cordoned[n] && !held && !in.notReady[n] {
+			remedies = append(remedies, n)
+			unavailable++
+			continue
+		}
+		candidates = append(candidates, n)
 	}
-	return plan.Select(candidates, g.MaxUnavailable, unavailable, func(n string) bool {
+	return append(remedies, plan.Select(candidates, g.MaxUnavailable, unavailable, func(n string) bool {
 		_, held := waiting[n]
-		return held || in.notReady[n]
-	})
+		return held || in.notReady[n] || in.cordoned[n]
+	})...)
+}
+
+// onlyRestores reports whether the group uncordons and otherwise only waits or checks: it leaves
+// a node at least as available as it found it.
+func onlyRestores(g *v1alpha1.Group) bool {
+	uncordons := false
+	for _, c := range g.Commands {
+		uncordons = uncordons || c.Uncordon != nil
+		if c.Uncordon == nil && c.Wait == nil && c.WaitNodeReady == nil && c.Preflight == nil {
+			return false
+		}
+	}
+	return uncordons
+}
+
+// withFinished adds to a group's tasks, as the cache shows them, the nodes the status records as
+// finished whose task is gone: deleting history by hand never makes anything run again
+// (docs/design.md, safety rule 7). A task cannot go before its end is recorded here (Finalizer).
+func withFinished(op, group string, tasks map[string]taskView, rec *v1alpha1.FinishedNodes) map[string]taskView {
+	if rec == nil {
+		return tasks
+	}
+	out := make(map[string]taskView, len(tasks)+len(rec.Succeeded)+len(rec.Skipped)+len(rec.Aborted))
+	add := func(nodes []string, phase v1alpha1.TaskPhase, skipped bool) {
+		for _, n := range nodes {
+			out[n] = taskView{Name: plan.TaskName(op, group, n), Node: n, Group: group, Phase: phase, Skipped: skipped}
+		}
+	}
+	add(rec.Succeeded, v1alpha1.TaskSucceeded, false)
+	add(rec.Skipped, v1alpha1.TaskSucceeded, true)
+	add(rec.Aborted, v1alpha1.TaskAborted, false)
+	for n, t := range tasks {
+		out[n] = t
+	}
+	return out
+}
+
+// finished is the record of a group's ended tasks, nil when none has ended.
+func finished(tasks map[string]taskView) *v1alpha1.FinishedNodes {
+	var rec v1alpha1.FinishedNodes
+	for n, t := range tasks {
+		switch {
+		case t.Phase == v1alpha1.TaskAborted:
+			rec.Aborted = append(rec.Aborted, n)
+		case t.Phase != v1alpha1.TaskSucceeded:
+		case t.Skipped:
+			rec.Skipped = append(rec.Skipped, n)
+		default:
+			rec.Succeeded = append(rec.Succeeded, n)
+		}
+	}
+	if len(rec.Succeeded)+len(rec.Skipped)+len(rec.Aborted) == 0 {
+		return nil
+	}
+	sort.Strings(rec.Succeeded)
+	sort.Strings(rec.Skipped)
+	sort.Strings(rec.Aborted)
+	return &rec
+}
+
+// recorded reports whether the status records node's task in group as ended: its group
+// succeeded, or the node is in the group's Finished lists.
+func recorded(st *v1alpha1.NodeOperationStatus, group, node string) bool {
+	for i := range st.Groups {
+		g := &st.Groups[i]
+		if g.Name != group {
+			continue
+		}
+		if g.Phase == v1alpha1.GroupSucceeded {
+			return true
+		}
+		if g.Finished == nil {
+			return false
+		}
+		for _, list := range [][]string{g.Finished.Succeeded, g.Finished.Skipped, g.Finished.Aborted} {
+			if i := sort.SearchStrings(list, node); i < len(list) && list[i] == node {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // alignGroups keeps the recorded group statuses when they match the plan, else starts afresh.
@@ -301,8 +405,9 @@ func runningMessage(group string, c v1alpha1.NodeCounts, starting int) string {
 	return fmt.Sprintf("group %s: %d/%d nodes done, %d running, %d starting", group, c.Succeeded+c.Skipped, c.Total, c.Running, starting)
 }
 
-// waitingMessage names the nodes the group waits for: those held by another task, and NotReady ones without a task.
-func waitingMessage(nodes []string, tasks map[string]taskView, notReady map[string]bool, waiting map[string]nodelock.Holder) string {
+// waitingMessage names the nodes the group waits for: those held by another task, and NotReady
+// or cordoned ones without a task.
+func waitingMessage(nodes []string, tasks map[string]taskView, notReady, cordoned map[string]bool, waiting map[string]nodelock.Holder) string {
 	var parts []string
 	held := make([]string, 0, len(waiting))
 	for n := range waiting {
@@ -316,17 +421,29 @@ func waitingMessage(nodes []string, tasks map[string]taskView, notReady map[stri
 		}
 		parts = append(parts, fmt.Sprintf("waiting for node %s, held by %s", n, waiting[n]))
 	}
-	var down []string
+	var down, unschedulable []string
 	for _, n := range nodes {
-		if _, has := tasks[n]; !has && notReady[n] {
+		if _, has := tasks[n]; has {
+			continue
+		}
+		if notReady[n] {
 			down = append(down, n)
 		}
+		if cordoned[n] {
+			unschedulable = append(unschedulable, n)
+		}
+	}
+	name := func(nodes []string) string {
+		if len(nodes) > 3 {
+			nodes = append(nodes[:3:3], fmt.Sprintf("and %d more", len(nodes)-3))
+		}
+		return strings.Join(nodes, ", ")
 	}
 	if len(down) > 0 {
-		if len(down) > 3 {
-			down = append(down[:3], fmt.Sprintf("and %d more", len(down)-3))
-		}
-		parts = append(parts, "waiting for NotReady nodes "+strings.Join(down, ", "))
+		parts = append(parts, "waiting for NotReady nodes "+name(down))
+	}
+	if len(unschedulable) > 0 {
+		parts = append(parts, "waiting for cordoned nodes "+name(unschedulable)+" (spec.unschedulable, set outside this group: they count against maxUnavailable until uncordoned)")
 	}
 	return strings.Join(parts, "; ")
 }

@@ -247,3 +247,37 @@ func TestSignificantAndTransitions(t *testing.T) {
 		t.Errorf("start events %v", reasons)
 	}
 }
+
+// docs/design.md, safety rule 11: a node cordoned outside the group counts and waits, except for
+// a group that can only make it more available (an uncordon), which finds it counted already.
+func TestDecideCordonedNodes(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		commands []v1alpha1.Command
+		want     []string
+	}{
+		{"a group that takes nodes away waits", []v1alpha1.Command{{Wait: &v1alpha1.WaitCommand{}}, {Script: &v1alpha1.ScriptCommand{Inline: "true"}}}, nil},
+		{"waiting only still waits", []v1alpha1.Command{{Wait: &v1alpha1.WaitCommand{}}}, nil},
+		{"an uncordon starts on the cordoned node only", []v1alpha1.Command{{Uncordon: &v1alpha1.UncordonCommand{}}, {WaitNodeReady: &v1alpha1.WaitNodeReadyCommand{}}}, []string{"n2"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			op := v1alpha1.NodeOperation{}
+			op.Name = "op"
+			g := resolved("g", 1, "n1", "n2", "n3")
+			g.Commands = tt.commands
+			in := &input{op: &op, groups: []plan.ResolvedGroup{g}, tasks: map[string]map[string]taskView{},
+				notReady: map[string]bool{}, cordoned: map[string]bool{"n2": true}}
+			d := decide(in)
+			var got []string
+			for _, c := range d.create {
+				got = append(got, c.node)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("create %v, want %v", got, tt.want)
+			}
+			if c := meta.FindStatusCondition(d.status.Conditions, v1alpha1.ConditionProgressing); tt.want == nil && !strings.Contains(c.Message, "cordoned nodes n2") {
+				t.Errorf("Progressing %q does not name the cordoned node", c.Message)
+			}
+		})
+	}
+}

@@ -29,7 +29,7 @@ func SetupWithManager(mgr ctrl.Manager, locks skeleton.Locker) error {
 }
 
 // SetupWithManager registers r with mgr: it watches operations (spec changes), their tasks,
-// tasks of others that free a node an operation waits for, and nodes (labels and readiness).
+// tasks of others that free a node an operation waits for, and nodes (labels, readiness and cordons).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := skeleton.IndexTasksByOwner(context.Background(), mgr.GetFieldIndexer(), kind); err != nil {
 		return err
@@ -39,7 +39,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&v1alpha1.NodeOperation{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&v1alpha1.NodeTask{}, r.ownTaskEvents()).
 		Watches(&v1alpha1.NodeTask{}, handler.EnqueueRequestsFromMapFunc(r.waitingFor), builder.WithPredicates(releasesNode())).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.unfinished), builder.WithPredicates(skeleton.NodeChanged(skeleton.NodeLabels|skeleton.NodeReadiness))).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.unfinished), builder.WithPredicates(skeleton.NodeChanged(skeleton.NodeLabels|skeleton.NodeReadiness|skeleton.NodeSchedulable))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(r)
 }

@@ -9,12 +9,23 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/controller/skeleton"
 	"github.com/nodeops/nodeops/internal/nodelock"
 	"github.com/nodeops/nodeops/internal/plan"
 )
+
+// Finalizer keeps an operation's task until the operation's status records how it ended (or
+// the operation is over): a task deleted by hand, even one running a non-idempotent command,
+// then never vanishes unseen and is never created and run again (docs/design.md, safety rule 7:
+// deleting history by hand never makes anything run again). A finalizer rather than a
+// TaskDeleted failure because only the server can tell "deleted" from "never created": a status
+// record of intent would need a write before every create, and a lost lock would read as a
+// deletion. Deleting a running task thus waits for it to end, as deleting a Pod waits for its
+// containers; to stop it, abort the operation.
+const Finalizer = "nodeops.io/operation-record"
 
 // buildTask is the NodeTask that runs group's commands on node for op (docs/design.md, NodeTask).
 func buildTask(op *v1alpha1.NodeOperation, group *v1alpha1.Group, node string) *v1alpha1.NodeTask {
@@ -34,6 +45,7 @@ func buildTask(op *v1alpha1.NodeOperation, group *v1alpha1.Group, node string) *
 				v1alpha1.LabelNode:      plan.LabelValue(node),
 				v1alpha1.LabelGroup:     plan.LabelValue(group.Name),
 			},
+			Finalizers: []string{Finalizer},
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeOperation", Name: op.Name, UID: op.UID,
 				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
@@ -50,19 +62,27 @@ func buildTask(op *v1alpha1.NodeOperation, group *v1alpha1.Group, node string) *
 	}
 }
 
-// createTasks acquires each task's node in the lock table and creates the tasks in parallel. A
-// node another task took since decide looked is passed over this round: it is added to waiting
-// and counted in lost. A create that fails gives its node back, and one that finds the task
-// already there (the cache lagged) lets the table learn the task's real state from the API server.
-func (r *Reconciler) createTasks(ctx context.Context, op *v1alpha1.NodeOperation, starts []start, waiting map[string]nodelock.Holder) (lost int, err error) {
+// createTasks acquires the tasks' nodes in the lock table, within the group's budget, and
+// creates the tasks in parallel. A node another task took since decide looked is passed over
+// this round: it is added to waiting and counted in lost; so is one refused because another
+// controller spent the budget's room since (counted in lost only). A create that fails gives its
+// node back, and one that finds the task already there (the cache lagged) lets the table learn
+// the task's real state from the API server.
+func (r *Reconciler) createTasks(ctx context.Context, op *v1alpha1.NodeOperation, starts []start, budget nodelock.Budget, waiting map[string]nodelock.Holder) (lost int, err error) {
 	if len(starts) == 0 {
 		return 0, nil
 	}
-	owner := nodelock.OperationOwner(op.Name)
+	claims := make([]nodelock.Claim, len(starts))
+	for i, s := range starts {
+		claims[i] = nodelock.Claim{Node: s.node, Task: plan.TaskName(op.Name, s.group.Name, s.node)}
+	}
+	got, holders := r.Locks.AcquireWithin(nodelock.OperationOwner(op.Name), claims, budget)
 	w := skeleton.NewWrites(r.CreateParallelism)
-	for _, s := range starts {
-		if holder, ok := r.Locks.TryAcquire(s.node, plan.TaskName(op.Name, s.group.Name, s.node), owner); !ok {
-			waiting[s.node] = holder
+	for i, s := range starts {
+		if !got[i] {
+			if holders[i].Task != "" {
+				waiting[s.node] = holders[i]
+			}
 			lost++
 			continue
 		}
@@ -114,4 +134,28 @@ func (r *Reconciler) mirror(ctx context.Context, op *v1alpha1.NodeOperation, tas
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// release removes the Finalizer from the tasks a person deleted whose end the operation's
+// status records (or all of them, when done is set: the operation is over or going): a task
+// costs this write only when someone deleted it, or at the TTL.
+func (r *Reconciler) release(ctx context.Context, st *v1alpha1.NodeOperationStatus, tasks []*v1alpha1.NodeTask, done, all bool) error {
+	w := skeleton.NewWrites(r.CreateParallelism)
+	for _, t := range tasks {
+		if !controllerutil.ContainsFinalizer(t, Finalizer) || (!all && t.DeletionTimestamp.IsZero()) {
+			continue
+		}
+		if !done && (t.EffectivePhase().Unfinished() || !recorded(st, t.Spec.Group, t.Spec.NodeName)) {
+			continue
+		}
+		w.Go(func() error {
+			patched := t.DeepCopy()
+			controllerutil.RemoveFinalizer(patched, Finalizer)
+			if err := r.Client.Patch(ctx, patched, client.MergeFromWithOptions(t, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("remove finalizer %s from NodeTask %s: %w", Finalizer, t.Name, err)
+			}
+			return nil
+		})
+	}
+	return w.Wait()
 }

@@ -51,11 +51,20 @@ func (r *Reconciler) apply(ctx context.Context, s *scope) (ctrl.Result, error) {
 
 	var res ctrl.Result
 	owner := nodelock.ProfileOwner(p.Name)
-	for _, st := range s.starts {
-		task := BuildTask(p, st.Node, st.Action, s.hash)
-		if holder, ok := r.Lock.TryAcquire(st.Node, task.Name, owner); !ok {
+	tasks := make([]*v1alpha1.NodeTask, len(s.starts))
+	claims := make([]nodelock.Claim, len(s.starts))
+	for i, st := range s.starts {
+		tasks[i] = BuildTask(p, st.Node, st.Action, s.hash)
+		claims[i] = nodelock.Claim{Node: st.Node, Task: tasks[i].Name}
+	}
+	// The budget is checked again as the nodes are acquired, counting every task's holds, so that
+	// an operation deciding at the same moment cannot spend the same room (docs/design.md, safety rule 11).
+	got, holders := r.Lock.AcquireWithin(owner, claims, s.budget())
+	for i, st := range s.starts {
+		task := tasks[i]
+		if !got[i] {
 			retry := r.RetryAfter
-			if holder.Owner == owner {
+			if holders[i].Owner == owner || holders[i].Task == "" {
 				retry = lockLag
 			}
 			res = skeleton.LowestNonZero(res, ctrl.Result{RequeueAfter: retry})
@@ -80,12 +89,13 @@ func (r *Reconciler) startTask(ctx context.Context, s *scope, st Start, task *v1
 			return err
 		}
 	}
+	now := time.Now()
+	metav1.SetMetaDataAnnotation(&task.ObjectMeta, CreatedAnnotation, now.UTC().Format(time.RFC3339Nano))
 	if err := r.Client.Create(ctx, task); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create NodeTask %s (%s on node %s): %w", task.Name, st.Action, st.Node, err)
 	}
 	v, _ := ViewTask(task)
-	v.Created = time.Now()
-	r.expect.created(profileKey(s.profile), v, v.Created)
+	r.expect.created(profileKey(s.profile), v, now)
 	return nil
 }
 
@@ -153,4 +163,20 @@ func (r *Reconciler) syncRuntimeClasses(ctx context.Context, s *scope) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// budget is the profile's maxUnavailable over the nodes it concerns, for the lock table's check
+// at acquisition: NotReady and cordoned nodes count besides those a task holds.
+func (s *scope) budget() nodelock.Budget {
+	down := make(map[string]bool, len(s.in.Nodes))
+	for _, n := range s.in.Nodes {
+		if !n.Ready || n.Cordoned {
+			down[n.Name] = true
+		}
+	}
+	nodes := make([]string, len(s.decision.Nodes))
+	for i, n := range s.decision.Nodes {
+		nodes[i] = n.Node
+	}
+	return nodelock.Budget{Nodes: nodes, Limit: s.decision.Limit, Down: func(n string) bool { return down[n] }}
 }

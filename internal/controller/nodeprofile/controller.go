@@ -189,6 +189,8 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 		Hash:           s.hash,
 		HasUninstall:   len(p.Spec.Uninstall) > 0,
 		MaxUnavailable: p.Spec.MaxUnavailable,
+		TTL:            p.Spec.TTLSecondsAfterFinished,
+		Now:            time.Now(),
 		Nodes:          make([]NodeView, 0, len(nodes.Items)),
 	}
 	s.nodeRV = make(map[string]string, len(nodes.Items))
@@ -199,6 +201,7 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 			Name:     n.Name,
 			Member:   !s.deleting && m.Contains(n.Labels, n.Annotations),
 			Ready:    plan.NodeReady(n),
+			Cordoned: n.Spec.Unschedulable,
 			Labelled: n.Labels[label] == v1alpha1.ProvisionedValue,
 			Hash:     n.Annotations[annotation],
 		})
@@ -280,7 +283,7 @@ func (r *Reconciler) act(ctx context.Context, s *scope) (ctrl.Result, error) {
 		// Every node is uninstalled: the finalizer goes, and with it the profile.
 		return ctrl.Result{}, r.removeFinalizer(ctx, s)
 	}
-	return skeleton.LowestNonZero(res, ctrl.Result{RequeueAfter: s.retry}), nil
+	return skeleton.LowestNonZero(res, ctrl.Result{RequeueAfter: s.retry}, ctrl.Result{RequeueAfter: s.decision.Expire}), nil
 }
 
 // ViewTask turns a task into what Decide needs; ok is false for a task the profile did not build.
@@ -289,16 +292,34 @@ func ViewTask(t *v1alpha1.NodeTask) (TaskView, bool) {
 	if !ok {
 		return TaskView{}, false
 	}
+	var completed time.Time
+	if t.Status.CompletionTime != nil {
+		completed = t.Status.CompletionTime.Time
+	}
 	return TaskView{
-		Name:    t.Name,
-		Node:    t.Spec.NodeName,
-		Action:  action,
-		Hash:    hash,
-		Phase:   t.EffectivePhase(),
-		Abort:   t.Spec.Abort,
-		Created: t.CreationTimestamp.Time,
-		Failure: FailureMessage(t),
+		Completed: completed,
+		Name:      t.Name,
+		Node:      t.Spec.NodeName,
+		Action:    action,
+		Hash:      hash,
+		Phase:     t.EffectivePhase(),
+		Abort:     t.Spec.Abort,
+		Created:   createdAt(t),
+		Failure:   FailureMessage(t),
 	}, true
+}
+
+// CreatedAnnotation records when the profile created a task, to the nanosecond: a node's tasks
+// are ordered by creation to find its latest, and creationTimestamp has whole seconds, too coarse
+// now that superseded tasks are kept beside their successor.
+const CreatedAnnotation = "nodeops.io/profile-task-created"
+
+// createdAt is when the task was created: CreatedAnnotation, else its creationTimestamp.
+func createdAt(t *v1alpha1.NodeTask) time.Time {
+	if at, err := time.Parse(time.RFC3339Nano, t.Annotations[CreatedAnnotation]); err == nil {
+		return at
+	}
+	return t.CreationTimestamp.Time
 }
 
 // FailureMessage explains a failed or aborted task by its failed command and that command's

@@ -17,6 +17,8 @@ type NodeView struct {
 	// Member: the node is in the profile now (false for every node while the profile is deleted).
 	Member bool
 	Ready  bool
+	// Cordoned: spec.unschedulable is set, by whoever.
+	Cordoned bool
 	// Labelled: the node carries nodeops.io/profile.<name>=provisioned.
 	Labelled bool
 	// Hash is the node's nodeops.io/profile-hash.<name> annotation, "" when absent.
@@ -32,6 +34,8 @@ type TaskView struct {
 	Phase   v1alpha1.TaskPhase
 	Abort   bool
 	Created time.Time
+	// Completed is when the task finished; zero when it did not, or did not say.
+	Completed time.Time
 	// Failure explains a failed or aborted task: the failed command and its message.
 	Failure string
 }
@@ -56,8 +60,12 @@ type Input struct {
 	// HasUninstall: the spec has uninstall commands; without them leaving only removes the label.
 	HasUninstall   bool
 	MaxUnavailable *intstr.IntOrString
-	Nodes          []NodeView
-	Tasks          []TaskView
+	// TTL is spec.ttlSecondsAfterFinished: superseded tasks are deleted this long after they
+	// finished; nil keeps them.
+	TTL   *int32
+	Now   time.Time
+	Nodes []NodeView
+	Tasks []TaskView
 }
 
 // NodeState is where one node stands in the profile.
@@ -90,8 +98,9 @@ type NodeResult struct {
 	Message string
 }
 
-// Start is a task the profile wants to create: after deleting Delete, the node's finished tasks
-// that it supersedes.
+// Start is a task the profile wants to create: after deleting Delete, a finished older task of
+// the node with the same name (the node left and came back at the same spec), the one case a
+// superseded task goes before its TTL, since the name is needed again.
 type Start struct {
 	Node   string
 	Action Action
@@ -119,16 +128,23 @@ type Decision struct {
 	Room int
 	// Abort lists unfinished tasks superseded by a spec change or by the node leaving.
 	Abort []string
-	// Delete lists tasks to delete: those of deleted nodes, and finished ones older than their node's latest.
-	Delete  []string
+	// Delete lists tasks to delete: those of deleted nodes, and superseded finished ones (older
+	// than their node's latest) whose TTL has passed. Without a TTL history is kept
+	// (docs/design.md, safety rule 7).
+	Delete []string
+	// Expire is how long until the next superseded task's TTL passes; 0 for none.
+	Expire time.Duration
+	// Blocked names the nodes whose latest task failed: until a person retries or skips it
+	// (spec.recoveryMode), or the node leaves, no other node starts (docs/design.md, safety rule 3).
+	Blocked []NodeResult
 	Patches []NodePatch
 	// Done: nothing is left to do or wait for on any node (the finalizer may go).
 	Done bool
 }
 
-// Decide computes, from nodes and tasks alone, each node's state and what to do next. Each node
-// keeps at most one task of the profile: a new one is created only after the previous one
-// finished (or was aborted), and the previous one is deleted as it is superseded.
+// Decide computes, from nodes and tasks alone, each node's state and what to do next. A node's
+// latest task says where it stands: a new one is created only after the previous one finished
+// (or was aborted); superseded ones are kept until the TTL.
 func Decide(in Input) (Decision, error) {
 	byNode := map[string][]*TaskView{}
 	for i := range in.Tasks {
@@ -159,19 +175,33 @@ func Decide(in Input) (Decision, error) {
 		var last *TaskView
 		if len(tasks) > 0 {
 			last = tasks[len(tasks)-1]
-			// Older tasks should not exist (each is deleted as the next is created); never keep
-			// more than the latest: delete finished ones, abort unfinished ones first.
+			// Older tasks are history: kept until their TTL; one still unfinished is asked to stop.
 			for _, t := range tasks[:len(tasks)-1] {
 				if t.effectivePhase().Unfinished() {
 					if !t.Abort {
 						d.Abort = append(d.Abort, t.Name)
 					}
-				} else {
+				} else if left, ok := ttlLeft(in, t); ok && left <= 0 {
 					d.Delete = append(d.Delete, t.Name)
+				} else if ok && (d.Expire == 0 || left < d.Expire) {
+					d.Expire = left
 				}
 			}
 		}
 		r, start, patch, abort, holds := decideNode(in, n, last)
+		if start != nil {
+			// The new task's name is taken by an older one only when the node left and came back
+			// at the same spec: that one must go first.
+			start.Delete = nil
+			for _, t := range tasks {
+				if t.Action == start.Action && t.Hash == in.Hash && t != last {
+					start.Delete = append(start.Delete, t.Name)
+				}
+			}
+		}
+		if last != nil && last.effectivePhase() == v1alpha1.TaskFailed && (r.State == StateInstallFailed || r.State == StateUninstallFailed) {
+			d.Blocked = append(d.Blocked, r)
+		}
 		if abort != "" {
 			d.Abort = append(d.Abort, abort)
 		}
@@ -197,11 +227,12 @@ func Decide(in Input) (Decision, error) {
 		// docs/design.md, safety rule 2: failed and running tasks count against maxUnavailable, and so do NotReady
 		// nodes of the profile, provisioned ones included (a containerd restart elsewhere would take
 		// more capacity away while they are down).
-		if holds || r.State == StateInstallFailed || r.State == StateUninstallFailed || !n.Ready {
+		// docs/design.md, safety rule 11: so does a node cordoned by anyone, for any reason.
+		if holds || r.State == StateInstallFailed || r.State == StateUninstallFailed || !n.Ready || n.Cordoned {
 			busy++
 		}
 		if start != nil {
-			candidates = append(candidates, pending{start: *start, ready: n.Ready})
+			candidates = append(candidates, pending{start: *start, ready: n.Ready && !n.Cordoned})
 		}
 	}
 	for node, tasks := range byNode {
@@ -220,14 +251,31 @@ func Decide(in Input) (Decision, error) {
 	}
 	d.Limit, d.Unavailable = limit, busy
 	d.Room = max(limit-busy, 0)
+	if len(d.Blocked) > 0 {
+		// docs/design.md, safety rule 3: a failed task stops the profile until a person chooses.
+		d.Room = 0
+	}
 	for _, c := range candidates {
-		// A NotReady node waits until it is Ready again; it already counts against maxUnavailable.
+		// A NotReady or cordoned node waits until it is Ready and schedulable again; it already
+		// counts against maxUnavailable.
 		if c.ready {
 			d.Starts = append(d.Starts, c.start)
 		}
 	}
 	d.Done = relevant == 0 && len(d.Abort) == 0
 	return d, nil
+}
+
+// ttlLeft is how long until the finished task t is due for deletion; ok is false without a TTL.
+func ttlLeft(in Input, t *TaskView) (time.Duration, bool) {
+	if in.TTL == nil {
+		return 0, false
+	}
+	done := t.Completed
+	if done.IsZero() {
+		done = t.Created
+	}
+	return done.Add(time.Duration(*in.TTL) * time.Second).Sub(in.Now), true
 }
 
 // decideNode decides one existing node given its latest task. It returns the node's state, the

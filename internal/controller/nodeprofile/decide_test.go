@@ -53,6 +53,9 @@ func TestDecideNode(t *testing.T) {
 		wantBusy     bool
 		wantMessage  string
 		wantDeletion []string // Decision.Delete
+		wantExpire   time.Duration
+		ttl          int32 // spec.ttlSecondsAfterFinished when not 0
+		now          time.Time
 	}{
 		{name: "new member waits for install", node: member("a"), wantState: StateWaitingInstall, wantStart: install},
 		{name: "install pending", node: member("a"), tasks: []TaskView{task("a", install, h, "")}, wantState: StateInstalling, wantBusy: true},
@@ -66,18 +69,18 @@ func TestDecideNode(t *testing.T) {
 		{name: "install succeeded and labelled", node: provisioned(member("a"), h), tasks: []TaskView{task("a", install, h, v1alpha1.TaskSucceeded)}, wantState: StateProvisioned},
 		{name: "labelled without a task (kept from before)", node: provisioned(member("a"), h), wantState: StateProvisioned},
 		{name: "labelled at an old hash: re-provision", node: provisioned(member("a"), "old"), tasks: []TaskView{task("a", install, "old", v1alpha1.TaskSucceeded)},
-			wantState: StateWaitingInstall, wantStart: install, wantDelete: []string{TaskName("p", install, "old", "a")}},
+			wantState: StateWaitingInstall, wantStart: install},
 		{name: "labelled at old hash, no task", node: provisioned(member("a"), "old"), wantState: StateWaitingInstall, wantStart: install},
 		{name: "old install failed: superseded by the spec change", node: member("a"), tasks: []TaskView{task("a", install, "old", v1alpha1.TaskFailed)},
 			wantState: StateWaitingInstall, wantAbort: []string{TaskName("p", install, "old", "a")}, wantBusy: true},
 		{name: "old install aborted: start the new one", node: member("a"), tasks: []TaskView{aborted(task("a", install, "old", v1alpha1.TaskFailed))},
-			wantState: StateWaitingInstall, wantStart: install, wantDelete: []string{TaskName("p", install, "old", "a")}},
+			wantState: StateWaitingInstall, wantStart: install},
 		{name: "old install running with abort: wait", node: member("a"), tasks: []TaskView{aborted(task("a", install, "old", v1alpha1.TaskRunning))},
 			wantState: StateWaitingInstall, wantBusy: true},
 		{name: "re-entering after uninstall: label goes first", node: provisioned(member("a"), h), tasks: []TaskView{task("a", uninstall, h, v1alpha1.TaskSucceeded)},
 			wantState: StateWaitingInstall, wantPatch: &NodePatch{Node: "a"}},
 		{name: "re-entering after uninstall, unlabelled: install", node: member("a"), tasks: []TaskView{task("a", uninstall, h, v1alpha1.TaskSucceeded)},
-			wantState: StateWaitingInstall, wantStart: install, wantDelete: []string{TaskName("p", uninstall, h, "a")}},
+			wantState: StateWaitingInstall, wantStart: install},
 		{name: "re-entering during uninstall: abort it", node: provisioned(member("a"), h), tasks: []TaskView{task("a", uninstall, h, v1alpha1.TaskRunning)},
 			wantState: StateWaitingInstall, wantAbort: []string{TaskName("p", uninstall, h, "a")}, wantBusy: true},
 		{name: "NotReady member waits and counts", node: NodeView{Name: "a", Member: true}, wantState: StateWaitingInstall, wantBusy: true},
@@ -86,12 +89,12 @@ func TestDecideNode(t *testing.T) {
 
 		{name: "never a member", node: other("a")},
 		{name: "leaving provisioned node: uninstall", node: provisioned(other("a"), h), tasks: []TaskView{task("a", install, h, v1alpha1.TaskSucceeded)},
-			wantState: StateWaitingUninstall, wantStart: uninstall, wantDelete: []string{TaskName("p", install, h, "a")}},
+			wantState: StateWaitingUninstall, wantStart: uninstall},
 		{name: "leaving, labelled, no task", node: provisioned(other("a"), "old"), wantState: StateWaitingUninstall, wantStart: uninstall},
 		{name: "leaving mid-install: abort, then uninstall", node: other("a"), tasks: []TaskView{task("a", install, h, v1alpha1.TaskRunning)},
 			wantState: StateWaitingUninstall, wantAbort: []string{TaskName("p", install, h, "a")}, wantBusy: true},
 		{name: "leaving after a failed install: clean up", node: other("a"), tasks: []TaskView{aborted(task("a", install, h, v1alpha1.TaskFailed))},
-			wantState: StateWaitingUninstall, wantStart: uninstall, wantDelete: []string{TaskName("p", install, h, "a")}},
+			wantState: StateWaitingUninstall, wantStart: uninstall},
 		{name: "uninstalling", node: provisioned(other("a"), h), tasks: []TaskView{task("a", uninstall, h, v1alpha1.TaskRunning)}, wantState: StateUninstalling, wantBusy: true},
 		{name: "uninstall failed keeps the label", node: provisioned(other("a"), h), tasks: []TaskView{failed(task("a", uninstall, h, v1alpha1.TaskFailed), "boom")},
 			wantState: StateUninstallFailed, wantBusy: true, wantMessage: "boom"},
@@ -102,20 +105,40 @@ func TestDecideNode(t *testing.T) {
 		{name: "old uninstall failed, spec fixed: abort it", node: provisioned(other("a"), h), tasks: []TaskView{task("a", uninstall, "old", v1alpha1.TaskFailed)},
 			wantState: StateWaitingUninstall, wantAbort: []string{TaskName("p", uninstall, "old", "a")}, wantBusy: true},
 		{name: "old uninstall aborted after failing: run the new one", node: other("a"), tasks: []TaskView{aborted(task("a", uninstall, "old", v1alpha1.TaskFailed))},
-			wantState: StateWaitingUninstall, wantStart: uninstall, wantDelete: []string{TaskName("p", uninstall, "old", "a")}},
+			wantState: StateWaitingUninstall, wantStart: uninstall},
 		{name: "no uninstall commands: just unlabel", node: provisioned(other("a"), h), tasks: []TaskView{task("a", install, h, v1alpha1.TaskSucceeded)}, noUninstall: true,
 			wantState: StateUnlabelling, wantPatch: &NodePatch{Node: "a"}},
-		{name: "older finished tasks are deleted, the latest kept", node: provisioned(member("a"), h),
+		// Superseded tasks are history (docs/design.md, safety rule 7): kept without a TTL, deleted once it passed.
+		{name: "older finished tasks are kept without a TTL", node: provisioned(member("a"), h),
 			tasks: []TaskView{
 				created(task("a", install, "old", v1alpha1.TaskSucceeded), t0),
 				created(task("a", uninstall, "old", v1alpha1.TaskSucceeded), t0.Add(time.Second)),
 				created(task("a", install, h, v1alpha1.TaskSucceeded), t0.Add(2*time.Second)),
 			},
-			wantState: StateProvisioned, wantDeletion: []string{TaskName("p", install, "old", "a"), TaskName("p", uninstall, "old", "a")}},
+			wantState: StateProvisioned},
+		{name: "older finished tasks go once their TTL passed, the latest kept", node: provisioned(member("a"), h), ttl: 60, now: t0.Add(60500 * time.Millisecond),
+			tasks: []TaskView{
+				created(task("a", install, "old", v1alpha1.TaskSucceeded), t0),
+				created(task("a", uninstall, "old", v1alpha1.TaskSucceeded), t0.Add(time.Second)),
+				created(task("a", install, h, v1alpha1.TaskSucceeded), t0.Add(2*time.Second)),
+			},
+			wantState: StateProvisioned, wantDeletion: []string{TaskName("p", install, "old", "a")}, wantExpire: 500 * time.Millisecond},
+		{name: "re-entering at the same spec: the old install's name is needed again", node: member("a"),
+			tasks: []TaskView{
+				created(task("a", install, h, v1alpha1.TaskSucceeded), t0),
+				created(task("a", uninstall, h, v1alpha1.TaskSucceeded), t0.Add(time.Second)),
+			},
+			wantState: StateWaitingInstall, wantStart: install, wantDelete: []string{TaskName("p", install, h, "a")}},
+		{name: "cordoned member waits and counts", node: NodeView{Name: "a", Member: true, Ready: true, Cordoned: true},
+			wantState: StateWaitingInstall, wantBusy: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d, err := Decide(Input{Hash: h, HasUninstall: !tt.noUninstall, MaxUnavailable: mu(1), Nodes: []NodeView{tt.node}, Tasks: tt.tasks})
+			in := Input{Hash: h, HasUninstall: !tt.noUninstall, MaxUnavailable: mu(1), Nodes: []NodeView{tt.node}, Tasks: tt.tasks, Now: tt.now}
+			if tt.ttl != 0 {
+				in.TTL = &tt.ttl
+			}
+			d, err := Decide(in)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -153,6 +176,9 @@ func TestDecideNode(t *testing.T) {
 			}
 			if !reflect.DeepEqual(d.Delete, tt.wantDeletion) {
 				t.Errorf("delete = %v, want %v", d.Delete, tt.wantDeletion)
+			}
+			if d.Expire != tt.wantExpire {
+				t.Errorf("expire in %v, want %v", d.Expire, tt.wantExpire)
 			}
 			if busy := d.Room == 0; busy != tt.wantBusy {
 				t.Errorf("room = %d: busy %v, want busy %v", d.Room, busy, tt.wantBusy)
@@ -335,5 +361,31 @@ func TestChooseStarts(t *testing.T) {
 				t.Errorf("starts %v, retry %v; want %v, %v", got, retry, tt.want, tt.wantRetry)
 			}
 		})
+	}
+}
+
+// docs/design.md, safety rule 3: a failed task stops new tasks on other nodes, whatever room
+// maxUnavailable leaves, until a person retries or skips it or the node leaves.
+func TestDecideFailedTaskBlocks(t *testing.T) {
+	nodes := []NodeView{member("n1"), member("n2"), member("n3")}
+	failedInstall := task("n1", ActionInstall, h, v1alpha1.TaskFailed)
+	d, err := Decide(Input{Hash: h, HasUninstall: true, MaxUnavailable: mu(3), Nodes: nodes, Tasks: []TaskView{failedInstall}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Room != 0 || len(d.Blocked) != 1 || d.Blocked[0].Node != "n1" {
+		t.Errorf("room %d, blocked %+v; want 0 and n1", d.Room, d.Blocked)
+	}
+	// Leaving supersedes the failed task: it is aborted, and the profile goes on.
+	nodes[0] = other("n1")
+	d, _ = Decide(Input{Hash: h, HasUninstall: true, MaxUnavailable: mu(3), Nodes: nodes, Tasks: []TaskView{failedInstall}})
+	if len(d.Blocked) != 0 || !reflect.DeepEqual(d.Abort, []string{failedInstall.Name}) {
+		t.Errorf("after leaving: blocked %+v, abort %v", d.Blocked, d.Abort)
+	}
+	// A task aborted by a person is not a failed command: it counts, and blocks nothing.
+	nodes[0] = member("n1")
+	d, _ = Decide(Input{Hash: h, HasUninstall: true, MaxUnavailable: mu(3), Nodes: nodes, Tasks: []TaskView{aborted(failedInstall)}})
+	if len(d.Blocked) != 0 || d.Room != 2 {
+		t.Errorf("aborted: blocked %+v, room %d; want none, 2", d.Blocked, d.Room)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -158,16 +159,15 @@ func TestFailedInstallIsNamedAndFixedBySpec(t *testing.T) {
 	}
 	waitCondition(t, ctx, "fail", v1alpha1.ConditionDegraded, metav1.ConditionFalse)
 	waitCondition(t, ctx, "fail", v1alpha1.ConditionReady, metav1.ConditionTrue)
-	testutil.Eventually(t, wait, "only the latest task kept", func() error {
-		byNode, err := tasksOf(ctx, "fail")
-		if err != nil {
-			return err
-		}
-		if got := byNode["fail-1"]; len(got) != 1 || got[0].Name != fixed.Name {
-			return fmt.Errorf("tasks %v", names(got))
-		}
-		return nil
-	})
+	// The superseded task is history, kept with its failure (docs/design.md, safety rule 7; it
+	// used to be deleted here).
+	byNode, err := tasksOf(ctx, "fail")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sorted(names(byNode["fail-1"])...); !reflect.DeepEqual(got, sorted(fixed.Name+"(Succeeded)", task.Name+"(Failed)")) {
+		t.Errorf("tasks %v, want the fixed one and the failed one it superseded", got)
+	}
 }
 
 func TestUninstallOnLeave(t *testing.T) {
@@ -191,16 +191,14 @@ func TestUninstallOnLeave(t *testing.T) {
 	}
 	agentSucceed(t, ctx, un.Name)
 	waitLabel(t, ctx, "leave", "leave-1", false, "")
-	testutil.Eventually(t, wait, "the install task deleted, the uninstall task kept", func() error {
-		byNode, err := tasksOf(ctx, "leave")
-		if err != nil {
-			return err
-		}
-		if got := byNode["leave-1"]; len(got) != 1 || got[0].Name != un.Name {
-			return fmt.Errorf("tasks %v (install was %s)", names(got), install1.Name)
-		}
-		return nil
-	})
+	// Both tasks are kept: the install is history (docs/design.md, safety rule 7; it used to be deleted here).
+	byNode, err := tasksOf(ctx, "leave")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sorted(names(byNode["leave-1"])...); !reflect.DeepEqual(got, sorted(install1.Name+"(Succeeded)", un.Name+"(Succeeded)")) {
+		t.Errorf("tasks %v, want the install and the uninstall", got)
+	}
 
 	// Its labels change so the selector no longer matches: it leaves too.
 	patchNode(t, ctx, "leave-2", `{"metadata":{"labels":{"test":"left"}}}`)
@@ -295,18 +293,22 @@ func TestSpecChangeReprovisions(t *testing.T) {
 		waitLabel(t, ctx, "respec", n, true, hash)
 	}
 	waitCondition(t, ctx, "respec", v1alpha1.ConditionReady, metav1.ConditionTrue, "all 3")
-	testutil.Eventually(t, wait, "one task per node", func() error {
-		byNode, err := tasksOf(ctx, "respec")
-		if err != nil {
-			return err
+	// Each node keeps its first install as history beside the new one (docs/design.md, safety
+	// rule 7; the first used to be deleted here).
+	byNode, err := tasksOf(ctx, "respec")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		got := byNode[n]
+		groups := map[string]bool{}
+		for _, task := range got {
+			groups[task.Spec.Group] = true
 		}
-		for _, n := range nodes {
-			if got := byNode[n]; len(got) != 1 || got[0].Spec.Group != "install-"+hash {
-				return fmt.Errorf("%s: %v", n, names(got))
-			}
+		if len(got) != 2 || !groups["install-"+hash] {
+			t.Errorf("%s: %v, want the new install and the one it superseded", n, names(got))
 		}
-		return nil
-	})
+	}
 }
 
 func TestDeletionUninstallsThenRemovesFinalizer(t *testing.T) {
@@ -667,4 +669,10 @@ func stillThere(getErr error) error {
 		return fmt.Errorf("get: %w", getErr)
 	}
 	return fmt.Errorf("still there")
+}
+
+func sorted(s ...string) []string {
+	out := append([]string(nil), s...)
+	sort.Strings(out)
+	return out
 }

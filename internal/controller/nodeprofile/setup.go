@@ -35,7 +35,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&v1alpha1.NodeProfile{}, builder.WithPredicates(profileChanged())).
 		Owns(&v1alpha1.NodeTask{}).
 		Owns(&nodev1.RuntimeClass{}).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.profilesFor), builder.WithPredicates(skeleton.NodeChanged(skeleton.NodeLabels|skeleton.NodeAnnotations|skeleton.NodeReadiness))).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.profilesFor), builder.WithPredicates(skeleton.NodeChanged(skeleton.NodeLabels|skeleton.NodeAnnotations|skeleton.NodeReadiness|skeleton.NodeSchedulable))).
 		Complete(r)
 }
 

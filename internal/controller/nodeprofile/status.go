@@ -20,6 +20,8 @@ const (
 	ReasonDeleting             = "Deleting"
 	ReasonInvalidSpec          = "InvalidSpec"
 	ReasonRuntimeClassConflict = "RuntimeClassConflict"
+	// ReasonBlocked: a failed task stops new tasks until a person retries or skips it.
+	ReasonBlocked = "Blocked"
 )
 
 // maxFailures bounds status.failures (the API's MaxItems) and maxNamed the nodes a message names.
@@ -96,7 +98,7 @@ func ComputeStatus(in StatusInput) (v1alpha1.ProfileNodeCounts, []metav1.Conditi
 			if failed > len(named) {
 				msg += fmt.Sprintf("; and %d more", failed-len(named))
 			}
-			parts = append(parts, msg+". Fix the spec (a new task replaces the failed one), set recoveryMode on the task, or delete it to try again")
+			parts = append(parts, msg+". Set spec.recoveryMode Retry or Skip on the failed task (kubectl nodeops retry|skip), fix the spec (a new task replaces it), or take the node out of the profile; until then no other node starts")
 		} else {
 			degraded.Reason = ReasonRuntimeClassConflict
 		}
@@ -108,7 +110,16 @@ func ComputeStatus(in StatusInput) (v1alpha1.ProfileNodeCounts, []metav1.Conditi
 	if inProgress > 0 || waiting > 0 {
 		progressing.Status = metav1.ConditionTrue
 		progressing.Reason = ReasonInProgress
-		progressing.Message = fmt.Sprintf("%d installing, %d uninstalling, %d waiting (maxUnavailable, node lock or readiness)", installing+moved, uninstalling, waiting)
+		progressing.Message = fmt.Sprintf("%d installing, %d uninstalling, %d waiting (maxUnavailable, node lock, readiness or cordon)", installing+moved, uninstalling, waiting)
+		if b := d.Blocked; len(b) > 0 && waiting > 0 {
+			// docs/design.md, safety rule 3.
+			progressing.Reason = ReasonBlocked
+			progressing.Message = fmt.Sprintf("%d waiting: blocked by the failed task %s on node %s", waiting, b[0].Task, b[0].Node)
+			if len(b) > 1 {
+				progressing.Message += fmt.Sprintf(" (and %d more failed)", len(b)-1)
+			}
+			progressing.Message += "; no other node starts until it is retried or skipped (kubectl nodeops retry|skip) or the node leaves the profile"
+		}
 	}
 
 	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse}

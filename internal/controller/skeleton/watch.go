@@ -56,6 +56,8 @@ const (
 	NodeAnnotations
 	// NodeReadiness: the Ready condition flipped (heartbeats alone never pass).
 	NodeReadiness
+	// NodeSchedulable: spec.unschedulable changed (a cordon or uncordon).
+	NodeSchedulable
 )
 
 // NodeChanged passes node creates and deletes, and updates that change one of fields; generic
@@ -71,7 +73,8 @@ func NodeChanged(fields NodeFields) predicate.Predicate {
 			}
 			return fields&NodeLabels != 0 && !equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
 				fields&NodeAnnotations != 0 && !equality.Semantic.DeepEqual(o.Annotations, n.Annotations) ||
-				fields&NodeReadiness != 0 && plan.NodeReady(o) != plan.NodeReady(n)
+				fields&NodeReadiness != 0 && plan.NodeReady(o) != plan.NodeReady(n) ||
+				fields&NodeSchedulable != 0 && o.Spec.Unschedulable != n.Spec.Unschedulable
 		},
 	}
 }

@@ -1,0 +1,344 @@
+package nodeoperation_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/nodelock"
+	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/testutil"
+)
+
+// deleteTask deletes a task as `kubectl delete ntask` does, without waiting for it to go.
+func (f *fixture) deleteTask(name string) {
+	f.t.Helper()
+	task := f.task(name)
+	if err := f.c.Delete(f.ctx, task); err != nil {
+		f.t.Fatalf("delete task %s: %v", name, err)
+	}
+}
+
+// taskOn returns the task of group on node, and whether it exists.
+func (f *fixture) taskOn(op, group, node string) (*v1alpha1.NodeTask, bool) {
+	f.t.Helper()
+	var t v1alpha1.NodeTask
+	err := f.c.Get(f.ctx, client.ObjectKey{Name: plan.TaskName(op, group, node)}, &t)
+	if apierrors.IsNotFound(err) {
+		return nil, false
+	}
+	if err != nil {
+		f.t.Fatalf("get task on %s: %v", node, err)
+	}
+	return &t, true
+}
+
+// neverAgain fails when, for d, node has a task in group other than the one with uid (none when
+// uid is empty): a task created again would run its commands a second time.
+func (f *fixture) neverAgain(op, group, node string, uid types.UID, d time.Duration) {
+	f.t.Helper()
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if t, ok := f.taskOn(op, group, node); ok && t.UID != uid {
+			f.t.Fatalf("node %s got a new task %s (phase %q) after its task was deleted: its commands would run again", node, t.Name, t.Status.Phase)
+		}
+	}
+}
+
+// docs/design.md, safety rule 7: deleting a finished task by hand never makes the operation
+// create it again; the operation's status keeps what the node finished.
+func TestSafetyRule7_DeletedTaskIsNotRunAgain(t *testing.T) {
+	f := newFixture(t)
+	nodes := f.nodes(nil, "a", "b")
+	op := f.operation("rerun", nil, v1alpha1.Group{Name: "g", MaxUnavailable: intOrStr("1"),
+		Commands: []v1alpha1.Command{{Name: "once", Script: &v1alpha1.ScriptCommand{Inline: "echo >> /var/lib/counter"}}}})
+	first := f.waitTasks(op.Name, 1)[0]
+	if first.Spec.NodeName != nodes[0] {
+		t.Fatalf("first task on %s, want %s", first.Spec.NodeName, nodes[0])
+	}
+	f.runAll(first.Name)
+	f.deleteTask(first.Name)
+	testutil.Eventually(t, 30*time.Second, "the deleted task gone", func() error {
+		if _, ok := f.taskOn(op.Name, "g", nodes[0]); ok {
+			return fmt.Errorf("task %s still there", first.Name)
+		}
+		return nil
+	})
+	f.neverAgain(op.Name, "g", nodes[0], "", 2*time.Second)
+
+	second := f.waitTasks(op.Name, 1)[0]
+	if second.Spec.NodeName != nodes[1] {
+		t.Fatalf("the task after the deleted one is on %s, want %s", second.Spec.NodeName, nodes[1])
+	}
+	f.runAll(second.Name)
+	done := f.waitPhase(op.Name, v1alpha1.OperationSucceeded)
+	if c := done.Status.Groups[0].Nodes; c.Succeeded != 2 || c.Total != 2 {
+		t.Errorf("counts %+v, want both nodes succeeded (one from the record)", c)
+	}
+	f.neverAgain(op.Name, "g", nodes[0], "", time.Second)
+}
+
+// docs/design.md, safety rule 7: a running task deleted by hand stays until it ended and its
+// operation recorded how; it is never replaced by a new task that would run its commands again.
+func TestSafetyRule7_DeletedRunningTaskIsNotRunAgain(t *testing.T) {
+	f := newFixture(t)
+	nodes := f.nodes(nil, "a")
+	op := f.operation("running", nil, v1alpha1.Group{Name: "g",
+		Commands: []v1alpha1.Command{{Name: "once", Script: &v1alpha1.ScriptCommand{Inline: "echo >> /var/lib/counter"}}}})
+	task := f.waitTasks(op.Name, 1)[0]
+	f.begin(task.Name, 0)
+	f.deleteTask(task.Name)
+	// The task is still there, running, and no other replaces it.
+	f.neverAgain(op.Name, "g", nodes[0], task.UID, 2*time.Second)
+	live, ok := f.taskOn(op.Name, "g", nodes[0])
+	if !ok {
+		t.Fatalf("the running task vanished while its command runs")
+	}
+	if live.DeletionTimestamp.IsZero() || live.Status.Phase != v1alpha1.TaskRunning {
+		t.Fatalf("task: deletion %v, phase %q; want deleting and still Running", live.DeletionTimestamp, live.Status.Phase)
+	}
+	f.end(task.Name, 0, true, "ok")
+	f.waitPhase(op.Name, v1alpha1.OperationSucceeded)
+	testutil.Eventually(t, 30*time.Second, "the deleted task gone once it ended", func() error {
+		if _, ok := f.taskOn(op.Name, "g", nodes[0]); ok {
+			return fmt.Errorf("task %s still there", task.Name)
+		}
+		return nil
+	})
+	f.neverAgain(op.Name, "g", nodes[0], "", time.Second)
+	if c := f.get(op.Name).Status.Groups[0].Nodes; c.Succeeded != 1 {
+		t.Errorf("counts %+v, want the node succeeded", c)
+	}
+}
+
+// setCordon sets a node's spec.unschedulable, as `kubectl cordon` (or another tool) does.
+func (f *fixture) setCordon(node string, cordoned bool) {
+	f.t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var n corev1.Node
+		if err := f.c.Get(f.ctx, client.ObjectKey{Name: node}, &n); err != nil {
+			return err
+		}
+		n.Spec.Unschedulable = cordoned
+		return f.c.Update(f.ctx, &n)
+	})
+	if err != nil {
+		f.t.Fatalf("cordon %s=%v: %v", node, cordoned, err)
+	}
+}
+
+// docs/design.md, safety rules 2 and 11: a node an administrator cordoned is unavailable, so a
+// group at maxUnavailable 1 that selects it starts nothing until it is uncordoned, and says why.
+func TestSafetyRule11_CordonedNodeCountsAgainstMaxUnavailable(t *testing.T) {
+	f := newFixture(t)
+	nodes := f.nodes(nil, "a", "b", "c")
+	f.setCordon(nodes[1], true)
+	op := f.operation("cordoned", nil, v1alpha1.Group{Name: "g", MaxUnavailable: intOrStr("1"), Commands: []v1alpha1.Command{waitCmd()}})
+	testutil.Eventually(t, 20*time.Second, "the operation names the cordoned node", func() error {
+		c := condition(f.get(op.Name), v1alpha1.ConditionProgressing)
+		if !strings.Contains(c.Message, "cordoned") || !strings.Contains(c.Message, nodes[1]) {
+			return fmt.Errorf("Progressing %+v", c)
+		}
+		return nil
+	})
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if tasks := f.tasks(op.Name); len(tasks) != 0 {
+			t.Fatalf("task %s started on %s while %s is cordoned at maxUnavailable 1", tasks[0].Name, tasks[0].Spec.NodeName, nodes[1])
+		}
+	}
+	f.setCordon(nodes[1], false)
+	for i := range nodes {
+		task := f.waitTasks(op.Name, i+1)
+		for _, t := range task {
+			if t.EffectivePhase().Unfinished() {
+				f.runAll(t.Name)
+			}
+		}
+	}
+	f.waitPhase(op.Name, v1alpha1.OperationSucceeded)
+}
+
+// docs/design.md, safety rule 11: two operations at maxUnavailable 1 over the same nodes never
+// make a second node unavailable while one is (a task holding it, or cordoned): checked on every
+// task the API server reports newly holding its node, while the agent finishes tasks in random
+// order and an administrator cordons a node for a while.
+func TestSafetyRule11_TwoOperationsShareOneBudget(t *testing.T) {
+	f := newFixture(t)
+	nodes := f.nodes(nil, "w1", "w2", "w3", "w4")
+	var mu sync.Mutex
+	var violation string
+	seen := map[string]bool{}      // tasks the watch saw, so the check is not vacuous
+	holding := map[string]string{} // task -> node
+	// cordoned: when the watch saw each cordon. The administrator's cordon races with decisions
+	// already made, so it counts from a second after it was seen: the manager's reaction time.
+	const reaction = time.Second
+	cordoned := map[string]time.Time{}
+	check := func(what string) {
+		down := map[string]bool{}
+		for _, n := range holding {
+			down[n] = true
+		}
+		for n, at := range cordoned {
+			if time.Since(at) > reaction {
+				down[n] = true
+			}
+		}
+		if len(down) > 1 && violation == "" {
+			violation = fmt.Sprintf("after %s: %d nodes unavailable at once (tasks %v, cordoned %v)", what, len(down), holding, cordoned)
+		}
+	}
+	watchTasks, err := f.c.Watch(f.ctx, &v1alpha1.NodeTaskList{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watchTasks.Stop()
+	watchNodes, err := f.c.Watch(f.ctx, &corev1.NodeList{}, client.MatchingLabels{testLabel: f.id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watchNodes.Stop()
+	go func() {
+		for {
+			select {
+			case ev, ok := <-watchTasks.ResultChan():
+				if !ok {
+					return
+				}
+				task, isTask := ev.Object.(*v1alpha1.NodeTask)
+				if !isTask || !strings.HasPrefix(task.Name, f.id) {
+					continue
+				}
+				mu.Lock()
+				seen[task.Name] = true
+				_, held := holding[task.Name]
+				if ev.Type == watch.Deleted || !nodelock.Holds(task) {
+					delete(holding, task.Name)
+				} else if !held {
+					// A task that starts holding its node is what nodeops decided: check then.
+					holding[task.Name] = task.Spec.NodeName
+					check("task " + task.Name + " created")
+				}
+				mu.Unlock()
+			case ev, ok := <-watchNodes.ResultChan():
+				if !ok {
+					return
+				}
+				if n, isNode := ev.Object.(*corev1.Node); isNode {
+					mu.Lock()
+					if _, known := cordoned[n.Name]; n.Spec.Unschedulable && !known {
+						cordoned[n.Name] = time.Now()
+					} else if !n.Spec.Unschedulable {
+						delete(cordoned, n.Name)
+					}
+					mu.Unlock()
+				}
+			}
+		}
+	}()
+
+	one := func(o *v1alpha1.NodeOperation) { o.Spec.MaxUnavailable = intOrStr("1") }
+	a := f.operation("a", one, v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{waitCmd()}})
+	b := f.operation("b", one, v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{waitCmd()}})
+	rng := rand.New(rand.NewPCG(3, 4))
+	ctx, cancel := context.WithTimeout(f.ctx, 60*time.Second)
+	defer cancel()
+	var cordonAt time.Time
+	for step := 0; ctx.Err() == nil; step++ {
+		var open []v1alpha1.NodeTask
+		for _, op := range []string{a.Name, b.Name} {
+			for _, task := range f.tasks(op) {
+				if task.EffectivePhase().Unfinished() {
+					open = append(open, task)
+				}
+			}
+		}
+		switch {
+		case step == 3:
+			f.setCordon(nodes[2], true) // an administrator's, for a while
+			cordonAt = time.Now()
+		case !cordonAt.IsZero() && time.Since(cordonAt) > 5*time.Second:
+			f.setCordon(nodes[2], false)
+			cordonAt = time.Time{}
+		}
+		if len(open) == 0 {
+			if f.get(a.Name).Status.Phase == v1alpha1.OperationSucceeded && f.get(b.Name).Status.Phase == v1alpha1.OperationSucceeded {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		task := open[rng.IntN(len(open))]
+		if task.Status.Phase == "" {
+			f.begin(task.Name, 0)
+		} else {
+			f.end(task.Name, 0, true, "ok")
+		}
+	}
+	f.waitPhase(a.Name, v1alpha1.OperationSucceeded)
+	f.waitPhase(b.Name, v1alpha1.OperationSucceeded)
+	time.Sleep(200 * time.Millisecond) // the last events
+	watchTasks.Stop()
+	watchNodes.Stop()
+	mu.Lock()
+	defer mu.Unlock()
+	if violation != "" {
+		t.Fatal(violation)
+	}
+	if len(seen) != 8 {
+		t.Fatalf("the watch saw %d of 8 tasks", len(seen))
+	}
+}
+
+// The record's finalizer never outlives the operation: once the operation is deleted, its tasks
+// go as the garbage collector deletes them (played here by the test: envtest runs none).
+func TestDeletedOperationReleasesItsTasks(t *testing.T) {
+	f := newFixture(t)
+	f.nodes(nil, "a")
+	op := f.operation("deleted", nil, v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{waitCmd()}})
+	task := f.waitTasks(op.Name, 1)[0]
+	f.begin(task.Name, 0)
+	if err := f.c.Delete(f.ctx, f.get(op.Name)); err != nil {
+		t.Fatal(err)
+	}
+	f.deleteTask(task.Name)
+	testutil.Eventually(t, 30*time.Second, "the task of the deleted operation gone", func() error {
+		if _, ok := f.taskOn(op.Name, "g", task.Spec.NodeName); ok {
+			return fmt.Errorf("task %s still there", task.Name)
+		}
+		return nil
+	})
+}
+
+// A cordon left by another operation (a drain that failed, then was aborted) can be undone by an
+// operation that only uncordons: it finds the node counted already and spends nothing more, and
+// the group's other nodes wait for it (test/e2e's "uncordon-after" relies on this).
+func TestSafetyRule11_UncordonRunsOnCordonedNode(t *testing.T) {
+	f := newFixture(t)
+	nodes := f.nodes(nil, "a", "b")
+	f.setCordon(nodes[1], true)
+	op := f.operation("uncordon", nil, v1alpha1.Group{Name: "g", MaxUnavailable: intOrStr("1"), Commands: []v1alpha1.Command{{Uncordon: &v1alpha1.UncordonCommand{}}}})
+	first := f.waitTasks(op.Name, 1)[0]
+	if first.Spec.NodeName != nodes[1] {
+		t.Fatalf("first task on %s, want the cordoned %s", first.Spec.NodeName, nodes[1])
+	}
+	f.neverAgain(op.Name, "g", nodes[0], "", time.Second) // a is not started beside the cordoned b
+	f.runAll(first.Name)
+	f.setCordon(nodes[1], false) // what the agent's uncordon does
+	for _, task := range f.waitTasks(op.Name, 2) {
+		if task.Name != first.Name {
+			f.runAll(task.Name)
+		}
+	}
+	f.waitPhase(op.Name, v1alpha1.OperationSucceeded)
+}
