@@ -230,7 +230,7 @@ func TestFailedCommandFailsTaskAndRetries(t *testing.T) {
 	}
 }
 
-func TestRestartNeverRerunsFinishedAndFailsInterruptedNonIdempotent(t *testing.T) {
+func TestSafetyRule4_RestartNeverRerunsFinishedAndFailsInterruptedNonIdempotent(t *testing.T) {
 	root := hosttest.NewRoot(t, nil)
 	stop := startAgent(t, agent.Options{NodeName: "restart-1", HostRoot: root})
 	create(t, newTask("restart-1", "restart-1", v1alpha1.ExecutionAuto,
@@ -250,7 +250,7 @@ func TestRestartNeverRerunsFinishedAndFailsInterruptedNonIdempotent(t *testing.T
 	}
 }
 
-func TestRestartRerunsInterruptedIdempotent(t *testing.T) {
+func TestSafetyRule4_RestartRerunsInterruptedIdempotent(t *testing.T) {
 	root := hosttest.NewRoot(t, nil)
 	stop := startAgent(t, agent.Options{NodeName: "restart-2", HostRoot: root})
 	create(t, newTask("restart-2", "restart-2", v1alpha1.ExecutionAuto,
@@ -383,7 +383,7 @@ func TestDryRunChangesNothing(t *testing.T) {
 	}
 }
 
-func TestDrainHonoursPDBAndUncordonRestores(t *testing.T) {
+func TestSafetyRule6_DrainHonoursPDBAndUncordonRestores(t *testing.T) {
 	ctx := context.Background()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "drain-test"}}
 	create(t, ns)

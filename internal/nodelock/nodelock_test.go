@@ -62,7 +62,7 @@ func TestAcquireWaitsForHolder(t *testing.T) {
 
 // The cache lags: it delivers old news about other tasks and about the reserved task itself.
 // Only news that the holding task itself stopped holding frees the node.
-func TestStaleCacheNeverFreesAReservation(t *testing.T) {
+func TestSafetyRule1_StaleCacheNeverFreesAReservation(t *testing.T) {
 	tb := New()
 	tb.TryAcquire("n1", "new", "NodeOperation/b")
 	tb.Observe(task("old", "n1", v1alpha1.TaskSucceeded, false)) // an older task on the node finished
@@ -114,7 +114,7 @@ func TestSeededFromCacheAndFailedTasksHold(t *testing.T) {
 	}
 }
 
-func TestConcurrentAcquireHasOneWinner(t *testing.T) {
+func TestSafetyRule1_ConcurrentAcquireHasOneWinner(t *testing.T) {
 	tb := New()
 	for node := range 50 {
 		var winners atomic.Int32

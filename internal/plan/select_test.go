@@ -128,10 +128,10 @@ func set(names []string) map[string]bool {
 	return out
 }
 
-// TestSelectNeverExceedsMaxUnavailable drives groups to completion in many random orders: tasks
+// TestSafetyRule2_SelectNeverExceedsMaxUnavailable drives groups to completion in many random orders: tasks
 // finish, fail, get retried or skipped, nodes flap NotReady and other owners' tasks come and go.
 // Unfinished-or-failed tasks never exceed maxUnavailable, and every node eventually gets its task.
-func TestSelectNeverExceedsMaxUnavailable(t *testing.T) {
+func TestSafetyRule2_SelectNeverExceedsMaxUnavailable(t *testing.T) {
 	for seed := range uint64(2000) {
 		rng := rand.New(rand.NewPCG(seed, 42))
 		size := 1 + rng.IntN(40)

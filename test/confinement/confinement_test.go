@@ -326,10 +326,10 @@ func TestTokensCarryTheirNode(t *testing.T) {
 	}
 }
 
-// TestAgentOnNodeAIsRefused: every write node-a's agent must not make is refused, first by the
+// TestSafetyRule10_AgentOnNodeAIsRefused: every write node-a's agent must not make is refused, first by the
 // shipped RBAC and admission together, then by the admission policy alone (the agent's
 // ServiceAccount bound to cluster-admin), so neither layer leans on the other.
-func TestAgentOnNodeAIsRefused(t *testing.T) {
+func TestSafetyRule10_AgentOnNodeAIsRefused(t *testing.T) {
 	ctx := context.Background()
 	c, _ := as(t, token(t, "node-a"))
 	tasks(t)
@@ -441,9 +441,9 @@ func TestAgentOnNodeAWorks(t *testing.T) {
 	}
 }
 
-// TestTokenWithoutANodeIsRefused: the agent's ServiceAccount with a token bound to no pod (as a
+// TestSafetyRule10_TokenWithoutANodeIsRefused: the agent's ServiceAccount with a token bound to no pod (as a
 // legacy Secret token is) may write nothing, not even its node's task status or a cordon.
-func TestTokenWithoutANodeIsRefused(t *testing.T) {
+func TestSafetyRule10_TokenWithoutANodeIsRefused(t *testing.T) {
 	ctx := context.Background()
 	c, _ := as(t, token(t, ""))
 	tasks(t)
@@ -471,8 +471,8 @@ func TestAgentGroupIsConfined(t *testing.T) {
 	}
 }
 
-// TestOnlyTheManagerCreatesTasks: an administrator is refused too, with the way to run work instead.
-func TestOnlyTheManagerCreatesTasks(t *testing.T) {
+// TestSafetyRule10_OnlyTheManagerCreatesTasks: an administrator is refused too, with the way to run work instead.
+func TestSafetyRule10_OnlyTheManagerCreatesTasks(t *testing.T) {
 	err := admin.Create(context.Background(), newTask("by-admin", "node-a"))
 	refused(t, "an administrator creating a NodeTask", err, []string{
 		"NodeTasks are created by nodeops' manager; create a NodeOperation (kubectl nodeops ...) instead",

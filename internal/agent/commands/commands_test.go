@@ -218,7 +218,7 @@ func TestRestartStaticPodsOnLocalNode(t *testing.T) {
 	}
 }
 
-func TestCordonUncordonRestoresPriorState(t *testing.T) {
+func TestSafetyRule5_CordonUncordonRestoresPriorState(t *testing.T) {
 	for _, wasUnschedulable := range []bool{false, true} {
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Spec: corev1.NodeSpec{Unschedulable: wasUnschedulable}}
 		cordoned := cordonPatch(node)

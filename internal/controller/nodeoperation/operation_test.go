@@ -119,7 +119,7 @@ func TestGroupsRunInOrderUnderMaxUnavailable(t *testing.T) {
 }
 
 // A failed task blocks the operation and no further task starts; Retry and Skip each unblock it; abort stops it.
-func TestFailureBlocksRetrySkipAbort(t *testing.T) {
+func TestSafetyRule3_FailureBlocksRetrySkipAbort(t *testing.T) {
 	f := newFixture(t)
 	nodes := f.nodes(nil, "n1", "n2", "n3")
 	op := f.operation("recover", nil, v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{script("first"), script("second")}})
@@ -355,7 +355,7 @@ func TestEmptyGroupSucceeds(t *testing.T) {
 }
 
 // A NotReady node counts against maxUnavailable and gets no task until it is Ready.
-func TestNotReadyNodeWaits(t *testing.T) {
+func TestSafetyRule2_NotReadyNodeWaits(t *testing.T) {
 	f := newFixture(t)
 	nodes := f.nodes(nil, "n1", "n2")
 	f.setReady(nodes[0], false)
@@ -416,7 +416,7 @@ func TestUpgradeVersionPolicy(t *testing.T) {
 }
 
 // ttlSecondsAfterFinished deletes the operation and its tasks; without it nothing is deleted.
-func TestTTLAfterFinished(t *testing.T) {
+func TestSafetyRule7_TTLAfterFinished(t *testing.T) {
 	f := newFixture(t)
 	f.nodes(nil, "n1")
 	keep := f.operation("keep", nil, v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{waitCmd()}})

@@ -21,7 +21,7 @@ import (
 
 // Two operations over the same nodes never have tasks holding one node at once, checked on every
 // task event the API server sends; the one that waits says so, naming the node and the holder.
-func TestOverlappingOperationsShareNoNode(t *testing.T) {
+func TestSafetyRule1_OverlappingOperationsShareNoNode(t *testing.T) {
 	f := newFixture(t)
 	f.nodes(nil, "n1", "n2", "n3", "n4")
 
