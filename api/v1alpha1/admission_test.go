@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,10 +13,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
-	"github.com/nodeops/nodeops/config"
 	"github.com/nodeops/nodeops/internal/controller/clustertarget"
 	"github.com/nodeops/nodeops/internal/controller/nodeprofile"
 	"github.com/nodeops/nodeops/internal/plan"
@@ -406,20 +403,12 @@ func startAPIServer(t *testing.T) (*testutil.Env, string, string) {
 // TestNameRuleKnowsEveryKind: the uniqueness rule on command lists spells out each kind's default
 // name, so a new kind must be added to it (in every CRD, all from the markers).
 func TestNameRuleKnowsEveryKind(t *testing.T) {
-	files, err := fs.Glob(config.CRDs, "crd/*.yaml")
+	docs, err := testutil.CRDDocuments()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var rules []string
-	for _, name := range files {
-		data, err := config.CRDs.ReadFile(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var doc any
-		if err := yaml.Unmarshal(data, &doc); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
+	for _, doc := range docs {
 		rules = append(rules, nameRules(doc)...)
 	}
 	if len(rules) != 4 {

@@ -159,3 +159,25 @@ func EventuallyEvery(t testing.TB, timeout, interval time.Duration, what string,
 		}
 	}
 }
+
+// CRDDocuments are the committed CRDs (config/crd) as plain YAML trees, for tests that walk the
+// generated schemas and rules.
+func CRDDocuments() ([]any, error) {
+	files, err := fs.Glob(config.CRDs, "crd/*.yaml")
+	if err != nil {
+		return nil, fmt.Errorf("list CRDs: %w", err)
+	}
+	var docs []any
+	for _, name := range files {
+		data, err := config.CRDs.ReadFile(name)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", name, err)
+		}
+		var doc any
+		if err := yaml.Unmarshal(data, &doc); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		docs = append(docs, doc)
+	}
+	return docs, nil
+}

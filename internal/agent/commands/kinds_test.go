@@ -3,7 +3,6 @@ package commands_test
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"reflect"
 	"slices"
 	"strings"
@@ -11,11 +10,10 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
-	"github.com/nodeops/nodeops/config"
 	"github.com/nodeops/nodeops/internal/agent/commands"
+	"github.com/nodeops/nodeops/internal/testutil"
 )
 
 // celMessagePrefix starts the message of the exactly-one rule on Command, which is how the CRDs' rule is found.
@@ -153,20 +151,12 @@ func jsonName(f reflect.StructField) string {
 // appears, each as its rule, a newline, and its message.
 func commandRules(t *testing.T) []string {
 	t.Helper()
-	files, err := fs.Glob(config.CRDs, "crd/*.yaml")
+	docs, err := testutil.CRDDocuments()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var rules []string
-	for _, name := range files {
-		data, err := config.CRDs.ReadFile(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var doc any
-		if err := yaml.Unmarshal(data, &doc); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
+	for _, doc := range docs {
 		rules = append(rules, findRules(doc)...)
 	}
 	return rules

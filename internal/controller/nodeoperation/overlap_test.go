@@ -1,7 +1,6 @@
 package nodeoperation_test
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -82,32 +81,7 @@ func TestSafetyRule1_OverlappingOperationsShareNoNode(t *testing.T) {
 	}
 
 	// Play the agent for both operations, finishing tasks in random order.
-	rng := rand.New(rand.NewPCG(1, 2))
-	ctx, cancel := context.WithTimeout(f.ctx, 60*time.Second)
-	defer cancel()
-	for ctx.Err() == nil {
-		var open []v1alpha1.NodeTask
-		for _, op := range []string{a.Name, b.Name} {
-			for _, task := range f.tasks(op) {
-				if task.EffectivePhase().Unfinished() {
-					open = append(open, task)
-				}
-			}
-		}
-		if len(open) == 0 {
-			if f.get(a.Name).Status.Phase == v1alpha1.OperationSucceeded && f.get(b.Name).Status.Phase == v1alpha1.OperationSucceeded {
-				break
-			}
-			time.Sleep(20 * time.Millisecond) // poll for the next tasks
-			continue
-		}
-		task := open[rng.IntN(len(open))]
-		if task.Status.Phase == "" {
-			f.begin(task.Name, 0)
-		} else {
-			f.end(task.Name, 0, true, "ok")
-		}
-	}
+	f.playAgents(rand.New(rand.NewPCG(1, 2)), nil, a.Name, b.Name)
 	f.waitPhase(a.Name, v1alpha1.OperationSucceeded)
 	f.waitPhase(b.Name, v1alpha1.OperationSucceeded)
 	if n := len(f.tasks(b.Name)); n != 4 {

@@ -1,7 +1,6 @@
 package nodeoperation_test
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -250,19 +249,8 @@ func TestSafetyRule11_TwoOperationsShareOneBudget(t *testing.T) {
 	one := func(o *v1alpha1.NodeOperation) { o.Spec.MaxUnavailable = intOrStr("1") }
 	a := f.operation("a", one, v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{waitCmd()}})
 	b := f.operation("b", one, v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{waitCmd()}})
-	rng := rand.New(rand.NewPCG(3, 4))
-	ctx, cancel := context.WithTimeout(f.ctx, 60*time.Second)
-	defer cancel()
 	var cordonAt time.Time
-	for step := 0; ctx.Err() == nil; step++ {
-		var open []v1alpha1.NodeTask
-		for _, op := range []string{a.Name, b.Name} {
-			for _, task := range f.tasks(op) {
-				if task.EffectivePhase().Unfinished() {
-					open = append(open, task)
-				}
-			}
-		}
+	f.playAgents(rand.New(rand.NewPCG(3, 4)), func(step int) {
 		switch {
 		case step == 3:
 			f.setCordon(nodes[2], true) // an administrator's, for a while
@@ -271,20 +259,7 @@ func TestSafetyRule11_TwoOperationsShareOneBudget(t *testing.T) {
 			f.setCordon(nodes[2], false)
 			cordonAt = time.Time{}
 		}
-		if len(open) == 0 {
-			if f.get(a.Name).Status.Phase == v1alpha1.OperationSucceeded && f.get(b.Name).Status.Phase == v1alpha1.OperationSucceeded {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-			continue
-		}
-		task := open[rng.IntN(len(open))]
-		if task.Status.Phase == "" {
-			f.begin(task.Name, 0)
-		} else {
-			f.end(task.Name, 0, true, "ok")
-		}
-	}
+	}, a.Name, b.Name)
 	f.waitPhase(a.Name, v1alpha1.OperationSucceeded)
 	f.waitPhase(b.Name, v1alpha1.OperationSucceeded)
 	time.Sleep(200 * time.Millisecond) // the last events

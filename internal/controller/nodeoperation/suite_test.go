@@ -3,6 +3,7 @@ package nodeoperation_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"strings"
@@ -313,3 +314,41 @@ func (f *fixture) runAll(task string) { f.t.Helper(); f.must(f.agent().RunAll(f.
 
 // abortTask ends a task told to abort, as the agent does.
 func (f *fixture) abortTask(task string) { f.t.Helper(); f.must(f.agent().Abort(f.ctx, task)) }
+
+// playAgents plays the agent for the operations' tasks, beginning or finishing one at random each
+// step, until every operation Succeeded (a minute at most); each, when set, runs before every step.
+func (f *fixture) playAgents(rng *rand.Rand, each func(step int), ops ...string) {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(f.ctx, 60*time.Second)
+	defer cancel()
+	for step := 0; ctx.Err() == nil; step++ {
+		var open []v1alpha1.NodeTask
+		for _, op := range ops {
+			for _, task := range f.tasks(op) {
+				if task.EffectivePhase().Unfinished() {
+					open = append(open, task)
+				}
+			}
+		}
+		if each != nil {
+			each(step)
+		}
+		if len(open) == 0 {
+			done := true
+			for _, op := range ops {
+				done = done && f.get(op).Status.Phase == v1alpha1.OperationSucceeded
+			}
+			if done {
+				return
+			}
+			time.Sleep(20 * time.Millisecond) // poll for the next tasks
+			continue
+		}
+		task := open[rng.IntN(len(open))]
+		if task.Status.Phase == "" {
+			f.begin(task.Name, 0)
+		} else {
+			f.end(task.Name, 0, true, "ok")
+		}
+	}
+}
