@@ -69,6 +69,14 @@ func (d *demo) steps() []step {
 				"Blocked until a person decides: retry, skip or abort. Nothing retries on its own.",
 			run: d.failureAndSkip,
 		},
+		{
+			short: "ClusterTarget: one edit upgrades to " + upgradeVersion,
+			title: "The ClusterTarget: what the cluster is, and one edit that upgrades it to " + upgradeVersion,
+			why: "Instead of writing operations, say what the cluster should be. The manager created the one\n" +
+				"ClusterTarget, 'cluster', from what it observed when it started; setting its version makes it\n" +
+				"generate the upgrade (one minor version per operation), run it, and report it in its status.",
+			run: d.clusterTarget,
+		},
 	}
 }
 
@@ -468,4 +476,60 @@ func fileSHA256(path string) (string, error) {
 	}
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:]), nil
+}
+
+// Step 6.
+
+func (d *demo) clusterTarget(ctx context.Context) error {
+	data, err := os.ReadFile(filepath.Join(d.clusterDir, "binary-source-url"))
+	if err != nil {
+		return fmt.Errorf("reading nodeops-local's binary source: %w", err)
+	}
+	src := strings.TrimSpace(string(data))
+	if err := d.sh(ctx, "kubectl", "get", "clustertarget"); err != nil {
+		return err
+	}
+	if err := d.sh(ctx, "kubectl", "nodeops", "target"); err != nil {
+		return err
+	}
+	d.sayf("\nThe generated upgrade needs what any upgrade on this local cluster needs: the binary source and the")
+	d.sayf("preflight checks a directory root cannot pass. Then one edit: the version.")
+	var ignores []string
+	for _, e := range strings.Split(localPreflightIgnores, ",") {
+		ignores = append(ignores, strconv.Quote(e))
+	}
+	patch := fmt.Sprintf(`{"spec":{"upgrade":{"binarySource":{"baseURL":%q},"ignorePreflightErrors":[%s]}}}`, src, strings.Join(ignores, ","))
+	if err := d.sh(ctx, "kubectl", "patch", "clustertarget", "cluster", "--type", "merge", "-p", patch); err != nil {
+		return err
+	}
+	if err := d.sh(ctx, "kubectl", "nodeops", "target", "set", "--version", upgradeVersion); err != nil {
+		return err
+	}
+	op := "cluster-upgrade-" + upgradeVersion + "-1"
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := d.waitFor(wctx, "the ClusterTarget's upgrade "+op, func() (bool, error) {
+		_, err := d.output(wctx, "kubectl", "get", "nodeoperation", op, "-o", "name")
+		return err == nil, nil
+	}); err != nil {
+		return err
+	}
+	if err := d.sh(ctx, "kubectl", "nodeops", "watch", op); err != nil {
+		return err
+	}
+	version, err := d.clusterVersion(ctx)
+	if err != nil {
+		return err
+	}
+	if version != upgradeVersion {
+		return fmt.Errorf("after %s kubeadm-config says %s, not %s", op, version, upgradeVersion)
+	}
+	if err := d.sh(ctx, "kubectl", "nodeops", "target"); err != nil {
+		return err
+	}
+	d.sayf("\nkubeadm-config and the control planes' static pods are at %s. The ClusterTarget waits for every", upgradeVersion)
+	d.sayf("kubelet to report it before it says UpToDate; here kwok plays the kubelets and keeps reporting the old")
+	d.sayf("version, so it stays Progressing (AwaitingObservedVersion). On a real cluster it ends UpToDate, and")
+	d.sayf("'kubectl wait clustertarget/cluster --for=condition=UpToDate' returns.")
+	return nil
 }

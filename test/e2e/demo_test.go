@@ -54,7 +54,7 @@ func TestDemo(t *testing.T) {
 		t.Errorf("no summary at the end")
 	}
 	for _, row := range []string{"cluster ", "1  renew certificates", "2  upgrade to v1.37.2 in DryRun", "3  WebAssembly shims",
-		"4  custom operation, 50 sim nodes at 20%", "5  a failure, then skip", "-  stop everything"} {
+		"4  custom operation, 50 sim nodes at 20%", "5  a failure, then skip", "6  ClusterTarget: one edit upgrades to v1.37.2", "-  stop everything"} {
 		if !demoRowOK(summary, row) {
 			t.Errorf("summary row %q is missing or not ok", row)
 		}
@@ -69,6 +69,10 @@ func TestDemo(t *testing.T) {
 		"backup still running: backup job 4711",
 		"$ kubectl nodeops skip demo-maintenance",
 		"PLACEHOLDER shim files",
+		"$ kubectl nodeops target set --version v1.37.2",
+		"$ kubectl nodeops watch cluster-upgrade-v1.37.2-1",
+		"ClusterTarget cluster: UpToDate\n  kubernetes version   v1.36.4, target v1.36.4",
+		"ClusterTarget cluster: Progressing\n  kubernetes version   v1.37.2, target v1.37.2",
 	} {
 		if !strings.Contains(output, want) {
 			t.Errorf("the demo's output lacks %q", want)

@@ -179,7 +179,11 @@ func due(in *input, st *v1alpha1.ClusterTargetStatus) (*v1alpha1.GeneratedOperat
 		return attempt(in, st.Operations, "cluster-upgrade-"+step, v1alpha1.GeneratedUpgrade, step, ReasonUpgradeDue, why)
 	}
 	if behind := nodesBehind(in.nodes, target, ct.Spec.Upgrade); len(behind) > 0 {
-		msg := fmt.Sprintf("the cluster is at %s but nodes %s are not", target, strings.Join(behind, ", "))
+		shown := behind
+		if len(behind) > 3 {
+			shown = append(behind[:3:3], fmt.Sprintf("%d more", len(behind)-3))
+		}
+		msg := fmt.Sprintf("the cluster is at %s but %d nodes (%s) are not", target, len(behind), strings.Join(shown, ", "))
 		if last := lastOf(st.Operations, v1alpha1.GeneratedUpgrade); last != nil && last.KubernetesVersion == target && last.Phase == v1alpha1.OperationSucceeded {
 			return nil, verdict{phase: v1alpha1.ClusterProgressing, reason: ReasonAwaitingObservedVersion, reconciling: true,
 				message: msg + " yet, after " + last.Name + " succeeded"}
