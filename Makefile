@@ -19,7 +19,7 @@ tools: ## Build the pinned Kubernetes, etcd, kwok and tool binaries into bin/ (s
 
 build: ## Build nodeops' own binaries into bin/.
 	@echo "build: nodeops' binaries into bin/ (on an empty Go cache about 90 s with no output from go build)"
-	@start=$$SECONDS; go build -o $(BIN)/ ./cmd/... && echo "build: done in $$((SECONDS - start))s"
+	@start=$$SECONDS; go build -ldflags "-X github.com/nodeops/nodeops/internal/cli.buildVersion=$$(git describe --always --dirty 2>/dev/null || echo unknown)" -o $(BIN)/ ./cmd/... && echo "build: done in $$((SECONDS - start))s"
 
 generate: tools ## Regenerate deepcopy and CRDs.
 	$(BIN)/controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	appsv1 "k8s.io/api/apps/v1"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -22,11 +23,14 @@ type Client interface {
 	Watch(ctx context.Context, list client.ObjectList, opts ...client.ListOption) (watch.Interface, error)
 }
 
-// NewScheme is the CLI's own scheme: core (nodes) and nodeops kinds.
+// NewScheme is the CLI's own scheme: core (nodes), apps (the manager's Deployment) and nodeops kinds.
 func NewScheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
 	if err := corev1.AddToScheme(s); err != nil {
 		return nil, fmt.Errorf("adding core/v1 to scheme: %w", err)
+	}
+	if err := appsv1.AddToScheme(s); err != nil {
+		return nil, fmt.Errorf("adding apps/v1 to scheme: %w", err)
 	}
 	if err := nodeopsv1.AddToScheme(s); err != nil {
 		return nil, fmt.Errorf("adding nodeops.io/v1alpha1 to scheme: %w", err)

@@ -113,6 +113,7 @@ See what an operation would do with 'plan', start one with 'upgrade' or 'renew-c
 		newRenewCertsCommand(o),
 		newProfileCommand(o),
 		newTargetCommand(o),
+		newVersionCommand(o),
 	)
 	return cmd
 }
