@@ -8,7 +8,7 @@ export NODEOPS_BIN := $(BIN)
 GO_TEST_FLAGS ?=
 DEMO_ARGS ?=
 
-.PHONY: all tools build generate verify-generate lint test test-unit test-e2e demo bench clean \
+.PHONY: all tools tools-run build generate verify-generate lint test test-unit test-e2e demo bench clean \
 	realnode realnode-down e2e-realnode realnode-bin
 
 all: build
@@ -16,6 +16,10 @@ all: build
 tools: ## Build the pinned Kubernetes, etcd, kwok and tool binaries into bin/ (seconds when current).
 	@hack/install-deps.sh
 	@hack/tools.sh
+
+tools-run: ## Only what a local cluster needs (Kubernetes, etcd, kwok): the demo does not lint or use helm.
+	@hack/install-deps.sh
+	@hack/tools.sh kubernetes kwok
 
 build: ## Build nodeops' own binaries into bin/.
 	@echo "build: nodeops' binaries into bin/ (on an empty Go cache about 90 s with no output from go build)"
@@ -49,7 +53,7 @@ test-unit: ## Unit and envtest (controller) tests.
 test-e2e: tools build ## End-to-end tests on nodeops-local, one package at a time.
 	go test $(GO_TEST_FLAGS) -p 1 -timeout 60m ./test/e2e/...
 
-demo: tools build ## Walk through nodeops on nodeops-local, narrated and live; DEMO_ARGS=--keep leaves the cluster running.
+demo: tools-run build ## Walk through nodeops on nodeops-local, narrated and live; DEMO_ARGS=--keep leaves the cluster running.
 	@hack/demo.sh $(DEMO_ARGS)
 
 bench: tools build ## Benchmark at 100, 1,000 and 5,000 nodes; prints a table and writes bench/results.md.
