@@ -146,7 +146,8 @@ type CertificateExpiry struct {
 	NotAfter metav1.Time `json:"notAfter"`
 }
 
-// NodeTaskStatus is written by the node's agent alone; a person's retry, skip or abort goes in the spec.
+// NodeTaskStatus is written by the node's agent, except conditions, which the manager alone writes
+// (AgentLost, safety rule 9); a person's retry, skip or abort goes in the spec.
 type NodeTaskStatus struct {
 	// +optional
 	Phase TaskPhase `json:"phase,omitempty"`
