@@ -204,8 +204,10 @@ func (r *Reconciler) execute(ctx context.Context, task *v1alpha1.NodeTask) error
 					return gerr
 				}
 				if dirty {
-					// The agent alone writes status: keep the result, take the new spec.
+					// The agent alone writes command results: keep the result, take the new spec and
+					// the manager's conditions (a task marked AgentLost starts nothing more).
 					task = fresh
+					keepManagerConditions(status, fresh)
 				} else {
 					task, status, recovered = fresh, fresh.Status.DeepCopy(), false
 				}
@@ -294,6 +296,7 @@ func (r *Reconciler) runRecordingLate(ctx context.Context, task *v1alpha1.NodeTa
 			}
 			if gerr == nil {
 				task = fresh
+				keepManagerConditions(status, fresh)
 				continue
 			}
 			err = gerr

@@ -506,9 +506,13 @@ func TestNoopHostServesManyNodes(t *testing.T) {
 }
 
 // startNodeTaskController runs the manager's NodeTask controller, which clears a recoveryMode
-// once the agent acted on it, so that a second retry can be asked for as the CLI asks.
-func startNodeTaskController(t *testing.T) {
+// once the agent acted on it, so that a second retry can be asked for as the CLI asks. It marks a
+// task whose node is missing NodeDeleted (safety rule 9), so the tasks' nodes are created first.
+func startNodeTaskController(t *testing.T, nodes ...string) {
 	t.Helper()
+	for _, n := range nodes {
+		create(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}})
+	}
 	scheme, err := testutil.NewScheme()
 	if err != nil {
 		t.Fatal(err)
@@ -564,7 +568,7 @@ func recovered(gen int64, cond func(*v1alpha1.NodeTask) bool) func(*v1alpha1.Nod
 // A failed command stops the task until a person asks; Retry runs it again (a new attempt), Skip
 // goes on after it; a request on a task that has not failed is recorded and changes nothing.
 func TestRetryAndSkip(t *testing.T) {
-	startNodeTaskController(t)
+	startNodeTaskController(t, "recover-1")
 	root := hosttest.NewRoot(t, nil)
 	startAgent(t, agent.Options{NodeName: "recover-1", HostRoot: root})
 	create(t, newTask("recover-1", "recover-1", v1alpha1.ExecutionAuto,
@@ -634,7 +638,7 @@ func TestRetryAndSkip(t *testing.T) {
 
 // Skipping the last command ends the task Succeeded without running anything.
 func TestSkipLastCommand(t *testing.T) {
-	startNodeTaskController(t)
+	startNodeTaskController(t, "recover-2")
 	root := hosttest.NewRoot(t, nil)
 	startAgent(t, agent.Options{NodeName: "recover-2", HostRoot: root})
 	create(t, newTask("recover-2", "recover-2", v1alpha1.ExecutionAuto, script("echo a >> /ran", true), script("echo b >> /ran; exit 1", true)))
