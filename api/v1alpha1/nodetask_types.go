@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -104,6 +105,21 @@ const (
 	ReasonCommandFailed = "CommandFailed"
 )
 
+// ConditionAgentLost is the manager's own mark on a task whose agent stopped renewing its hold
+// (docs/design.md, safety rule 9), as Kubernetes' node lifecycle controller marks the pods of a
+// lost node. Only the manager writes status.conditions; the agent carries them over in every
+// status write. True with reason AgentLost (no heartbeat for --agent-lost-after), NodeDeleted
+// (the task's node is gone), or Skipped (a person skipped the task of a deleted node, which no
+// agent can act on).
+const ConditionAgentLost = "AgentLost"
+
+// Reasons of the AgentLost condition.
+const (
+	ReasonAgentLost   = "AgentLost"
+	ReasonNodeDeleted = "NodeDeleted"
+	ReasonLostSkipped = "Skipped"
+)
+
 // CommandStatus is what happened to one command.
 type CommandStatus struct {
 	Name  string       `json:"name"`
@@ -130,7 +146,8 @@ type CertificateExpiry struct {
 	NotAfter metav1.Time `json:"notAfter"`
 }
 
-// NodeTaskStatus is written by the node's agent alone; a person's retry, skip or abort goes in the spec.
+// NodeTaskStatus is written by the node's agent, except conditions, which the manager alone writes
+// (AgentLost, safety rule 9); a person's retry, skip or abort goes in the spec.
 type NodeTaskStatus struct {
 	// +optional
 	Phase TaskPhase `json:"phase,omitempty"`
@@ -163,6 +180,13 @@ type NodeTaskStatus struct {
 	StartTime *metav1.MicroTime `json:"startTime,omitempty"`
 	// +optional
 	CompletionTime *metav1.MicroTime `json:"completionTime,omitempty"`
+	// Conditions are written by the manager alone (the agent keeps them in its writes):
+	// AgentLost (safety rule 9).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
 // NodeTask is one node's part of one group of a NodeOperation (or a NodeProfile's install or uninstall).
@@ -183,12 +207,33 @@ type NodeTask struct {
 	Status NodeTaskStatus `json:"status,omitempty"`
 }
 
-// EffectivePhase is the task's phase, Pending before anything was reported.
+// EffectivePhase is the task's phase, Pending before anything was reported. A task the
+// manager marked AgentLost that its agent had not finished is Failed (safety rule 9), or
+// Succeeded once a person skipped it on a deleted node (reason Skipped).
 func (t *NodeTask) EffectivePhase() TaskPhase {
-	if t.Status.Phase == "" {
-		return TaskPending
+	p := t.Status.Phase
+	if p == "" {
+		p = TaskPending
 	}
-	return t.Status.Phase
+	if p == TaskSucceeded || p == TaskAborted {
+		return p
+	}
+	if c := t.Lost(); c != nil {
+		if c.Reason == ReasonLostSkipped {
+			return TaskSucceeded
+		}
+		return TaskFailed
+	}
+	return p
+}
+
+// Lost is the task's AgentLost condition when it is True, else nil.
+func (t *NodeTask) Lost() *metav1.Condition {
+	c := meta.FindStatusCondition(t.Status.Conditions, ConditionAgentLost)
+	if c == nil || c.Status != metav1.ConditionTrue {
+		return nil
+	}
+	return c
 }
 
 // NodeTaskList lists NodeTasks.

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -33,6 +34,7 @@ type options struct {
 	kubeconfig       string
 	agentMode        string
 	agentImage       string
+	agentLostAfter   time.Duration
 	qps              float64
 	burst            int
 	metricsAddr      string
@@ -54,6 +56,7 @@ func run(args []string) error {
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster config when empty")
 	fs.StringVar(&o.agentMode, "agent-mode", "DaemonSet", "how agents run: DaemonSet (deployed beside the manager) or Job (a Job per node with pending tasks)")
+	fs.DurationVar(&o.agentLostAfter, "agent-lost-after", nodetask.DefaultAgentLostAfter, "a running command whose agent renewed no heartbeat for this long fails its task with reason AgentLost (the agent renews every 15s)")
 	fs.StringVar(&o.agentImage, "agent-image", "ghcr.io/nodeops/agent:latest", "agent image for --agent-mode=Job")
 	// Deliberately high: a 1,000-node operation needs about 1,000 creates in a second or two, and
 	// client-go's defaults (5/10) would make the manager, not the API server, the bottleneck.
@@ -134,7 +137,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 	if err := nodeoperation.SetupWithManager(mgr, locks); err != nil {
 		return fmt.Errorf("set up the NodeOperation controller: %w", err)
 	}
-	if err := nodetask.SetupWithManager(mgr); err != nil {
+	if err := nodetask.SetupWithOptions(mgr, nodetask.Options{AgentLostAfter: o.agentLostAfter}); err != nil {
 		return fmt.Errorf("set up the NodeTask controller: %w", err)
 	}
 	if err := nodeprofile.SetupWithManager(mgr, locks); err != nil {

@@ -204,8 +204,10 @@ func (r *Reconciler) execute(ctx context.Context, task *v1alpha1.NodeTask) error
 					return gerr
 				}
 				if dirty {
-					// The agent alone writes status: keep the result, take the new spec.
+					// The agent alone writes command results: keep the result, take the new spec and
+					// the manager's conditions (a task marked AgentLost starts nothing more).
 					task = fresh
+					keepManagerConditions(status, fresh)
 				} else {
 					task, status, recovered = fresh, fresh.Status.DeepCopy(), false
 				}
@@ -294,6 +296,7 @@ func (r *Reconciler) runRecordingLate(ctx context.Context, task *v1alpha1.NodeTa
 			}
 			if gerr == nil {
 				task = fresh
+				keepManagerConditions(status, fresh)
 				continue
 			}
 			err = gerr
@@ -316,6 +319,7 @@ func (r *Reconciler) runRecordingLate(ctx context.Context, task *v1alpha1.NodeTa
 func (r *Reconciler) writeStatus(ctx context.Context, task *v1alpha1.NodeTask, status *v1alpha1.NodeTaskStatus) error {
 	base := task.DeepCopy()
 	task.Status = *status.DeepCopy()
+	keepManagerConditions(&task.Status, base)
 	if err := r.Client.Status().Update(ctx, task); err != nil {
 		task.Status = base.Status
 		task.ResourceVersion = base.ResourceVersion
@@ -323,6 +327,13 @@ func (r *Reconciler) writeStatus(ctx context.Context, task *v1alpha1.NodeTask, s
 	}
 	r.remember(task)
 	return nil
+}
+
+// keepManagerConditions carries the manager's status.conditions (AgentLost, safety rule 9) from
+// the freshest read of the task into a status the agent is about to write from its own copy: the
+// agent writes only its command results, never the manager's mark.
+func keepManagerConditions(st *v1alpha1.NodeTaskStatus, read *v1alpha1.NodeTask) {
+	st.Conditions = read.Status.DeepCopy().Conditions
 }
 
 // run runs command a.Index once, renewing the heartbeat meanwhile.

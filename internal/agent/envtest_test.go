@@ -14,6 +14,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -505,9 +506,13 @@ func TestNoopHostServesManyNodes(t *testing.T) {
 }
 
 // startNodeTaskController runs the manager's NodeTask controller, which clears a recoveryMode
-// once the agent acted on it, so that a second retry can be asked for as the CLI asks.
-func startNodeTaskController(t *testing.T) {
+// once the agent acted on it, so that a second retry can be asked for as the CLI asks. It marks a
+// task whose node is missing NodeDeleted (safety rule 9), so the tasks' nodes are created first.
+func startNodeTaskController(t *testing.T, nodes ...string) {
 	t.Helper()
+	for _, n := range nodes {
+		create(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}})
+	}
 	scheme, err := testutil.NewScheme()
 	if err != nil {
 		t.Fatal(err)
@@ -563,7 +568,7 @@ func recovered(gen int64, cond func(*v1alpha1.NodeTask) bool) func(*v1alpha1.Nod
 // A failed command stops the task until a person asks; Retry runs it again (a new attempt), Skip
 // goes on after it; a request on a task that has not failed is recorded and changes nothing.
 func TestRetryAndSkip(t *testing.T) {
-	startNodeTaskController(t)
+	startNodeTaskController(t, "recover-1")
 	root := hosttest.NewRoot(t, nil)
 	startAgent(t, agent.Options{NodeName: "recover-1", HostRoot: root})
 	create(t, newTask("recover-1", "recover-1", v1alpha1.ExecutionAuto,
@@ -633,7 +638,7 @@ func TestRetryAndSkip(t *testing.T) {
 
 // Skipping the last command ends the task Succeeded without running anything.
 func TestSkipLastCommand(t *testing.T) {
-	startNodeTaskController(t)
+	startNodeTaskController(t, "recover-2")
 	root := hosttest.NewRoot(t, nil)
 	startAgent(t, agent.Options{NodeName: "recover-2", HostRoot: root})
 	create(t, newTask("recover-2", "recover-2", v1alpha1.ExecutionAuto, script("echo a >> /ran", true), script("echo b >> /ran; exit 1", true)))
@@ -692,5 +697,28 @@ func TestRetryCostsNoExtraStatusWrite(t *testing.T) {
 	}
 	if n := retryCountingWrites(t, "retry-writes-2", true); n != 1+1 {
 		t.Errorf("a retried quick idempotent command cost %d writes, want 2 (the request, recovery with the result)", n)
+	}
+}
+
+// Safety rule 9: the manager's AgentLost condition survives the agent's writes, which are made
+// from its own copy of the status (here the result of a command running when the mark was set).
+func TestSafetyRule9_AgentKeepsTheManagersCondition(t *testing.T) {
+	root := hosttest.NewRoot(t, nil)
+	startAgent(t, agent.Options{NodeName: "keep-1", HostRoot: root})
+	create(t, newTask("keep-1", "keep-1", v1alpha1.ExecutionAuto,
+		script("touch /started; while [ ! -f /release ]; do sleep 1; done", true)))
+	running := waitTask(t, "keep-1", func(tk *v1alpha1.NodeTask) bool { return tk.Status.Phase == v1alpha1.TaskRunning })
+	meta.SetStatusCondition(&running.Status.Conditions, metav1.Condition{
+		Type: v1alpha1.ConditionAgentLost, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAgentLost, Message: "set by the test, as the manager",
+	})
+	if err := cl.Status().Update(context.Background(), running); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "release"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := waitTask(t, "keep-1", phaseIs(v1alpha1.TaskSucceeded))
+	if done.Lost() == nil {
+		t.Errorf("the agent's write dropped the manager's AgentLost condition: %+v", done.Status)
 	}
 }

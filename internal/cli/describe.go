@@ -158,8 +158,8 @@ func writeFailure(w io.Writer, t *nodeopsv1.NodeTask, tail int) {
 		fmt.Fprintf(w, ", command %d/%d %s", i+1, len(t.Spec.Commands), t.Spec.Commands[i].DisplayName())
 	}
 	fmt.Fprintln(w, ":")
-	if t.Status.Reason != "" || t.Status.Message != "" {
-		fmt.Fprintf(w, "  %s: %s\n", orDash(t.Status.Reason), t.Status.Message)
+	if reason, msg := taskReason(t); reason != "" || msg != "" {
+		fmt.Fprintf(w, "  %s: %s\n", orDash(reason), msg)
 	}
 	cs := commandStatus(t, i)
 	if cs == nil {
@@ -263,6 +263,15 @@ func timeText(t *metav1.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
+// taskReason is why the task is where it is: the manager's AgentLost condition (safety rule 9:
+// AgentLost, NodeDeleted, or Skipped on a deleted node) when set, else the agent's reason.
+func taskReason(t *nodeopsv1.NodeTask) (reason, message string) {
+	if c := t.Lost(); c != nil && t.Status.Phase != nodeopsv1.TaskSucceeded && t.Status.Phase != nodeopsv1.TaskAborted {
+		return c.Reason, c.Message
+	}
+	return t.Status.Reason, t.Status.Message
+}
+
 func taskPhaseText(t *nodeopsv1.NodeTask) string {
 	p := string(t.EffectivePhase())
 	switch {
@@ -348,8 +357,8 @@ func writeTaskDescription(w io.Writer, t *nodeopsv1.NodeTask, tail int) {
 	field("Mode", fmt.Sprintf("%s (%d approved)", t.Spec.ExecutionMode, t.Spec.ApprovedCommands))
 	field("Phase", taskPhaseText(t))
 	field("Progress", taskProgress(t))
-	if t.Status.Reason != "" || t.Status.Message != "" {
-		field("Reason", orDash(t.Status.Reason)+": "+t.Status.Message)
+	if reason, msg := taskReason(t); reason != "" || msg != "" {
+		field("Reason", orDash(reason)+": "+msg)
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(w, "\nCommands:")

@@ -52,10 +52,12 @@ func Decide(t *v1alpha1.NodeTask) Action {
 	if t.Spec.Abort {
 		return Action{Kind: ActAbort}
 	}
-	if t.EffectivePhase() == v1alpha1.TaskFailed {
+	i := firstUndone(t)
+	if t.EffectivePhase() == v1alpha1.TaskFailed && (t.Lost() == nil || i < len(t.Spec.Commands)) {
+		// Failed, or marked AgentLost by the manager (safety rule 9): nothing starts until a person
+		// decides; a marked task whose commands are all done still completes.
 		return Action{}
 	}
-	i := firstUndone(t)
 	if i == len(t.Spec.Commands) {
 		return Action{Kind: ActComplete}
 	}

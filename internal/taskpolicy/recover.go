@@ -14,12 +14,16 @@ func NeedsRecovery(t *v1alpha1.NodeTask) bool {
 	return t.Spec.RecoveryMode != v1alpha1.RecoveryNone && t.Status.RecoveredGeneration < t.Generation
 }
 
-// FailedCommand is the index of the command that failed: the first recorded Failed, else the current one.
+// FailedCommand is the index of the command that failed: the first recorded Failed, else (a task
+// the manager marked AgentLost, safety rule 9) the first not done, else the current one.
 func FailedCommand(t *v1alpha1.NodeTask) int {
 	for i, c := range t.Status.Commands {
 		if c.Phase == v1alpha1.CommandFailed {
 			return i
 		}
+	}
+	if t.Lost() != nil && len(t.Status.Commands) > 0 {
+		return firstUndone(t)
 	}
 	return int(t.Status.CurrentCommand)
 }

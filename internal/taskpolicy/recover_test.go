@@ -119,3 +119,20 @@ func TestRecoverInterruptedAndShortStatus(t *testing.T) {
 		t.Errorf("acted %v, status %+v", acted, st)
 	}
 }
+
+// Safety rule 9: a task marked AgentLost after its agent recorded command 1's result (and before
+// command 2 started) retries command 2, never the finished command 1.
+func TestSafetyRule9_RetryOfALostTaskRetriesTheFirstUndoneCommand(t *testing.T) {
+	task := &v1alpha1.NodeTask{
+		ObjectMeta: metav1.ObjectMeta{Generation: 2},
+		Spec: v1alpha1.NodeTaskSpec{NodeName: "n1", RecoveryMode: v1alpha1.RecoveryRetry, Commands: []v1alpha1.Command{
+			{Script: &v1alpha1.ScriptCommand{Inline: "a"}, Name: "a"}, {Script: &v1alpha1.ScriptCommand{Inline: "b"}, Name: "b"}}},
+		Status: v1alpha1.NodeTaskStatus{Phase: v1alpha1.TaskRunning, CurrentCommand: 0, Attempt: 1,
+			Commands:   []v1alpha1.CommandStatus{{Name: "a", Phase: v1alpha1.CommandSucceeded}, {Name: "b", Phase: v1alpha1.CommandPending}},
+			Conditions: []metav1.Condition{{Type: v1alpha1.ConditionAgentLost, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAgentLost}}},
+	}
+	st, _, ok := Recover(task, metav1.NowMicro())
+	if !ok || st.Commands[0].Phase != v1alpha1.CommandSucceeded || st.CurrentCommand != 1 {
+		t.Fatalf("retry of a lost task: ok %v, status %+v", ok, st)
+	}
+}

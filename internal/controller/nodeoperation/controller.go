@@ -300,6 +300,15 @@ func view(t *v1alpha1.NodeTask) taskView {
 			}
 		}
 	}
+	if c := t.Lost(); c != nil {
+		// The manager's mark (safety rule 9): the task Failed with reason AgentLost or NodeDeleted,
+		// or, a person having skipped it on a deleted node, Skipped.
+		if c.Reason == v1alpha1.ReasonLostSkipped {
+			v.Skipped = true
+		} else if v.Phase == v1alpha1.TaskFailed {
+			v.Message = c.Reason + ": " + c.Message
+		}
+	}
 	if v.Phase == v1alpha1.TaskFailed && v.FailedCommand == "" {
 		if i := int(t.Status.CurrentCommand); i >= 0 && i < len(t.Spec.Commands) {
 			v.FailedCommand = t.Spec.Commands[i].DisplayName()

@@ -1,41 +1,101 @@
-// Package nodetask is the manager's NodeTask controller. The agent, the task's one status writer,
-// acts on a person's spec.recoveryMode and marks it done in status.recoveredGeneration; this
-// controller then clears spec.recoveryMode, so that the next `kubectl nodeops retry` or `skip`
-// (which sets it again, a new generation) is a new request (docs/design.md, safety rule 3). It
-// writes no status.
+// Package nodetask is the manager's NodeTask controller. It does two things.
+//
+// It clears spec.recoveryMode once the agent has acted on it: the agent, the one writer of a
+// task's command results, acts on a person's spec.recoveryMode and marks it done in
+// status.recoveredGeneration; clearing it makes the next `kubectl nodeops retry` or `skip` (which
+// sets it again, a new generation) a new request (docs/design.md, safety rule 3).
+//
+// And it watches the agents' hold on their tasks (safety rule 9): an unfinished task whose node
+// is deleted, or whose running command's heartbeat is older than AgentLostAfter, gets the
+// condition AgentLost=True (reason NodeDeleted or AgentLost) in status.conditions, the manager's
+// own field, which the agent carries over in its writes; the task then counts as Failed. A
+// person's retry or skip is left to the agent while the node exists; the condition is removed
+// once the agent has recorded that recovery. On a deleted node no agent can act, so a skip is
+// recorded by the manager (reason Skipped, the task counts as Succeeded) and a retry is refused
+// in the condition's message.
 package nodetask
 
 import (
 	"context"
 	"fmt"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/taskpolicy"
 )
 
 // +kubebuilder:rbac:groups=nodeops.io,resources=nodetasks,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=nodeops.io,resources=nodetasks/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 
-// Reconciler clears a recoveryMode that the agent acted on.
-type Reconciler struct {
-	Client client.Client
+// DefaultAgentLostAfter is how long a running command's heartbeat may be silent before its task
+// is marked AgentLost; the agent renews it every 15 seconds (agent.DefaultHeartbeat).
+const DefaultAgentLostAfter = time.Minute
+
+// Options configure the controller.
+type Options struct {
+	// AgentLostAfter: zero for DefaultAgentLostAfter.
+	AgentLostAfter time.Duration
 }
 
-// SetupWithManager registers the NodeTask controller.
-func SetupWithManager(mgr ctrl.Manager) error {
-	r := &Reconciler{Client: mgr.GetClient()}
+// Reconciler clears a recoveryMode that the agent acted on, and marks tasks whose agent is lost.
+type Reconciler struct {
+	Client client.Client
+	// Reader reads without the cache, to confirm that a node the cache misses is gone.
+	Reader         client.Reader
+	AgentLostAfter time.Duration
+}
+
+// SetupWithManager registers the NodeTask controller with the default options.
+func SetupWithManager(mgr ctrl.Manager) error { return SetupWithOptions(mgr, Options{}) }
+
+// SetupWithOptions registers the NodeTask controller.
+func SetupWithOptions(mgr ctrl.Manager, o Options) error {
+	if o.AgentLostAfter <= 0 {
+		o.AgentLostAfter = DefaultAgentLostAfter
+	}
+	r := &Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), AgentLostAfter: o.AgentLostAfter}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nodetask").
 		For(&v1alpha1.NodeTask{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			t, ok := o.(*v1alpha1.NodeTask)
-			return ok && actedOn(t)
+			return ok && (actedOn(t) || held(t) || t.Lost() != nil)
 		}))).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.tasksOf), builder.WithPredicates(predicate.Funcs{
+			CreateFunc:  func(event.CreateEvent) bool { return false },
+			UpdateFunc:  func(event.UpdateEvent) bool { return false },
+			DeleteFunc:  func(event.DeleteEvent) bool { return true },
+			GenericFunc: func(event.GenericEvent) bool { return false },
+		})).
 		Complete(r)
+}
+
+// tasksOf are the tasks of a deleted node.
+func (r *Reconciler) tasksOf(ctx context.Context, o client.Object) []reconcile.Request {
+	var list v1alpha1.NodeTaskList
+	if err := r.Client.List(ctx, &list, client.MatchingLabels{v1alpha1.LabelNode: o.GetName()}); err != nil {
+		log.FromContext(ctx).Error(err, "listing the tasks of a deleted node", "node", o.GetName())
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: list.Items[i].Name}})
+	}
+	return out
 }
 
 // actedOn reports whether the task carries a recoveryMode its agent has recorded as acted on.
@@ -43,26 +103,162 @@ func actedOn(t *v1alpha1.NodeTask) bool {
 	return t.Spec.RecoveryMode != v1alpha1.RecoveryNone && !taskpolicy.NeedsRecovery(t)
 }
 
-// Reconcile clears spec.recoveryMode once the agent acted on it; until then it waits for the
-// agent's status write, which brings the task back here.
+// held reports whether an agent holds the task: its agent recorded it started and not finished
+// (Running, or Pending between commands or awaiting an approval after a recorded start).
+func held(t *v1alpha1.NodeTask) bool {
+	switch t.Status.Phase {
+	case v1alpha1.TaskRunning:
+		return true
+	case v1alpha1.TaskPending:
+		return t.Status.StartTime != nil
+	}
+	return false
+}
+
+// lastSign is when the agent last showed it holds a running command: the later of the heartbeat
+// and the running command's start (a quick idempotent command is recorded a second after it
+// started, with the heartbeat of its start). Zero when no command is running: no heartbeat is due.
+func lastSign(t *v1alpha1.NodeTask) time.Time {
+	var last time.Time
+	running := false
+	for _, c := range t.Status.Commands {
+		if c.Phase == v1alpha1.CommandRunning {
+			running = true
+			if c.StartTime != nil && c.StartTime.After(last) {
+				last = c.StartTime.Time
+			}
+		}
+	}
+	if !running {
+		return time.Time{}
+	}
+	if hb := t.Status.AgentHeartbeat; hb != nil && hb.After(last) {
+		last = hb.Time
+	}
+	if last.IsZero() && t.Status.StartTime != nil {
+		last = t.Status.StartTime.Time
+	}
+	return last
+}
+
+// Reconcile marks a lost task, resolves a lost one a person recovered, and clears an acted-on
+// recoveryMode; it waits for the agent's status writes, which bring the task back here.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var task v1alpha1.NodeTask
 	if err := r.Client.Get(ctx, req.NamespacedName, &task); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	res, err := r.liveness(ctx, &task)
+	if err != nil || res.Requeue {
+		return res, err
+	}
 	if !actedOn(&task) {
-		return ctrl.Result{}, nil
+		return res, nil
 	}
 	orig := task.DeepCopy()
 	task.Spec.RecoveryMode = v1alpha1.RecoveryNone
 	// Optimistic lock: a person may have asked again since this read, and that request must stay.
-	err := r.Client.Patch(ctx, &task, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	err = r.Client.Patch(ctx, &task, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 	if apierrors.IsConflict(err) {
 		// The write that came first (often the agent's next status write) brings the task back.
-		return ctrl.Result{}, nil
+		return res, nil
 	}
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("clear recoveryMode on NodeTask %s: %w", task.Name, err)
 	}
-	return ctrl.Result{}, nil
+	return res, nil
+}
+
+// liveness is safety rule 9 for one task; it writes only status.conditions, with an optimistic
+// lock so that it never overwrites an agent's write it has not seen.
+func (r *Reconciler) liveness(ctx context.Context, task *v1alpha1.NodeTask) (ctrl.Result, error) {
+	if !task.Status.Phase.Unfinished() && task.Status.Phase != "" {
+		return ctrl.Result{}, nil // the agent finished it (Succeeded, Aborted)
+	}
+	now := time.Now()
+	orig := task.DeepCopy()
+	var res ctrl.Result
+	if lost := task.Lost(); lost != nil {
+		switch {
+		case lost.Reason == v1alpha1.ReasonLostSkipped:
+			return ctrl.Result{}, nil
+		case task.Status.RecoveredGeneration > lost.ObservedGeneration:
+			// The agent is back and recorded a person's retry or skip: its own status says the rest.
+			meta.RemoveStatusCondition(&task.Status.Conditions, v1alpha1.ConditionAgentLost)
+		case taskpolicy.NeedsRecovery(task):
+			gone, err := r.nodeGone(ctx, task.Spec.NodeName)
+			if err != nil || !gone {
+				return ctrl.Result{}, err // the agent acts on it, as on any failed task
+			}
+			c := *lost
+			if task.Spec.RecoveryMode == v1alpha1.RecoverySkip {
+				c.Reason, c.ObservedGeneration = v1alpha1.ReasonLostSkipped, task.Generation
+				c.Message = fmt.Sprintf("skipped on request: node %s was deleted (%s)", task.Spec.NodeName, lost.Message)
+			} else {
+				c.Message = fmt.Sprintf("retry refused: node %s was deleted, so no agent can run the task; skip it or abort the operation (%s)", task.Spec.NodeName, lost.Reason)
+				if c.Message == lost.Message {
+					return ctrl.Result{}, nil
+				}
+			}
+			meta.SetStatusCondition(&task.Status.Conditions, c)
+		default:
+			return ctrl.Result{}, nil
+		}
+	} else {
+		if !held(task) {
+			return ctrl.Result{}, nil
+		}
+		gone, err := r.nodeGone(ctx, task.Spec.NodeName)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		last := lastSign(task)
+		switch {
+		case gone:
+			msg := fmt.Sprintf("node %s was deleted while the task was unfinished", task.Spec.NodeName)
+			if !last.IsZero() {
+				msg += fmt.Sprintf("; last heartbeat %s ago", now.Sub(last).Round(time.Second))
+			}
+			r.mark(task, v1alpha1.ReasonNodeDeleted, msg)
+		case last.IsZero():
+			return ctrl.Result{}, nil // no command running: no heartbeat is due
+		case now.Sub(last) > r.AgentLostAfter:
+			r.mark(task, v1alpha1.ReasonAgentLost, fmt.Sprintf("the agent of node %s stopped renewing its hold: last heartbeat %s ago (lost after %s)",
+				task.Spec.NodeName, now.Sub(last).Round(time.Second), r.AgentLostAfter))
+		default:
+			return ctrl.Result{RequeueAfter: last.Add(r.AgentLostAfter).Sub(now) + 100*time.Millisecond}, nil
+		}
+	}
+	err := r.Client.Status().Patch(ctx, task, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsConflict(err) {
+		return ctrl.Result{Requeue: true}, nil // a fresher write (the agent's, perhaps) is looked at next
+	}
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("write the AgentLost condition of NodeTask %s: %w", task.Name, err)
+	}
+	return res, nil
+}
+
+func (r *Reconciler) mark(task *v1alpha1.NodeTask, reason, msg string) {
+	meta.SetStatusCondition(&task.Status.Conditions, metav1.Condition{
+		Type: v1alpha1.ConditionAgentLost, Status: metav1.ConditionTrue, Reason: reason, Message: msg, ObservedGeneration: task.Generation,
+	})
+	log.Log.WithName("nodetask").Info("task lost its agent", "task", task.Name, "node", task.Spec.NodeName, "reason", reason, "message", msg)
+}
+
+// nodeGone reports whether the node is deleted: missing from the cache and from the API server.
+func (r *Reconciler) nodeGone(ctx context.Context, name string) (bool, error) {
+	var n corev1.Node
+	err := r.Client.Get(ctx, client.ObjectKey{Name: name}, &n)
+	if err == nil {
+		return false, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return false, err
+	}
+	err = r.Reader.Get(ctx, client.ObjectKey{Name: name}, &n)
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	return false, err
 }

@@ -22,6 +22,9 @@ import (
 
 var cl client.Client
 
+// lostAfter is the manager's --agent-lost-after in these tests.
+const lostAfter = 2 * time.Second
+
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
@@ -44,7 +47,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if err := nodetask.SetupWithManager(mgr); err != nil {
+	if err := nodetask.SetupWithOptions(mgr, nodetask.Options{AgentLostAfter: lostAfter}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
