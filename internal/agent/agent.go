@@ -1,4 +1,4 @@
-// Package agent executes NodeTasks on their nodes and is the only writer of their status: it
+// Package agent executes NodeTasks on their nodes and is the only writer of their command results: it
 // records each non-idempotent command Running before it starts (an idempotent one once it has run
 // for a second) and every result after it ends, resumes safely after a restart, honours
 // approvals, DryRun, pause and abort, and acts on a person's recoveryMode (docs/design.md,

@@ -234,7 +234,7 @@ func setRecovery(f *fixture, task string, mode v1alpha1.RecoveryMode) {
 	if err := f.c.Patch(f.ctx, &t, client.MergeFrom(orig)); err != nil {
 		f.t.Fatalf("set recoveryMode: %v", err)
 	}
-	// The agent acts on the request (it alone writes task status); the manager then clears it.
+	// The agent acts on the request (it alone writes command results); the manager then clears it.
 	f.must(f.agent().Recover(f.ctx, task))
 }
 
