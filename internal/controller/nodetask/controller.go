@@ -17,6 +17,7 @@ package nodetask
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -141,6 +142,9 @@ func lastSign(t *v1alpha1.NodeTask) time.Time {
 	return last
 }
 
+// errStale: the task changed since it was read; the next reconcile reads it again.
+var errStale = errors.New("the task changed since it was read")
+
 // Reconcile marks a lost task, resolves a lost one a person recovered, and clears an acted-on
 // recoveryMode; it waits for the agent's status writes, which bring the task back here.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -149,7 +153,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	res, err := r.liveness(ctx, &task)
-	if err != nil || res.Requeue {
+	if errors.Is(err, errStale) {
+		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil // a fresher write (the agent's, perhaps) is looked at next
+	}
+	if err != nil {
 		return res, err
 	}
 	if !actedOn(&task) {
@@ -231,7 +238,7 @@ func (r *Reconciler) liveness(ctx context.Context, task *v1alpha1.NodeTask) (ctr
 	}
 	err := r.Client.Status().Patch(ctx, task, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 	if apierrors.IsConflict(err) {
-		return ctrl.Result{Requeue: true}, nil // a fresher write (the agent's, perhaps) is looked at next
+		return ctrl.Result{}, errStale
 	}
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("write the AgentLost condition of NodeTask %s: %w", task.Name, err)
