@@ -6,19 +6,28 @@
 // sets it again, a new generation) a new request (docs/design.md, safety rule 3).
 //
 // And it watches the agents' hold on their tasks (safety rule 9): an unfinished task whose node
-// is deleted, or whose running command's heartbeat is older than AgentLostAfter, gets the
+// is deleted, or whose running command's heartbeat the manager has seen unrenewed for longer
+// than AgentLostAfter, gets the
 // condition AgentLost=True (reason NodeDeleted or AgentLost) in status.conditions, the manager's
 // own field, which the agent carries over in its writes; the task then counts as Failed. A
 // person's retry or skip is left to the agent while the node exists; the condition is removed
 // once the agent has recorded that recovery. On a deleted node no agent can act, so a skip is
 // recorded by the manager (reason Skipped, the task counts as Succeeded) and a retry is refused
 // in the condition's message.
+//
+// Silence is measured on the manager's own clock, from when it first saw the current heartbeat,
+// as Kubernetes' node lifecycle controller measures a node's (its probeTimestamp), never from the
+// heartbeat's own timestamp: while the API server is down (a single control plane restarting its
+// static pods) no agent can renew, and a manager that comes back with it, or takes over the
+// leader lease, must give every agent the full AgentLostAfter to write again (docs/design.md,
+// safety rule 9).
 package nodetask
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -59,6 +68,49 @@ type Reconciler struct {
 	// Reader reads without the cache, to confirm that a node the cache misses is gone.
 	Reader         client.Reader
 	AgentLostAfter time.Duration
+	// Now is the manager's clock; nil for time.Now.
+	Now func() time.Time
+
+	mu   sync.Mutex
+	seen map[string]sighting // by task name
+}
+
+// sighting is a heartbeat as this manager first saw it: the agent's last sign and the manager's
+// time when that sign was new to it.
+type sighting struct {
+	uid  types.UID
+	sign time.Time
+	at   time.Time
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// silentSince is when this manager first saw the task's current sign of life: the time the
+// agent's silence is counted from. A sign it has not seen before starts the count now.
+func (r *Reconciler) silentSince(task *v1alpha1.NodeTask, sign, now time.Time) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.seen == nil {
+		r.seen = map[string]sighting{}
+	}
+	s, ok := r.seen[task.Name]
+	if !ok || s.uid != task.UID || !s.sign.Equal(sign) {
+		s = sighting{uid: task.UID, sign: sign, at: now}
+		r.seen[task.Name] = s
+	}
+	return s.at
+}
+
+// forget drops what was seen of a task that no agent holds any longer.
+func (r *Reconciler) forget(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.seen, name)
 }
 
 // SetupWithManager registers the NodeTask controller with the default options.
@@ -72,10 +124,13 @@ func SetupWithOptions(mgr ctrl.Manager, o Options) error {
 	r := &Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), AgentLostAfter: o.AgentLostAfter}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nodetask").
-		For(&v1alpha1.NodeTask{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
-			t, ok := o.(*v1alpha1.NodeTask)
-			return ok && (actedOn(t) || held(t) || t.Lost() != nil)
-		}))).
+		For(&v1alpha1.NodeTask{}, builder.WithPredicates(predicate.Funcs{
+			CreateFunc:  func(e event.CreateEvent) bool { return watched(e.Object) },
+			DeleteFunc:  func(e event.DeleteEvent) bool { return watched(e.Object) },
+			GenericFunc: func(e event.GenericEvent) bool { return watched(e.Object) },
+			// A task that stops being held comes here once more, so that what was seen of it is forgotten.
+			UpdateFunc: func(e event.UpdateEvent) bool { return watched(e.ObjectNew) || watched(e.ObjectOld) },
+		})).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.tasksOf), builder.WithPredicates(predicate.Funcs{
 			CreateFunc:  func(event.CreateEvent) bool { return false },
 			UpdateFunc:  func(event.UpdateEvent) bool { return false },
@@ -83,6 +138,13 @@ func SetupWithOptions(mgr ctrl.Manager, o Options) error {
 			GenericFunc: func(event.GenericEvent) bool { return false },
 		})).
 		Complete(r)
+}
+
+// watched reports whether a task needs this controller: a recovery to clear, a hold to watch or
+// a loss to resolve.
+func watched(o client.Object) bool {
+	t, ok := o.(*v1alpha1.NodeTask)
+	return ok && (actedOn(t) || held(t) || t.Lost() != nil)
 }
 
 // tasksOf are the tasks of a deleted node.
@@ -150,7 +212,13 @@ var errStale = errors.New("the task changed since it was read")
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var task v1alpha1.NodeTask
 	if err := r.Client.Get(ctx, req.NamespacedName, &task); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.Name)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !held(&task) || task.Lost() != nil {
+		r.forget(task.Name)
 	}
 	res, err := r.liveness(ctx, &task)
 	if errors.Is(err, errStale) {
@@ -182,7 +250,7 @@ func (r *Reconciler) liveness(ctx context.Context, task *v1alpha1.NodeTask) (ctr
 	if !task.Status.Phase.Unfinished() && task.Status.Phase != "" {
 		return ctrl.Result{}, nil // the agent finished it (Succeeded, Aborted)
 	}
-	now := time.Now()
+	now := r.now()
 	orig := task.DeepCopy()
 	var res ctrl.Result
 	if lost := task.Lost(); lost != nil {
@@ -228,12 +296,15 @@ func (r *Reconciler) liveness(ctx context.Context, task *v1alpha1.NodeTask) (ctr
 			}
 			r.mark(task, v1alpha1.ReasonNodeDeleted, msg)
 		case last.IsZero():
+			r.forget(task.Name)
 			return ctrl.Result{}, nil // no command running: no heartbeat is due
-		case now.Sub(last) > r.AgentLostAfter:
-			r.mark(task, v1alpha1.ReasonAgentLost, fmt.Sprintf("the agent of node %s stopped renewing its hold: last heartbeat %s ago (lost after %s)",
-				task.Spec.NodeName, now.Sub(last).Round(time.Second), r.AgentLostAfter))
 		default:
-			return ctrl.Result{RequeueAfter: last.Add(r.AgentLostAfter).Sub(now) + 100*time.Millisecond}, nil
+			since := r.silentSince(task, last, now)
+			if now.Sub(since) <= r.AgentLostAfter {
+				return ctrl.Result{RequeueAfter: since.Add(r.AgentLostAfter).Sub(now) + 100*time.Millisecond}, nil
+			}
+			r.mark(task, v1alpha1.ReasonAgentLost, fmt.Sprintf("the agent of node %s stopped renewing its hold: no heartbeat for %s (lost after %s); its last one is from %s",
+				task.Spec.NodeName, now.Sub(since).Round(time.Second), r.AgentLostAfter, last.UTC().Format(time.RFC3339)))
 		}
 	}
 	err := r.Client.Status().Patch(ctx, task, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))

@@ -13,6 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/clock"
+	"github.com/nodeops/nodeops/internal/taskpolicy"
 	"github.com/nodeops/nodeops/internal/testutil"
 )
 
@@ -80,6 +82,68 @@ func TestSafetyRule9_SilentAgentFailsItsTask(t *testing.T) {
 		tk := get(t, "silent-1")
 		if tk.Lost() != nil || tk.Spec.RecoveryMode != "" || tk.EffectivePhase() != v1alpha1.TaskPending {
 			return fmt.Errorf("spec %+v, status %+v", tk.Spec, tk.Status)
+		}
+		return nil
+	})
+}
+
+// Safety rule 9, measured on the manager's clock: a task whose last heartbeat is long past when
+// the manager first sees it (the API server was down while a single control plane restarted its
+// static pods, and the manager came back, or took the leader lease, with it) is not marked lost
+// at once: its agent gets the full lostAfter to renew. An agent that renews is never marked; one
+// that stays silent is, after lostAfter of the manager's own watching.
+func TestSafetyRule9_OldHeartbeatAfterAnOutageGetsTheFullGrace(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const name = "outage-1"
+	if err := cl.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Create(ctx, &v1alpha1.NodeTask{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelNode: name}},
+		Spec:       v1alpha1.NodeTaskSpec{NodeName: name, Commands: []v1alpha1.Command{{Wait: &v1alpha1.WaitCommand{}}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The agent's last write before the outage, ten minutes ago: the manager's first sight of it.
+	longAgo := metav1.NewMicroTime(time.Now().Add(-10 * time.Minute))
+	if err := (testutil.FakeAgent{Client: cl}).Write(ctx, name, func(tk *v1alpha1.NodeTask) {
+		taskpolicy.Apply(&tk.Status, &tk.Spec, taskpolicy.Action{Kind: taskpolicy.ActStart}, longAgo)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The API server is back: the agent renews its heartbeat within its interval (here lostAfter/2,
+	// then every lostAfter/5), as the real agent does once its writes go through again.
+	renewing := make(chan struct{})
+	go func() {
+		defer close(renewing)
+		if clock.Sleep(ctx, lostAfter/2) != nil {
+			return
+		}
+		for i := 0; i < 15 && ctx.Err() == nil; i++ {
+			ts, _ := metav1.NowMicro().MarshalJSON()
+			patch := []byte(`{"status":{"agentHeartbeat":` + string(ts) + `}}`)
+			_ = cl.Status().Patch(ctx, &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: name}}, client.RawPatch(types.MergePatchType, patch))
+			_ = clock.Sleep(ctx, lostAfter/5)
+		}
+	}()
+	// While it renews (15 renewals, 3 lostAfter in all) the task is never marked.
+	for {
+		if tk := get(t, name); tk.Lost() != nil {
+			t.Fatalf("a task whose agent renewed within lostAfter of the manager first seeing it was marked lost: %+v", tk.Lost())
+		}
+		select {
+		case <-renewing:
+		case <-time.After(50 * time.Millisecond):
+			continue
+		}
+		break
+	}
+	// It goes silent: now it is marked, counted from the last renewal the manager saw.
+	testutil.Eventually(t, 30*time.Second, "the task marked AgentLost once its agent stopped renewing", func() error {
+		tk := get(t, name)
+		if c := tk.Lost(); c == nil || c.Reason != v1alpha1.ReasonAgentLost || !strings.Contains(c.Message, "no heartbeat for") {
+			return fmt.Errorf("conditions %+v", tk.Status.Conditions)
 		}
 		return nil
 	})
