@@ -164,12 +164,12 @@ type ObservedNode struct {
 // ObservedCertificates is one control plane's certificate expiry.
 type ObservedCertificates struct {
 	Node string `json:"node"`
-	// Certificates as the node's newest succeeded renewal or upgrade NodeTask reported them.
-	// Agents reading `kubeadm certs check-expiration` on a slow jittered interval is a follow-up;
-	// until then a control plane never renewed or upgraded by nodeops has no entry.
+	// Certificates as the node's agent last read them with `kubeadm certs check-expiration`
+	// (the node's nodeops.io/certificates annotation, read on a slow jittered interval), or as
+	// the node's newest succeeded renewal or upgrade NodeTask reported them, whichever expires later.
 	// +optional
 	Certificates []CertificateExpiry `json:"certificates,omitempty"`
-	// Task is the NodeTask the reading comes from.
+	// Task is the NodeTask the reading comes from; empty when it is the agent's own reading.
 	// +optional
 	Task string `json:"task,omitempty"`
 }

@@ -42,6 +42,7 @@ func run() error {
 	fs.IntVar(&o.Workers, "workers", 0, "tasks run at once (default 1, or 64 with --node-prefix)")
 	fs.BoolVar(&o.ExitWhenIdle, "exit-when-idle", false, "exit once no task of the node needs the agent (Job mode)")
 	fs.DurationVar(&o.Heartbeat, "heartbeat", agent.DefaultHeartbeat, "how often status.agentHeartbeat is renewed while a command runs")
+	fs.DurationVar(&o.CertificateCheckInterval, "certificate-check-interval", agent.DefaultCertificateCheckInterval, "on a kubeadm control plane, how often to read the certificates' expiry (kubeadm certs check-expiration) into the Node's nodeops.io/certificates annotation, jittered by up to a fifth; written only when it changed; 0 never reads")
 	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", agent.DefaultShutdownGracePeriod, "on SIGTERM, how long a running command may go on to finish (no new one starts); keep the pod's terminationGracePeriodSeconds above it")
 	fs.Float64Var(&qps, "kube-api-qps", 500, "client requests per second to the API server")
 	fs.IntVar(&burst, "kube-api-burst", 1000, "client request burst to the API server")

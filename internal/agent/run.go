@@ -63,6 +63,9 @@ type Options struct {
 	// DefaultTimeout is the timeout of a command that sets none; nil for its kind's own
 	// (v1alpha1.CommandKind.DefaultTimeout). Tests shorten it.
 	DefaultTimeout func(v1alpha1.CommandKind) time.Duration
+	// CertificateCheckInterval is how often a control plane's agent reads its certificates'
+	// expiry into its Node (CertificateReader); zero reads never.
+	CertificateCheckInterval time.Duration
 }
 
 // Scheme is the agent's own scheme: core, policy and nodeops kinds.
@@ -153,6 +156,12 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 			return err
 		}
 		r.HostFor = func(string) *host.Host { return h }
+		if o.CertificateCheckInterval > 0 {
+			certs := &CertificateReader{Client: direct, Node: o.NodeName, Host: h, Interval: o.CertificateCheckInterval}
+			if err := mgr.Add(certs); err != nil {
+				return fmt.Errorf("adding the certificate reader: %w", err)
+			}
+		}
 	}
 	if err := r.SetupWithManager(mgr, o.Workers); err != nil {
 		return err

@@ -277,6 +277,8 @@ var attempts = []attempt{
 		policy: []string{"may not change its Node's labels", "UPDATE nodes node-a"}},
 	{name: "annotate node-a", do: patchNode("node-a", `{"metadata":{"annotations":{"nodeops.io/profile.x":"hash"}}}`),
 		policy: []string{"no annotation of its Node but nodeops.io/was-unschedulable", "UPDATE nodes node-a"}},
+	{name: "record certificates on node-b", do: patchNode("node-b", `{"metadata":{"annotations":{"nodeops.io/certificates":"[]"}}}`),
+		policy: []string{"agent on node node-a may update only its own Node", "UPDATE nodes node-b"}},
 	{name: "taint node-a", do: patchNode("node-a", `{"spec":{"taints":[{"key":"k","effect":"NoSchedule"}]}}`),
 		policy: []string{"only spec.unschedulable of its Node's spec", "UPDATE nodes node-a"}},
 	{name: "finalize node-a", do: patchNode("node-a", `{"metadata":{"finalizers":["example.com/keep"]}}`),
@@ -438,6 +440,19 @@ func TestAgentOnNodeAWorks(t *testing.T) {
 	}
 	if n := node(t, "node-a"); n.Spec.Unschedulable || n.Annotations[commands.AnnotationWasUnschedulable] != "" {
 		t.Errorf("after uncordon: unschedulable %v, annotations %v", n.Spec.Unschedulable, n.Annotations)
+	}
+
+	// A control plane's agent records its certificates' expiry on its own Node (agent.CertificateReader).
+	reading := v1alpha1.EncodeCertificates([]v1alpha1.CertificateExpiry{{Name: "apiserver", NotAfter: metav1.Now()}})
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{v1alpha1.AnnotationCertificates: reading}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := patchNode("node-a", string(patch))(ctx, c); err != nil {
+		t.Fatalf("node-a's agent recording its certificates on node-a: %v", err)
+	}
+	if got := node(t, "node-a").Annotations[v1alpha1.AnnotationCertificates]; got != reading {
+		t.Errorf("node-a's certificates annotation %q, want %q", got, reading)
 	}
 }
 

@@ -125,7 +125,7 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 	if err := r.Client.List(ctx, &tasks, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("list tasks: %w", err)
 	}
-	s.in.certs = observeCertificates(tasks.Items)
+	s.in.certs = observeCertificates(nodes.Items, tasks.Items)
 
 	var ops v1alpha1.NodeOperationList
 	if err := r.Client.List(ctx, &ops); err != nil {
@@ -224,9 +224,12 @@ func imageTag(image string) string {
 	return image[i+1:]
 }
 
-// observeCertificates is, per node, the certificates of its newest succeeded task that reported
-// any (renewals and upgrades do), sorted by node.
-func observeCertificates(tasks []v1alpha1.NodeTask) []v1alpha1.ObservedCertificates {
+// observeCertificates is, per node, its certificates' expiry: what its agent last read into the
+// node's annotation (v1alpha1.AnnotationCertificates), or what its newest succeeded task that
+// reported any (renewals and upgrades do) says, whichever expires later: renewing only moves
+// expiry later, and the agent reads again only on its slow interval, so right after a renewal
+// the task's reading is the newer one. Sorted by node.
+func observeCertificates(nodes []corev1.Node, tasks []v1alpha1.NodeTask) []v1alpha1.ObservedCertificates {
 	newest := map[string]*v1alpha1.NodeTask{}
 	for i := range tasks {
 		t := &tasks[i]
@@ -237,20 +240,56 @@ func observeCertificates(tasks []v1alpha1.NodeTask) []v1alpha1.ObservedCertifica
 			newest[t.Spec.NodeName] = t
 		}
 	}
-	out := make([]v1alpha1.ObservedCertificates, 0, len(newest))
+	byNode := map[string]v1alpha1.ObservedCertificates{}
 	for node, t := range newest {
-		certs := make([]v1alpha1.CertificateExpiry, len(t.Status.Certificates))
-		for i, c := range t.Status.Certificates {
-			certs[i] = v1alpha1.CertificateExpiry{Name: c.Name, NotAfter: metav1.NewTime(c.NotAfter.Rfc3339Copy().Time)}
+		byNode[node] = v1alpha1.ObservedCertificates{Node: node, Task: t.Name, Certificates: sortedCertificates(t.Status.Certificates)}
+	}
+	for i := range nodes {
+		n := &nodes[i]
+		value, ok := n.Annotations[v1alpha1.AnnotationCertificates]
+		if !ok {
+			continue
 		}
-		sort.Slice(certs, func(i, j int) bool { return certs[i].Name < certs[j].Name })
-		out = append(out, v1alpha1.ObservedCertificates{Node: node, Task: t.Name, Certificates: certs})
+		certs, err := v1alpha1.DecodeCertificates(value)
+		if err != nil || len(certs) == 0 {
+			continue // an unreadable reading is no reading; the agent writes a good one at its next check
+		}
+		read := v1alpha1.ObservedCertificates{Node: n.Name, Certificates: sortedCertificates(certs)}
+		if fromTask, ok := byNode[n.Name]; ok && firstExpiry(fromTask.Certificates).After(firstExpiry(read.Certificates)) {
+			continue
+		}
+		byNode[n.Name] = read
+	}
+	out := make([]v1alpha1.ObservedCertificates, 0, len(byNode))
+	for _, o := range byNode {
+		out = append(out, o)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
 	if len(out) == 0 {
 		return nil
 	}
 	return out
+}
+
+// sortedCertificates copies a reading, whole seconds, sorted by name.
+func sortedCertificates(in []v1alpha1.CertificateExpiry) []v1alpha1.CertificateExpiry {
+	certs := make([]v1alpha1.CertificateExpiry, len(in))
+	for i, c := range in {
+		certs[i] = v1alpha1.CertificateExpiry{Name: c.Name, NotAfter: metav1.NewTime(c.NotAfter.Rfc3339Copy().Time)}
+	}
+	sort.Slice(certs, func(i, j int) bool { return certs[i].Name < certs[j].Name })
+	return certs
+}
+
+// firstExpiry is a reading's earliest notAfter.
+func firstExpiry(certs []v1alpha1.CertificateExpiry) time.Time {
+	var first time.Time
+	for _, c := range certs {
+		if first.IsZero() || c.NotAfter.Before(&metav1.Time{Time: first}) {
+			first = c.NotAfter.Time
+		}
+	}
+	return first
 }
 
 func completion(t *v1alpha1.NodeTask) time.Time {

@@ -41,7 +41,7 @@ func SetupWithManager(mgr ctrl.Manager) error {
 // SetupWithManager registers r with mgr. kube-system's kubeadm-config and control-plane mirror
 // pods come from a cache of their own, so that the manager caches neither every ConfigMap nor
 // every Pod of the cluster. Watches pass only what changes the status: spec edits, operation
-// phases and conditions, node kubelet versions and labels (never heartbeats), kubeadm-config,
+// phases and conditions, node kubelet versions, labels and certificate readings (never heartbeats), kubeadm-config,
 // mirror pod images, and tasks' certificate readings.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	system, err := cache.New(mgr.GetConfig(), cache.Options{
@@ -69,7 +69,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("clustertarget").
 		For(&v1alpha1.ClusterTarget{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&v1alpha1.NodeOperation{}, builder.WithPredicates(operationChanged())).
-		Watches(&corev1.Node{}, toTarget, builder.WithPredicates(predicate.Or(skeleton.NodeChanged(skeleton.NodeLabels), kubeletChanged()))).
+		Watches(&corev1.Node{}, toTarget, builder.WithPredicates(predicate.Or(skeleton.NodeChanged(skeleton.NodeLabels), kubeletChanged(), certificatesAnnotationChanged()))).
 		Watches(&v1alpha1.NodeTask{}, toTarget, builder.WithPredicates(certificatesChanged())).
 		WatchesRawSource(source.Kind(system, client.Object(&corev1.ConfigMap{}), toTarget, isKubeadmConfig())).
 		WatchesRawSource(source.Kind(system, client.Object(&corev1.Pod{}), toTarget, mirrorImageChanged())).
@@ -107,6 +107,13 @@ func kubeletChanged() predicate.Predicate {
 		a, okA := o.(*corev1.Node)
 		b, okB := n.(*corev1.Node)
 		return okA && okB && a.Status.NodeInfo.KubeletVersion != b.Status.NodeInfo.KubeletVersion
+	})
+}
+
+// certificatesAnnotationChanged passes a node update that changes its agent's certificate reading.
+func certificatesAnnotationChanged() predicate.Predicate {
+	return updates(func(o, n client.Object) bool {
+		return o.GetAnnotations()[v1alpha1.AnnotationCertificates] != n.GetAnnotations()[v1alpha1.AnnotationCertificates]
 	})
 }
 

@@ -1,6 +1,7 @@
 package clustertarget_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -309,4 +310,67 @@ func TestDeletedByHandNotMadeAgain(t *testing.T) {
 	// A spec change is the person's word to try again.
 	f.edit(func(ct *v1alpha1.ClusterTarget) { ct.Spec.Upgrade.IgnorePreflightErrors = []string{"Swap"} })
 	f.waitOperations("cluster-upgrade-v1.37.2-2")
+}
+
+// A control plane's agent reads its certificates into its Node (nodeops.io/certificates): the
+// ClusterTarget shows that reading without any operation having run, renews on it, and after the
+// renewal shows the renewal's (later) reading until the agent reads again: an agent's older reading
+// never makes it renew a second time.
+func TestAgentsCertificateReading(t *testing.T) {
+	f := newFixture(t)
+	f.reset("v1.37.2")
+	day := 24 * time.Hour
+	annotate := func(notAfter metav1.Time) {
+		t.Helper()
+		value := v1alpha1.EncodeCertificates([]v1alpha1.CertificateExpiry{{Name: "apiserver", NotAfter: notAfter}, {Name: "admin.conf", NotAfter: metav1.NewTime(notAfter.Add(day))}})
+		f.must(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var n corev1.Node
+			if err := f.c.Get(f.ctx, client.ObjectKey{Name: "cp-1"}, &n); err != nil {
+				return err
+			}
+			if n.Annotations == nil {
+				n.Annotations = map[string]string{}
+			}
+			n.Annotations[v1alpha1.AnnotationCertificates] = value
+			return f.c.Update(f.ctx, &n)
+		}))
+	}
+	shows := func(what string, next metav1.Time, task string) {
+		t.Helper()
+		testutil.Eventually(t, 30*time.Second, what, func() error {
+			ct := f.target()
+			if ct.Status.NextCertificateExpiry == nil || !ct.Status.NextCertificateExpiry.Equal(&next) ||
+				len(ct.Status.Certificates) != 1 || ct.Status.Certificates[0].Node != "cp-1" || ct.Status.Certificates[0].Task != task ||
+				len(ct.Status.Certificates[0].Certificates) == 0 {
+				return fmt.Errorf("next %v, certificates %+v", ct.Status.NextCertificateExpiry, ct.Status.Certificates)
+			}
+			return nil
+		})
+	}
+	soon := metav1.NewTime(time.Now().Add(200 * day).Truncate(time.Second))
+	annotate(soon)
+	shows("the agent's reading in status, with no operation run", soon, "")
+	f.stillOperations()
+
+	f.edit(func(ct *v1alpha1.ClusterTarget) {
+		ct.Spec.Certificates.AutoRenew = true
+		ct.Spec.Certificates.RenewBefore = &metav1.Duration{Duration: 300 * day}
+	})
+	name := "cluster-renew-certificates-expiring-" + soon.UTC().Format("20060102") + "-1"
+	ops := f.waitOperations(name)
+	year := metav1.NewTime(time.Now().Add(365 * day).Truncate(time.Second))
+	f.runOperation(ops[0].Name, []v1alpha1.CertificateExpiry{{Name: "apiserver", NotAfter: year}}, v1alpha1.OperationSucceeded)
+	var task v1alpha1.NodeTaskList
+	f.must(f.c.List(f.ctx, &task, client.MatchingLabels{v1alpha1.LabelOperation: name}))
+	if len(task.Items) != 1 {
+		t.Fatalf("%d tasks of %s", len(task.Items), name)
+	}
+	shows("the renewal's later reading while the node still carries the agent's older one", year, task.Items[0].Name)
+	f.waitCondition(v1alpha1.ConditionUpToDate, metav1.ConditionTrue, clustertarget.ReasonUpToDate)
+	f.stillOperations(name)
+
+	later := metav1.NewTime(year.Add(time.Hour))
+	annotate(later)
+	shows("the agent's next reading", later, "")
+	f.stillOperations(name)
 }
