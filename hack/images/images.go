@@ -286,6 +286,15 @@ func WriteLayout(dir, ref string, idx v1.ImageIndex) error {
 	if err := p.AppendIndex(idx, layout.WithAnnotations(map[string]string{RefName: tag, containerdRefName: ref})); err != nil {
 		return fmt.Errorf("layout %s: %w", tmp, err)
 	}
+	// go-containerregistry writes some blobs 0600; a layout is for reading by anyone.
+	if err := filepath.WalkDir(tmp, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		return os.Chmod(path, 0o644)
+	}); err != nil {
+		return fmt.Errorf("layout %s: %w", tmp, err)
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("layout %s: %w", dir, err)
 	}
