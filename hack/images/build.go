@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
@@ -45,8 +46,21 @@ func (r Result) DigestRef() string {
 	return r.Ref[:strings.LastIndex(r.Ref, ":")] + "@" + r.Digest.String()
 }
 
+// check fails when an image's name is no valid reference, before minutes of compiling.
+func (o Options) check() error {
+	for _, img := range o.Images {
+		if _, err := name.NewTag(o.Ref(img), name.StrictValidation); err != nil {
+			return fmt.Errorf("image %s: the registry and version must make a reference: %w", img.Name, err)
+		}
+	}
+	return nil
+}
+
 // Build compiles the binaries into a temporary directory and writes the layouts into out.
 func Build(ctx context.Context, o Options, out string) ([]Result, error) {
+	if err := o.check(); err != nil {
+		return nil, err
+	}
 	work, err := os.MkdirTemp("", "nodeops-images-")
 	if err != nil {
 		return nil, fmt.Errorf("work dir: %w", err)
@@ -62,6 +76,9 @@ func Build(ctx context.Context, o Options, out string) ([]Result, error) {
 // Write assembles the images from bins and writes out/<name>/ (one OCI layout each), the digests
 // file, the Helm values and the kustomization.
 func Write(o Options, bins Binaries, out string) ([]Result, error) {
+	if err := o.check(); err != nil {
+		return nil, err
+	}
 	idxs, err := Assemble(o, bins)
 	if err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -114,6 +115,14 @@ func checkLayout(t *testing.T, o Options, r Result, dir string) {
 	m, err := idx.IndexManifest()
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, k := range []string{LabelSource, LabelRevision, LabelVersion, LabelTitle} {
+		if m.Annotations[k] == "" {
+			t.Errorf("index has no %s", k)
+		}
+	}
+	if rev := m.Annotations[LabelRevision]; !regexp.MustCompile(`^[0-9a-f]{40}$`).MatchString(rev) {
+		t.Errorf("revision %q is not a commit", rev)
 	}
 	if !maps.Equal(m.Annotations, o.Labels(r.Image)) {
 		t.Errorf("index annotations %v, want %v", m.Annotations, o.Labels(r.Image))
@@ -234,5 +243,18 @@ func checkHelmValues(t *testing.T, repo string, results []Result, dir string) {
 		if want := "image: " + r.DigestRef() + "\n"; !strings.Contains(string(out), want) {
 			t.Errorf("rendered chart lacks %q", want)
 		}
+	}
+}
+
+// A version that is no valid tag is refused before anything is compiled or written.
+func TestBadReferenceIsRefused(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "images")
+	o := Options{Repo: "../..", Registry: "registry.invalid/nodeops", Version: "bad tag!", Images: Images(), Platforms: Platforms()}
+	_, err := Build(context.Background(), o, out)
+	if err == nil || !strings.Contains(err.Error(), "must make a reference") {
+		t.Fatalf("want a reference error, got %v", err)
+	}
+	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s was created: %v", out, err)
 	}
 }
