@@ -7,8 +7,11 @@ export KUBEBUILDER_ASSETS := $(BIN)
 export NODEOPS_BIN := $(BIN)
 GO_TEST_FLAGS ?=
 DEMO_ARGS ?=
+# `make images`: where the OCI layouts go and the repository prefix they are named under.
+IMAGES_OUT ?= $(BIN)/images
+IMAGE_REGISTRY ?= ghcr.io/nodeops
 
-.PHONY: all tools tools-run build generate verify-generate lint test test-unit test-e2e demo bench clean \
+.PHONY: all tools tools-run build images generate verify-generate lint test test-unit test-e2e demo bench clean \
 	realnode realnode-down e2e-realnode realnode-bin
 
 all: build
@@ -25,6 +28,10 @@ build: ## Build nodeops' own binaries into bin/.
 	@echo "build: nodeops' binaries into bin/ (on an empty Go cache about 90 s with no output from go build)"
 	@start=$$SECONDS; go build -ldflags "-X github.com/nodeops/nodeops/internal/cli.buildVersion=$$(git describe --always --dirty 2>/dev/null || echo unknown)" -o $(BIN)/ ./cmd/... && echo "build: done in $$((SECONDS - start))s"
 
+images: ## OCI layouts of the manager and agent (linux/amd64 and linux/arm64) in $(IMAGES_OUT), by hack/images; no container daemon.
+	@echo "images: cross-compiling the manager and agent for linux/amd64 and linux/arm64 (CGO off); on an empty Go cache about 4 minutes on 2 cores, seconds afterwards"
+	@start=$$SECONDS; cd hack/images && go run ./cmd/images --repo $(CURDIR) --out $(IMAGES_OUT) --registry $(IMAGE_REGISTRY) && echo "images: done in $$((SECONDS - start))s"
+
 generate: tools ## Regenerate deepcopy and CRDs.
 	$(BIN)/controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(BIN)/controller-gen crd paths=./api/... output:crd:artifacts:config=config/crd
@@ -38,7 +45,7 @@ verify-generate: generate ## Fail when committed generated files are stale.
 	@git diff --exit-code -- api config/crd config/rbac charts/nodeops/crds charts/nodeops/files || { echo "generated files are stale: run 'make generate' and commit" >&2; exit 1; }
 
 lint: tools ## gofmt, go mod tidy, go vet and golangci-lint.
-	@for m in . hack/realnode hack/tools hack/tools/helm hack/tools/kwok hack/tools/lint; do \
+	@for m in . hack/images hack/realnode hack/tools hack/tools/helm hack/tools/kwok hack/tools/lint; do \
 		(cd $$m && go mod tidy -diff >/dev/null) || { echo "$$m/go.mod or go.sum is not tidy: run 'go mod tidy' there and commit" >&2; (cd $$m && go mod tidy -diff) >&2; exit 1; }; \
 	done
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -49,6 +56,7 @@ test: tools verify-generate build test-unit test-e2e ## All tests: unit, envtest
 
 test-unit: ## Unit and envtest (controller) tests.
 	go test $(GO_TEST_FLAGS) -timeout 30m $$(go list ./... | grep -v /test/e2e)
+	cd hack/images && go test $(GO_TEST_FLAGS) -timeout 30m ./...
 
 test-e2e: tools build ## End-to-end tests on nodeops-local, one package at a time.
 	go test $(GO_TEST_FLAGS) -p 1 -timeout 60m ./test/e2e/...
