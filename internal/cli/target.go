@@ -135,7 +135,7 @@ func writeTarget(w io.Writer, ct *nodeopsv1.ClusterTarget, now time.Time) {
 	if st.NextCertificateExpiry != nil {
 		fmt.Fprintf(w, "  next cert expiry     %s (in %s)\n", st.NextCertificateExpiry.UTC().Format(time.RFC3339), duration.HumanDuration(st.NextCertificateExpiry.Sub(now)))
 	} else {
-		fmt.Fprintln(w, "  next cert expiry     unknown (read from nodeops renewals and upgrades only, so far)")
+		fmt.Fprintln(w, "  next cert expiry     unknown (no control plane's agent has read its certificates yet)")
 	}
 	fmt.Fprintf(w, "  certificates         autoRenew %v, renewBefore %s, rotationCount %d (acted on %d)\n", c.AutoRenew, rb, c.RotationCount, st.LastRotationCount)
 	mode := ct.Spec.ExecutionMode
@@ -165,7 +165,7 @@ func writeTarget(w io.Writer, ct *nodeopsv1.ClusterTarget, now time.Time) {
 	if len(st.Certificates) > 0 {
 		fmt.Fprintln(w, "\nCertificates:")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  NODE\tFIRST EXPIRY\tCERTIFICATES\tFROM TASK")
+		fmt.Fprintln(tw, "  NODE\tFIRST EXPIRY\tCERTIFICATES\tREAD BY")
 		for _, n := range st.Certificates {
 			var first time.Time
 			for _, c := range n.Certificates {
@@ -173,7 +173,11 @@ func writeTarget(w io.Writer, ct *nodeopsv1.ClusterTarget, now time.Time) {
 					first = c.NotAfter.Time
 				}
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\n", n.Node, first.UTC().Format(time.RFC3339), len(n.Certificates), n.Task)
+			by := "its agent (kubeadm certs check-expiration)"
+			if n.Task != "" {
+				by = "task " + n.Task
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\n", n.Node, first.UTC().Format(time.RFC3339), len(n.Certificates), by)
 		}
 		_ = tw.Flush()
 	}

@@ -103,7 +103,8 @@ func Up(ctx context.Context, o Options, out io.Writer) (retErr error) {
 }
 
 // startStandIns starts, for the life of ctx, what stands in for parts of a real cluster nodeops-local
-// lacks: the binary source of upgrades and the kubelets' mirror pods (see MirrorPods).
+// lacks: the binary source of upgrades, the kubelets' mirror pods (see MirrorPods) and their
+// version reporting after a kubelet restart (see runKubeletVersions).
 func startStandIns(ctx, startCtx context.Context, o Options, c client.Client, etcdURL string, logf func(string, ...any)) error {
 	url, err := serveBinaries(ctx, o.BinDir, o.Dir)
 	if err != nil {
@@ -121,6 +122,11 @@ func startStandIns(ctx, startCtx context.Context, o Options, c client.Client, et
 	}
 	logf("mirroring the control planes' static pod manifests into kube-system (the local stand-in for their kubelets)")
 	go runMirrorPods(ctx, c, o.Dir, cps, etcdURL, logf)
+	var rooted []string
+	for _, s := range NodeSpecs(o.ControlPlanes, o.Workers, 0) {
+		rooted = append(rooted, s.Name)
+	}
+	go runKubeletVersions(ctx, c, o.Dir, rooted, logf)
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -96,5 +97,44 @@ metadata:
 	}
 	if _, err := MirrorPods("cp-1", map[string][]byte{"broken.yaml": []byte("kind: [")}, ""); err == nil {
 		t.Errorf("a broken manifest was accepted")
+	}
+}
+
+// The kubelet-version stand-in counts the root's kubelet restarts and asks the root's kubelet
+// binary for its version, as a restarted kubelet reports it.
+func TestKubeletStandIn(t *testing.T) {
+	root := t.TempDir()
+	if n, err := kubeletRestarts(root); n != 0 || err != nil {
+		t.Fatalf("a root without a service table: %d restarts, %v", n, err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "usr/bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "usr/bin/kubelet"), []byte(placeholderBinary("kubelet", "v1.36.4")), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := KubeletVersion(t.Context(), root); v != "v1.36.4" || err != nil {
+		t.Fatalf("placeholder kubelet: %q, %v", v, err)
+	}
+	real, err := os.ReadFile(filepath.Join(os.Getenv("NODEOPS_BIN"), "kubelet"))
+	if err != nil {
+		t.Fatalf("the built kubelet (NODEOPS_BIN): %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "usr/bin/kubelet"), real, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := KubeletVersion(t.Context(), root); !strings.HasPrefix(v, "v1.") || v == "v1.36.4" || err != nil {
+		t.Fatalf("the built kubelet: %q, %v", v, err)
+	}
+	log := filepath.Join(root, "var/lib/nodeops-local/services.log")
+	if err := os.MkdirAll(filepath.Dir(log), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	table := "restart containerd 2026-12-01T00:00:00Z\nrestart kubelet 2026-12-01T00:00:01Z\nrestart static-pod/etcd 2026-12-01T00:00:02Z\nrestart kubelet 2026-12-01T00:00:03Z\n"
+	if err := os.WriteFile(log, []byte(table), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := kubeletRestarts(root); n != 2 || err != nil {
+		t.Fatalf("%d kubelet restarts, %v; want 2", n, err)
 	}
 }
