@@ -35,11 +35,12 @@ images: ## OCI layouts of the manager and agent (linux/amd64 and linux/arm64) in
 generate: tools ## Regenerate deepcopy and CRDs.
 	$(BIN)/controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(BIN)/controller-gen crd paths=./api/... output:crd:artifacts:config=config/crd
-	$(BIN)/controller-gen rbac:roleName=nodeops-manager paths=./internal/controller/... output:rbac:artifacts:config=config/rbac
+	$(BIN)/controller-gen rbac:roleName=nodeops-manager paths="./internal/controller/...;./internal/metrics/..." output:rbac:artifacts:config=config/rbac
 	rm -f charts/nodeops/crds/*.yaml && cp config/crd/nodeops.io_*.yaml charts/nodeops/crds/
 	cp config/rbac/role.yaml charts/nodeops/files/manager-role.yaml
 	cp config/admission/agent-confinement.yaml config/admission/nodetask-creation.yaml charts/nodeops/files/
 	cp config/rbac/people.yaml charts/nodeops/files/people-rbac.yaml
+	cp config/rbac/metrics-reader.yaml charts/nodeops/files/metrics-reader.yaml
 
 verify-generate: generate ## Fail when committed generated files are stale.
 	@git diff --exit-code -- api config/crd config/rbac charts/nodeops/crds charts/nodeops/files || { echo "generated files are stale: run 'make generate' and commit" >&2; exit 1; }

@@ -19,6 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
@@ -27,6 +29,7 @@ import (
 	"github.com/nodeops/nodeops/internal/controller/nodeoperation"
 	"github.com/nodeops/nodeops/internal/controller/nodeprofile"
 	"github.com/nodeops/nodeops/internal/controller/nodetask"
+	"github.com/nodeops/nodeops/internal/metrics"
 	"github.com/nodeops/nodeops/internal/nodelock"
 )
 
@@ -38,6 +41,7 @@ type options struct {
 	qps              float64
 	burst            int
 	metricsAddr      string
+	metricsCertDir   string
 	probeAddr        string
 	pprofAddr        string
 	leaderElect      bool
@@ -45,13 +49,14 @@ type options struct {
 }
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	if err := run(ctrl.SetupSignalHandler(), os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "manager:", err)
 		os.Exit(1)
 	}
 }
 
-func run(args []string) error {
+// run runs the manager until ctx ends.
+func run(ctx context.Context, args []string) error {
 	var o options
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster config when empty")
@@ -62,7 +67,8 @@ func run(args []string) error {
 	// client-go's defaults (5/10) would make the manager, not the API server, the bottleneck.
 	fs.Float64Var(&o.qps, "kube-api-qps", 800, "client requests per second to the API server")
 	fs.IntVar(&o.burst, "kube-api-burst", 1600, "client request burst to the API server")
-	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "metrics address; 0 disables")
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", "address of the metrics endpoint (HTTPS; each scrape needs a token allowed to get the non-resource URL /metrics, as the ClusterRole nodeops-metrics-reader grants); 0 disables")
+	fs.StringVar(&o.metricsCertDir, "metrics-cert-dir", "", "directory with tls.crt and tls.key for the metrics endpoint; a self-signed certificate when empty")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "health probe address; 0 disables")
 	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "0", "address of the Go profiler's /debug/pprof endpoints (benchmarks); 0 disables")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader so that only one manager acts")
@@ -94,8 +100,15 @@ func run(args []string) error {
 		return fmt.Errorf("build scheme: %w", err)
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        scheme,
-		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
+		Scheme: scheme,
+		// Authenticated and authorized through the API server (TokenReview, SubjectAccessReview):
+		// the series name every node, operation and certificate expiry of the cluster.
+		Metrics: metricsserver.Options{
+			BindAddress:    o.metricsAddr,
+			SecureServing:  true,
+			CertDir:        o.metricsCertDir,
+			FilterProvider: filters.WithAuthenticationAndAuthorization,
+		},
 		HealthProbeBindAddress:        o.probeAddr,
 		PprofBindAddress:              o.pprofAddr,
 		LeaderElection:                o.leaderElect,
@@ -115,7 +128,6 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	ctx := ctrl.SetupSignalHandler()
 	if err := setup(ctx, mgr, o); err != nil {
 		return err
 	}
@@ -145,6 +157,10 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 	}
 	if err := clustertarget.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the ClusterTarget controller: %w", err)
+	}
+	// controller-runtime serves its one registry; registering there is the only global state.
+	if err := ctrlmetrics.Registry.Register(metrics.NewManager(mgr.GetCache())); err != nil {
+		return fmt.Errorf("register nodeops' metrics: %w", err)
 	}
 	if o.agentMode == "Job" {
 		if err := agentjob.SetupWithManager(mgr, agentjob.Options{Image: o.agentImage}); err != nil {

@@ -21,12 +21,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/agent/commands"
 	"github.com/nodeops/nodeops/internal/host"
+	"github.com/nodeops/nodeops/internal/metrics"
 	"github.com/nodeops/nodeops/internal/taskpolicy"
 )
 
@@ -60,6 +62,8 @@ type Options struct {
 	// POD_NAMESPACE), which drain never evicts; empty outside a pod.
 	PodName      string
 	PodNamespace string
+	// MetricsBindAddress serves the agent's metrics (plain HTTP) there; empty or "0": none.
+	MetricsBindAddress string
 	// DefaultTimeout is the timeout of a command that sets none; nil for its kind's own
 	// (v1alpha1.CommandKind.DefaultTimeout). Tests shorten it.
 	DefaultTimeout func(v1alpha1.CommandKind) time.Duration
@@ -120,9 +124,13 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err != nil {
 		return err
 	}
+	serveMetrics := o.MetricsBindAddress != "" && o.MetricsBindAddress != "0"
+	if !serveMetrics {
+		o.MetricsBindAddress = "0"
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
+		Metrics:                metricsserver.Options{BindAddress: o.MetricsBindAddress},
 		HealthProbeBindAddress: "0",
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&v1alpha1.NodeTask{}: {Label: sel},
@@ -165,6 +173,12 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	}
 	if err := r.SetupWithManager(mgr, o.Workers); err != nil {
 		return err
+	}
+	if serveMetrics {
+		// controller-runtime serves its one registry; registering there is the only global state.
+		if err := ctrlmetrics.Registry.Register(metrics.NewAgent(mgr.GetCache(), r.Serves)); err != nil {
+			return fmt.Errorf("registering the agent's metrics: %w", err)
+		}
 	}
 	// The manager, and with it every reconcile and command, runs in work, which outlives ctx by
 	// the grace period: ctx's end only closes stopping.

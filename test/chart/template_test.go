@@ -66,7 +66,7 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("manager replicas %v, want 2", d.Spec.Replicas)
 	}
 	m := container(t, d.Spec.Template.Spec, "manager")
-	for _, arg := range []string{"--leader-elect=true", "--leader-election-namespace=nodeops-system", "--agent-mode=DaemonSet", "--metrics-bind-address=0"} {
+	for _, arg := range []string{"--leader-elect=true", "--leader-election-namespace=nodeops-system", "--agent-mode=DaemonSet", "--metrics-bind-address=:8443"} {
 		if !slices.Contains(m.Args, arg) {
 			t.Errorf("manager args %v lack %s", m.Args, arg)
 		}
@@ -119,9 +119,10 @@ func TestDefaults(t *testing.T) {
 			t.Errorf("%s has no label app.kubernetes.io/name", key(o))
 		}
 	}
+	// The one Service is the manager's metrics endpoint (TestMetrics).
 	for _, kind := range []string{"ServiceMonitor", "PrometheusRule", "Service", "NodeProfile"} {
 		for _, o := range objs {
-			if o.GetKind() == kind {
+			if o.GetKind() == kind && key(o) != "Service/nodeops-system/nodeops-manager-metrics" {
 				t.Errorf("%s rendered by default", key(o))
 			}
 		}
@@ -185,29 +186,6 @@ func TestDigestWinsOverTag(t *testing.T) {
 	m := container(t, typed[appsv1.Deployment](t, objs, "Deployment", "nodeops-manager").Spec.Template.Spec, "manager")
 	if want := "--agent-image=ghcr.io/nodeops/agent@" + digest; !slices.Contains(m.Args, want) {
 		t.Errorf("manager args %v lack %s", m.Args, want)
-	}
-}
-
-func TestMetrics(t *testing.T) {
-	t.Parallel()
-	timed(t)
-	objs := helmTemplate(t, "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.prometheusRule.enabled=true",
-		"--set", "metrics.serviceMonitor.labels.release=prom")
-	for _, k := range [][2]string{{"ServiceMonitor", "nodeops-manager"}, {"PrometheusRule", "nodeops-manager"}, {"Service", "nodeops-manager-metrics"}} {
-		if find(objs, k[0], k[1]) == nil {
-			t.Errorf("metrics enabled renders no %s %s", k[0], k[1])
-		}
-	}
-	if l := find(objs, "ServiceMonitor", "nodeops-manager").GetLabels(); l["release"] != "prom" {
-		t.Errorf("ServiceMonitor labels %v lack release=prom", l)
-	}
-	m := container(t, typed[appsv1.Deployment](t, objs, "Deployment", "nodeops-manager").Spec.Template.Spec, "manager")
-	if !slices.Contains(m.Args, "--metrics-bind-address=:8080") {
-		t.Errorf("manager args %v do not serve metrics on :8080", m.Args)
-	}
-	svc := typed[corev1.Service](t, objs, "Service", "nodeops-manager-metrics")
-	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].TargetPort.StrVal != "metrics" || !hasPort(m, "metrics", 8080) {
-		t.Errorf("metrics Service ports %+v, container ports %+v", svc.Spec.Ports, m.Ports)
 	}
 }
 
@@ -277,6 +255,9 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 		// The templates' own checks, for what a schema cannot say.
 		{[]string{"--set", "manager.leaderElect=false"}, []string{"manager.leaderElect=false needs manager.replicas=1"}},
 		{[]string{"--set", "manager.replicas=1"}, []string{"manager.podDisruptionBudget.minAvailable (1) must be below manager.replicas (1)"}},
+		{[]string{"--set", "metrics.enabled=false", "--set", "metrics.serviceMonitor.enabled=true"}, []string{"need metrics.enabled=true"}},
+		{[]string{"--set", "metrics.prometheusRule.blockedMinutes=0"}, []string{"metrics/prometheusRule/blockedMinutes"}},
+		{[]string{"--set", "metrics.readers[0].name=prometheus"}, []string{"metrics/readers/0", "namespace"}},
 	} {
 		args := append([]string{"template", "nodeops", chartDir, "--namespace", "nodeops-system"}, c.flags...)
 		out, err := run(t, nil, "helm", args...)

@@ -40,9 +40,12 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 {{ include "nodeops.image" (merge (dict "appVersion" .Chart.AppVersion) .Values.image.agent) }}
 {{- end }}
 
-{{/* Whether the manager serves metrics: only when something scrapes or alerts on them. */}}
+{{/* Whether the manager serves metrics; a ServiceMonitor or PrometheusRule without them is refused. */}}
 {{- define "nodeops.metricsEnabled" -}}
-{{- if or .Values.metrics.serviceMonitor.enabled .Values.metrics.prometheusRule.enabled }}true{{ end -}}
+{{- if and (not .Values.metrics.enabled) (or .Values.metrics.serviceMonitor.enabled .Values.metrics.prometheusRule.enabled) }}
+{{- fail "metrics.serviceMonitor.enabled and metrics.prometheusRule.enabled need metrics.enabled=true (the manager serves no metrics without it)" }}
+{{- end }}
+{{- if .Values.metrics.enabled }}true{{ end -}}
 {{- end }}
 
 {{/*

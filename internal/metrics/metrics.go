@@ -1,0 +1,302 @@
+// Package metrics computes nodeops' Prometheus series from the objects in a controller's cache at
+// each scrape, as kube-state-metrics does. Nothing is counted in memory: a restarted manager, or a
+// second replica, reports the same values from the same objects, so nothing is counted twice
+// (docs/architecture.md, "Metrics").
+package metrics
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+	"sort"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/plan"
+)
+
+// The manager's metrics server authenticates and authorizes each scrape
+// (controller-runtime's filters.WithAuthenticationAndAuthorization) through the API server.
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+
+// Names of the manager's series; the chart's PrometheusRule refers to them (test/chart checks).
+const (
+	Operations            = "nodeops_operations"
+	Tasks                 = "nodeops_tasks"
+	GroupUnavailableNodes = "nodeops_group_unavailable_nodes"
+	GroupMaxUnavailable   = "nodeops_group_max_unavailable"
+	CommandDuration       = "nodeops_command_duration_seconds"
+	CommandsFailed        = "nodeops_commands_failed"
+	OperationBlockedSince = "nodeops_operation_blocked_since_timestamp_seconds"
+	CertificateExpiry     = "nodeops_certificate_expiry_timestamp_seconds"
+	BuildInfo             = "nodeops_build_info"
+)
+
+// DurationBuckets are the command duration histogram's upper bounds, in seconds: from a quick
+// cordon to a long drain or kubeadm upgrade.
+var DurationBuckets = []float64{1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600}
+
+// scrapeTimeout bounds a scrape's reads; they come from the informer cache, so it is only reached
+// before the cache has synced.
+const scrapeTimeout = 10 * time.Second
+
+var (
+	operationPhases = []v1alpha1.OperationPhase{v1alpha1.OperationPending, v1alpha1.OperationRunning, v1alpha1.OperationPaused,
+		v1alpha1.OperationBlocked, v1alpha1.OperationSucceeded, v1alpha1.OperationFailed, v1alpha1.OperationAborted}
+	taskPhases = []v1alpha1.TaskPhase{v1alpha1.TaskPending, v1alpha1.TaskRunning, v1alpha1.TaskSucceeded, v1alpha1.TaskFailed, v1alpha1.TaskAborted}
+)
+
+// Manager is the manager's collector: operations, tasks, budgets, commands, certificates.
+type Manager struct {
+	reader client.Reader
+
+	operations, tasks, unavailable, maxUnavailable, duration, failed, blockedSince, certExpiry, build *prometheus.Desc
+}
+
+// NewManager reads the cluster through reader (the manager's cache) at every scrape.
+func NewManager(reader client.Reader) *Manager {
+	return &Manager{
+		reader: reader,
+		operations: prometheus.NewDesc(Operations, "NodeOperations by phase.",
+			[]string{"phase"}, nil),
+		tasks: prometheus.NewDesc(Tasks, "NodeTasks by phase (a task whose agent was lost counts as Failed).",
+			[]string{"phase"}, nil),
+		unavailable: prometheus.NewDesc(GroupUnavailableNodes, "Nodes of a running or blocked group that count against its maxUnavailable: held by an unfinished task (any operation's or profile's), NotReady or cordoned.",
+			[]string{"operation", "group"}, nil),
+		maxUnavailable: prometheus.NewDesc(GroupMaxUnavailable, "A running or blocked group's maxUnavailable, in nodes.",
+			[]string{"operation", "group"}, nil),
+		duration: prometheus.NewDesc(CommandDuration, "Duration of the succeeded commands the NodeTasks in the cluster record, by command kind.",
+			[]string{"kind"}, nil),
+		failed: prometheus.NewDesc(CommandsFailed, "Commands failed now (their task waits for retry, skip or abort), by command kind and the task's failure reason.",
+			[]string{"kind", "reason"}, nil),
+		blockedSince: prometheus.NewDesc(OperationBlockedSince, "When a Blocked NodeOperation became Blocked, in Unix seconds.",
+			[]string{"operation"}, nil),
+		certExpiry: prometheus.NewDesc(CertificateExpiry, "When a control plane's kubeadm certificate expires, in Unix seconds, as the ClusterTarget observed it.",
+			[]string{"node", "certificate"}, nil),
+		build: prometheus.NewDesc(BuildInfo, "The manager's build: always 1.",
+			[]string{"version", "revision", "goversion"}, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (m *Manager) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{m.operations, m.tasks, m.unavailable, m.maxUnavailable, m.duration, m.failed, m.blockedSince, m.certExpiry, m.build} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector: it lists from the reader and computes every series.
+func (m *Manager) Collect(ch chan<- prometheus.Metric) {
+	version, revision := buildVersion()
+	ch <- prometheus.MustNewConstMetric(m.build, prometheus.GaugeValue, 1, version, revision, runtime.Version())
+
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+	defer cancel()
+	var (
+		ops     v1alpha1.NodeOperationList
+		tasks   v1alpha1.NodeTaskList
+		nodes   corev1.NodeList
+		targets v1alpha1.ClusterTargetList
+	)
+	for _, l := range []client.ObjectList{&ops, &tasks, &nodes, &targets} {
+		if err := m.reader.List(ctx, l, client.UnsafeDisableDeepCopy); err != nil {
+			ch <- prometheus.NewInvalidMetric(m.operations, fmt.Errorf("list %T: %w", l, err))
+			return
+		}
+	}
+	m.collectOperations(ch, ops.Items, tasks.Items, nodes.Items)
+	m.collectTasks(ch, tasks.Items)
+	for i := range targets.Items {
+		for _, oc := range targets.Items[i].Status.Certificates {
+			for _, c := range oc.Certificates {
+				ch <- prometheus.MustNewConstMetric(m.certExpiry, prometheus.GaugeValue, unix(c.NotAfter.Time), oc.Node, c.Name)
+			}
+		}
+	}
+}
+
+func (m *Manager) collectOperations(ch chan<- prometheus.Metric, ops []v1alpha1.NodeOperation, tasks []v1alpha1.NodeTask, nodes []corev1.Node) {
+	byPhase := map[v1alpha1.OperationPhase]int{}
+	var active []*v1alpha1.NodeOperation
+	for i := range ops {
+		op := &ops[i]
+		p := op.Status.Phase
+		if p == "" {
+			p = v1alpha1.OperationPending
+		}
+		byPhase[p]++
+		if p == v1alpha1.OperationBlocked {
+			if c := meta.FindStatusCondition(op.Status.Conditions, v1alpha1.ConditionBlocked); c != nil && c.Status == metav1.ConditionTrue {
+				ch <- prometheus.MustNewConstMetric(m.blockedSince, prometheus.GaugeValue, unix(c.LastTransitionTime.Time), op.Name)
+			}
+		}
+		if !p.Finished() {
+			active = append(active, op)
+		}
+	}
+	for _, p := range operationPhases {
+		ch <- prometheus.MustNewConstMetric(m.operations, prometheus.GaugeValue, float64(byPhase[p]), string(p))
+	}
+	if len(active) == 0 {
+		return
+	}
+	down := downNodes(tasks, nodes)
+	for _, op := range active {
+		groups, err := plan.Resolve(&op.Spec, nodes)
+		if err != nil {
+			continue // the operation fails with the same error; it has no budget to report
+		}
+		for _, gs := range op.Status.Groups {
+			if gs.Phase != v1alpha1.GroupRunning && gs.Phase != v1alpha1.GroupBlocked {
+				continue
+			}
+			for _, g := range groups {
+				if g.Name != gs.Name {
+					continue
+				}
+				n := 0
+				for _, node := range g.Nodes {
+					if down[node] {
+						n++
+					}
+				}
+				ch <- prometheus.MustNewConstMetric(m.unavailable, prometheus.GaugeValue, float64(n), op.Name, g.Name)
+				ch <- prometheus.MustNewConstMetric(m.maxUnavailable, prometheus.GaugeValue, float64(g.MaxUnavailable), op.Name, g.Name)
+			}
+		}
+	}
+}
+
+// downNodes are the nodes counted unavailable everywhere (docs/design.md, safety rules 2 and 11):
+// held by an unfinished task of any owner, NotReady, or cordoned.
+func downNodes(tasks []v1alpha1.NodeTask, nodes []corev1.Node) map[string]bool {
+	down := map[string]bool{}
+	for i := range tasks {
+		if tasks[i].EffectivePhase().Unfinished() {
+			down[tasks[i].Spec.NodeName] = true
+		}
+	}
+	for i := range nodes {
+		if !plan.NodeReady(&nodes[i]) || nodes[i].Spec.Unschedulable {
+			down[nodes[i].Name] = true
+		}
+	}
+	return down
+}
+
+func (m *Manager) collectTasks(ch chan<- prometheus.Metric, tasks []v1alpha1.NodeTask) {
+	byPhase := map[v1alpha1.TaskPhase]int{}
+	durations := map[string]*histogram{}
+	failed := map[[2]string]int{}
+	for i := range tasks {
+		t := &tasks[i]
+		byPhase[t.EffectivePhase()]++
+		reason := failureReason(t)
+		for j, cs := range t.Status.Commands {
+			kind := "unknown"
+			if j < len(t.Spec.Commands) {
+				kind = t.Spec.Commands[j].Kind()
+			}
+			switch {
+			case cs.Phase == v1alpha1.CommandSucceeded && cs.StartTime != nil && cs.CompletionTime != nil:
+				h := durations[kind]
+				if h == nil {
+					h = newHistogram()
+					durations[kind] = h
+				}
+				h.observe(cs.CompletionTime.Sub(cs.StartTime.Time).Seconds())
+			case reason != "" && (cs.Phase == v1alpha1.CommandFailed || cs.Phase == v1alpha1.CommandRunning):
+				// A lost agent leaves its command Running; the task has failed all the same.
+				failed[[2]string{kind, reason}]++
+			}
+		}
+	}
+	for _, p := range taskPhases {
+		ch <- prometheus.MustNewConstMetric(m.tasks, prometheus.GaugeValue, float64(byPhase[p]), string(p))
+	}
+	for _, kind := range sortedKeys(durations) {
+		h := durations[kind]
+		ch <- prometheus.MustNewConstHistogram(m.duration, h.count, h.sum, h.buckets, kind)
+	}
+	for k, n := range failed {
+		ch <- prometheus.MustNewConstMetric(m.failed, prometheus.GaugeValue, float64(n), k[0], k[1])
+	}
+}
+
+// failureReason is why a failed task failed (CommandFailed, Interrupted, AgentLost, NodeDeleted),
+// empty for a task that has not failed.
+func failureReason(t *v1alpha1.NodeTask) string {
+	if t.EffectivePhase() != v1alpha1.TaskFailed {
+		return ""
+	}
+	if c := t.Lost(); c != nil {
+		return c.Reason
+	}
+	if t.Status.Reason != "" {
+		return t.Status.Reason
+	}
+	return v1alpha1.ReasonCommandFailed
+}
+
+type histogram struct {
+	count   uint64
+	sum     float64
+	buckets map[float64]uint64
+}
+
+func newHistogram() *histogram {
+	h := &histogram{buckets: make(map[float64]uint64, len(DurationBuckets))}
+	for _, b := range DurationBuckets {
+		h.buckets[b] = 0
+	}
+	return h
+}
+
+// observe adds one duration; buckets are cumulative, as Prometheus histograms are.
+func (h *histogram) observe(seconds float64) {
+	h.count++
+	h.sum += seconds
+	for _, b := range DurationBuckets {
+		if seconds <= b {
+			h.buckets[b]++
+		}
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func unix(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
+
+// buildVersion is the main module's version and VCS revision as Go recorded them ("unknown"
+// where it recorded none, as with -buildvcs=false).
+func buildVersion() (version, revision string) {
+	version, revision = "unknown", "unknown"
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return version, revision
+	}
+	if bi.Main.Version != "" {
+		version = bi.Main.Version
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" {
+			revision = s.Value
+		}
+	}
+	return version, revision
+}

@@ -1,0 +1,259 @@
+package metrics_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/metrics"
+	"github.com/nodeops/nodeops/internal/testutil"
+)
+
+// The collectors read a real API server; no controller runs, so each test writes the objects'
+// status as the manager and the agents would.
+var env *testutil.Env
+
+func TestMain(m *testing.M) {
+	var err error
+	env, err = testutil.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if err := env.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	os.Exit(code)
+}
+
+// A group's budget counts what safety rules 2 and 11 count (docs/design.md): its nodes held by
+// any unfinished task, failed ones included, NotReady or cordoned by anyone; a node whose task
+// succeeded is available again.
+func TestGroupBudgetCountsEveryUnavailableNode(t *testing.T) {
+	ctx := context.Background()
+	sel := map[string]string{"nodeops.test/budget": "true"}
+	node(t, "budget-done", sel, true, false)
+	node(t, "budget-running", sel, true, false)
+	node(t, "budget-failed", sel, true, false)
+	node(t, "budget-notready", sel, false, false)
+	node(t, "budget-cordoned", sel, true, true)
+	node(t, "budget-other", sel, true, false) // held by a profile's task
+	node(t, "budget-free", sel, true, false)
+	node(t, "budget-unselected", nil, false, true)
+
+	two := intstr.FromString("30%")
+	op := operation(t, "budget", &metav1.LabelSelector{MatchLabels: sel}, &two)
+	setOperationStatus(t, op, v1alpha1.OperationRunning, v1alpha1.GroupRunning)
+	agent := testutil.FakeAgent{Client: env.Client}
+	for _, n := range []string{"budget-done", "budget-running", "budget-failed", "budget-other"} {
+		task(t, "budget-"+n, n)
+	}
+	if err := agent.RunAll(ctx, "budget-budget-done"); err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.Begin(ctx, "budget-budget-running", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.Begin(ctx, "budget-budget-failed", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.End(ctx, "budget-budget-failed", 0, false, "exit status 1"); err != nil {
+		t.Fatal(err)
+	}
+
+	got := gather(t, metrics.NewManager(env.Client))
+	labels := `{group="all",operation="budget"}`
+	// running, failed, notready, cordoned, other: 5 of 7 selected nodes; 30% of 7 is 2.
+	for k, want := range map[string]float64{
+		metrics.GroupUnavailableNodes + labels: 5,
+		metrics.GroupMaxUnavailable + labels:   2,
+	} {
+		if got[k] != want {
+			t.Errorf("%s = %v, want %v", k, got[k], want)
+		}
+	}
+}
+
+// The failure reason of a task whose agent was lost is the manager's (AgentLost), though the
+// agent left its command Running; blocked-since is the Blocked condition's transition; the
+// certificate expiry is the ClusterTarget's observation.
+func TestFailuresBlockedSinceAndCertificates(t *testing.T) {
+	ctx := context.Background()
+	agent := testutil.FakeAgent{Client: env.Client}
+	task(t, "lost-task", "lost-node")
+	if err := agent.Begin(ctx, "lost-task", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.Write(ctx, "lost-task", func(t *v1alpha1.NodeTask) {
+		meta.SetStatusCondition(&t.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionAgentLost, Status: metav1.ConditionTrue,
+			Reason: v1alpha1.ReasonAgentLost, Message: "no heartbeat for 1m"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	blockedAt := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	op := operation(t, "blocked", nil, nil)
+	op.Status.Phase = v1alpha1.OperationBlocked
+	op.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionBlocked, Status: metav1.ConditionTrue, Reason: "TaskFailed",
+		Message: "test", LastTransitionTime: metav1.NewTime(blockedAt)}}
+	if err := env.Client.Status().Update(ctx, op); err != nil {
+		t.Fatal(err)
+	}
+
+	expiry := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
+	ct := &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.ClusterTargetName},
+		Spec: v1alpha1.ClusterTargetSpec{KubernetesVersion: "v1.37.2"}}
+	if err := env.Client.Create(ctx, ct); err != nil {
+		t.Fatal(err)
+	}
+	ct.Status.Certificates = []v1alpha1.ObservedCertificates{{Node: "cp-1", Certificates: []v1alpha1.CertificateExpiry{
+		{Name: "apiserver", NotAfter: metav1.NewTime(expiry)}}}}
+	if err := env.Client.Status().Update(ctx, ct); err != nil {
+		t.Fatal(err)
+	}
+
+	got := gather(t, metrics.NewManager(env.Client))
+	for k, want := range map[string]float64{
+		metrics.CommandsFailed + `{kind="wait",reason="AgentLost"}`:         1,
+		metrics.OperationBlockedSince + `{operation="blocked"}`:             float64(blockedAt.Unix()),
+		metrics.CertificateExpiry + `{certificate="apiserver",node="cp-1"}`: float64(expiry.Unix()),
+	} {
+		if v, ok := got[k]; !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", k, v, ok, want)
+		}
+	}
+}
+
+// The agent reports only its own nodes' commands, by kind and result, and when the last ended.
+func TestAgentReportsItsNodesCommands(t *testing.T) {
+	ctx := context.Background()
+	agent := testutil.FakeAgent{Client: env.Client}
+	task(t, "agent-mine-1", "agent-mine")
+	task(t, "agent-mine-2", "agent-mine")
+	task(t, "agent-theirs", "agent-theirs")
+	for _, n := range []string{"agent-mine-1", "agent-theirs"} {
+		if err := agent.RunAll(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := agent.Begin(ctx, "agent-mine-2", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.End(ctx, "agent-mine-2", 0, false, "exit status 1"); err != nil {
+		t.Fatal(err)
+	}
+	var mine v1alpha1.NodeTask
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "agent-mine-2"}, &mine); err != nil {
+		t.Fatal(err)
+	}
+
+	got := gather(t, metrics.NewAgent(env.Client, func(n string) bool { return n == "agent-mine" }))
+	for k, want := range map[string]float64{
+		metrics.AgentCommands + `{kind="wait",result="Succeeded"}`: 1,
+		metrics.AgentCommands + `{kind="wait",result="Failed"}`:    1,
+		metrics.AgentLastResult + `{kind="wait",result="Failed"}`:  float64(mine.Status.Commands[0].CompletionTime.UnixNano()) / 1e9,
+	} {
+		if v, ok := got[k]; !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v; all: %v", k, v, ok, want, got)
+		}
+	}
+}
+
+func node(t *testing.T, name string, labels map[string]string, ready, cordoned bool) {
+	t.Helper()
+	ctx := context.Background()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Spec: corev1.NodeSpec{Unschedulable: cordoned}}
+	if err := env.Client.Create(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	status := corev1.ConditionTrue
+	if !ready {
+		status = corev1.ConditionFalse
+	}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, Reason: "Test",
+		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+	if err := env.Client.Status().Update(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func operation(t *testing.T, name string, sel *metav1.LabelSelector, maxUnavailable *intstr.IntOrString) *v1alpha1.NodeOperation {
+	t.Helper()
+	op := &v1alpha1.NodeOperation{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.NodeOperationSpec{
+		NodeSelector: sel, MaxUnavailable: maxUnavailable,
+		Custom: &v1alpha1.CustomOperation{Groups: []v1alpha1.Group{{Name: "all", Commands: []v1alpha1.Command{{Wait: &v1alpha1.WaitCommand{}}}}}},
+	}}
+	if err := env.Client.Create(context.Background(), op); err != nil {
+		t.Fatal(err)
+	}
+	return op
+}
+
+func setOperationStatus(t *testing.T, op *v1alpha1.NodeOperation, phase v1alpha1.OperationPhase, group v1alpha1.GroupPhase) {
+	t.Helper()
+	op.Status.Phase = phase
+	op.Status.Groups = []v1alpha1.GroupStatus{{Name: "all", Phase: group}}
+	if err := env.Client.Status().Update(context.Background(), op); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func task(t *testing.T, name, node string) {
+	t.Helper()
+	tk := &v1alpha1.NodeTask{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelNode: node}},
+		Spec:       v1alpha1.NodeTaskSpec{NodeName: node, Commands: []v1alpha1.Command{{Wait: &v1alpha1.WaitCommand{}}}},
+	}
+	if err := env.Client.Create(context.Background(), tk); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// gather collects c through a registry that checks it as strictly as Prometheus' client can,
+// into "name{label="value",...}" -> value (histograms as _count).
+func gather(t *testing.T, c prometheus.Collector) map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(c); err != nil {
+		t.Fatal(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	out := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			var parts []string
+			for _, l := range m.GetLabel() {
+				parts = append(parts, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			sort.Strings(parts)
+			k := f.GetName()
+			if len(parts) > 0 {
+				k += "{" + strings.Join(parts, ",") + "}"
+			}
+			switch f.GetType() {
+			case dto.MetricType_HISTOGRAM:
+				out[f.GetName()+"_count"+strings.TrimPrefix(k, f.GetName())] = float64(m.GetHistogram().GetSampleCount())
+			default:
+				out[k] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	return out
+}
