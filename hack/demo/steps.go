@@ -528,8 +528,9 @@ func (d *demo) clusterTarget(ctx context.Context) error {
 		return err
 	}
 	d.sayf("\nkubeadm-config and the control planes' static pods are at %s. The ClusterTarget waits for every", upgradeVersion)
-	d.sayf("kubelet to report it before it says UpToDate; here kwok plays the kubelets and keeps reporting the old")
-	d.sayf("version, so it stays Progressing (AwaitingObservedVersion). On a real cluster it ends UpToDate, and")
-	d.sayf("'kubectl wait clustertarget/cluster --for=condition=UpToDate' returns.")
+	d.sayf("kubelet to report it before it says UpToDate. Here nodeops-local plays the restarted kubelets of the")
+	d.sayf("nodes with a root, which report v1.37.2; the sim nodes' agent runs nothing, so their kubelets still say")
+	d.sayf("v1.36.4 and the target stays Progressing (AwaitingObservedVersion), naming them. On a real cluster it")
+	d.sayf("ends UpToDate, and 'kubectl wait clustertarget/cluster --for=condition=UpToDate' returns.")
 	return nil
 }

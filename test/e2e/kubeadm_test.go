@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -21,12 +22,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/agent/commands"
 	"github.com/nodeops/nodeops/internal/localcluster"
 	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/testutil"
 	"github.com/nodeops/nodeops/test/e2e/framework"
 )
 
@@ -40,11 +43,45 @@ var (
 
 // TestKubeadm runs issue 5's kubeadm workflows on nodeops-local with 3 control planes and 3 workers:
 // the real manager and agents, and the real kubeadm in every node root. The scenarios run in order on
-// one cluster: renew certificates, upgrade in DryRun, upgrade for real, then a refused upgrade.
+// one cluster: the ClusterTarget of the fresh install, renew certificates, upgrade in DryRun, upgrade
+// for real through the ClusterTarget, a rotation through it, its two-step plan, then a refused upgrade.
 func TestKubeadm(t *testing.T) {
 	l := framework.StartLocal(t, "--control-planes=3", "--workers=3")
 	l.WaitNodesReady(t, 6, 3*time.Minute)
 	source := l.BinarySourceURL(t)
+
+	t.Run("a fresh install's ClusterTarget shows the cluster as it is: v1.36.4, every control plane's certificates, UpToDate, nothing run", func(t *testing.T) {
+		ct := kadmWaitTarget(t, l, "the ClusterTarget of a fresh install", func(ct *v1alpha1.ClusterTarget) error {
+			if ct.Spec.KubernetesVersion != "v1.36.4" || ct.Status.KubernetesVersion != "v1.36.4" {
+				return fmt.Errorf("spec %s, observed %s", ct.Spec.KubernetesVersion, ct.Status.KubernetesVersion)
+			}
+			if c := meta.FindStatusCondition(ct.Status.Conditions, v1alpha1.ConditionUpToDate); c == nil || c.Status != metav1.ConditionTrue {
+				return fmt.Errorf("UpToDate %+v", c)
+			}
+			var read []string
+			for _, c := range ct.Status.Certificates {
+				if c.Task == "" && len(c.Certificates) > 0 {
+					read = append(read, c.Node)
+				}
+			}
+			if !slices.Equal(read, kadmControlPlanes) || ct.Status.NextCertificateExpiry == nil {
+				return fmt.Errorf("certificates read by the agents on %v, want %v; next expiry %v", read, kadmControlPlanes, ct.Status.NextCertificateExpiry)
+			}
+			return nil
+		})
+		for _, c := range ct.Status.Certificates {
+			onDisk := kadmCertificates(t, l.NodeRoot(c.Node))
+			for _, cert := range c.Certificates {
+				if want, ok := onDisk[cert.Name]; ok && !cert.NotAfter.UTC().Equal(want.NotAfter.UTC()) {
+					t.Errorf("%s: the ClusterTarget says %s expires %v, the file says %v", c.Node, cert.Name, cert.NotAfter.UTC(), want.NotAfter.UTC())
+				}
+			}
+		}
+		var ops v1alpha1.NodeOperationList
+		if err := l.Client.List(context.Background(), &ops); err != nil || len(ops.Items) != 0 {
+			t.Errorf("a fresh install ran %d operations (%v)", len(ops.Items), err)
+		}
+	})
 
 	t.Run("renewCertificates renews every control plane's certificates one node at a time and touches no worker", func(t *testing.T) {
 		before := map[string]map[string]*x509.Certificate{}
@@ -145,9 +182,40 @@ func TestKubeadm(t *testing.T) {
 			oldConfig[n] = framework.ReadFile(t, filepath.Join(root, "var/lib/kubelet/config.yaml"))
 			restarts[n] = framework.Restarts(t, root, "kubelet")
 		}
-		op := upgrade("upgrade", v1alpha1.ExecutionAuto)
-		_, events := framework.RunOperationWatched(t, l, op, kadmWait(v1alpha1.OperationSucceeded))
-		kadmControlPlanesFirst(t, events)
+		// Through the ClusterTarget: one edit, exactly one generated upgrade.
+		op := &v1alpha1.NodeOperation{ObjectMeta: metav1.ObjectMeta{Name: "cluster-upgrade-v1.37.2-1"}}
+		w := framework.WatchTasks(t, l, client.MatchingLabels{v1alpha1.LabelOperation: op.Name})
+		kadmEditTarget(t, l, func(ct *v1alpha1.ClusterTarget) {
+			ct.Spec.KubernetesVersion = "v1.37.2"
+			ct.Spec.Upgrade.BinarySource = upgrade("", v1alpha1.ExecutionAuto).Spec.Upgrade.BinarySource
+			ct.Spec.Upgrade.IgnorePreflightErrors = framework.LocalPreflightIgnores
+		})
+		in := kadmWait(v1alpha1.OperationSucceeded)
+		in.Name = op.Name
+		framework.WaitForOperation(t, l, in)
+		kadmControlPlanesFirst(t, w.Stop(t))
+		kadmWaitTarget(t, l, "UpToDate with every node observed at v1.37.2", func(ct *v1alpha1.ClusterTarget) error {
+			if c := meta.FindStatusCondition(ct.Status.Conditions, v1alpha1.ConditionUpToDate); c == nil || c.Status != metav1.ConditionTrue {
+				return fmt.Errorf("UpToDate %+v", c)
+			}
+			for _, n := range ct.Status.Nodes {
+				if n.KubeletVersion != "v1.37.2" {
+					return fmt.Errorf("node %s: kubelet %s", n.Name, n.KubeletVersion)
+				}
+				for comp, v := range n.StaticPods {
+					if comp != "etcd" && v != "v1.37.2" {
+						return fmt.Errorf("node %s: %s %s", n.Name, comp, v)
+					}
+				}
+			}
+			if len(ct.Status.Nodes) != len(all) {
+				return fmt.Errorf("%d nodes observed, want %d", len(ct.Status.Nodes), len(all))
+			}
+			return nil
+		})
+		if got := kadmGenerated(t, l); !slices.Equal(got, []string{op.Name}) {
+			t.Errorf("operations generated: %v, want exactly %s", got, op.Name)
+		}
 
 		for _, n := range all {
 			root := l.NodeRoot(n)
@@ -189,6 +257,56 @@ func TestKubeadm(t *testing.T) {
 		kadmAllSchedulable(t, l)
 	})
 
+	t.Run("raising the ClusterTarget's rotationCount renews every control plane's certificates once, and never again", func(t *testing.T) {
+		before := map[string]map[string]*x509.Certificate{}
+		for _, n := range kadmControlPlanes {
+			before[n] = kadmCertificates(t, l.NodeRoot(n))
+		}
+		kadmEditTarget(t, l, func(ct *v1alpha1.ClusterTarget) { ct.Spec.Certificates.RotationCount = 1 })
+		const name = "cluster-rotate-certificates-1-1"
+		in := kadmWait(v1alpha1.OperationSucceeded)
+		in.Name = name
+		framework.WaitForOperation(t, l, in)
+		for _, n := range kadmControlPlanes {
+			after := kadmCertificates(t, l.NodeRoot(n))
+			for cert, old := range before[n] {
+				if !after[cert].NotBefore.After(old.NotBefore) {
+					t.Errorf("%s %s: notBefore %v, was %v: not renewed", n, cert, after[cert].NotBefore, old.NotBefore)
+				}
+			}
+		}
+		kadmWaitTarget(t, l, "UpToDate after the rotation", func(ct *v1alpha1.ClusterTarget) error {
+			if c := meta.FindStatusCondition(ct.Status.Conditions, v1alpha1.ConditionUpToDate); c == nil || c.Status != metav1.ConditionTrue || ct.Status.LastRotationCount != 1 {
+				return fmt.Errorf("UpToDate %+v, lastRotationCount %d", c, ct.Status.LastRotationCount)
+			}
+			return nil
+		})
+		if got := kadmGenerated(t, l); !slices.Equal(got, []string{"cluster-upgrade-v1.37.2-1", name}) {
+			t.Errorf("operations generated: %v, want the upgrade and exactly one rotation", got)
+		}
+	})
+
+	t.Run("with kubeadm-config at v1.35.3 the ClusterTarget's plan has two upgrade steps", func(t *testing.T) {
+		kadmEditTarget(t, l, func(ct *v1alpha1.ClusterTarget) {
+			ct.Spec.Paused = true // show the plan, run nothing: the nodes are really at v1.37.2
+			ct.Spec.Upgrade.Path = []string{"v1.36.4"}
+		})
+		kadmSetConfigVersion(t, l, "v1.35.3")
+		kadmWaitTarget(t, l, "a two-step upgrade path", func(ct *v1alpha1.ClusterTarget) error {
+			if ct.Status.KubernetesVersion != "v1.35.3" || !slices.Equal(ct.Status.UpgradePath, []string{"v1.36.4", "v1.37.2"}) {
+				return fmt.Errorf("observed %s, path %v", ct.Status.KubernetesVersion, ct.Status.UpgradePath)
+			}
+			return nil
+		})
+		out, err := exec.Command(filepath.Join(l.BinDir, "kubectl-nodeops"), "target", "--kubeconfig", l.Kubeconfig).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "steps: v1.36.4 -> v1.37.2") {
+			t.Errorf("kubectl nodeops target does not show the two steps (%v):\n%s", err, out)
+		}
+		if got := kadmGenerated(t, l); len(got) != 2 {
+			t.Errorf("a paused ClusterTarget generated: %v", got)
+		}
+	})
+
 	t.Run("an upgrade skipping a minor version is refused before any task is created", func(t *testing.T) {
 		kadmSetConfigVersion(t, l, "v1.35.3")
 		op := upgrade("upgrade-skew", v1alpha1.ExecutionAuto)
@@ -205,6 +323,52 @@ func TestKubeadm(t *testing.T) {
 			t.Errorf("%d tasks for a refused upgrade", len(tasks))
 		}
 	})
+}
+
+// kadmWaitTarget waits until the ClusterTarget meets cond and returns it.
+func kadmWaitTarget(t *testing.T, l *framework.Local, what string, cond func(*v1alpha1.ClusterTarget) error) *v1alpha1.ClusterTarget {
+	t.Helper()
+	ct := &v1alpha1.ClusterTarget{}
+	testutil.EventuallyEvery(t, kadmOperationTimeout, framework.PollInterval, what, func(ctx context.Context) error {
+		if err := l.Client.Get(ctx, client.ObjectKey{Name: v1alpha1.ClusterTargetName}, ct); err != nil {
+			return err
+		}
+		return cond(ct)
+	})
+	return ct
+}
+
+// kadmEditTarget changes the ClusterTarget's spec, as `kubectl edit` would.
+func kadmEditTarget(t *testing.T, l *framework.Local, mutate func(*v1alpha1.ClusterTarget)) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var ct v1alpha1.ClusterTarget
+		if err := l.Client.Get(context.Background(), client.ObjectKey{Name: v1alpha1.ClusterTargetName}, &ct); err != nil {
+			return err
+		}
+		mutate(&ct)
+		return l.Client.Update(context.Background(), &ct)
+	})
+	if err != nil {
+		t.Fatalf("editing the ClusterTarget: %v", err)
+	}
+}
+
+// kadmGenerated names the operations the ClusterTarget generated, oldest first.
+func kadmGenerated(t *testing.T, l *framework.Local) []string {
+	t.Helper()
+	var ops v1alpha1.NodeOperationList
+	if err := l.Client.List(context.Background(), &ops); err != nil {
+		t.Fatal(err)
+	}
+	sort.Slice(ops.Items, func(i, j int) bool { return ops.Items[i].CreationTimestamp.Before(&ops.Items[j].CreationTimestamp) })
+	var out []string
+	for _, op := range ops.Items {
+		if ref := metav1.GetControllerOf(&op); ref != nil && ref.Kind == "ClusterTarget" {
+			out = append(out, op.Name)
+		}
+	}
+	return out
 }
 
 // kadmWait waits for a kubeadm operation's phase; one that ends otherwise, or blocks, fails the test at once.
