@@ -189,8 +189,10 @@ func TestSafetyRule5_StaleRecordIsNotTrusted(t *testing.T) {
 	}
 	f.annotate(open[0], commands.AnnotationWasUnschedulable, "true")
 	uncordon := []v1alpha1.Command{{Uncordon: &v1alpha1.UncordonCommand{}}}
-	remedy := f.operation("remedy", func(o *v1alpha1.NodeOperation) { o.Spec.NodeSelector = f.selector(map[string]string{"set": "cordoned"}) },
-		v1alpha1.Group{Name: "g", MaxUnavailable: intOrStr("3"), Commands: uncordon})
+	only := func(set string) func(*v1alpha1.NodeOperation) {
+		return func(o *v1alpha1.NodeOperation) { o.Spec.NodeSelector = f.selector(map[string]string{"set": set}) }
+	}
+	remedy := f.operation("remedy", only("cordoned"), v1alpha1.Group{Name: "g", MaxUnavailable: intOrStr("3"), Commands: uncordon})
 	for _, n := range cordoned {
 		task := f.taskOnNode(remedy.Name, n)
 		f.begin(task, 0)
@@ -200,8 +202,7 @@ func TestSafetyRule5_StaleRecordIsNotTrusted(t *testing.T) {
 	for _, n := range cordoned {
 		f.keeps(n, true, 100*time.Millisecond)
 	}
-	work := f.operation("work", func(o *v1alpha1.NodeOperation) { o.Spec.NodeSelector = f.selector(map[string]string{"set": "open"}) },
-		v1alpha1.Group{Name: "g", Commands: cordonThen(script("work"), uncordon[0])})
+	work := f.operation("work", only("open"), v1alpha1.Group{Name: "g", Commands: cordonThen(script("work"), uncordon[0])})
 	task := f.taskOnNode(work.Name, open[0])
 	f.begin(task, 0)
 	f.must(f.command(task, 0))

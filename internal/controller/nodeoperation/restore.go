@@ -81,7 +81,9 @@ func (r *Reconciler) recordOwner(_ context.Context, o client.Object) []reconcile
 // cordonRecordChanged passes node events that add or change a cordon record.
 func cordonRecordChanged() predicate.Predicate {
 	return predicate.Funcs{
-		CreateFunc:  func(e event.CreateEvent) bool { return e.Object.GetAnnotations()[taskpolicy.AnnotationWasUnschedulable] != "" },
+		CreateFunc: func(e event.CreateEvent) bool {
+			return e.Object.GetAnnotations()[taskpolicy.AnnotationWasUnschedulable] != ""
+		},
 		DeleteFunc:  func(event.DeleteEvent) bool { return false },
 		GenericFunc: func(event.GenericEvent) bool { return false },
 		UpdateFunc: func(e event.UpdateEvent) bool {
