@@ -211,3 +211,21 @@ func TestSafetyRule5_StaleRecordIsNotTrusted(t *testing.T) {
 	f.waitPhase(work.Name, v1alpha1.OperationSucceeded)
 	f.wantSchedulability(open[0], false)
 }
+
+// A cordon whose record lands after its operation ended (an idempotent cordon runs up to a second
+// before it is recorded, docs/design.md rule 4, and an abort may end the operation meanwhile) is
+// restored when the record arrives.
+func TestSafetyRule5_CordonRecordedAfterTheEndIsRestored(t *testing.T) {
+	f := newFixture(t)
+	nodes := f.nodes(nil, "a")
+	op := f.operation("late", nil, v1alpha1.Group{Name: "g", Commands: cordonThen(script("work"))})
+	task := f.task(f.taskOnNode(op.Name, nodes[0]))
+	f.update(op.Name, func(o *v1alpha1.NodeOperation) { o.Spec.Abort = true })
+	f.abortTask(task.Name)
+	f.waitPhase(op.Name, v1alpha1.OperationAborted)
+	env := &commands.Env{NodeName: nodes[0], Operation: op.Name, Owner: taskpolicy.OwnerOfTask(task), Client: f.c}
+	if _, err := commands.Run(f.ctx, env, &task.Spec.Commands[0]); err != nil {
+		t.Fatal(err)
+	}
+	f.wantSchedulability(nodes[0], false)
+}
