@@ -353,6 +353,7 @@ func (r *Reconciler) run(ctx context.Context, task *v1alpha1.NodeTask, a taskpol
 	env := &commands.Env{
 		NodeName:  task.Spec.NodeName,
 		Operation: task.Spec.Operation,
+		Owner:     taskpolicy.OwnerOfTask(task),
 		DryRun:    task.Spec.ExecutionMode == v1alpha1.ExecutionDryRun,
 		Host:      r.HostFor(task.Spec.NodeName),
 		Client:    r.Direct,

@@ -33,6 +33,7 @@ import (
 	"github.com/nodeops/nodeops/internal/controller/nodetask"
 	"github.com/nodeops/nodeops/internal/host"
 	"github.com/nodeops/nodeops/internal/host/hosttest"
+	"github.com/nodeops/nodeops/internal/taskpolicy"
 	"github.com/nodeops/nodeops/internal/testutil"
 )
 
@@ -86,6 +87,14 @@ func startAgentWith(t *testing.T, cfg *rest.Config, o agent.Options) (stop func(
 	stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
 	t.Cleanup(stop)
 	return stop
+}
+
+// ownedByOperation makes the task one of the NodeOperation op's, as the manager creates it.
+func ownedByOperation(t *v1alpha1.NodeTask, op string) *v1alpha1.NodeTask {
+	yes := true
+	t.Spec.Operation = op
+	t.OwnerReferences = []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeOperation", Name: op, UID: types.UID("uid-" + op), Controller: &yes}}
+	return t
 }
 
 func newTask(name, node string, mode v1alpha1.ExecutionMode, cmds ...v1alpha1.Command) *v1alpha1.NodeTask {
@@ -424,10 +433,10 @@ func TestSafetyRule6_DrainHonoursPDBAndUncordonRestores(t *testing.T) {
 	root := hosttest.NewRoot(t, nil)
 	startAgent(t, agent.Options{NodeName: node.Name, HostRoot: root})
 	zero := int64(0)
-	create(t, newTask("drain-1", node.Name, v1alpha1.ExecutionAuto,
+	create(t, ownedByOperation(newTask("drain-1", node.Name, v1alpha1.ExecutionAuto,
 		v1alpha1.Command{Cordon: &v1alpha1.CordonCommand{}},
 		v1alpha1.Command{Drain: &v1alpha1.DrainCommand{Timeout: &metav1.Duration{Duration: 3 * time.Second}, GracePeriodSeconds: &zero}},
-	))
+	), "drain"))
 	task := waitTask(t, "drain-1", phaseIs(v1alpha1.TaskFailed))
 	msg := task.Status.Commands[1].Message
 	for _, want := range []string{"timed out", "drain-test/db", "PodDisruptionBudget drain-test/db-pdb"} {
@@ -449,11 +458,12 @@ func TestSafetyRule6_DrainHonoursPDBAndUncordonRestores(t *testing.T) {
 	if err := cl.Get(ctx, client.ObjectKey{Name: node.Name}, node); err != nil {
 		t.Fatal(err)
 	}
-	if !node.Spec.Unschedulable || node.Annotations[commands.AnnotationWasUnschedulable] != "false" {
+	if rec, ok := taskpolicy.ParseCordonRecord(node); !node.Spec.Unschedulable || !ok || rec.WasUnschedulable {
 		t.Errorf("after cordon: unschedulable=%v annotations=%v", node.Spec.Unschedulable, node.Annotations)
 	}
 
-	create(t, newTask("uncordon-1", node.Name, v1alpha1.ExecutionAuto, v1alpha1.Command{Uncordon: &v1alpha1.UncordonCommand{}}))
+	// A later task of the same operation restores the cordon (a later group's uncordon).
+	create(t, ownedByOperation(newTask("uncordon-1", node.Name, v1alpha1.ExecutionAuto, v1alpha1.Command{Uncordon: &v1alpha1.UncordonCommand{}}), "drain"))
 	waitTask(t, "uncordon-1", phaseIs(v1alpha1.TaskSucceeded))
 	if err := cl.Get(ctx, client.ObjectKey{Name: node.Name}, node); err != nil {
 		t.Fatal(err)

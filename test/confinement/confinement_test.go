@@ -431,7 +431,7 @@ func TestAgentOnNodeAWorks(t *testing.T) {
 		t.Fatalf("node-a's agent cordoning node-a: %v", err)
 	}
 	n := node(t, "node-a")
-	if !n.Spec.Unschedulable || n.Annotations[commands.AnnotationWasUnschedulable] != "false" {
+	if !n.Spec.Unschedulable || !strings.HasPrefix(n.Annotations[commands.AnnotationWasUnschedulable], "false,") {
 		t.Errorf("after cordon: unschedulable %v, annotations %v", n.Spec.Unschedulable, n.Annotations)
 	}
 	_, err = commands.Run(ctx, &commands.Env{NodeName: "node-a", Client: c}, &v1alpha1.Command{Uncordon: &v1alpha1.UncordonCommand{}})

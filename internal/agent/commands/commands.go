@@ -16,12 +16,15 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/host"
+	"github.com/nodeops/nodeops/internal/taskpolicy"
 )
 
 // Env is what a command may use.
 type Env struct {
 	NodeName  string
 	Operation string
+	// Owner is who the task cordons for (taskpolicy.OwnerOfTask); when empty, the operation by name.
+	Owner string
 	// DryRun: change nothing on the host or in the cluster; report what would be done. Run gives
 	// handlers a Host and Client that do so, so handlers need not ask.
 	DryRun bool
@@ -67,6 +70,13 @@ func (e *Env) actingFiles() host.Files {
 		return e.acting.Files
 	}
 	return e.Host.Files
+}
+
+func (e *Env) owner() string {
+	if e.Owner != "" {
+		return e.Owner
+	}
+	return taskpolicy.Owner("NodeOperation", e.Operation, "")
 }
 
 func (e *Env) out() io.Writer {

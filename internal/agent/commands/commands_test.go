@@ -218,29 +218,6 @@ func TestRestartStaticPodsOnLocalNode(t *testing.T) {
 	}
 }
 
-func TestSafetyRule5_CordonUncordonRestoresPriorState(t *testing.T) {
-	for _, wasUnschedulable := range []bool{false, true} {
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Spec: corev1.NodeSpec{Unschedulable: wasUnschedulable}}
-		cordoned := cordonPatch(node)
-		if cordoned == nil || !cordoned.Spec.Unschedulable {
-			t.Fatalf("cordon of unschedulable=%v made no change", wasUnschedulable)
-		}
-		if again := cordonPatch(cordoned); again != nil {
-			t.Errorf("a second cordon changed the record: %v", again.Annotations)
-		}
-		restored := uncordonPatch(cordoned)
-		if restored == nil || restored.Spec.Unschedulable != wasUnschedulable {
-			t.Errorf("uncordon after cordon of unschedulable=%v gave %+v", wasUnschedulable, restored)
-		}
-		if _, ok := restored.Annotations[AnnotationWasUnschedulable]; ok {
-			t.Errorf("uncordon left the annotation")
-		}
-	}
-	if uncordonPatch(&corev1.Node{}) != nil {
-		t.Errorf("uncordon of a schedulable node without a record changed it")
-	}
-}
-
 func TestPlanDrain(t *testing.T) {
 	no := false
 	ctrl := func(kind string) []metav1.OwnerReference {

@@ -3,48 +3,18 @@ package commands
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/taskpolicy"
 )
 
-// AnnotationWasUnschedulable remembers, from cordon to uncordon, whether the node was already
-// unschedulable before nodeops cordoned it (safety rule 5).
-const AnnotationWasUnschedulable = "nodeops.io/was-unschedulable"
-
-// cordonPatch is the change cordon makes to a node, or nil when there is none. The prior state is
-// recorded in the same update that cordons; a second cordon keeps the first record.
-func cordonPatch(node *corev1.Node) *corev1.Node {
-	if _, recorded := node.Annotations[AnnotationWasUnschedulable]; recorded && node.Spec.Unschedulable {
-		return nil
-	}
-	out := node.DeepCopy()
-	if out.Annotations == nil {
-		out.Annotations = map[string]string{}
-	}
-	if _, recorded := out.Annotations[AnnotationWasUnschedulable]; !recorded {
-		out.Annotations[AnnotationWasUnschedulable] = strconv.FormatBool(node.Spec.Unschedulable)
-	}
-	out.Spec.Unschedulable = true
-	return out
-}
-
-// uncordonPatch restores what cordon recorded; with no record it makes the node schedulable.
-func uncordonPatch(node *corev1.Node) *corev1.Node {
-	was, recorded := node.Annotations[AnnotationWasUnschedulable]
-	want := recorded && was == "true"
-	if !recorded && !node.Spec.Unschedulable {
-		return nil
-	}
-	out := node.DeepCopy()
-	delete(out.Annotations, AnnotationWasUnschedulable)
-	out.Spec.Unschedulable = want
-	return out
-}
+// AnnotationWasUnschedulable is nodeops' record of a node's schedulability before it cordoned it,
+// and of who cordoned (safety rule 5); taskpolicy.CordonPatch and RestorePatch say how it is used.
+const AnnotationWasUnschedulable = taskpolicy.AnnotationWasUnschedulable
 
 func patchNode(ctx context.Context, env *Env, verb string, change func(*corev1.Node) *corev1.Node) (Result, error) {
 	var res Result
@@ -63,6 +33,9 @@ func patchNodeOnce(ctx context.Context, env *Env, verb string, change func(*core
 	}
 	next := change(node)
 	if next == nil {
+		if verb == "restored" {
+			return Result{Message: fmt.Sprintf("node %s left as it is (unschedulable=%t): no cordon of %s to restore", env.NodeName, node.Spec.Unschedulable, env.owner())}, nil
+		}
 		return Result{Message: fmt.Sprintf("node %s already %s", env.NodeName, verb)}, nil
 	}
 	// The resourceVersion in the patch makes it fail rather than overwrite a concurrent change.
@@ -73,9 +46,11 @@ func patchNodeOnce(ctx context.Context, env *Env, verb string, change func(*core
 }
 
 func runCordon(ctx context.Context, env *Env, _ *v1alpha1.CordonCommand) (Result, error) {
-	return patchNode(ctx, env, "cordoned", cordonPatch)
+	return patchNode(ctx, env, "cordoned", func(n *corev1.Node) *corev1.Node { return taskpolicy.CordonPatch(n, env.owner()) })
 }
 
+// runUncordon restores what this task's owner recorded when it cordoned; a node it did not
+// cordon keeps its schedulability, so an administrator's cordon is never undone.
 func runUncordon(ctx context.Context, env *Env, _ *v1alpha1.UncordonCommand) (Result, error) {
-	return patchNode(ctx, env, "uncordoned", uncordonPatch)
+	return patchNode(ctx, env, "restored", func(n *corev1.Node) *corev1.Node { return taskpolicy.RestorePatch(n, env.owner()) })
 }

@@ -29,7 +29,7 @@ import (
 // +kubebuilder:rbac:groups=nodeops.io,resources=nodeoperations/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=nodeops.io,resources=nodeoperations/finalizers,verbs=update
 // +kubebuilder:rbac:groups=nodeops.io,resources=nodetasks,verbs=get;list;watch;create;patch;delete;deletecollection
-// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get,namespace=kube-system
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
@@ -163,6 +163,9 @@ func (r *Reconciler) act(ctx context.Context, s *scope) (ctrl.Result, error) {
 		result = skeleton.Within(result, r.WaitRecheck)
 	}
 	if s.d.status.Phase.Finished() {
+		if err := r.restoreCordons(ctx, s.op); err != nil {
+			return ctrl.Result{}, err
+		}
 		if ttl, ok := ttlLeft(s.op, &s.d.status, r.now()); ok {
 			result = skeleton.Within(result, ttl)
 		}
@@ -369,10 +372,13 @@ func ttlLeft(op *v1alpha1.NodeOperation, st *v1alpha1.NodeOperationStatus, now t
 	return due.Sub(now), true
 }
 
-// reconcileFinished deletes a finished operation and its tasks once its TTL has passed; nothing
-// is deleted without a TTL (docs/design.md, safety rule 7).
+// reconcileFinished restores the cordons the operation left, and deletes a finished operation and
+// its tasks once its TTL has passed; nothing is deleted without a TTL (docs/design.md, safety rule 7).
 func (r *Reconciler) reconcileFinished(ctx context.Context, op *v1alpha1.NodeOperation) (ctrl.Result, error) {
 	r.noteWaiting(op.Name, nil)
+	if err := r.restoreCordons(ctx, op); err != nil {
+		return ctrl.Result{}, err
+	}
 	left, ok := ttlLeft(op, &op.Status, r.now())
 	if !ok || left > 0 {
 		// The operation creates nothing more: tasks a person deleted may go.

@@ -193,7 +193,9 @@ func decide(in *input) decision {
 // task is unfinished; any other cordon is someone else's: an administrator's, or another
 // operation's or profile's task that left the node unschedulable. Only a group that can make a
 // node no less available (onlyRestores: an uncordon, say) starts on a cordoned node, which it
-// finds counted already: otherwise nodeops could not undo a cordon it left behind.
+// finds counted already: otherwise a later group could never uncordon what an earlier group of
+// the same operation cordoned (an uncordon restores only its own operation's cordons,
+// docs/design.md, safety rule 5).
 func next(in *input, g *plan.ResolvedGroup, nodes []string, tasks map[string]taskView, waiting map[string]nodelock.Holder) []string {
 	candidates := make([]string, 0, len(nodes)-len(tasks))
 	var remedies []string

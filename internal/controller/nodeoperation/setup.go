@@ -29,7 +29,8 @@ func SetupWithManager(mgr ctrl.Manager, locks skeleton.Locker) error {
 }
 
 // SetupWithManager registers r with mgr: it watches operations (spec changes), their tasks,
-// tasks of others that free a node an operation waits for, and nodes (labels, readiness and cordons).
+// tasks of others that free a node an operation waits for, nodes (labels, readiness and cordons),
+// and the cordon records on nodes, for the operation that made them.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := skeleton.IndexTasksByOwner(context.Background(), mgr.GetFieldIndexer(), kind); err != nil {
 		return err
@@ -40,6 +41,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&v1alpha1.NodeTask{}, r.ownTaskEvents()).
 		Watches(&v1alpha1.NodeTask{}, handler.EnqueueRequestsFromMapFunc(r.waitingFor), builder.WithPredicates(releasesNode())).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.unfinished), builder.WithPredicates(skeleton.NodeChanged(skeleton.NodeLabels|skeleton.NodeReadiness|skeleton.NodeSchedulable))).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.recordOwner), builder.WithPredicates(cordonRecordChanged())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(r)
 }
