@@ -1,7 +1,7 @@
 // Command bench measures nodeops at scale (`make bench`): for each K it starts nodeops-local with K
 // simulated nodes (the manager and the shared no-op agent as real processes) and measures the API
 // server's raw write limit, a one-command custom operation at maxUnavailable 100% and 10%, and an
-// autoProvision NodeProfile. It prints a markdown table beside the targets of issue 8 and writes it
+// autoProvision NodeProfile, and the ClusterTarget at rest. It prints a markdown table beside the targets of issue 8 and writes it
 // to bench/results.md with the machine and the commit. Nothing asserts times: it is a measurement.
 //
 //	go run ./bench [-k 100,1000,5000] [-quick] [-out bench/results.md] [-raw-creates 5000] [-raw-clients 32]
@@ -61,7 +61,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.workDir, "dir", "", "directory for the clusters' directories (default a new temporary directory)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the clusters' directories (logs) after the run")
 	fs.DurationVar(&o.timeout, "timeout", 15*time.Minute, "deadline of each measured run")
-	only := fs.String("only", "", "comma-separated scenarios to run: raw,op100,op10,profile (default all)")
+	only := fs.String("only", "", "comma-separated scenarios to run: raw,target,op100,op10,profile (default all)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -88,7 +88,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		for _, s := range strings.Split(*only, ",") {
 			s = strings.TrimSpace(s)
 			switch s {
-			case scenarioRaw, scenarioOp100, scenarioOp10, scenarioProfile:
+			case scenarioRaw, scenarioTarget, scenarioOp100, scenarioOp10, scenarioProfile:
 				o.only[s] = true
 			default:
 				return o, fmt.Errorf("-only: unknown scenario %q", s)

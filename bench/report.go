@@ -109,6 +109,7 @@ var scenarioTitles = map[string]string{
 	scenarioOp100:   "operation, maxUnavailable 100%",
 	scenarioOp10:    "operation, maxUnavailable 10%",
 	scenarioProfile: "NodeProfile autoProvision, 100%",
+	scenarioTarget:  "ClusterTarget at rest, every node observed",
 }
 
 // rows turns one cluster's results into table rows, each beside its target.
@@ -129,6 +130,10 @@ func (c clusterResult) rows() []row {
 			Target: target})
 	}
 	for _, r := range c.Runs {
+		if r.Scenario == scenarioTarget && r.Err == "" {
+			out = append(out, targetRows(c.K, r, r.TargetSize)...)
+			continue
+		}
 		title := scenarioTitles[r.Scenario]
 		add := func(what, value, target, met string) {
 			out = append(out, row{K: c.K, Scenario: title, What: what, Value: value, Target: target, Met: met})

@@ -65,6 +65,8 @@ type runResult struct {
 	ManagerRSS uint64
 	Load       string
 	Err        string
+	// TargetSize is the ClusterTarget's size as JSON (scenario target only).
+	TargetSize int
 }
 
 // simSelector selects the sim nodes: the cluster's only other node is its control plane.
@@ -105,6 +107,17 @@ func benchK(ctx context.Context, o options, k int, dir string, logf func(string,
 			logf("K=%d: raw write limit, %s: %.0f writes/s (%d writes, %d clients, %d errors, apiserver %.1f ms CPU per write)",
 				k, raw.Workload, raw.rate(), raw.Writes, raw.Clients, raw.Errors, 1000*raw.APIServerCPU/float64(raw.Writes))
 		}
+	}
+	if o.wants(scenarioTarget) {
+		size, err := waitTargetSettled(ctx, c, k, o.timeout)
+		if err != nil {
+			return res, err
+		}
+		r := measure(ctx, c, scenarioTarget, o.timeout, runAtRest)
+		r.TargetSize = size
+		res.Runs = append(res.Runs, r)
+		logf("K=%d: %s: %.1f nodeops writes a minute, manager %.2f%% of a core, ClusterTarget %d KiB", k, scenarioTarget,
+			r.Writes.total(nodeopsWrite)/r.Wall.Minutes(), 100*r.CPU["manager"]/r.Wall.Seconds(), size/1024)
 	}
 	type scenario struct {
 		name string
