@@ -185,18 +185,36 @@ type BinarySource struct {
 	// the binaries and, unless sha256 pins them, their digests too.
 	// +optional
 	InsecureHTTP bool `json:"insecureHTTP,omitempty"`
-	// SHA256 pins each binary's digest (kubeadm, kubelet, kubectl: lowercase hex), used instead of
-	// the server's .sha256 file; a pin holds for one architecture.
+	// SHA256 pins binaries' digests, used instead of the server's .sha256 files; a pin holds for
+	// one architecture.
 	// +optional
-	// +kubebuilder:validation:MaxProperties=3
-	// +kubebuilder:validation:XValidation:rule="self.all(k, k in ['kubeadm', 'kubelet', 'kubectl'])",message="sha256 keys must be kubeadm, kubelet or kubectl"
-	// +kubebuilder:validation:XValidation:rule="self.all(k, self[k].matches('^[a-f0-9]{64}$'))",message="sha256 values must be 64 lowercase hex digits"
-	SHA256 map[string]string `json:"sha256,omitempty"`
+	SHA256 *BinaryDigests `json:"sha256,omitempty"`
 	// CABundle is PEM certificates trusted for these downloads besides the system's.
 	// +optional
-	// +kubebuilder:validation:MaxLength=65536
-	// +kubebuilder:validation:XValidation:rule="self.contains('-----BEGIN CERTIFICATE-----')",message="caBundle must hold PEM certificates (-----BEGIN CERTIFICATE-----)"
+	// +kubebuilder:validation:MaxLength=32768
+	// +kubebuilder:validation:Pattern=`^\s*-----BEGIN CERTIFICATE-----`
 	CABundle string `json:"caBundle,omitempty"`
+}
+
+// BinaryDigests are the sha256 digests (lowercase hex) of Kubernetes binaries.
+type BinaryDigests struct {
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[a-f0-9]{64}$`
+	Kubeadm string `json:"kubeadm,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[a-f0-9]{64}$`
+	Kubelet string `json:"kubelet,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[a-f0-9]{64}$`
+	Kubectl string `json:"kubectl,omitempty"`
+}
+
+// For is the pinned digest of binary name, "" when it is not pinned.
+func (d *BinaryDigests) For(name string) string {
+	if d == nil {
+		return ""
+	}
+	return map[string]string{"kubeadm": d.Kubeadm, "kubelet": d.Kubelet, "kubectl": d.Kubectl}[name]
 }
 
 // InstallBinariesCommand replaces Kubernetes binaries on the node atomically, keeping the previous ones.
@@ -375,8 +393,8 @@ type InstallFileCommand struct {
 	InsecureHTTP bool `json:"insecureHTTP,omitempty"`
 	// CABundle is PEM certificates trusted for this download besides the system's.
 	// +optional
-	// +kubebuilder:validation:MaxLength=65536
-	// +kubebuilder:validation:XValidation:rule="self.contains('-----BEGIN CERTIFICATE-----')",message="caBundle must hold PEM certificates (-----BEGIN CERTIFICATE-----)"
+	// +kubebuilder:validation:MaxLength=32768
+	// +kubebuilder:validation:Pattern=`^\s*-----BEGIN CERTIFICATE-----`
 	CABundle string `json:"caBundle,omitempty"`
 	// +kubebuilder:validation:Pattern=`^[a-f0-9]{64}$`
 	SHA256 string `json:"sha256"`

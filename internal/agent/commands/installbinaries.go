@@ -44,7 +44,7 @@ func runInstallBinaries(ctx context.Context, env *Env, b *v1alpha1.InstallBinari
 	var done []string
 	for _, name := range b.Components {
 		url := BinaryURL(b.Source.BaseURL, b.Version, arch, name)
-		sum, from := b.Source.SHA256[name], "pinned"
+		sum, from := b.Source.SHA256.For(name), "pinned"
 		if sum == "" {
 			var err error
 			if sum, err = fetchSHA256(ctx, env, url+".sha256", t); err != nil {

@@ -154,7 +154,7 @@ func TestPinnedSHA256IsPreferredAndAMismatchInstallsNothing(t *testing.T) {
 	env, root, _ := localEnv(t, files, false)
 	env.HTTP = srv.Client() // trusts httptest's certificate, so only the digests are under test
 	src := v1alpha1.BinarySource{BaseURL: srv.URL,
-		SHA256: map[string]string{"kubeadm": sum("kubeadm v1.37.2"), "kubelet": sum("kubelet v1.37.2")}}
+		SHA256: &v1alpha1.BinaryDigests{Kubeadm: sum("kubeadm v1.37.2"), Kubelet: sum("kubelet v1.37.2")}}
 	_, err := Run(runCtx(t), env, &v1alpha1.Command{InstallBinaries: &v1alpha1.InstallBinariesCommand{
 		Components: []string{"kubeadm", "kubelet"}, Version: "v1.37.2", Source: src}})
 	if err == nil || !strings.Contains(err.Error(), "sha256 of "+srv.URL+"/v1.37.2/bin/linux/amd64/kubelet") {
@@ -171,7 +171,7 @@ func TestPinnedSHA256IsPreferredAndAMismatchInstallsNothing(t *testing.T) {
 
 	// A pin needs no .sha256 on the server at all.
 	bare, _ := tlsFileServer(t, map[string]string{"/v1.37.2/bin/linux/amd64/kubeadm": "kubeadm v1.37.2"})
-	src = v1alpha1.BinarySource{BaseURL: bare.URL, SHA256: map[string]string{"kubeadm": sum("kubeadm v1.37.2")}}
+	src = v1alpha1.BinarySource{BaseURL: bare.URL, SHA256: &v1alpha1.BinaryDigests{Kubeadm: sum("kubeadm v1.37.2")}}
 	if _, err := Run(runCtx(t), env, &v1alpha1.Command{InstallBinaries: &v1alpha1.InstallBinariesCommand{
 		Components: []string{"kubeadm"}, Version: "v1.37.2", Source: src}}); err != nil {
 		t.Fatalf("pinned kubeadm from a server without .sha256: %v", err)
