@@ -514,7 +514,7 @@ func (c *ScriptCommand) Description() string {
 func (*ScriptCommand) DefaultTimeout() time.Duration { return time.Hour }
 
 // EnvVar is one environment variable for a script: a value, or one taken from a Secret.
-// +kubebuilder:validation:XValidation:rule="!has(self.valueFrom) || !has(self.value) || self.value == ''",message="value and valueFrom are exclusive: set one",fieldPath=".valueFrom"
+// +kubebuilder:validation:XValidation:rule="!has(self.valueFrom) || !has(self.value) || size(self.value) == 0",message="value and valueFrom are exclusive: set one",fieldPath=".valueFrom"
 type EnvVar struct {
 	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
 	// +kubebuilder:validation:MaxLength=128
