@@ -150,10 +150,11 @@ spec:
   - name: bad-shim
     installFile:
       url: %s/v0.x/containerd-shim-wasmedge-v1
+      caBundle: %s
       sha256: "%s"
       path: /usr/local/bin/bad-shim
       mode: "0755"
-`, srv.URL, strings.Repeat("f", 64))
+`, srv.URL, strconv.Quote(caBundle), strings.Repeat("f", 64))
 		badFile := filepath.Join(manifests, "bad.yaml")
 		if err := os.WriteFile(badFile, []byte(bad), 0o600); err != nil {
 			t.Fatal(err)
