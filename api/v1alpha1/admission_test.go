@@ -142,6 +142,46 @@ spec:
 		{"installFile path ending in ..", task("f9", "- installFile:\n    url: https://x/y\n    sha256: "+sha+"\n    path: /opt/..\n    remove: true"), taskPath + ".installFile.path", "must not contain '..'"},
 		{"sha256 in capitals", op("f10", "- installFile:\n    url: https://x/y\n    sha256: "+strings.ToUpper(sha)+"\n    path: /etc/y"), cmdPath + ".installFile.sha256", "should match"},
 		{"installFile from ftp", op("f11", "- installFile:\n    url: ftp://x/y\n    sha256: "+sha+"\n    path: /etc/y"), cmdPath + ".installFile.url", "should match"},
+		{"installFile over plain http", op("h1", "- installFile:\n    url: http://mirror.local/y\n    sha256: "+sha+"\n    path: /etc/y"), cmdPath + ".installFile.url", "url is plain http: use https, or set insecureHTTP: true"},
+		{"installFile over plain http in a profile", profile("h2", "- installFile:\n    url: http://mirror.local/y\n    sha256: "+sha+"\n    path: /etc/y\n    insecureHTTP: false"), profPath + ".installFile.url", "set insecureHTTP: true"},
+		{"installFile caBundle not PEM", task("h3", "- installFile:\n    url: https://x/y\n    sha256: "+sha+"\n    path: /etc/y\n    caBundle: not-a-certificate"), taskPath + ".installFile.caBundle", "should match '^\\s*-----BEGIN CERTIFICATE-----'"},
+		{"binaries over plain http", op("h4", "- installBinaries:\n    components: [kubelet]\n    version: v1.37.2\n    source: {baseURL: 'http://mirror.local/release'}"), cmdPath + ".installBinaries.source.baseURL", "baseURL is plain http: use https, or set insecureHTTP: true"},
+		{"upgrade binarySource over plain http", `apiVersion: nodeops.io/v1alpha1
+kind: NodeOperation
+metadata:
+  name: h5
+spec:
+  upgrade:
+    kubernetesVersion: v1.37.2
+    binarySource: {baseURL: 'http://mirror.local/release'}
+`, "spec.upgrade.binarySource.baseURL", "set insecureHTTP: true"},
+		{"cluster target binarySource over plain http", `apiVersion: nodeops.io/v1alpha1
+kind: ClusterTarget
+metadata:
+  name: cluster
+spec:
+  kubernetesVersion: v1.37.2
+  upgrade:
+    binarySource: {baseURL: 'http://mirror.local/release'}
+`, "spec.upgrade.binarySource.baseURL", "set insecureHTTP: true"},
+		{"cluster target pins digests", `apiVersion: nodeops.io/v1alpha1
+kind: ClusterTarget
+metadata:
+  name: cluster
+spec:
+  kubernetesVersion: v1.37.2
+  upgrade:
+    binarySource: {baseURL: 'https://mirror.local/release', sha256: {kubelet: ` + sha + `}}
+`, "spec.upgrade.binarySource.sha256", "a ClusterTarget upgrades through several"},
+		{"pinned digest not hex", op("h7", "- installBinaries:\n    components: [kubelet]\n    version: v1.37.2\n    source: {baseURL: 'https://x', sha256: {kubelet: "+strings.ToUpper(sha)+"}}"), cmdPath + ".installBinaries.source.sha256.kubelet", "should match"},
+		{"binarySource caBundle not PEM", op("h8", "- installBinaries:\n    components: [kubelet]\n    version: v1.37.2\n    source: {baseURL: 'https://x', caBundle: 'MIIB'}"), cmdPath + ".installBinaries.source.caBundle", "should match '^\\s*-----BEGIN CERTIFICATE-----'"},
+
+		// Script env from Secrets.
+		{"secretKeyRef without a name", op("e1", "- script:\n    inline: echo\n    env:\n    - name: TOKEN\n      valueFrom: {secretKeyRef: {key: token}}"), cmdPath + ".script.env[0].valueFrom.secretKeyRef.name", "Required value"},
+		{"secretKeyRef without a key", task("e2", "- script:\n    inline: echo\n    env:\n    - name: TOKEN\n      valueFrom: {secretKeyRef: {name: creds}}"), taskPath + ".script.env[0].valueFrom.secretKeyRef.key", "Required value"},
+		{"value and valueFrom together", op("e3", "- script:\n    inline: echo\n    env:\n    - name: TOKEN\n      value: plain\n      valueFrom: {secretKeyRef: {name: creds, key: token}}"), cmdPath + ".script.env[0].valueFrom", "value and valueFrom are exclusive"},
+		{"envFrom secretRef without a name", profile("e4", "- script:\n    inline: echo\n    envFrom:\n    - secretRef: {}"), profPath + ".script.envFrom[0].secretRef.name", "Required value"},
+		{"envFrom secret name not a name", op("e5", "- script:\n    inline: echo\n    envFrom:\n    - secretRef: {name: ../other}"), cmdPath + ".script.envFrom[0].secretRef.name", "should match"},
 		{"relative containerd binaryPath", op("c1", "- containerdRuntime:\n    name: wasm\n    runtimeType: io.containerd.wasmedge.v1\n    binaryPath: bin/shim"), cmdPath + ".containerdRuntime.binaryPath", "should match '^/'"},
 		{"relative containerd configPath", profile("c2", "- containerdRuntime:\n    name: wasm\n    runtimeType: io.containerd.wasmedge.v1\n    configPath: config.toml"), profPath + ".containerdRuntime.configPath", "should match '^/'"},
 		{"containerd configPath with ..", task("c3", "- containerdRuntime:\n    name: wasm\n    remove: true\n    configPath: /etc/../../x"), taskPath + ".containerdRuntime.configPath", "must not contain '..'"},
@@ -283,6 +323,18 @@ spec:
 - installFile: {url: 'https://x/y', sha256: `+sha+`, path: /usr/local/bin/y, mode: "0755"}
 - script: {inline: 'true'}
 - script: {inline: 'false', idempotent: true}
+- name: with-secrets
+  script:
+    inline: 'echo "$TOKEN"'
+    env: [{name: PLAIN, value: x}, {name: TOKEN, valueFrom: {secretKeyRef: {name: creds, key: token}}}]
+    envFrom: [{secretRef: {name: more-creds}}]
+- name: insecure-asked-for
+  installFile: {url: 'http://mirror.local/y', insecureHTTP: true, sha256: `+sha+`, path: /usr/local/bin/w}
+- name: with-ca
+  installFile: {url: 'https://mirror.local/y', caBundle: "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n", sha256: `+sha+`, path: /usr/local/bin/v}
+- name: remove-over-http
+  installFile: {url: 'http://mirror.local/y', sha256: `+sha+`, path: /usr/local/bin/u, remove: true}
+- installBinaries: {components: [kubelet, kubectl], version: v1.37.2, source: {baseURL: 'http://mirror.local', insecureHTTP: true, sha256: {kubelet: `+sha+`}}}
 - name: setuid-asked-for
   installFile: {url: 'https://x/y', sha256: `+sha+`, path: /usr/local/bin/z, mode: "4755", allowUnsafeMode: true}
 `+kubeadmOK), "", ""},

@@ -26,6 +26,7 @@ type ClusterCertificates struct {
 }
 
 // +kubebuilder:validation:XValidation:rule="!has(self.ignorePreflightErrors) || !self.ignorePreflightErrors.exists(e, e.lowerAscii() == 'all') || (has(self.allowIgnoreAllPreflightErrors) && self.allowIgnoreAllPreflightErrors && self.ignorePreflightErrors.size() == 1)",message="ignorePreflightErrors may hold all only alone and with allowIgnoreAllPreflightErrors: true",fieldPath=".ignorePreflightErrors"
+// +kubebuilder:validation:XValidation:rule="!has(self.binarySource) || !has(self.binarySource.sha256)",message="binarySource.sha256 pins one version's binaries, and a ClusterTarget upgrades through several: pin them on a NodeOperation's upgrade instead",fieldPath=".binarySource.sha256"
 // ClusterUpgrade is how the upgrades a ClusterTarget generates run; the fields are those of a
 // NodeOperation's upgrade, plus the versions of intermediate minor steps.
 type ClusterUpgrade struct {

@@ -173,12 +173,48 @@ func (c *RestartStaticPodsCommand) Description() string {
 func (*RestartStaticPodsCommand) DefaultTimeout() time.Duration { return 30 * time.Minute }
 
 // BinarySource is where Kubernetes binaries come from: {baseURL}/{version}/bin/linux/{arch}/{name},
-// each with {name}.sha256 beside it.
+// each with {name}.sha256 beside it unless its digest is pinned in sha256.
+// +kubebuilder:validation:XValidation:rule="self.baseURL.startsWith('https://') || (has(self.insecureHTTP) && self.insecureHTTP)",message="baseURL is plain http: use https, or set insecureHTTP: true to allow it",fieldPath=".baseURL"
 type BinarySource struct {
+	// BaseURL is an https URL (http only with insecureHTTP).
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:Pattern=`^https?://`
 	BaseURL string `json:"baseURL"`
+	// InsecureHTTP must be true for baseURL to be plain http: anyone on the path can then change
+	// the binaries and, unless sha256 pins them, their digests too.
+	// +optional
+	InsecureHTTP bool `json:"insecureHTTP,omitempty"`
+	// SHA256 pins binaries' digests, used instead of the server's .sha256 files; a pin holds for
+	// one architecture.
+	// +optional
+	SHA256 *BinaryDigests `json:"sha256,omitempty"`
+	// CABundle is PEM certificates trusted for these downloads besides the system's.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32768
+	// +kubebuilder:validation:Pattern=`^\s*-----BEGIN CERTIFICATE-----`
+	CABundle string `json:"caBundle,omitempty"`
+}
+
+// BinaryDigests are the sha256 digests (lowercase hex) of Kubernetes binaries.
+type BinaryDigests struct {
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[a-f0-9]{64}$`
+	Kubeadm string `json:"kubeadm,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[a-f0-9]{64}$`
+	Kubelet string `json:"kubelet,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[a-f0-9]{64}$`
+	Kubectl string `json:"kubectl,omitempty"`
+}
+
+// For is the pinned digest of binary name, "" when it is not pinned.
+func (d *BinaryDigests) For(name string) string {
+	if d == nil {
+		return ""
+	}
+	return map[string]string{"kubeadm": d.Kubeadm, "kubelet": d.Kubelet, "kubectl": d.Kubectl}[name]
 }
 
 // InstallBinariesCommand replaces Kubernetes binaries on the node atomically, keeping the previous ones.
@@ -345,11 +381,21 @@ type PreflightCheck struct {
 // InstallFileCommand downloads a file, verifies its sha256 and moves it into place atomically.
 // +kubebuilder:validation:XValidation:rule="!has(self.mode) || (has(self.allowUnsafeMode) && self.allowUnsafeMode) || !self.mode.matches('[1-7][0-7]{3}$')",message="mode sets the setuid, setgid or sticky bit: set allowUnsafeMode: true to allow it",fieldPath=".mode"
 // +kubebuilder:validation:XValidation:rule="!has(self.mode) || (has(self.allowUnsafeMode) && self.allowUnsafeMode) || !self.mode.matches('[2367]$')",message="mode makes the file world-writable: set allowUnsafeMode: true to allow it",fieldPath=".mode"
+// +kubebuilder:validation:XValidation:rule="(has(self.remove) && self.remove) || self.url.startsWith('https://') || (has(self.insecureHTTP) && self.insecureHTTP)",message="url is plain http: use https, or set insecureHTTP: true to allow it",fieldPath=".url"
 type InstallFileCommand struct {
+	// URL is an https URL (http only with insecureHTTP).
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:Pattern=`^https?://`
 	URL string `json:"url"`
+	// InsecureHTTP must be true for url to be plain http (sha256 still protects the file's content).
+	// +optional
+	InsecureHTTP bool `json:"insecureHTTP,omitempty"`
+	// CABundle is PEM certificates trusted for this download besides the system's.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32768
+	// +kubebuilder:validation:Pattern=`^\s*-----BEGIN CERTIFICATE-----`
+	CABundle string `json:"caBundle,omitempty"`
 	// +kubebuilder:validation:Pattern=`^[a-f0-9]{64}$`
 	SHA256 string `json:"sha256"`
 	// Path on the host, absolute.
@@ -443,6 +489,11 @@ type ScriptCommand struct {
 	// +listType=map
 	// +listMapKey=name
 	Env []EnvVar `json:"env,omitempty"`
+	// EnvFrom takes every key of each Secret in nodeops-system as a variable; env wins over it.
+	// The agent reads the Secret when the script starts and redacts its values from status.
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	EnvFrom []EnvFromSource `json:"envFrom,omitempty"`
 	// Idempotent says the script is safe to run again after an interruption.
 	// +optional
 	Idempotent bool `json:"idempotent,omitempty"`
@@ -462,13 +513,52 @@ func (c *ScriptCommand) Description() string {
 
 func (*ScriptCommand) DefaultTimeout() time.Duration { return time.Hour }
 
-// EnvVar is one environment variable for a script.
+// EnvVar is one environment variable for a script: a value, or one taken from a Secret.
+// +kubebuilder:validation:XValidation:rule="!has(self.valueFrom) || !has(self.value) || size(self.value) == 0",message="value and valueFrom are exclusive: set one",fieldPath=".valueFrom"
 type EnvVar struct {
 	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
 	// +kubebuilder:validation:MaxLength=128
 	Name string `json:"name"`
+	// Value is stored plainly in the operation and its tasks, which viewers read: use valueFrom for a secret.
+	// +optional
 	// +kubebuilder:validation:MaxLength=4096
-	Value string `json:"value"`
+	Value string `json:"value,omitempty"`
+	// ValueFrom takes the value from a key of a Secret in nodeops-system.
+	// +optional
+	ValueFrom *EnvVarSource `json:"valueFrom,omitempty"`
+}
+
+// EnvVarSource is where a variable's value comes from, as in core/v1 (Secrets only).
+type EnvVarSource struct {
+	SecretKeyRef SecretKeySelector `json:"secretKeyRef"`
+}
+
+// SecretKeySelector names one key of a Secret in nodeops-system.
+type SecretKeySelector struct {
+	// Name of the Secret, in nodeops-system.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	Name string `json:"name"`
+	// Key in the Secret's data.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	Key string `json:"key"`
+}
+
+// EnvFromSource takes every key of a Secret as a variable, as in core/v1 (Secrets only).
+type EnvFromSource struct {
+	SecretRef SecretEnvSource `json:"secretRef"`
+}
+
+// SecretEnvSource names a Secret in nodeops-system.
+type SecretEnvSource struct {
+	// Name of the Secret, in nodeops-system.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	Name string `json:"name"`
 }
 
 // WaitCommand waits for a duration.

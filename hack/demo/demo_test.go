@@ -33,8 +33,9 @@ func TestSubstituteSample(t *testing.T) {
 		Spec struct {
 			Install []struct {
 				InstallFile *struct {
-					URL    string `json:"url"`
-					SHA256 string `json:"sha256"`
+					URL          string `json:"url"`
+					SHA256       string `json:"sha256"`
+					InsecureHTTP bool   `json:"insecureHTTP"`
 				} `json:"installFile"`
 			} `json:"install"`
 		} `json:"spec"`
@@ -51,6 +52,9 @@ func TestSubstituteSample(t *testing.T) {
 		name := strings.TrimPrefix(c.InstallFile.URL, base)
 		if want, ok := digests[name]; !ok || c.InstallFile.SHA256 != want {
 			t.Errorf("install %s: sha256 %s, want %s", c.InstallFile.URL, c.InstallFile.SHA256, want)
+		}
+		if !c.InstallFile.InsecureHTTP {
+			t.Errorf("install %s over plain http without insecureHTTP: true: admission refuses it", c.InstallFile.URL)
 		}
 	}
 	if files != len(sampleShims()) {

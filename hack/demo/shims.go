@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -16,9 +17,12 @@ import (
 // What config/samples/wasm-shims.yaml leaves for the user to fill in.
 const (
 	sampleFile    = "config/samples/wasm-shims.yaml"
-	sampleBaseURL = "http://shims.example/v0.x/"
+	sampleBaseURL = "https://shims.example/v0.x/"
 	shimURLPath   = "/v0.x/"
 )
+
+// sampleURLLine is a url line of the sample with its indentation, ${1}.
+var sampleURLLine = regexp.MustCompile(`(?m)^([ \t]*)url: ` + regexp.QuoteMeta(sampleBaseURL))
 
 // sampleShim is one shim file of the sample and the placeholder standing for its sha256.
 type sampleShim struct {
@@ -80,7 +84,13 @@ func substituteSample(sample, baseURL string, digests map[string]string) (string
 	if !strings.Contains(sample, sampleBaseURL) {
 		return "", fmt.Errorf("%s no longer uses the placeholder URL %s", sampleFile, sampleBaseURL)
 	}
-	out := strings.ReplaceAll(sample, sampleBaseURL, baseURL)
+	// The demo serves plain http on loopback, which admission allows only when asked for.
+	insecure := ""
+	if strings.HasPrefix(baseURL, "http://") {
+		insecure = "${1}insecureHTTP: true\n"
+	}
+	out := sampleURLLine.ReplaceAllString(sample, insecure+"${1}url: "+baseURL)
+	out = strings.ReplaceAll(out, sampleBaseURL, baseURL) // its comments
 	for _, s := range sampleShims() {
 		sum, ok := digests[s.name]
 		if !ok {

@@ -164,9 +164,10 @@ func (d *demo) upgradeDryRun(ctx context.Context) error {
 		return err
 	}
 	d.sayf("\nThe cluster runs %s (kubeadm-config). Two flags are for this local cluster only:", version)
-	d.sayf("  --binary-source %s  nodeops-local serves bin/{kubeadm,kubelet,kubectl} there, laid out as dl.k8s.io", src)
+	d.sayf("  --binary-source %s --insecure-http  nodeops-local serves bin/{kubeadm,kubelet,kubectl} there, laid out as", src)
+	d.sayf("      dl.k8s.io, over plain http on loopback, which nodeops refuses unless asked for (the plan marks it INSECURE HTTP)")
 	d.sayf("  --ignore-preflight-errors %s  a node root is a directory: no container runtime, /proc or kernel config", localPreflightIgnores)
-	flags := []string{"--binary-source", src, "--ignore-preflight-errors", localPreflightIgnores}
+	flags := []string{"--binary-source", src, "--insecure-http", "--ignore-preflight-errors", localPreflightIgnores}
 	if err := d.sh(ctx, append([]string{"kubectl", "nodeops", "plan", "upgrade", upgradeVersion}, flags...)...); err != nil {
 		return err
 	}
@@ -498,7 +499,7 @@ func (d *demo) clusterTarget(ctx context.Context) error {
 	for _, e := range strings.Split(localPreflightIgnores, ",") {
 		ignores = append(ignores, strconv.Quote(e))
 	}
-	patch := fmt.Sprintf(`{"spec":{"upgrade":{"binarySource":{"baseURL":%q},"ignorePreflightErrors":[%s]}}}`, src, strings.Join(ignores, ","))
+	patch := fmt.Sprintf(`{"spec":{"upgrade":{"binarySource":{"baseURL":%q,"insecureHTTP":true},"ignorePreflightErrors":[%s]}}}`, src, strings.Join(ignores, ","))
 	if err := d.sh(ctx, "kubectl", "patch", "clustertarget", "cluster", "--type", "merge", "-p", patch); err != nil {
 		return err
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/nodeops/nodeops/internal/agent/commands"
 	"github.com/nodeops/nodeops/internal/clock"
 	"github.com/nodeops/nodeops/internal/host"
+	"github.com/nodeops/nodeops/internal/redact"
 	"github.com/nodeops/nodeops/internal/taskpolicy"
 )
 
@@ -339,7 +340,9 @@ func keepManagerConditions(st *v1alpha1.NodeTaskStatus, read *v1alpha1.NodeTask)
 // run runs command a.Index once, renewing the heartbeat meanwhile.
 func (r *Reconciler) run(ctx context.Context, task *v1alpha1.NodeTask, a taskpolicy.Action) taskpolicy.Outcome {
 	cmd := &task.Spec.Commands[a.Index]
-	tail := &tailBuffer{}
+	// Every string recorded from this run goes through secrets (README "Security").
+	secrets := &redact.Secrets{}
+	tail := &tailBuffer{secrets: secrets}
 	if a.Rerun {
 		_, _ = fmt.Fprintln(tail, "running again: the agent was interrupted while this command ran")
 	}
@@ -361,15 +364,17 @@ func (r *Reconciler) run(ctx context.Context, task *v1alpha1.NodeTask, a taskpol
 		Out:       tail,
 		Poll:      r.Poll,
 		AgentPod:  r.AgentPod,
+		Secrets:   secrets,
 	}
 	res, err := commands.Run(cctx, env, cmd)
 	stop()
-	o := taskpolicy.Outcome{Err: err, Message: res.Message, Certs: res.Certificates}
+	o := taskpolicy.Outcome{Err: err, Message: secrets.String(res.Message), Certs: res.Certificates}
 	if err != nil {
 		o.ExitCode = int32(host.ExitCode(err)) //nolint:gosec // exit codes are small
 		if cctx.Err() != nil && ctx.Err() == nil {
 			o.Err = fmt.Errorf("timed out after %s: %w", timeout, err)
 		}
+		o.Err = secrets.Error(o.Err)
 		_, _ = fmt.Fprintf(tail, "error: %v\n", o.Err)
 	}
 	o.Tail = tail.String()

@@ -114,7 +114,7 @@ func TestSafetyRule12_CommandWithoutTimeoutFailsAtItsKindsDefault(t *testing.T) 
 		return 300 * time.Millisecond
 	}})
 	create(t, newTask("timeout-1", "timeout-1", v1alpha1.ExecutionAuto,
-		v1alpha1.Command{InstallFile: &v1alpha1.InstallFileCommand{URL: srv.URL + "/never", SHA256: strings.Repeat("0", 64), Path: "/opt/f"}}))
+		v1alpha1.Command{InstallFile: &v1alpha1.InstallFileCommand{URL: srv.URL + "/never", InsecureHTTP: true, SHA256: strings.Repeat("0", 64), Path: "/opt/f"}}))
 	task := waitTask(t, "timeout-1", phaseIs(v1alpha1.TaskFailed))
 	if msg := task.Status.Commands[0].Message; !strings.Contains(msg, "timed out after 300ms") {
 		t.Errorf("message %q does not say the command timed out after its default", msg)

@@ -98,13 +98,13 @@ func TestRecoveryPauseResumeAbort(t *testing.T) {
 }
 
 func TestCreateOperations(t *testing.T) {
-	out := mustRun(t, "upgrade", "v1.37.2", "--name", "up-1", "--dry-run", "-l", "pool=blue", "--max-unavailable", "20%", "--binary-source", "http://bins.local")
+	out := mustRun(t, "upgrade", "v1.37.2", "--name", "up-1", "--dry-run", "-l", "pool=blue", "--max-unavailable", "20%", "--binary-source", "https://bins.local")
 	if !strings.Contains(out, "nodeoperation/up-1 created (upgrade v1.37.2, DryRun)") {
 		t.Errorf("upgrade output:\n%s", out)
 	}
 	op := getOp(t, "up-1")
 	if op.Spec.ExecutionMode != nodeopsv1.ExecutionDryRun || op.Spec.MaxUnavailable.String() != "20%" ||
-		op.Spec.NodeSelector.MatchLabels["pool"] != "blue" || op.Spec.Upgrade.BinarySource.BaseURL != "http://bins.local" {
+		op.Spec.NodeSelector.MatchLabels["pool"] != "blue" || op.Spec.Upgrade.BinarySource.BaseURL != "https://bins.local" {
 		t.Errorf("upgrade created %+v", op.Spec)
 	}
 

@@ -34,6 +34,7 @@ type operationFlags struct {
 	generateName   string
 
 	binarySource string
+	insecureHTTP bool
 	kubeadmOnly  bool
 	ignore       []string
 
@@ -52,6 +53,7 @@ func (f *operationFlags) addCommon(fs *pflag.FlagSet) {
 
 func (f *operationFlags) addUpgrade(fs *pflag.FlagSet) {
 	fs.StringVar(&f.binarySource, "binary-source", DefaultBinarySource, "Base URL of the kubelet and kubectl binaries: {url}/{version}/bin/linux/{arch}/{name}, with {name}.sha256 beside each")
+	fs.BoolVar(&f.insecureHTTP, "insecure-http", false, "Allow a plain http --binary-source (binarySource.insecureHTTP): anyone on the network path can change the binaries and their .sha256 files")
 	fs.BoolVar(&f.kubeadmOnly, "kubeadm-only", false, "Upgrade with kubeadm only: leave the kubelet and kubectl binaries and the kubelet alone")
 	fs.StringSliceVar(&f.ignore, "ignore-preflight-errors", nil, "kubeadm preflight errors to ignore (comma-separated), by check name such as Swap or Port-6443")
 	fs.BoolVar(&f.ignoreAll, "allow-ignore-all-preflight-errors", false, "Allow --ignore-preflight-errors=all, which ignores every kubeadm preflight check")
@@ -74,7 +76,10 @@ func (f *operationFlags) upgradeOperation(version string) (*nodeopsv1.NodeOperat
 		if f.binarySource == "" {
 			return nil, fmt.Errorf("--binary-source is required unless --kubeadm-only")
 		}
-		u.BinarySource = &nodeopsv1.BinarySource{BaseURL: f.binarySource}
+		if strings.HasPrefix(f.binarySource, "http://") && !f.insecureHTTP {
+			return nil, fmt.Errorf("--binary-source %s is plain http: use https, or pass --insecure-http to allow it", f.binarySource)
+		}
+		u.BinarySource = &nodeopsv1.BinarySource{BaseURL: f.binarySource, InsecureHTTP: f.insecureHTTP}
 	}
 	op := &nodeopsv1.NodeOperation{Spec: nodeopsv1.NodeOperationSpec{Upgrade: u}}
 	return op, f.finish(op, "upgrade-"+strings.ReplaceAll(version, ".", "-")+"-")

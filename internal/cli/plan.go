@@ -43,6 +43,8 @@ type PlanCommand struct {
 	Name string `json:"name"`
 	Kind string `json:"kind"`
 	Does string `json:"does"`
+	// InsecureHTTP: the command downloads over plain http (insecureHTTP: true).
+	InsecureHTTP bool `json:"insecureHTTP,omitempty"`
 }
 
 type planFlags struct {
@@ -171,7 +173,7 @@ func (o *Options) runPlan(ctx context.Context, op *nodeopsv1.NodeOperation, outp
 	if output != "" {
 		return printData(o.Out, p, output)
 	}
-	writePlan(o.Out, op, p)
+	writePlan(o.Out, op, p, o.colour())
 	fmt.Fprintf(o.Out, "\nNothing was created. To run it: %s\n", runHint)
 	return nil
 }
@@ -199,7 +201,7 @@ func buildPlan(op *nodeopsv1.NodeOperation, nodes []corev1.Node) (*Plan, error) 
 		}
 		for i := range g.Commands {
 			cmd := &g.Commands[i]
-			pg.Commands = append(pg.Commands, PlanCommand{Name: cmd.DisplayName(), Kind: cmd.Kind(), Does: commandText(cmd)})
+			pg.Commands = append(pg.Commands, PlanCommand{Name: cmd.DisplayName(), Kind: cmd.Kind(), Does: commandText(cmd), InsecureHTTP: insecureHTTP(cmd)})
 		}
 		p.Groups = append(p.Groups, pg)
 	}
@@ -228,7 +230,33 @@ func checkClusterVersion(ctx context.Context, c Client, requested string) (strin
 
 const planMaxNodes = 50
 
-func writePlan(w io.Writer, op *nodeopsv1.NodeOperation, p *Plan) {
+// insecureHTTP reports whether c downloads over plain http, which its spec had to allow.
+func insecureHTTP(c *nodeopsv1.Command) bool {
+	switch {
+	case c.InstallFile != nil:
+		return !c.InstallFile.Remove && c.InstallFile.InsecureHTTP && strings.HasPrefix(c.InstallFile.URL, "http://")
+	case c.InstallBinaries != nil:
+		return c.InstallBinaries.Source.InsecureHTTP && strings.HasPrefix(c.InstallBinaries.Source.BaseURL, "http://")
+	}
+	return false
+}
+
+// insecureText marks a plain-http download in the plan, in red on a terminal.
+func insecureText(colour bool) string {
+	const s = "INSECURE HTTP: anyone on the network path can change what is downloaded"
+	if colour {
+		return "\x1b[1;31m" + s + "\x1b[0m"
+	}
+	return s
+}
+
+// colour reports whether output may carry terminal colours.
+func (o *Options) colour() bool {
+	ok, _, _ := o.Terminal()
+	return ok
+}
+
+func writePlan(w io.Writer, op *nodeopsv1.NodeOperation, p *Plan, colour bool) {
 	fmt.Fprintf(w, "Plan: %s\n", p.Operation)
 	fmt.Fprintf(w, "  mode %s, nodes %s, max unavailable %s\n", p.Mode, p.Nodes, maxUnavailableText(op))
 	if p.VersionCheck != "" {
@@ -266,6 +294,9 @@ func writePlan(w io.Writer, op *nodeopsv1.NodeOperation, p *Plan) {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		for j, c := range g.Commands {
 			fmt.Fprintf(tw, "   %d. %s\t%s\n", j+1, c.Name, c.Does)
+			if c.InsecureHTTP {
+				fmt.Fprintf(tw, "   \t%s\n", insecureText(colour))
+			}
 		}
 		_ = tw.Flush()
 	}

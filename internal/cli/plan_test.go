@@ -48,7 +48,7 @@ func TestPlanGolden(t *testing.T) {
 		golden string
 		args   []string
 	}{
-		{"plan-upgrade", []string{"plan", "upgrade", "v1.37.2", "--binary-source", "http://bins.local", "--max-unavailable", "2"}},
+		{"plan-upgrade", []string{"plan", "upgrade", "v1.37.2", "--binary-source", "http://bins.local", "--insecure-http", "--max-unavailable", "2"}},
 		{"plan-upgrade-refused", []string{"plan", "upgrade", "v1.38.0", "--kubeadm-only", "--selector", "pool!=green"}},
 		{"plan-renew-certs", []string{"plan", "renew-certs", "--certificates", "apiserver,etcd-server", "--controlled"}},
 		{"plan-file", []string{"plan", "-f", "testdata/custom.yaml"}},
@@ -98,5 +98,37 @@ func TestPlanRejectsBadInput(t *testing.T) {
 		if code != CodeError || !strings.HasPrefix(errOut, "error: ") {
 			t.Errorf("%v: exit %d, stderr %q; want exit 1 and an error", args, code, errOut)
 		}
+	}
+}
+
+// A download over plain http is shown as such: in red on a terminal, in plain words otherwise; and
+// plain http is refused unless asked for, naming the flag.
+func TestPlanShowsInsecureHTTP(t *testing.T) {
+	planCluster(t)
+	args := []string{"plan", "upgrade", "v1.37.2", "--binary-source", "http://bins.local", "--insecure-http"}
+	out := mustRun(t, args...)
+	if n := strings.Count(out, "INSECURE HTTP"); n != 6 {
+		t.Errorf("INSECURE HTTP shown %d times, want 6 (one per binary install):\n%s", n, out)
+	}
+	if strings.Contains(out, "\x1b[") {
+		t.Errorf("colours in output that is not a terminal:\n%q", out)
+	}
+	if out := mustRun(t, "plan", "upgrade", "v1.37.2", "--binary-source", "https://bins.local"); strings.Contains(out, "INSECURE") {
+		t.Errorf("an https source shown as insecure:\n%s", out)
+	}
+
+	var stdout, stderr syncBuffer
+	o := testOptions(&stdout, &stderr, "")
+	o.Terminal = func() (bool, int, int) { return true, 120, 40 }
+	if code := Run(o, args); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "\x1b[1;31mINSECURE HTTP") {
+		t.Errorf("on a terminal INSECURE HTTP is not red:\n%q", stdout.String())
+	}
+
+	_, errOut, code := run(t, "plan", "upgrade", "v1.37.2", "--binary-source", "http://bins.local")
+	if code != CodeError || !strings.Contains(errOut, "plain http") || !strings.Contains(errOut, "--insecure-http") {
+		t.Errorf("plain http without --insecure-http: exit %d, stderr %q; want it refused naming --insecure-http", code, errOut)
 	}
 }

@@ -95,7 +95,7 @@ func (o *Options) runTarget(ctx context.Context, c Client, output string) error 
 		when = "Next, once resumed (spec.paused is true)"
 	}
 	fmt.Fprintf(o.Out, "\n%s: NodeOperation %s (%s)\n", when, next.Name, next.Reason)
-	writePlan(o.Out, op, p)
+	writePlan(o.Out, op, p, o.colour())
 	return nil
 }
 

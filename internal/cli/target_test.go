@@ -24,7 +24,7 @@ func TestTarget(t *testing.T) {
 	}
 	ct := &nodeopsv1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: "cluster"}, Spec: nodeopsv1.ClusterTargetSpec{
 		KubernetesVersion: "v1.36.4",
-		Upgrade:           nodeopsv1.ClusterUpgrade{BinarySource: &nodeopsv1.BinarySource{BaseURL: "http://bins.local"}},
+		Upgrade:           nodeopsv1.ClusterUpgrade{BinarySource: &nodeopsv1.BinarySource{BaseURL: "https://bins.local"}},
 	}}
 	if err := k8s.Create(ctx(t), ct); err != nil {
 		t.Fatal(err)
@@ -111,7 +111,7 @@ func TestTargetSetRetriesConflict(t *testing.T) {
 		// Run alone, without TestTarget's: make the singleton here.
 		before = nodeopsv1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: "cluster"}, Spec: nodeopsv1.ClusterTargetSpec{
 			KubernetesVersion: "v1.36.4",
-			Upgrade:           nodeopsv1.ClusterUpgrade{BinarySource: &nodeopsv1.BinarySource{BaseURL: "http://bins.local"}},
+			Upgrade:           nodeopsv1.ClusterUpgrade{BinarySource: &nodeopsv1.BinarySource{BaseURL: "https://bins.local"}},
 		}}
 		if err := k8s.Create(ctx(t), &before); err != nil {
 			t.Fatal(err)

@@ -105,7 +105,8 @@ func TestExpand(t *testing.T) {
 
 func TestExpandUpgradeCarriesVersionAndSource(t *testing.T) {
 	groups, err := Expand(&v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{
-		KubernetesVersion: "v1.37.2", BinarySource: &v1alpha1.BinarySource{BaseURL: "http://b"},
+		KubernetesVersion: "v1.37.2", BinarySource: &v1alpha1.BinarySource{BaseURL: "http://b", InsecureHTTP: true,
+			CABundle: "-----BEGIN CERTIFICATE-----", SHA256: &v1alpha1.BinaryDigests{Kubeadm: "aa"}},
 		IgnorePreflightErrors: []string{"all"}, AllowIgnoreAllPreflightErrors: true,
 		Drain: &v1alpha1.DrainCommand{DeleteEmptyDirData: true},
 	}})
@@ -122,7 +123,7 @@ func TestExpandUpgradeCarriesVersionAndSource(t *testing.T) {
 	// Every node gets the new kubeadm before any kubeadm upgrade command runs on it.
 	for _, g := range groups {
 		kubeadm := g.Commands[0].InstallBinaries
-		if kubeadm == nil || g.Commands[0].Name != "install-kubeadm" || kubeadm.Version != "v1.37.2" || kubeadm.Source.BaseURL != "http://b" || !reflect.DeepEqual(kubeadm.Components, []string{"kubeadm"}) {
+		if kubeadm == nil || g.Commands[0].Name != "install-kubeadm" || kubeadm.Version != "v1.37.2" || kubeadm.Source.BaseURL != "http://b" || !kubeadm.Source.InsecureHTTP || kubeadm.Source.CABundle == "" || kubeadm.Source.SHA256.For("kubeadm") != "aa" || !reflect.DeepEqual(kubeadm.Components, []string{"kubeadm"}) {
 			t.Errorf("group %s starts with %s %+v, want installBinaries kubeadm", g.Name, g.Commands[0].Kind(), kubeadm)
 		}
 	}

@@ -105,8 +105,10 @@ func setUp(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := admin.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "kept", Namespace: ns}}); err != nil {
-		return err
+	for _, n := range []string{ns, "default"} {
+		if err := admin.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "kept", Namespace: n}}); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -333,7 +335,7 @@ func TestTokensCarryTheirNode(t *testing.T) {
 // ServiceAccount bound to cluster-admin), so neither layer leans on the other.
 func TestSafetyRule10_AgentOnNodeAIsRefused(t *testing.T) {
 	ctx := context.Background()
-	c, _ := as(t, token(t, "node-a"))
+	c, agentCS := as(t, token(t, "node-a"))
 	tasks(t)
 	taints := node(t, "node-a").Spec.Taints // the API server's not-ready taint
 	t.Run("shipped RBAC", func(t *testing.T) {
@@ -355,8 +357,19 @@ func TestSafetyRule10_AgentOnNodeAIsRefused(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the secret is not there: %v", err)
 		}
-		refused(t, "read a Secret", c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kept"}, &corev1.Secret{}), []string{`cannot get resource "secrets"`})
+		// Scripts' env from Secrets: get by name in nodeops-system is the one read allowed (the
+		// agent itself reads only labelled Secrets its task names; README "Security").
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kept"}, &corev1.Secret{}); err != nil {
+			t.Errorf("get a Secret in %s, which scripts' env needs: %v", ns, err)
+		}
+		refused(t, "read a Secret outside "+ns, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "kept"}, &corev1.Secret{}), []string{`cannot get resource "secrets"`})
 		refused(t, "list Secrets", c.List(ctx, &corev1.SecretList{}), []string{`cannot list resource "secrets"`})
+		refused(t, "list Secrets in "+ns, c.List(ctx, &corev1.SecretList{}, client.InNamespace(ns)), []string{`cannot list resource "secrets"`})
+		w, err := agentCS.CoreV1().Secrets(ns).Watch(ctx, metav1.ListOptions{})
+		if err == nil {
+			w.Stop()
+		}
+		refused(t, "watch Secrets in "+ns, err, []string{`cannot watch resource "secrets"`})
 	})
 	t.Run("admission alone", func(t *testing.T) {
 		bindClusterAdmin(t)

@@ -93,7 +93,7 @@ func TestAgent(t *testing.T) {
 		}
 		wrong := sha256.Sum256([]byte("other content"))
 		op := customOp("install-bad-sha", onNode("worker-1"), v1alpha1.Command{InstallFile: &v1alpha1.InstallFileCommand{
-			URL: srv.URL + "/file", SHA256: hex.EncodeToString(wrong[:]), Path: "/opt/e2e/file",
+			URL: srv.URL + "/file", InsecureHTTP: true, SHA256: hex.EncodeToString(wrong[:]), Path: "/opt/e2e/file",
 		}})
 		framework.Create(t, l, op)
 		task := framework.WaitForTask(t, l, op.Name, func(tk *v1alpha1.NodeTask) bool { return tk.Status.Phase == v1alpha1.TaskFailed })
@@ -107,7 +107,7 @@ func TestAgent(t *testing.T) {
 
 		right := sha256.Sum256([]byte("new content"))
 		op = customOp("install-good-sha", onNode("worker-1"), v1alpha1.Command{InstallFile: &v1alpha1.InstallFileCommand{
-			URL: srv.URL + "/file", SHA256: hex.EncodeToString(right[:]), Path: "/opt/e2e/file", Mode: "0600",
+			URL: srv.URL + "/file", InsecureHTTP: true, SHA256: hex.EncodeToString(right[:]), Path: "/opt/e2e/file", Mode: "0600",
 		}})
 		framework.RunOperation(t, l, op, v1alpha1.OperationSucceeded)
 		if got, _ := os.ReadFile(target); string(got) != "new content" {

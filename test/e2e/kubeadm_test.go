@@ -140,7 +140,7 @@ func TestKubeadm(t *testing.T) {
 				ExecutionMode: mode,
 				Upgrade: &v1alpha1.UpgradeOperation{
 					KubernetesVersion:     "v1.37.2",
-					BinarySource:          &v1alpha1.BinarySource{BaseURL: source},
+					BinarySource:          &v1alpha1.BinarySource{BaseURL: source, InsecureHTTP: true}, // nodeops-local serves plain http
 					IgnorePreflightErrors: framework.LocalPreflightIgnores,
 				},
 			},

@@ -5,11 +5,14 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/pem"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -31,7 +34,7 @@ import (
 
 // The sample's placeholders, replaced by the test's own HTTP server and the files' real digests.
 const (
-	profSampleBaseURL = "http://shims.example/v0.x/"
+	profSampleBaseURL = "https://shims.example/v0.x/"
 	profShimDir       = "/usr/local/bin/"
 )
 
@@ -42,7 +45,8 @@ var profSampleShims = []struct{ name, placeholder string }{
 }
 
 // TestNodeProfile is issue 6 end to end: config/samples/wasm-shims.yaml applied with kubectl on
-// nodeops-local (real manager and agents), shims served over local HTTP.
+// nodeops-local (real manager and agents), shims served over local https whose certificate the
+// agents trust only through the profile's caBundle.
 func TestNodeProfile(t *testing.T) {
 	const sims = 200
 	l := framework.StartLocal(t, "--control-planes=1", "--workers=2", fmt.Sprintf("--sim-nodes=%d", sims))
@@ -57,7 +61,7 @@ func TestNodeProfile(t *testing.T) {
 		sum := sha256.Sum256(data)
 		shims[s.name], digests[s.name] = data, hex.EncodeToString(sum[:])
 	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		data, ok := shims[strings.TrimPrefix(r.URL.Path, "/v0.x/")]
 		if !ok {
 			http.NotFound(w, r)
@@ -71,7 +75,9 @@ func TestNodeProfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	manifest := strings.ReplaceAll(string(sample), profSampleBaseURL, srv.URL+"/v0.x/")
+	caBundle := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+	urlLine := regexp.MustCompile(`(?m)^([ \t]*)url: ` + regexp.QuoteMeta(profSampleBaseURL))
+	manifest := urlLine.ReplaceAllString(string(sample), "${1}caBundle: "+strconv.Quote(caBundle)+"\n${1}url: "+srv.URL+"/v0.x/")
 	for _, s := range profSampleShims {
 		manifest = strings.ReplaceAll(manifest, s.placeholder, digests[s.name])
 	}
@@ -144,10 +150,11 @@ spec:
   - name: bad-shim
     installFile:
       url: %s/v0.x/containerd-shim-wasmedge-v1
+      caBundle: %s
       sha256: "%s"
       path: /usr/local/bin/bad-shim
       mode: "0755"
-`, srv.URL, strings.Repeat("f", 64))
+`, srv.URL, strconv.Quote(caBundle), strings.Repeat("f", 64))
 		badFile := filepath.Join(manifests, "bad.yaml")
 		if err := os.WriteFile(badFile, []byte(bad), 0o600); err != nil {
 			t.Fatal(err)
@@ -209,7 +216,7 @@ spec:
 				AutoProvision:  true,
 				MaxUnavailable: profPtrIntOrString(limit),
 				Install: []v1alpha1.Command{{Name: "shim", InstallFile: &v1alpha1.InstallFileCommand{
-					URL: srv.URL + "/v0.x/containerd-shim-wasmedge-v1", SHA256: digests["containerd-shim-wasmedge-v1"], Path: profShimDir + "containerd-shim-wasmedge-v1", Mode: "0755",
+					URL: srv.URL + "/v0.x/containerd-shim-wasmedge-v1", CABundle: caBundle, SHA256: digests["containerd-shim-wasmedge-v1"], Path: profShimDir + "containerd-shim-wasmedge-v1", Mode: "0755",
 				}}},
 				Uninstall: []v1alpha1.Command{{Name: "shim", InstallFile: &v1alpha1.InstallFileCommand{
 					URL: srv.URL + "/v0.x/containerd-shim-wasmedge-v1", SHA256: digests["containerd-shim-wasmedge-v1"], Path: profShimDir + "containerd-shim-wasmedge-v1", Remove: true,

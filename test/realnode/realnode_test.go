@@ -94,8 +94,9 @@ func TestRealNodeRenewAndUpgrade(t *testing.T) {
 	// skipped explicitly (kubeadm says so; the kubelet runs with failCgroupV1: false), and on the
 	// CoreDNS checks, since the cluster runs without CoreDNS.
 	source := e.serveBinaries()
-	e.nodeops("plan", "upgrade", toVersion, "--binary-source", source)
-	op := e.operationSucceeded(e.runOperation("upgrade", toVersion, "--binary-source", source,
+	// The binaries are served over plain http on the node's address: allowed only when asked for.
+	e.nodeops("plan", "upgrade", toVersion, "--binary-source", source, "--insecure-http")
+	op := e.operationSucceeded(e.runOperation("upgrade", toVersion, "--binary-source", source, "--insecure-http",
 		"--ignore-preflight-errors", "SystemVerification,CoreDNSUnsupportedPlugins,CoreDNSMigration"))
 
 	step(t, "verify the upgraded node")

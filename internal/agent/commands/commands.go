@@ -16,6 +16,7 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/host"
+	"github.com/nodeops/nodeops/internal/redact"
 	"github.com/nodeops/nodeops/internal/taskpolicy"
 )
 
@@ -43,6 +44,9 @@ type Env struct {
 	// DownloadIdleTimeout fails a download whose server sends nothing for this long; zero for
 	// DefaultDownloadIdleTimeout.
 	DownloadIdleTimeout time.Duration
+	// Secrets collects the secret values a command reads, which the agent redacts from everything
+	// it records of the command; nil to keep none.
+	Secrets *redact.Secrets
 
 	// acting is the Host that really changes things, set in a DryRun for kubeadm's own dry run,
 	// which leaves files behind that must really be removed.

@@ -101,7 +101,7 @@ func TestInstallFile(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			env, root, _ := localEnv(t, map[string]string{"/opt/bin/shim": "old shim"}, tt.dryRun)
 			_, err := Run(context.Background(), env, &v1alpha1.Command{InstallFile: &v1alpha1.InstallFileCommand{
-				URL: srv.URL + "/shim", SHA256: tt.sha, Path: "/opt/bin/shim", Mode: tt.mode,
+				URL: srv.URL + "/shim", InsecureHTTP: true, SHA256: tt.sha, Path: "/opt/bin/shim", Mode: tt.mode,
 			}})
 			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
 				t.Fatalf("err = %v, want %q", err, tt.wantErr)
@@ -129,7 +129,7 @@ func TestInstallBinariesKeepsPreviousAndIsIdempotent(t *testing.T) {
 		"/v1.37.2/bin/linux/amd64/kubectl.sha256": sum("kubectl v1.37.2"),
 	})
 	env, root, _ := localEnv(t, map[string]string{"/usr/bin/kubelet": "kubelet v1.36.0", "/usr/bin/kubectl": "kubectl v1.36.0"}, false)
-	cmd := &v1alpha1.Command{InstallBinaries: &v1alpha1.InstallBinariesCommand{Components: []string{"kubelet"}, Version: "v1.37.2", Source: v1alpha1.BinarySource{BaseURL: srv.URL + "/"}}}
+	cmd := &v1alpha1.Command{InstallBinaries: &v1alpha1.InstallBinariesCommand{Components: []string{"kubelet"}, Version: "v1.37.2", Source: v1alpha1.BinarySource{BaseURL: srv.URL + "/", InsecureHTTP: true}}}
 	for range 2 {
 		if _, err := Run(context.Background(), env, cmd); err != nil {
 			t.Fatal(err)
@@ -141,7 +141,7 @@ func TestInstallBinariesKeepsPreviousAndIsIdempotent(t *testing.T) {
 	if got := hosttest.ReadFile(t, root, "/usr/bin/kubelet"+PrevSuffix); got != "kubelet v1.36.0" {
 		t.Errorf("kept kubelet = %q (a second run must not overwrite it)", got)
 	}
-	_, err := Run(context.Background(), env, &v1alpha1.Command{InstallBinaries: &v1alpha1.InstallBinariesCommand{Components: []string{"kubectl"}, Version: "v1.37.2", Source: v1alpha1.BinarySource{BaseURL: srv.URL}}})
+	_, err := Run(context.Background(), env, &v1alpha1.Command{InstallBinaries: &v1alpha1.InstallBinariesCommand{Components: []string{"kubectl"}, Version: "v1.37.2", Source: v1alpha1.BinarySource{BaseURL: srv.URL, InsecureHTTP: true}}})
 	if err == nil || !strings.Contains(err.Error(), "sha256") {
 		t.Fatalf("tampered kubectl: err = %v", err)
 	}

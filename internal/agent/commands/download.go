@@ -3,6 +3,8 @@ package commands
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -10,8 +12,11 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
+
+	"github.com/nodeops/nodeops/internal/host"
 )
 
 // maxDownload bounds one download (Kubernetes binaries are about 100 MiB).
@@ -63,7 +68,33 @@ func noDowngrade(next func(*http.Request, []*http.Request) error) func(*http.Req
 	}
 }
 
-func httpClient(env *Env) *http.Client {
+// transport is what a command's spec says about how to download: whether plain http is allowed
+// and which CAs to trust besides the client's.
+type transport struct {
+	insecureHTTP bool
+	caBundle     string
+}
+
+// checkScheme refuses every URL but https, and http unless insecureHTTP allows it: admission refuses
+// them already, and the agent does not rely on it (a task may predate the rule).
+func (t transport) checkScheme(rawURL string) error {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return fmt.Errorf("downloading %s: %w", rawURL, err)
+	}
+	switch {
+	case u.Scheme == "https":
+		return nil
+	case u.Scheme == "http" && t.insecureHTTP:
+		return nil
+	case u.Scheme == "http":
+		return fmt.Errorf("refusing to download %s over plain http: use https, or set insecureHTTP: true to allow it", u.Redacted())
+	default:
+		return fmt.Errorf("refusing to download %s: only https (or http with insecureHTTP: true) is allowed", u.Redacted())
+	}
+}
+
+func httpClient(env *Env, t transport) (*http.Client, error) {
 	var c http.Client
 	if env.HTTP != nil {
 		c = *env.HTTP
@@ -72,7 +103,33 @@ func httpClient(env *Env) *http.Client {
 	}
 	// Whichever client the agent was given, https is never carried on over http.
 	c.CheckRedirect = noDowngrade(c.CheckRedirect)
-	return &c
+	if t.caBundle == "" {
+		return &c, nil
+	}
+	rt := c.Transport
+	if rt == nil {
+		rt = http.DefaultTransport
+	}
+	base, ok := rt.(*http.Transport)
+	if !ok {
+		return nil, fmt.Errorf("caBundle: the agent's HTTP transport is a %T, which takes no CAs", rt)
+	}
+	tr := base.Clone()
+	if tr.TLSClientConfig == nil {
+		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	pool := tr.TLSClientConfig.RootCAs
+	if pool != nil {
+		pool = pool.Clone()
+	} else if pool, _ = x509.SystemCertPool(); pool == nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM([]byte(t.caBundle)) {
+		return nil, errors.New("caBundle holds no PEM certificate that parses")
+	}
+	tr.TLSClientConfig.RootCAs = pool
+	c.Transport = tr
+	return &c, nil
 }
 
 // errIdle is the cause of a download's cancellation by its idle timer.
@@ -80,14 +137,21 @@ type errIdle struct{ after time.Duration }
 
 func (e errIdle) Error() string { return fmt.Sprintf("no data for %s", e.after) }
 
-func get(ctx context.Context, env *Env, url string) (io.ReadCloser, error) {
+func get(ctx context.Context, env *Env, url string, t transport) (io.ReadCloser, error) {
+	if err := t.checkScheme(url); err != nil {
+		return nil, err
+	}
+	hc, err := httpClient(env, t)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		cancel(nil)
 		return nil, fmt.Errorf("downloading %s: %w", url, err)
 	}
-	resp, err := httpClient(env).Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		cancel(nil)
 		return nil, fmt.Errorf("downloading %s: %w", url, err)
@@ -138,8 +202,8 @@ func (b *idleBody) Close() error {
 }
 
 // fetchSHA256 reads a .sha256 file: the hex digest, optionally followed by a file name.
-func fetchSHA256(ctx context.Context, env *Env, url string) (string, error) {
-	body, err := get(ctx, env, url)
+func fetchSHA256(ctx context.Context, env *Env, url string, t transport) (string, error) {
+	body, err := get(ctx, env, url, t)
 	if err != nil {
 		return "", err
 	}
@@ -158,26 +222,36 @@ func fetchSHA256(ctx context.Context, env *Env, url string) (string, error) {
 // installVerified downloads url and, only when its sha256 is want, moves it into place at host path p
 // atomically. On a mismatch the temporary file is dropped and p is left as it was. In DryRun the
 // download is verified all the same and the host's files keep none of it.
-func installVerified(ctx context.Context, env *Env, url, want, p string, mode fs.FileMode) error {
-	body, err := get(ctx, env, url)
+func installVerified(ctx context.Context, env *Env, url, want, p string, mode fs.FileMode, t transport) error {
+	tmp, err := downloadVerified(ctx, env, url, want, p, t)
 	if err != nil {
 		return err
+	}
+	return tmp.Commit(mode)
+}
+
+// downloadVerified downloads url into a temporary file beside host path p and returns it only when
+// its sha256 is want; the caller commits or discards it.
+func downloadVerified(ctx context.Context, env *Env, url, want, p string, t transport) (host.TempFile, error) {
+	body, err := get(ctx, env, url, t)
+	if err != nil {
+		return nil, err
 	}
 	defer func() { _ = body.Close() }()
 	h := sha256.New()
 	tmp, err := env.Host.Files.CreateTemp(p)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(body, maxDownload)); err != nil {
 		_ = tmp.Discard()
-		return fmt.Errorf("downloading %s: %w", url, err)
+		return nil, fmt.Errorf("downloading %s: %w", url, err)
 	}
 	if err := checkSum(url, p, want, h.Sum(nil)); err != nil {
 		_ = tmp.Discard()
-		return err
+		return nil, err
 	}
-	return tmp.Commit(mode)
+	return tmp, nil
 }
 
 func checkSum(url, p, want string, got []byte) error {

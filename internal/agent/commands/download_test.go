@@ -32,7 +32,7 @@ func TestSafetyRule12_StalledDownloadFails(t *testing.T) {
 	// The test's own deadline: without the idle timeout the download would wait for it.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	_, err := Run(ctx, env, &v1alpha1.Command{InstallFile: &v1alpha1.InstallFileCommand{URL: srv.URL + "/shim", SHA256: sum("x"), Path: "/opt/bin/shim"}})
+	_, err := Run(ctx, env, &v1alpha1.Command{InstallFile: &v1alpha1.InstallFileCommand{URL: srv.URL + "/shim", InsecureHTTP: true, SHA256: sum("x"), Path: "/opt/bin/shim"}})
 	if err == nil || !strings.Contains(err.Error(), "no data for 200ms") {
 		t.Fatalf("err = %v, want it to say no data for 200ms", err)
 	}

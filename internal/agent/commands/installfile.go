@@ -48,7 +48,7 @@ func runInstallFile(ctx context.Context, env *Env, f *v1alpha1.InstallFileComman
 		}
 		return Result{Message: fmt.Sprintf("%s already has sha256 %s", f.Path, f.SHA256)}, nil
 	}
-	if err := installVerified(ctx, env, f.URL, f.SHA256, f.Path, mode); err != nil {
+	if err := installVerified(ctx, env, f.URL, f.SHA256, f.Path, mode, transport{insecureHTTP: f.InsecureHTTP, caBundle: f.CABundle}); err != nil {
 		return Result{}, err
 	}
 	env.printf("installed %s at %s mode %04o\n", f.URL, f.Path, mode)

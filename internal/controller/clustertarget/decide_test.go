@@ -16,7 +16,7 @@ var now = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 func target(version string, mutate ...func(*v1alpha1.ClusterTarget)) *v1alpha1.ClusterTarget {
 	ct := &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: "cluster", UID: "u", Generation: 1},
 		Spec: v1alpha1.ClusterTargetSpec{KubernetesVersion: version,
-			Upgrade: v1alpha1.ClusterUpgrade{BinarySource: &v1alpha1.BinarySource{BaseURL: "http://example"}}}}
+			Upgrade: v1alpha1.ClusterUpgrade{BinarySource: &v1alpha1.BinarySource{BaseURL: "https://example"}}}}
 	for _, m := range mutate {
 		m(ct)
 	}

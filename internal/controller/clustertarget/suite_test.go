@@ -154,7 +154,7 @@ func (f *fixture) reset(version string) {
 	f.empty(version)
 	f.must(f.c.Create(f.ctx, &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: "cluster"}, Spec: v1alpha1.ClusterTargetSpec{
 		KubernetesVersion: version,
-		Upgrade:           v1alpha1.ClusterUpgrade{BinarySource: &v1alpha1.BinarySource{BaseURL: "http://binaries.example"}},
+		Upgrade:           v1alpha1.ClusterUpgrade{BinarySource: &v1alpha1.BinarySource{BaseURL: "https://binaries.example"}},
 	}}))
 }
 

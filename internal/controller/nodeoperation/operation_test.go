@@ -387,7 +387,7 @@ func TestUpgradeVersionPolicy(t *testing.T) {
 		op := &v1alpha1.NodeOperation{
 			ObjectMeta: metav1.ObjectMeta{Name: f.id + "-" + name},
 			Spec: v1alpha1.NodeOperationSpec{NodeSelector: f.selector(nil), Upgrade: &v1alpha1.UpgradeOperation{
-				KubernetesVersion: "v1.37.2", BinarySource: &v1alpha1.BinarySource{BaseURL: "http://binaries.local"}}},
+				KubernetesVersion: "v1.37.2", BinarySource: &v1alpha1.BinarySource{BaseURL: "https://binaries.local"}}},
 		}
 		if err := f.c.Create(f.ctx, op); err != nil {
 			t.Fatalf("create upgrade: %v", err)

@@ -20,7 +20,7 @@ func TestInvalidSpecsRejected(t *testing.T) {
 	custom := func(groups ...v1alpha1.Group) v1alpha1.NodeOperationSpec {
 		return v1alpha1.NodeOperationSpec{Custom: &v1alpha1.CustomOperation{Groups: groups}}
 	}
-	source := &v1alpha1.BinarySource{BaseURL: "http://b.local"}
+	source := &v1alpha1.BinarySource{BaseURL: "https://b.local"}
 	many := make([]v1alpha1.Group, 17)
 	for i := range many {
 		many[i] = v1alpha1.Group{Name: fmt.Sprint("g", i), Commands: wait}
@@ -64,8 +64,8 @@ func TestInvalidSpecsRejected(t *testing.T) {
 			return s
 		}(), "spec.ttlSecondsAfterFinished", ""},
 		{"empty script", custom(v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{{Script: &v1alpha1.ScriptCommand{}}}}), "spec.custom.groups[0].commands[0].script.inline", ""},
-		{"bad sha256", custom(v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{{InstallFile: &v1alpha1.InstallFileCommand{URL: "http://x/f", SHA256: "abc", Path: "/usr/bin/f"}}}}), "spec.custom.groups[0].commands[0].installFile.sha256", ""},
-		{"relative path", custom(v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{{InstallFile: &v1alpha1.InstallFileCommand{URL: "http://x/f", SHA256: strings.Repeat("a", 64), Path: "usr/bin/f"}}}}), "spec.custom.groups[0].commands[0].installFile.path", ""},
+		{"bad sha256", custom(v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{{InstallFile: &v1alpha1.InstallFileCommand{URL: "https://x/f", SHA256: "abc", Path: "/usr/bin/f"}}}}), "spec.custom.groups[0].commands[0].installFile.sha256", ""},
+		{"relative path", custom(v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{{InstallFile: &v1alpha1.InstallFileCommand{URL: "https://x/f", SHA256: strings.Repeat("a", 64), Path: "usr/bin/f"}}}}), "spec.custom.groups[0].commands[0].installFile.path", ""},
 		{"bad service name", custom(v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{{RestartService: &v1alpha1.RestartServiceCommand{Name: "kubelet; reboot"}}}}), "spec.custom.groups[0].commands[0].restartService.name", ""},
 		{"too many retries", custom(v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{{Retries: 11, Wait: &v1alpha1.WaitCommand{}}}}), "spec.custom.groups[0].commands[0].retries", ""},
 		{"unknown binary", custom(v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{{InstallBinaries: &v1alpha1.InstallBinariesCommand{Components: []string{"etcd"}, Version: "v1.37.2", Source: *source}}}}), "spec.custom.groups[0].commands[0].installBinaries.components[0]", "Unsupported value"},

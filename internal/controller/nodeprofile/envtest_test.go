@@ -170,7 +170,7 @@ func makeProfile(t *testing.T, ctx context.Context, name, testLabel string, muta
 			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"test": testLabel}},
 			Trigger:      &v1alpha1.ProfileTrigger{Annotation: "kwasm.sh/kwasm-node=true"},
 			Install: []v1alpha1.Command{
-				{Name: "shim", InstallFile: &v1alpha1.InstallFileCommand{URL: "http://shims.example/shim", SHA256: strings.Repeat("a", 64), Path: "/usr/local/bin/shim", Mode: "0755"}},
+				{Name: "shim", InstallFile: &v1alpha1.InstallFileCommand{URL: "https://shims.example/shim", SHA256: strings.Repeat("a", 64), Path: "/usr/local/bin/shim", Mode: "0755"}},
 				{Name: "handler", ContainerdRuntime: &v1alpha1.ContainerdRuntimeCommand{Name: "wasmedge", RuntimeType: "io.containerd.wasmedge.v1"}},
 			},
 			Uninstall: []v1alpha1.Command{

@@ -65,7 +65,7 @@ func TestMembershipInvalid(t *testing.T) {
 func TestSpecHash(t *testing.T) {
 	base := v1alpha1.NodeProfileSpec{
 		Trigger:        &v1alpha1.ProfileTrigger{Annotation: "kwasm.sh/kwasm-node=true"},
-		Install:        []v1alpha1.Command{{InstallFile: &v1alpha1.InstallFileCommand{URL: "http://x/a", SHA256: "aa", Path: "/usr/local/bin/a"}}},
+		Install:        []v1alpha1.Command{{InstallFile: &v1alpha1.InstallFileCommand{URL: "https://x/a", SHA256: "aa", Path: "/usr/local/bin/a"}}},
 		Uninstall:      []v1alpha1.Command{{InstallFile: &v1alpha1.InstallFileCommand{Path: "/usr/local/bin/a", Remove: true}}},
 		RuntimeClasses: []v1alpha1.RuntimeClassSpec{{Name: "wasmedge", Handler: "wasmedge"}},
 	}

@@ -16,7 +16,7 @@ func testProfile() *v1alpha1.NodeProfile {
 		ObjectMeta: metav1.ObjectMeta{Name: "wasm", UID: "uid-1"},
 		Spec: v1alpha1.NodeProfileSpec{
 			AutoProvision: true,
-			Install:       []v1alpha1.Command{{Name: "shim", InstallFile: &v1alpha1.InstallFileCommand{URL: "http://x/a", SHA256: strings.Repeat("a", 64), Path: "/a"}}},
+			Install:       []v1alpha1.Command{{Name: "shim", InstallFile: &v1alpha1.InstallFileCommand{URL: "https://x/a", SHA256: strings.Repeat("a", 64), Path: "/a"}}},
 			Uninstall:     []v1alpha1.Command{{Name: "rm-shim", InstallFile: &v1alpha1.InstallFileCommand{Path: "/a", Remove: true}}},
 		},
 	}
