@@ -124,7 +124,7 @@ func TestAgentRecordsItsControlPlanesCertificates(t *testing.T) {
 	testutil.Eventually(t, 30*time.Second, "the agent recorded the certificates' expiry on its node", func() error {
 		v, _ := nodeAnnotation(t, "certs-cp-2")
 		if _, err := v1alpha1.DecodeCertificates(v); err != nil {
-			return fmt.Errorf("annotation %q: %v", v, err)
+			return fmt.Errorf("annotation %q: %w", v, err)
 		}
 		return nil
 	})
