@@ -12,8 +12,13 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -33,6 +38,9 @@ import (
 	"github.com/nodeops/nodeops/internal/nodelock"
 )
 
+// leaderElectionID names the Lease the managers elect their leader with.
+const leaderElectionID = "nodeops-manager.nodeops.io"
+
 type options struct {
 	kubeconfig       string
 	agentMode        string
@@ -46,6 +54,11 @@ type options struct {
 	pprofAddr        string
 	leaderElect      bool
 	leaderElectionNS string
+	// leaderElectionIdentity replaces the host name in the Lease holder's identity NAME_UUID.
+	leaderElectionIdentity string
+	leaseDuration          time.Duration
+	renewDeadline          time.Duration
+	retryPeriod            time.Duration
 }
 
 func main() {
@@ -73,6 +86,11 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "0", "address of the Go profiler's /debug/pprof endpoints (benchmarks); 0 disables")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader so that only one manager acts")
 	fs.StringVar(&o.leaderElectionNS, "leader-election-namespace", "nodeops-system", "namespace of the leader election Lease")
+	fs.StringVar(&o.leaderElectionIdentity, "leader-election-identity", "", "name at the start of this manager's Lease holder identity NAME_UUID (a new UUID each start, so a restarted manager waits for the Lease like any other); the host name (a pod's name) when empty")
+	// controller-runtime's defaults; nodeops-local shortens them so a failover test is quick.
+	fs.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a standby waits, after the leader's last renewal, before taking the Lease")
+	fs.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader retries renewing before it gives up leadership and exits")
+	fs.DurationVar(&o.retryPeriod, "leader-elect-retry-period", 2*time.Second, "how often each manager tries to acquire or renew the Lease")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -81,6 +99,10 @@ func run(ctx context.Context, args []string) error {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	if o.agentMode != "DaemonSet" && o.agentMode != "Job" {
 		return fmt.Errorf("--agent-mode must be DaemonSet or Job, not %q", o.agentMode)
+	}
+	if !(o.retryPeriod > 0 && o.retryPeriod < o.renewDeadline && o.renewDeadline < o.leaseDuration) {
+		return fmt.Errorf("need 0 < --leader-elect-retry-period (%s) < --leader-elect-renew-deadline (%s) < --leader-elect-lease-duration (%s)",
+			o.retryPeriod, o.renewDeadline, o.leaseDuration)
 	}
 
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
@@ -99,6 +121,12 @@ func run(ctx context.Context, args []string) error {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return fmt.Errorf("build scheme: %w", err)
 	}
+	var lock resourcelock.Interface
+	if o.leaderElect && o.leaderElectionIdentity != "" {
+		if lock, err = leaseLock(cfg, o); err != nil {
+			return err
+		}
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme,
 		// Authenticated and authorized through the API server (TokenReview, SubjectAccessReview):
@@ -112,9 +140,14 @@ func run(ctx context.Context, args []string) error {
 		HealthProbeBindAddress:        o.probeAddr,
 		PprofBindAddress:              o.pprofAddr,
 		LeaderElection:                o.leaderElect,
-		LeaderElectionID:              "nodeops-manager.nodeops.io",
+		LeaderElectionID:              leaderElectionID,
 		LeaderElectionNamespace:       o.leaderElectionNS,
 		LeaderElectionReleaseOnCancel: true,
+		// Set only with --leader-election-identity; controller-runtime builds the same Lease lock otherwise.
+		LeaderElectionResourceLockInterface: lock,
+		LeaseDuration:                       &o.leaseDuration,
+		RenewDeadline:                       &o.renewDeadline,
+		RetryPeriod:                         &o.retryPeriod,
 		Cache: cache.Options{
 			// Memory: thousands of nodes and tasks are cached; nothing reads managedFields or node images.
 			DefaultTransform: cache.TransformStripManagedFields(),
@@ -168,6 +201,31 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 		}
 	}
 	return nil
+}
+
+// leaseLock is the Lease lock controller-runtime's leaderelection.NewResourceLock builds, with
+// --leader-election-identity in place of the host name: two managers on one host (nodeops-local)
+// are told apart by name in the Lease's holderIdentity.
+func leaseLock(cfg *rest.Config, o options) (resourcelock.Interface, error) {
+	cfg = rest.AddUserAgent(rest.CopyConfig(cfg), "leader-election")
+	// As controller-runtime: one hung request must not outlast the renew deadline.
+	cfg.Timeout = max(o.renewDeadline/2, time.Second)
+	core, err := corev1client.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("leader election client: %w", err)
+	}
+	coord, err := coordinationv1client.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("leader election client: %w", err)
+	}
+	id := o.leaderElectionIdentity + "_" + string(uuid.NewUUID())
+	// No EventRecorder: the Lease's holderIdentity and the log say who leads.
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, o.leaderElectionNS, leaderElectionID, core, coord,
+		resourcelock.ResourceLockConfig{Identity: id})
+	if err != nil {
+		return nil, fmt.Errorf("leader election lock: %w", err)
+	}
+	return lock, nil
 }
 
 func stripNode(obj any) (any, error) {

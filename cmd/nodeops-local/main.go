@@ -2,7 +2,7 @@
 // a real control plane, kwok for the kubelets, local nodes with host-root directories, and the
 // nodeops manager and agents, all as child processes.
 //
-//	nodeops-local up --dir DIR [--control-planes N] [--workers M] [--sim-nodes K] [--no-manager] [--no-agents]
+//	nodeops-local up --dir DIR [--control-planes N] [--workers M] [--sim-nodes K] [--no-manager] [--managers N] [--no-agents]
 //	nodeops-local down --dir DIR
 package main
 
@@ -27,7 +27,7 @@ func main() {
 }
 
 const usage = `usage:
-  nodeops-local up --dir DIR [--control-planes N] [--workers M] [--sim-nodes K] [--no-manager] [--no-agents]
+  nodeops-local up --dir DIR [--control-planes N] [--workers M] [--sim-nodes K] [--no-manager] [--managers N] [--no-agents]
   nodeops-local down --dir DIR
 `
 
@@ -82,6 +82,7 @@ func upOptions(args []string, stderr io.Writer) (localcluster.Options, error) {
 	fs.IntVar(&o.SimNodes, "sim-nodes", 0, "number of simulated nodes sim-1..sim-K (no host roots; for scale)")
 	fs.BoolVar(&o.NoManager, "no-manager", false, "do not start bin/manager")
 	fs.BoolVar(&o.NoAgents, "no-agents", false, "do not start bin/agent processes")
+	fs.IntVar(&o.Managers, "managers", 1, "number of bin/manager processes: 1 runs without leader election; more run as manager-1..manager-N electing a leader with a Lease in nodeops-system")
 	fs.StringVar(&o.KubernetesVersion, "kubernetes-version", localcluster.DefaultKubernetesVersion, "version kubeadm-config, node roots and kubelets report")
 	fs.StringVar(&o.BinDir, "bin", "", "directory of the binaries (default $NODEOPS_BIN, else bin/ of the repository)")
 	fs.DurationVar(&o.ReadyTimeout, "timeout", 10*time.Minute, "how long start-up may take")

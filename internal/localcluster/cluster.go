@@ -18,6 +18,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -186,6 +187,13 @@ func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, l
 	if err := installCRDs(ctx, c); err != nil {
 		return nil, clusterLayout{}, err
 	}
+	if !o.NoManager && o.Managers > 1 {
+		// The managers' Lease lives there, as in a real install (charts/nodeops, config/default).
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ManagerLeaseNamespace}}
+		if err := createAll(ctx, c, []client.Object{ns}); err != nil {
+			return nil, clusterLayout{}, err
+		}
+	}
 	logf("starting kube-controller-manager, kube-scheduler and kwok")
 	for _, p := range []struct {
 		name string
@@ -231,8 +239,11 @@ func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, l
 
 func startNodeops(o Options, l clusterLayout, sup *supervisor, specs []NodeSpec) error {
 	if !o.NoManager {
-		if err := sup.start("manager", filepath.Join(o.BinDir, "manager"), l.managerArgs()...); err != nil {
-			return err
+		names := ManagerNames(o.Managers)
+		for _, name := range names {
+			if err := sup.start(name, filepath.Join(o.BinDir, "manager"), l.managerArgs(name, len(names) > 1)...); err != nil {
+				return err
+			}
 		}
 	}
 	if o.NoAgents {

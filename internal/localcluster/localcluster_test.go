@@ -227,6 +227,8 @@ func TestOptionsValidate(t *testing.T) {
 		{"too many workers", func(o *Options) { o.Workers = 101 }, false},
 		{"many sim nodes", func(o *Options) { o.SimNodes = 5000 }, true},
 		{"bad version", func(o *Options) { o.KubernetesVersion = "1.36" }, false},
+		{"two managers", func(o *Options) { o.Managers = 2 }, true},
+		{"negative managers", func(o *Options) { o.Managers = -1 }, false},
 	}
 	for _, tt := range tests {
 		o := ok

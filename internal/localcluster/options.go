@@ -27,6 +27,9 @@ type Options struct {
 	ControlPlanes, Workers, SimNodes int
 	// NoManager and NoAgents skip starting bin/manager and bin/agent.
 	NoManager, NoAgents bool
+	// Managers is how many manager processes run: one (or zero, the same) runs without leader
+	// election as "manager"; more run as manager-1..manager-N electing a leader (see ManagerLease).
+	Managers int
 	// KubernetesVersion is the cluster's version as kubeadm sees it (kubeadm-config, node roots, kubelet versions).
 	KubernetesVersion string
 	// ReadyTimeout bounds the start-up, from the first process to every node Ready.
@@ -44,6 +47,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("at most 100 control planes and 100 workers (they have host roots); use --sim-nodes for scale")
 	case o.Workers < 0 || o.SimNodes < 0:
 		return errors.New("--workers and --sim-nodes must not be negative")
+	case o.Managers < 0 || o.Managers > 10:
+		return fmt.Errorf("--managers must be between 1 and 10, not %d", o.Managers)
 	case !strings.HasPrefix(o.KubernetesVersion, "v"):
 		return fmt.Errorf("--kubernetes-version %q must look like v1.36.4", o.KubernetesVersion)
 	}

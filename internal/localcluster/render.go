@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"text/template"
+	"time"
 )
 
 // Network ranges of the local cluster, the same as a default kubeadm cluster's.
@@ -279,15 +280,49 @@ func (l clusterLayout) kwokArgs(stages []string) []string {
 	return args
 }
 
-func (l clusterLayout) managerArgs() []string {
-	return []string{
+// Leader election of nodeops-local's managers when it runs more than one (Options.Managers): the
+// Lease, and timings shorter than the manager's defaults (15s/10s/2s) so that a failover is quick.
+const (
+	ManagerLeaseNamespace = "nodeops-system"
+	ManagerLeaseName      = "nodeops-manager.nodeops.io" // cmd/manager's leaderElectionID
+	ManagerLeaseDuration  = 6 * time.Second
+	managerRenewDeadline  = 4 * time.Second
+	managerRetryPeriod    = 1 * time.Second
+)
+
+// managerArgs are the flags of manager process name; elect turns leader election on, with name
+// starting the holder identity in the Lease (name_UUID), so a test can tell which process leads.
+func (l clusterLayout) managerArgs(name string, elect bool) []string {
+	args := []string{
 		"--kubeconfig=" + l.kubeconfig(),
 		"--kube-api-qps=800",
 		"--kube-api-burst=1600",
 		"--metrics-bind-address=0",
 		"--health-probe-bind-address=0",
-		"--leader-elect=false",
 	}
+	if !elect {
+		return append(args, "--leader-elect=false")
+	}
+	return append(args,
+		"--leader-elect=true",
+		"--leader-election-namespace="+ManagerLeaseNamespace,
+		"--leader-election-identity="+name,
+		"--leader-elect-lease-duration="+ManagerLeaseDuration.String(),
+		"--leader-elect-renew-deadline="+managerRenewDeadline.String(),
+		"--leader-elect-retry-period="+managerRetryPeriod.String(),
+	)
+}
+
+// ManagerNames are the process names of the managers nodeops-local starts for Options.Managers = n.
+func ManagerNames(n int) []string {
+	if n <= 1 {
+		return []string{"manager"}
+	}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = "manager-" + strconv.Itoa(i+1)
+	}
+	return names
 }
 
 func (l clusterLayout) agentArgs(node string) []string {

@@ -19,7 +19,8 @@
 //	l.Kubectl(args...) (string, error) bin/kubectl --kubeconfig DIR/kubeconfig ARGS; stdout, stderr in the error
 //	l.MustKubectl(t, args...) string   the same, failing the test on error
 //	l.Processes() (map[string]int, error)  name -> PID of the children: etcd, kube-apiserver,
-//	                                   kube-controller-manager, kube-scheduler, kwok, manager, agent-<node>, agent-sim
+//	                                   kube-controller-manager, kube-scheduler, kwok, manager (manager-1..manager-N
+//	                                   with --managers=N), agent-<node>, agent-sim
 //	l.Stop() error                     SIGTERM, wait (idempotent; the cleanup calls it)
 //	l.Exited() <-chan struct{}         closed once nodeops-local exited (after `nodeops-local down`, say)
 //	l.PID()                            nodeops-local's own PID
@@ -39,7 +40,8 @@
 //	                                          fails at once on another final phase, naming failed commands
 //	AbortOperation(t, l, name)                spec.abort, then wait for Aborted
 //	OperationTasks(t, l, op), GetTask(t, l, name), WaitForTask(t, l, op, cond)
-//	KillAgent(t, l, node), WaitForFile(t, path, content)
+//	KillAgent(t, l, node), KillProcess(t, l, name) pid, WaitForFile(t, path, content)
+//	ManagerLeader(ctx, l) (identity, process, err)  the holder of the managers' Lease (--managers=N)
 //	WatchTasks(t, l, selector) *TaskWatch     every task event from now on; .Events(t), .Stop(t)
 //	MaxHeld(events, among), NodesOf(events)   nodes holding unfinished tasks at once; nodes seen
 //	ReadFile, FileSHA256, SHA256, ServiceLog, Restarts, HTTPGet, HTTPGetText,

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -177,15 +176,5 @@ func WaitForFile(t testing.TB, path, want string) {
 // restarts a crashed pod.
 func KillAgent(t testing.TB, l *Local, node string) {
 	t.Helper()
-	procs, err := l.Processes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, ok := procs["agent-"+node]
-	if !ok {
-		t.Fatalf("no agent-%s among %v", node, procs)
-	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatalf("killing agent-%s (pid %d): %v", node, pid, err)
-	}
+	KillProcess(t, l, "agent-"+node)
 }
