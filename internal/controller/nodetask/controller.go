@@ -125,7 +125,12 @@ func SetupWithOptions(mgr ctrl.Manager, o Options) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nodetask").
 		For(&v1alpha1.NodeTask{}, builder.WithPredicates(predicate.Funcs{
-			CreateFunc:  func(e event.CreateEvent) bool { return watched(e.Object) },
+			// Every unfinished task once when it first appears (the manager's start-up list too), so that
+			// one whose node was deleted while no manager watched is marked.
+			CreateFunc: func(e event.CreateEvent) bool {
+				t, ok := e.Object.(*v1alpha1.NodeTask)
+				return ok && (watched(t) || t.Status.Phase.Unfinished())
+			},
 			DeleteFunc:  func(e event.DeleteEvent) bool { return watched(e.Object) },
 			GenericFunc: func(e event.GenericEvent) bool { return watched(e.Object) },
 			// A task that stops being held comes here once more, so that what was seen of it is forgotten.
@@ -281,7 +286,7 @@ func (r *Reconciler) liveness(ctx context.Context, task *v1alpha1.NodeTask) (ctr
 		}
 	} else {
 		if !held(task) {
-			return ctrl.Result{}, nil
+			return r.unheldOnDeletedNode(ctx, task, orig)
 		}
 		gone, err := r.nodeGone(ctx, task.Spec.NodeName)
 		if err != nil {
@@ -315,6 +320,35 @@ func (r *Reconciler) liveness(ctx context.Context, task *v1alpha1.NodeTask) (ctr
 		return ctrl.Result{}, fmt.Errorf("write the AgentLost condition of NodeTask %s: %w", task.Name, err)
 	}
 	return res, nil
+}
+
+// unheldOnDeletedNode marks NodeDeleted a task that no agent holds, whose node is gone: one that
+// never started (its operation would wait for it forever) or that failed (no agent is left to
+// record a person's skip). The mark makes it Failed, so the operation goes Blocked, and lets the
+// manager record a skip (safety rule 9).
+func (r *Reconciler) unheldOnDeletedNode(ctx context.Context, task, orig *v1alpha1.NodeTask) (ctrl.Result, error) {
+	var when string
+	switch task.EffectivePhase() {
+	case v1alpha1.TaskPending:
+		when = "before the task started"
+	case v1alpha1.TaskFailed:
+		when = "after the task failed"
+	default:
+		return ctrl.Result{}, nil
+	}
+	gone, err := r.nodeGone(ctx, task.Spec.NodeName)
+	if err != nil || !gone {
+		return ctrl.Result{}, err
+	}
+	r.mark(task, v1alpha1.ReasonNodeDeleted, fmt.Sprintf("node %s was deleted %s", task.Spec.NodeName, when))
+	err = r.Client.Status().Patch(ctx, task, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsConflict(err) {
+		return ctrl.Result{}, errStale
+	}
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("write the AgentLost condition of NodeTask %s: %w", task.Name, err)
+	}
+	return ctrl.Result{}, nil
 }
 
 func (r *Reconciler) mark(task *v1alpha1.NodeTask, reason, msg string) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -77,6 +78,10 @@ func get(t *testing.T, name string) *v1alpha1.NodeTask {
 // and never writes status.
 func TestClearsRecoveryModeOnlyOnceActedOn(t *testing.T) {
 	ctx := context.Background()
+	// The node exists: the task's failure is its agent's to recover (safety rule 9 marks tasks of deleted nodes).
+	if err := cl.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}); err != nil {
+		t.Fatal(err)
+	}
 	task := &v1alpha1.NodeTask{
 		ObjectMeta: metav1.ObjectMeta{Name: "clear-1", Labels: map[string]string{v1alpha1.LabelNode: "n1"}},
 		Spec:       v1alpha1.NodeTaskSpec{NodeName: "n1", Commands: []v1alpha1.Command{{Wait: &v1alpha1.WaitCommand{}}}},

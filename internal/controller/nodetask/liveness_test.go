@@ -148,3 +148,58 @@ func TestSafetyRule9_OldHeartbeatAfterAnOutageGetsTheFullGrace(t *testing.T) {
 		return nil
 	})
 }
+
+// Safety rule 9 for tasks no agent holds: a task that never started, and one that failed, whose
+// node is deleted are marked NodeDeleted (so the operation goes Blocked instead of waiting for
+// ever), and a person's skip of the failed one is recorded by the manager, as no agent is left.
+func TestSafetyRule9_DeletedNodeMarksUnstartedAndFailedTasks(t *testing.T) {
+	ctx := context.Background()
+	for _, name := range []string{"gone-pending", "gone-failed"} {
+		if err := cl.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.Create(ctx, &v1alpha1.NodeTask{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelNode: name}},
+			Spec:       v1alpha1.NodeTaskSpec{NodeName: name, Commands: []v1alpha1.Command{{Wait: &v1alpha1.WaitCommand{}}}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	agent := testutil.FakeAgent{Client: cl}
+	if err := agent.Begin(ctx, "gone-failed", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.End(ctx, "gone-failed", 0, false, "boom"); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"gone-pending", "gone-failed"} {
+		if err := cl.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, when := range map[string]string{"gone-pending": "before the task started", "gone-failed": "after the task failed"} {
+		testutil.Eventually(t, 30*time.Second, name+" marked NodeDeleted", func() error {
+			tk := get(t, name)
+			if c := tk.Lost(); c == nil || c.Reason != v1alpha1.ReasonNodeDeleted || !strings.Contains(c.Message, when) {
+				return fmt.Errorf("conditions %+v", tk.Status.Conditions)
+			}
+			if tk.EffectivePhase() != v1alpha1.TaskFailed {
+				return fmt.Errorf("effective phase %s", tk.EffectivePhase())
+			}
+			return nil
+		})
+	}
+	task := get(t, "gone-failed")
+	base := task.DeepCopy()
+	task.Spec.RecoveryMode = v1alpha1.RecoverySkip
+	if err := cl.Patch(ctx, task, client.MergeFrom(base)); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, "the skip on a deleted node recorded by the manager", func() error {
+		tk := get(t, "gone-failed")
+		if c := tk.Lost(); c == nil || c.Reason != v1alpha1.ReasonLostSkipped || tk.EffectivePhase() != v1alpha1.TaskSucceeded {
+			return fmt.Errorf("conditions %+v, effective phase %s", tk.Status.Conditions, tk.EffectivePhase())
+		}
+		return nil
+	})
+}
