@@ -381,13 +381,25 @@ type PreflightCheck struct {
 // InstallFileCommand downloads a file, verifies its sha256 and moves it into place atomically.
 // +kubebuilder:validation:XValidation:rule="!has(self.mode) || (has(self.allowUnsafeMode) && self.allowUnsafeMode) || !self.mode.matches('[1-7][0-7]{3}$')",message="mode sets the setuid, setgid or sticky bit: set allowUnsafeMode: true to allow it",fieldPath=".mode"
 // +kubebuilder:validation:XValidation:rule="!has(self.mode) || (has(self.allowUnsafeMode) && self.allowUnsafeMode) || !self.mode.matches('[2367]$')",message="mode makes the file world-writable: set allowUnsafeMode: true to allow it",fieldPath=".mode"
-// +kubebuilder:validation:XValidation:rule="(has(self.remove) && self.remove) || self.url.startsWith('https://') || (has(self.insecureHTTP) && self.insecureHTTP)",message="url is plain http: use https, or set insecureHTTP: true to allow it",fieldPath=".url"
+// +kubebuilder:validation:XValidation:rule="(has(self.remove) && self.remove) || !has(self.url) || self.url.startsWith('https://') || (has(self.insecureHTTP) && self.insecureHTTP)",message="url is plain http: use https, or set insecureHTTP: true to allow it",fieldPath=".url"
+// +kubebuilder:validation:XValidation:rule="(has(self.remove) && self.remove) || !has(self.platforms) || self.platforms.all(p, p.url.startsWith('https://')) || (has(self.insecureHTTP) && self.insecureHTTP)",message="a platform's url is plain http: use https, or set insecureHTTP: true to allow it",fieldPath=".platforms"
+// +kubebuilder:validation:XValidation:rule="(has(self.remove) && self.remove) || has(self.url) != has(self.platforms)",message="set either url and sha256 (one artifact for every node) or platforms (one per os and arch), not both or neither"
+// +kubebuilder:validation:XValidation:rule="has(self.url) == has(self.sha256)",message="url and sha256 go together: the file is verified against sha256",fieldPath=".sha256"
 type InstallFileCommand struct {
-	// URL is an https URL (http only with insecureHTTP).
+	// URL is an https URL (http only with insecureHTTP) of the one artifact every node gets;
+	// platforms instead gives one per node platform.
+	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:Pattern=`^https?://`
-	URL string `json:"url"`
+	URL string `json:"url,omitempty"`
+	// Platforms are per-platform artifacts (as krew and runtime-class-manager list them): the agent
+	// takes the one matching its Node's kubernetes.io/os and kubernetes.io/arch labels, and a node
+	// with no match fails before anything is downloaded.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.all(p, self.exists_one(q, q.arch == p.arch && (has(q.os) ? q.os : 'linux') == (has(p.os) ? p.os : 'linux')))",message="each os and arch may appear once"
+	Platforms []InstallFilePlatform `json:"platforms,omitempty"`
 	// InsecureHTTP must be true for url to be plain http (sha256 still protects the file's content).
 	// +optional
 	InsecureHTTP bool `json:"insecureHTTP,omitempty"`
@@ -396,8 +408,10 @@ type InstallFileCommand struct {
 	// +kubebuilder:validation:MaxLength=32768
 	// +kubebuilder:validation:Pattern=`^\s*-----BEGIN CERTIFICATE-----`
 	CABundle string `json:"caBundle,omitempty"`
+	// SHA256 of the file at url.
+	// +optional
 	// +kubebuilder:validation:Pattern=`^[a-f0-9]{64}$`
-	SHA256 string `json:"sha256"`
+	SHA256 string `json:"sha256,omitempty"`
 	// Path on the host, absolute.
 	// +kubebuilder:validation:MaxLength=1024
 	// +kubebuilder:validation:Pattern=`^/`
@@ -416,6 +430,33 @@ type InstallFileCommand struct {
 	Remove bool `json:"remove,omitempty"`
 }
 
+// InstallFilePlatform is one platform's artifact of an installFile.
+type InstallFilePlatform struct {
+	// OS is a node's kubernetes.io/os; linux when empty.
+	// +optional
+	// +kubebuilder:validation:Enum=linux
+	OS string `json:"os,omitempty"`
+	// Arch is a node's kubernetes.io/arch.
+	// +kubebuilder:validation:Enum=amd64;arm64;arm;ppc64le;s390x;riscv64
+	Arch string `json:"arch"`
+	// URL is an https URL (http only with the command's insecureHTTP).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^https?://`
+	URL string `json:"url"`
+	// +kubebuilder:validation:Pattern=`^[a-f0-9]{64}$`
+	SHA256 string `json:"sha256"`
+}
+
+// Platform is "os/arch", linux when os is empty.
+func (p InstallFilePlatform) Platform() string {
+	os := p.OS
+	if os == "" {
+		os = "linux"
+	}
+	return os + "/" + p.Arch
+}
+
 func (*InstallFileCommand) KindName() string { return "installFile" }
 
 func (*InstallFileCommand) IsIdempotent() bool { return true }
@@ -423,6 +464,13 @@ func (*InstallFileCommand) IsIdempotent() bool { return true }
 func (c *InstallFileCommand) Description() string {
 	if c.Remove {
 		return "remove " + c.Path
+	}
+	if len(c.Platforms) > 0 {
+		var ps []string
+		for _, p := range c.Platforms {
+			ps = append(ps, p.Platform())
+		}
+		return fmt.Sprintf("install %s for %s", c.Path, strings.Join(ps, ", "))
 	}
 	return fmt.Sprintf("install %s from %s", c.Path, c.URL)
 }

@@ -234,7 +234,14 @@ const planMaxNodes = 50
 func insecureHTTP(c *nodeopsv1.Command) bool {
 	switch {
 	case c.InstallFile != nil:
-		return !c.InstallFile.Remove && c.InstallFile.InsecureHTTP && strings.HasPrefix(c.InstallFile.URL, "http://")
+		if c.InstallFile.Remove || !c.InstallFile.InsecureHTTP {
+			return false
+		}
+		insecure := strings.HasPrefix(c.InstallFile.URL, "http://")
+		for _, p := range c.InstallFile.Platforms {
+			insecure = insecure || strings.HasPrefix(p.URL, "http://")
+		}
+		return insecure
 	case c.InstallBinaries != nil:
 		return c.InstallBinaries.Source.InsecureHTTP && strings.HasPrefix(c.InstallBinaries.Source.BaseURL, "http://")
 	}

@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"io/fs"
 	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 )
@@ -42,15 +46,50 @@ func runInstallFile(ctx context.Context, env *Env, f *v1alpha1.InstallFileComman
 	if _, err := env.Host.Files.Path(f.Path); err != nil {
 		return Result{}, err
 	}
-	if fileSHA256(env, f.Path) == f.SHA256 {
+	url, sum, platform := f.URL, f.SHA256, ""
+	if len(f.Platforms) > 0 {
+		p, err := pickPlatform(ctx, env, f.Platforms)
+		if err != nil {
+			return Result{}, err
+		}
+		url, sum, platform = p.URL, p.SHA256, " for "+p.Platform()
+	}
+	if fileSHA256(env, f.Path) == sum {
 		if err := env.Host.Files.Chmod(f.Path, mode); err != nil {
 			return Result{}, err
 		}
-		return Result{Message: fmt.Sprintf("%s already has sha256 %s", f.Path, f.SHA256)}, nil
+		return Result{Message: fmt.Sprintf("%s already has sha256 %s%s", f.Path, sum, platform)}, nil
 	}
-	if err := installVerified(ctx, env, f.URL, f.SHA256, f.Path, mode, transport{insecureHTTP: f.InsecureHTTP, caBundle: f.CABundle}); err != nil {
+	if err := installVerified(ctx, env, url, sum, f.Path, mode, transport{insecureHTTP: f.InsecureHTTP, caBundle: f.CABundle}); err != nil {
 		return Result{}, err
 	}
-	env.printf("installed %s at %s mode %04o\n", f.URL, f.Path, mode)
-	return Result{Message: fmt.Sprintf("installed %s (sha256 %s)", f.Path, f.SHA256)}, nil
+	env.printf("installed %s at %s mode %04o\n", url, f.Path, mode)
+	return Result{Message: fmt.Sprintf("installed %s%s (sha256 %s)", f.Path, platform, sum)}, nil
+}
+
+// pickPlatform is the artifact for the node's platform, from its Node's kubernetes.io/os and
+// kubernetes.io/arch labels (as the kubelet sets them); with no match it fails, naming both,
+// before anything is downloaded.
+func pickPlatform(ctx context.Context, env *Env, platforms []v1alpha1.InstallFilePlatform) (v1alpha1.InstallFilePlatform, error) {
+	var node corev1.Node
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: env.NodeName}, &node); err != nil {
+		return v1alpha1.InstallFilePlatform{}, fmt.Errorf("reading node %s's platform: %w", env.NodeName, err)
+	}
+	os, arch := node.Labels[corev1.LabelOSStable], node.Labels[corev1.LabelArchStable]
+	if arch == "" {
+		return v1alpha1.InstallFilePlatform{}, fmt.Errorf("node %s has no %s label: its platform is unknown, so no artifact can be chosen", env.NodeName, corev1.LabelArchStable)
+	}
+	if os == "" {
+		os = "linux"
+	}
+	want := v1alpha1.InstallFilePlatform{OS: os, Arch: arch}.Platform()
+	var have []string
+	for _, p := range platforms {
+		if p.Platform() == want {
+			return p, nil
+		}
+		have = append(have, p.Platform())
+	}
+	return v1alpha1.InstallFilePlatform{}, fmt.Errorf("no artifact for node %s's platform %s (this installFile has %s); nothing was downloaded",
+		env.NodeName, want, strings.Join(have, ", "))
 }
