@@ -43,7 +43,7 @@ type Reconciler struct {
 	Client client.Client
 	// Direct reads and writes without a cache: fresh NodeTasks, the node, its pods.
 	Direct client.Client
-	// API makes raw requests (/readyz, SelfSubjectAccessReviews) for waitNodeReady's controlPlane.
+	// API makes raw requests (/readyz, an authorized read) for waitNodeReady's controlPlane.
 	API rest.Interface
 	// Serves says whether this agent executes tasks of a node.
 	Serves func(node string) bool

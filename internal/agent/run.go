@@ -271,7 +271,7 @@ func (i *idleExit) Start(ctx context.Context) error {
 	}
 }
 
-// rawConfig is cfg for raw requests by absolute path (/readyz, authorization.k8s.io), sent as JSON.
+// rawConfig is cfg for raw requests by absolute path (/readyz, the node), sent as JSON.
 func rawConfig(cfg *rest.Config) *rest.Config {
 	c := rest.CopyConfig(cfg)
 	c.GroupVersion = &schema.GroupVersion{}

@@ -29,7 +29,7 @@ type Env struct {
 	Host   *host.Host
 	// Client reads and writes the cluster directly (no cache): the node, its pods, evictions.
 	Client client.Client
-	// API makes raw requests to the API server the agent uses (/readyz, SelfSubjectAccessReviews,
+	// API makes raw requests to the API server the agent uses (/readyz and an authorized read,
 	// which write nothing and so are sent as they are in a DryRun too); nil when the agent has none.
 	API  rest.Interface
 	HTTP *http.Client
