@@ -320,11 +320,25 @@ func (c *DrainCommand) Description() string {
 // DefaultTimeout leaves the drain its own timeout and a minute more, and at least 10 minutes.
 func (c *DrainCommand) DefaultTimeout() time.Duration { return atLeast(10*time.Minute, c.Timeout) }
 
-// WaitNodeReadyCommand waits until the node reports Ready.
+// WaitNodeReadyCommand waits until the node reports Ready and, with controlPlane, until the node's
+// control plane is healthy again (docs/design.md, safety rule 13).
 type WaitNodeReadyCommand struct {
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="waitNodeReady timeout must be from 1s to 24h"
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
+	// ControlPlane also waits for the node's static pods (those with a manifest on the host) to be
+	// Ready, running Version where set, and for the API server to answer /readyz and authorize the agent.
+	// +optional
+	ControlPlane *ControlPlaneHealth `json:"controlPlane,omitempty"`
+}
+
+// ControlPlaneHealth is what a healthy control plane runs.
+type ControlPlaneHealth struct {
+	// Version the kube-* static pods' images are tagged with, such as v1.37.2; empty for any.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^v[0-9]+\.[0-9]+\.[0-9]+$`
+	// +kubebuilder:validation:MaxLength=64
+	Version string `json:"version,omitempty"`
 }
 
 func (*WaitNodeReadyCommand) KindName() string { return "waitNodeReady" }
@@ -332,7 +346,14 @@ func (*WaitNodeReadyCommand) KindName() string { return "waitNodeReady" }
 func (*WaitNodeReadyCommand) IsIdempotent() bool { return true }
 
 func (c *WaitNodeReadyCommand) Description() string {
-	return "wait for the node to be Ready" + durationText(" within ", c.Timeout)
+	what := "the node to be Ready"
+	if c.ControlPlane != nil {
+		what = "the node and its control plane to be healthy"
+		if c.ControlPlane.Version != "" {
+			what += " at " + c.ControlPlane.Version
+		}
+	}
+	return "wait for " + what + durationText(" within ", c.Timeout)
 }
 
 func (c *WaitNodeReadyCommand) DefaultTimeout() time.Duration {

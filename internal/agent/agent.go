@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -43,6 +44,8 @@ type Reconciler struct {
 	Client client.Client
 	// Direct reads and writes without a cache: fresh NodeTasks, the node, its pods.
 	Direct client.Client
+	// API makes raw requests (/readyz, an authorized read) for waitNodeReady's controlPlane.
+	API rest.Interface
 	// Serves says whether this agent executes tasks of a node.
 	Serves func(node string) bool
 	// HostFor is the host of a node; nil with Noop.
@@ -360,6 +363,7 @@ func (r *Reconciler) run(ctx context.Context, task *v1alpha1.NodeTask, a taskpol
 		DryRun:    task.Spec.ExecutionMode == v1alpha1.ExecutionDryRun,
 		Host:      r.HostFor(task.Spec.NodeName),
 		Client:    r.Direct,
+		API:       r.API,
 		HTTP:      r.HTTP,
 		Out:       tail,
 		Poll:      r.Poll,

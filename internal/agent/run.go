@@ -10,8 +10,10 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -143,12 +145,17 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err != nil {
 		return fmt.Errorf("creating a client: %w", err)
 	}
+	api, err := rest.RESTClientFor(rawConfig(cfg))
+	if err != nil {
+		return fmt.Errorf("creating a REST client: %w", err)
+	}
 	if o.HTTP == nil {
 		o.HTTP = commands.NewHTTPClient()
 	}
 	r := &Reconciler{
 		Client:    mgr.GetClient(),
 		Direct:    direct,
+		API:       api,
 		Serves:    NodeServer(o.NodeName, o.NodePrefix),
 		Noop:      o.Noop,
 		Heartbeat: o.Heartbeat,
@@ -285,4 +292,14 @@ func (i *idleExit) Start(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// rawConfig is cfg for raw requests by absolute path (/readyz, the node), sent as JSON.
+func rawConfig(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.GroupVersion = &schema.GroupVersion{}
+	c.APIPath = "/"
+	c.NegotiatedSerializer = clientgoscheme.Codecs.WithoutConversion()
+	c.ContentType = "application/json"
+	return c
 }

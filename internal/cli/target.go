@@ -35,6 +35,7 @@ so far, and the plan of the operation that would be generated next.`,
 		Example: `  kubectl nodeops target
   kubectl nodeops target set --version v1.37.2
   kubectl nodeops target set --version v1.37.2 --path v1.36.4
+  kubectl nodeops target set --version v1.37.2 --binary-source https://mirror.example/k8s --ignore-preflight-errors CoreDNSMigration
   kubectl nodeops target set --rotate-certificates`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -209,15 +210,21 @@ func dash(s string) string {
 }
 
 type targetSetFlags struct {
-	version string
-	path    []string
-	rotate  bool
+	version      string
+	path         []string
+	rotate       bool
+	binarySource string
+	insecureHTTP bool
+	ignore       []string
+	ignoreAll    bool
+	// ignoreSet: --ignore-preflight-errors was given (possibly empty, to clear the list).
+	ignoreSet bool
 }
 
 func newTargetSetCommand(o *Options) *cobra.Command {
 	f := &targetSetFlags{}
 	cmd := &cobra.Command{
-		Use:   "set (--version VERSION [--path VERSION,...] | --rotate-certificates)",
+		Use:   "set (--version VERSION [--path VERSION,...] | --rotate-certificates) [--binary-source URL] [--ignore-preflight-errors CHECK,...]",
 		Short: "Change the ClusterTarget: the target version, or one more certificate rotation",
 		Long: `Patch the ClusterTarget, rereading it when someone else changed it in between.
 
@@ -225,17 +232,29 @@ func newTargetSetCommand(o *Options) *cobra.Command {
                          one minor version at a time; for a target more than one minor
                          ahead name each intermediate version with --path.
   --rotate-certificates  raises spec.certificates.rotationCount by one: the manager
-                         renews the control planes' certificates once.`,
+                         renews the control planes' certificates once.
+
+How the generated upgrades run, set alongside --version:
+  --binary-source        spec.upgrade.binarySource.baseURL, where kubeadm, kubelet and
+                         kubectl of every version on the way are downloaded from
+                         (https; plain http only with --insecure-http).
+  --ignore-preflight-errors
+                         spec.upgrade.ignorePreflightErrors, passed to kubeadm.`,
 		Example: `  kubectl nodeops target set --version v1.37.2
   kubectl nodeops target set --version v1.37.2 --path v1.36.4
+  kubectl nodeops target set --version v1.37.2 --binary-source https://mirror.example/k8s --ignore-preflight-errors CoreDNSMigration
   kubectl nodeops target set --rotate-certificates`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.ignoreSet = cmd.Flags().Changed("ignore-preflight-errors")
+			if f.version == "" && (len(f.path) > 0 || f.binarySource != "" || f.ignoreSet || f.ignoreAll) {
+				return fmt.Errorf("--path, --binary-source and --ignore-preflight-errors go with --version")
+			}
+			if strings.HasPrefix(f.binarySource, "http://") && !f.insecureHTTP {
+				return fmt.Errorf("--binary-source %s is plain http: use https, or pass --insecure-http to allow it", f.binarySource)
+			}
 			if f.version == "" && !f.rotate {
 				return fmt.Errorf("give --version VERSION or --rotate-certificates")
-			}
-			if len(f.path) > 0 && f.version == "" {
-				return fmt.Errorf("--path goes with --version")
 			}
 			c, err := o.NewClient()
 			if err != nil {
@@ -247,6 +266,10 @@ func newTargetSetCommand(o *Options) *cobra.Command {
 	cmd.Flags().StringVar(&f.version, "version", "", "Kubernetes version the cluster should run, for example v1.37.2")
 	cmd.Flags().StringSliceVar(&f.path, "path", nil, "Versions of the intermediate minor steps, for example v1.36.4")
 	cmd.Flags().BoolVar(&f.rotate, "rotate-certificates", false, "Renew the control planes' certificates once more")
+	cmd.Flags().StringVar(&f.binarySource, "binary-source", "", "Base URL of kubeadm, kubelet and kubectl for the generated upgrades: {url}/{version}/bin/linux/{arch}/{name}, with {name}.sha256 beside each")
+	cmd.Flags().BoolVar(&f.insecureHTTP, "insecure-http", false, "Allow a plain http --binary-source (binarySource.insecureHTTP): anyone on the network path can change the binaries and their .sha256 files")
+	cmd.Flags().StringSliceVar(&f.ignore, "ignore-preflight-errors", nil, "kubeadm preflight errors the generated upgrades ignore (comma-separated), by check name such as Swap or Port-6443")
+	cmd.Flags().BoolVar(&f.ignoreAll, "allow-ignore-all-preflight-errors", false, "Allow --ignore-preflight-errors=all, which ignores every kubeadm preflight check")
 	return cmd
 }
 
@@ -265,6 +288,19 @@ func (o *Options) runTargetSet(ctx context.Context, c Client, f *targetSetFlags)
 			if f.path != nil {
 				ct.Spec.Upgrade.Path = f.path
 			}
+			if f.binarySource != "" {
+				if ct.Spec.Upgrade.BinarySource == nil {
+					ct.Spec.Upgrade.BinarySource = &nodeopsv1.BinarySource{}
+				}
+				ct.Spec.Upgrade.BinarySource.BaseURL = f.binarySource
+				ct.Spec.Upgrade.BinarySource.InsecureHTTP = f.insecureHTTP
+			}
+			if f.ignoreSet {
+				ct.Spec.Upgrade.IgnorePreflightErrors = f.ignore
+			}
+			if f.ignoreAll {
+				ct.Spec.Upgrade.AllowIgnoreAllPreflightErrors = true
+			}
 		}
 		if f.rotate {
 			ct.Spec.Certificates.RotationCount++
@@ -281,6 +317,12 @@ func (o *Options) runTargetSet(ctx context.Context, c Client, f *targetSetFlags)
 			fmt.Fprintf(o.Out, " (path %s)", strings.Join(after.Upgrade.Path, ", "))
 		}
 		fmt.Fprintln(o.Out)
+		if f.binarySource != "" {
+			fmt.Fprintf(o.Out, "clustertarget %s: upgrade binarySource %s\n", nodeopsv1.ClusterTargetName, after.Upgrade.BinarySource.BaseURL)
+		}
+		if f.ignoreSet {
+			fmt.Fprintf(o.Out, "clustertarget %s: upgrade ignorePreflightErrors [%s]\n", nodeopsv1.ClusterTargetName, strings.Join(after.Upgrade.IgnorePreflightErrors, ","))
+		}
 	}
 	if f.rotate {
 		fmt.Fprintf(o.Out, "clustertarget %s: rotationCount %d -> %d (one renewal)\n", nodeopsv1.ClusterTargetName,

@@ -74,14 +74,26 @@ func TestTarget(t *testing.T) {
 		}
 	}
 
+	out = mustRun(t, "target", "set", "--version", "v1.37.2", "--binary-source", "https://mirror.example/k8s",
+		"--ignore-preflight-errors", "SystemVerification,CoreDNSMigration")
+	for _, want := range []string{"upgrade binarySource https://mirror.example/k8s", "upgrade ignorePreflightErrors [SystemVerification,CoreDNSMigration]"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("set output lacks %q:\n%s", want, out)
+		}
+	}
 	mustRun(t, "target", "set", "--rotate-certificates")
 	mustRun(t, "target", "set", "--rotate-certificates")
 	var got nodeopsv1.ClusterTarget
 	if err := k8s.Get(ctx(t), client.ObjectKey{Name: "cluster"}, &got); err != nil {
 		t.Fatal(err)
 	}
-	if got.Spec.Certificates.RotationCount != 2 || got.Spec.KubernetesVersion != "v1.37.2" {
+	if got.Spec.Certificates.RotationCount != 2 || got.Spec.KubernetesVersion != "v1.37.2" ||
+		got.Spec.Upgrade.BinarySource == nil || got.Spec.Upgrade.BinarySource.BaseURL != "https://mirror.example/k8s" ||
+		strings.Join(got.Spec.Upgrade.IgnorePreflightErrors, ",") != "SystemVerification,CoreDNSMigration" {
 		t.Errorf("spec after set: %+v", got.Spec)
+	}
+	if _, errOut, code := run(t, "target", "set", "--binary-source", "https://b"); code != CodeError || !strings.Contains(errOut, "go with --version") {
+		t.Errorf("set --binary-source without --version: exit %d, stderr %q", code, errOut)
 	}
 	if _, errOut, code := run(t, "target", "set"); code != CodeError || !strings.Contains(errOut, "--version") {
 		t.Errorf("set without flags: exit %d, stderr %q", code, errOut)

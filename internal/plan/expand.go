@@ -106,9 +106,14 @@ func expandUpgrade(u *v1alpha1.UpgradeOperation) ([]v1alpha1.Group, error) {
 	first := append(kubeadm(),
 		v1alpha1.Command{KubeadmUpgradePlan: &v1alpha1.KubeadmUpgradePlanCommand{KubernetesVersion: u.KubernetesVersion, IgnorePreflightErrors: ignore, AllowIgnoreAllPreflightErrors: allowAll}},
 		v1alpha1.Command{KubeadmUpgradeApply: &v1alpha1.KubeadmUpgradeApplyCommand{KubernetesVersion: u.KubernetesVersion, IgnorePreflightErrors: ignore, AllowIgnoreAllPreflightErrors: allowAll}})
+	// A control plane is done only when it is healthy again at the new version (docs/design.md,
+	// safety rule 13): the next control plane, and the operation's success, wait for it.
+	healthy := v1alpha1.Command{WaitNodeReady: &v1alpha1.WaitNodeReadyCommand{ControlPlane: &v1alpha1.ControlPlaneHealth{Version: u.KubernetesVersion}}}
 	first = append(first, kubelet()...)
+	first = append(first, healthy)
 	rest := append(kubeadm(), v1alpha1.Command{KubeadmUpgradeNode: &v1alpha1.KubeadmUpgradeNodeCommand{IgnorePreflightErrors: ignore, AllowIgnoreAllPreflightErrors: allowAll}})
 	rest = append(rest, kubelet()...)
+	rest = append(rest, *healthy.DeepCopy())
 	work := append(kubeadm(), v1alpha1.Command{Cordon: &v1alpha1.CordonCommand{}}, v1alpha1.Command{Drain: drain},
 		v1alpha1.Command{KubeadmUpgradeNode: &v1alpha1.KubeadmUpgradeNodeCommand{IgnorePreflightErrors: ignore, AllowIgnoreAllPreflightErrors: allowAll}})
 	work = append(work, kubelet()...)
@@ -127,6 +132,8 @@ func expandRenewCertificates(r *v1alpha1.RenewCertificatesOperation) []v1alpha1.
 		Commands: []v1alpha1.Command{
 			{KubeadmRenewCertificates: &v1alpha1.KubeadmRenewCertificatesCommand{Certificates: append([]string(nil), r.Certificates...)}},
 			{RestartStaticPods: &v1alpha1.RestartStaticPodsCommand{}},
+			// The restarted static pods Ready and the API server authorizing again (safety rule 13).
+			{WaitNodeReady: &v1alpha1.WaitNodeReadyCommand{ControlPlane: &v1alpha1.ControlPlaneHealth{}}},
 		},
 	}}
 }

@@ -37,8 +37,8 @@ func TestExpand(t *testing.T) {
 			name: "upgrade with kubelet",
 			spec: v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2", BinarySource: source}},
 			want: []group{
-				{GroupFirstControlPlane, v1alpha1.NodeFilterHead, []string{"installBinaries", "kubeadmUpgradePlan", "kubeadmUpgradeApply", "installBinaries", "restartService"}},
-				{GroupOtherControlPlanes, v1alpha1.NodeFilterTail, []string{"installBinaries", "kubeadmUpgradeNode", "installBinaries", "restartService"}},
+				{GroupFirstControlPlane, v1alpha1.NodeFilterHead, []string{"installBinaries", "kubeadmUpgradePlan", "kubeadmUpgradeApply", "installBinaries", "restartService", "waitNodeReady"}},
+				{GroupOtherControlPlanes, v1alpha1.NodeFilterTail, []string{"installBinaries", "kubeadmUpgradeNode", "installBinaries", "restartService", "waitNodeReady"}},
 				{GroupWorkers, v1alpha1.NodeFilterAll, []string{"installBinaries", "cordon", "drain", "kubeadmUpgradeNode", "installBinaries", "restartService", "waitNodeReady", "uncordon"}},
 			},
 		},
@@ -46,8 +46,8 @@ func TestExpand(t *testing.T) {
 			name: "upgrade without kubelet, kubeadm from the binary source",
 			spec: v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2", UpgradeKubeletAndKubectl: ptr.To(false), BinarySource: source}},
 			want: []group{
-				{GroupFirstControlPlane, v1alpha1.NodeFilterHead, []string{"installBinaries", "kubeadmUpgradePlan", "kubeadmUpgradeApply"}},
-				{GroupOtherControlPlanes, v1alpha1.NodeFilterTail, []string{"installBinaries", "kubeadmUpgradeNode"}},
+				{GroupFirstControlPlane, v1alpha1.NodeFilterHead, []string{"installBinaries", "kubeadmUpgradePlan", "kubeadmUpgradeApply", "waitNodeReady"}},
+				{GroupOtherControlPlanes, v1alpha1.NodeFilterTail, []string{"installBinaries", "kubeadmUpgradeNode", "waitNodeReady"}},
 				{GroupWorkers, v1alpha1.NodeFilterAll, []string{"installBinaries", "cordon", "drain", "kubeadmUpgradeNode", "waitNodeReady", "uncordon"}},
 			},
 		},
@@ -55,8 +55,8 @@ func TestExpand(t *testing.T) {
 			name: "upgrade without kubelet or binary source: the nodes' kubeadm is used",
 			spec: v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2", UpgradeKubeletAndKubectl: ptr.To(false)}},
 			want: []group{
-				{GroupFirstControlPlane, v1alpha1.NodeFilterHead, []string{"kubeadmUpgradePlan", "kubeadmUpgradeApply"}},
-				{GroupOtherControlPlanes, v1alpha1.NodeFilterTail, []string{"kubeadmUpgradeNode"}},
+				{GroupFirstControlPlane, v1alpha1.NodeFilterHead, []string{"kubeadmUpgradePlan", "kubeadmUpgradeApply", "waitNodeReady"}},
+				{GroupOtherControlPlanes, v1alpha1.NodeFilterTail, []string{"kubeadmUpgradeNode", "waitNodeReady"}},
 				{GroupWorkers, v1alpha1.NodeFilterAll, []string{"cordon", "drain", "kubeadmUpgradeNode", "waitNodeReady", "uncordon"}},
 			},
 		},
@@ -68,7 +68,7 @@ func TestExpand(t *testing.T) {
 		{
 			name: "renew certificates",
 			spec: v1alpha1.NodeOperationSpec{RenewCertificates: &v1alpha1.RenewCertificatesOperation{Certificates: []string{"apiserver"}}},
-			want: []group{{GroupControlPlanes, v1alpha1.NodeFilterAll, []string{"kubeadmRenewCertificates", "restartStaticPods"}}},
+			want: []group{{GroupControlPlanes, v1alpha1.NodeFilterAll, []string{"kubeadmRenewCertificates", "restartStaticPods", "waitNodeReady"}}},
 		},
 		{
 			name: "custom passes through",
@@ -98,6 +98,53 @@ func TestExpand(t *testing.T) {
 			}
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Fatalf("got  %v\nwant %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// A control plane is done only when it is healthy again (docs/design.md, safety rule 13): every
+// control-plane group ends waiting for it, at the new version after an upgrade; a worker waits
+// only for its node.
+func TestSafetyRule13_ControlPlaneGroupsEndWaitingForAHealthyControlPlane(t *testing.T) {
+	source := &v1alpha1.BinarySource{BaseURL: "https://bins.local"}
+	for _, tt := range []struct {
+		name string
+		spec v1alpha1.NodeOperationSpec
+		want map[string]*v1alpha1.ControlPlaneHealth // by group; nil: the node only
+	}{
+		{"upgrade", v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2", BinarySource: source}},
+			map[string]*v1alpha1.ControlPlaneHealth{GroupFirstControlPlane: {Version: "v1.37.2"}, GroupOtherControlPlanes: {Version: "v1.37.2"}, GroupWorkers: nil}},
+		{"upgrade without kubelet", v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2", UpgradeKubeletAndKubectl: ptr.To(false)}},
+			map[string]*v1alpha1.ControlPlaneHealth{GroupFirstControlPlane: {Version: "v1.37.2"}, GroupOtherControlPlanes: {Version: "v1.37.2"}, GroupWorkers: nil}},
+		{"renew certificates", v1alpha1.NodeOperationSpec{RenewCertificates: &v1alpha1.RenewCertificatesOperation{}},
+			map[string]*v1alpha1.ControlPlaneHealth{GroupControlPlanes: {}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			groups, err := Expand(&tt.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, g := range groups {
+				want, ok := tt.want[g.Name]
+				if !ok {
+					t.Fatalf("unexpected group %s", g.Name)
+				}
+				var wait *v1alpha1.WaitNodeReadyCommand
+				for i := range g.Commands {
+					if w := g.Commands[i].WaitNodeReady; w != nil {
+						wait = w
+					}
+				}
+				if wait == nil {
+					t.Fatalf("group %s %v never waits for its node", g.Name, kinds(g.Commands))
+				}
+				if !reflect.DeepEqual(wait.ControlPlane, want) {
+					t.Errorf("group %s waits for controlPlane %+v, want %+v", g.Name, wait.ControlPlane, want)
+				}
+				if want != nil && g.Commands[len(g.Commands)-1].WaitNodeReady == nil {
+					t.Errorf("group %s does not end with the wait: %v", g.Name, kinds(g.Commands))
+				}
 			}
 		})
 	}

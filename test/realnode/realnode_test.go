@@ -2,7 +2,8 @@
 
 // Package realnode is the real-node end-to-end test: on the single-node kubeadm cluster that
 // `make realnode` starts (real kubelet, containerd and runc; Kubernetes v1.36), it renews the
-// certificates and upgrades the cluster to v1.37.2 through `kubectl nodeops`, then checks what an
+// certificates through `kubectl nodeops`, installs and uninstalls a runtime handler through a
+// NodeProfile, and upgrades the cluster to v1.37.2 through the ClusterTarget, then checks what an
 // administrator would: versions, static pod images, kubelet, node readiness, certificates, a
 // workload and the manager. Run it with `make e2e-realnode`, which also brings the node up and
 // tears it down, even on failure.
@@ -28,6 +29,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
@@ -35,6 +37,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	nodeopsv1 "github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/testutil"
@@ -65,30 +68,36 @@ type env struct {
 	nodeIP string
 }
 
-func TestRealNodeRenewAndUpgrade(t *testing.T) {
+// The scenarios share the one node that `make realnode` brought up and run in this order (go test
+// runs a file's tests in order): renewal, a runtime handler through a NodeProfile, the upgrade.
+
+func TestRealNode1RenewCertificates(t *testing.T) {
 	e := setup(t)
-	t.Cleanup(func() {
-		if t.Failed() {
-			e.diagnose()
-		}
-	})
-
-	step(t, "a workload created before the operations")
-	workload := e.createWorkload()
-
-	step(t, "renew certificates through kubectl nodeops")
 	fileBefore := certNotBefore(t, framework.ParseCertificate(t, apiCertFile, []byte(framework.ReadFile(t, apiCertFile))))
-	servedBefore := certNotBefore(t, e.servedCert())
 	time.Sleep(2 * time.Second) // notBefore has second precision: a renewal must be seen to move it
 	e.nodeops("plan", "renew-certs")
 	e.operationSucceeded(e.runOperation("renew-certs"))
+	// The moment the watch says Succeeded, the restarted API server serves the cluster admin.
+	e.controlPlaneServesAtOnce("kubectl nodeops renew-certs --watch")
 	fileAfterRenew := certNotBefore(t, framework.ParseCertificate(t, apiCertFile, []byte(framework.ReadFile(t, apiCertFile))))
 	if !fileAfterRenew.After(fileBefore) {
 		t.Fatalf("%s notBefore did not move: %s before, %s after renewCertificates", apiCertFile, fileBefore, fileAfterRenew)
 	}
 	t.Logf("certificates renewed: %s notBefore %s -> %s", apiCertFile, fileBefore, fileAfterRenew)
+}
 
-	step(t, "upgrade to "+toVersion+" through kubectl nodeops, binaries served locally")
+func TestRealNode2RuntimeProfile(t *testing.T) {
+	setup(t).runtimeProfile()
+}
+
+func TestRealNode3UpgradeThroughClusterTarget(t *testing.T) {
+	e := setup(t)
+	if v := e.kubeletVersion(); v != fromVersion {
+		t.Fatalf("the node's kubelet is %s, want %s before the upgrade", v, fromVersion)
+	}
+	step(t, "a workload created before the upgrade")
+	workload := e.createWorkload()
+	servedBefore := certNotBefore(t, e.servedCert())
 	managerBefore := e.managerPodUID()
 	// kubeadm upgrade's preflight fails on this machine's cgroup v1 unless SystemVerification is
 	// skipped explicitly (kubeadm says so; the kubelet runs with failCgroupV1: false), and on the
@@ -96,8 +105,7 @@ func TestRealNodeRenewAndUpgrade(t *testing.T) {
 	source := e.serveBinaries()
 	// The binaries are served over plain http on the node's address: allowed only when asked for.
 	e.nodeops("plan", "upgrade", toVersion, "--binary-source", source, "--insecure-http")
-	op := e.operationSucceeded(e.runOperation("upgrade", toVersion, "--binary-source", source, "--insecure-http",
-		"--ignore-preflight-errors", "SystemVerification,CoreDNSUnsupportedPlugins,CoreDNSMigration"))
+	op := e.upgradeThroughClusterTarget(source, "SystemVerification,CoreDNSUnsupportedPlugins,CoreDNSMigration")
 
 	step(t, "verify the upgraded node")
 	e.verifyVersion()
@@ -113,6 +121,103 @@ func TestRealNodeRenewAndUpgrade(t *testing.T) {
 	e.verifyManager(managerBefore, op)
 }
 
+func (e *env) kubeletVersion() string {
+	e.t.Helper()
+	var n corev1.Node
+	if err := e.c.Get(e.ctx, client.ObjectKey{Name: e.node}, &n); err != nil {
+		e.t.Fatal(err)
+	}
+	return n.Status.NodeInfo.KubeletVersion
+}
+
+// controlPlaneServesAtOnce checks, once and with no retry (issue 18, point 10; docs/design.md,
+// safety rule 13), that the cluster admin is authorized and the API server is ready: what an
+// operation's Succeeded promises.
+func (e *env) controlPlaneServesAtOnce(after string) {
+	e.t.Helper()
+	can, err := e.kubectlOnce("auth", "can-i", "list", "nodes")
+	if err != nil || can != "yes" {
+		e.t.Errorf("right after %s: the cluster admin's kubectl auth can-i list nodes said %q (%v), want yes", after, can, err)
+	}
+	ready, err := e.kubectlOnce("get", "--raw", "/readyz")
+	if err != nil || ready != "ok" {
+		e.t.Errorf("right after %s: GET /readyz answered %q (%v), want ok", after, ready, err)
+	}
+	if !e.t.Failed() {
+		e.t.Logf("right after %s, checked once: kubectl auth can-i list nodes: %s; /readyz: %s", after, can, ready)
+	}
+}
+
+// kubectlOnce runs kubectl once as the cluster admin and returns its trimmed standard output.
+func (e *env) kubectlOnce(args ...string) (string, error) {
+	cmd := exec.CommandContext(e.ctx, filepath.Join(e.bin, "kubectl"), append([]string{"--request-timeout=10s"}, args...)...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return strings.TrimSpace(string(out)), fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// upgradeThroughClusterTarget sets the ClusterTarget's version as a person would and waits with
+// kubectl for UpToDate; it returns the NodeOperation the manager generated, Succeeded, and prints
+// the time kubeadm's own commands took beside the whole upgrade's.
+func (e *env) upgradeThroughClusterTarget(source, ignore string) *nodeopsv1.NodeOperation {
+	e.t.Helper()
+	e.nodeops("target")
+	begin := time.Now()
+	e.nodeops("target", "set", "--version", toVersion, "--binary-source", source, "--insecure-http", "--ignore-preflight-errors", ignore)
+	cmd := exec.CommandContext(e.ctx, filepath.Join(e.bin, "kubectl"), "wait", "clustertarget/cluster",
+		"--for=condition=UpToDate", "--timeout=20m")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stdout
+	err := cmd.Run()
+	wall := time.Since(begin)
+	if err != nil {
+		e.t.Fatalf("kubectl wait clustertarget/cluster --for=condition=UpToDate: %v after %s", err, wall.Round(time.Second))
+	}
+	// The moment kubectl wait returns, the upgraded API server serves the cluster admin.
+	e.controlPlaneServesAtOnce("kubectl wait clustertarget/cluster --for=condition=UpToDate")
+	e.nodeops("target")
+
+	ct := &nodeopsv1.ClusterTarget{}
+	if err := e.c.Get(e.ctx, client.ObjectKey{Name: nodeopsv1.ClusterTargetName}, ct); err != nil {
+		e.t.Fatal(err)
+	}
+	var upgrades []string
+	for _, g := range ct.Status.Operations {
+		if g.Kind == nodeopsv1.GeneratedUpgrade {
+			upgrades = append(upgrades, g.Name)
+		}
+	}
+	if len(upgrades) != 1 {
+		e.t.Fatalf("the ClusterTarget generated upgrades %v, want exactly one", upgrades)
+	}
+	op := e.operationSucceeded(upgrades[0])
+	var tasks nodeopsv1.NodeTaskList
+	if err := e.c.List(e.ctx, &tasks, client.MatchingLabels{nodeopsv1.LabelOperation: op.Name}); err != nil {
+		e.t.Fatal(err)
+	}
+	var kubeadm time.Duration
+	var each []string
+	for _, task := range tasks.Items {
+		for i, c := range task.Status.Commands {
+			kind := task.Spec.Commands[i].Kind()
+			if !strings.HasPrefix(kind, "kubeadm") || c.StartTime == nil || c.CompletionTime == nil {
+				continue
+			}
+			d := c.CompletionTime.Sub(c.StartTime.Time)
+			kubeadm += d
+			each = append(each, fmt.Sprintf("%s %s", kind, d.Round(time.Second)))
+		}
+	}
+	e.t.Logf("upgrade %s through ClusterTarget: %s in kubeadm's own commands (%s) of %s wall time from target set to kubectl wait returning",
+		op.Name, kubeadm.Round(time.Second), strings.Join(each, ", "), wall.Round(time.Second))
+	return op
+}
+
 func step(t *testing.T, what string) {
 	t.Helper()
 	t.Logf("=== %s: %s", time.Now().Format(time.TimeOnly), what)
@@ -120,6 +225,7 @@ func step(t *testing.T, what string) {
 
 func setup(t *testing.T) *env {
 	t.Helper()
+	logf.SetLogger(testutil.Logger())
 	bin := os.Getenv("NODEOPS_BIN")
 	if bin == "" {
 		t.Fatal("NODEOPS_BIN must name the checkout's bin/ (make e2e-realnode sets it)")
@@ -156,9 +262,14 @@ func setup(t *testing.T) *env {
 			e.nodeIP = a.Address
 		}
 	}
-	if v := nodes.Items[0].Status.NodeInfo.KubeletVersion; v != fromVersion {
-		t.Fatalf("the node's kubelet is %s, want %s before the upgrade", v, fromVersion)
-	}
+	start := time.Now()
+	step(t, "scenario "+t.Name())
+	t.Cleanup(func() {
+		if t.Failed() {
+			e.diagnose()
+		}
+		t.Logf("scenario %s took %s", t.Name(), time.Since(start).Round(time.Second))
+	})
 	return e
 }
 
@@ -334,21 +445,14 @@ func (e *env) serveBinaries() string {
 			e.t.Fatal(err)
 		}
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(e.nodeIP, "0"))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	srv := &http.Server{Handler: logRequests(e.t, http.FileServer(http.Dir(root))), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	e.t.Cleanup(func() { _ = srv.Close() })
-	url := "http://" + ln.Addr().String()
+	url := e.serveDir(root, "binary")
 	e.t.Logf("serving %s binaries at %s", toVersion, url)
 	return url
 }
 
-func logRequests(t *testing.T, h http.Handler) http.Handler {
+func logRequests(t *testing.T, what string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t.Logf("binary server: GET %s from %s", r.URL.Path, r.RemoteAddr)
+		t.Logf("%s server: GET %s from %s", what, r.URL.Path, r.RemoteAddr)
 		h.ServeHTTP(w, r)
 	})
 }
@@ -502,4 +606,233 @@ func (e *env) diagnose() {
 	for _, f := range []string{"supervisor.log", "kubelet.log"} {
 		run("tail", "-n", "60", filepath.Join(logDir, f))
 	}
+}
+
+// The runtime handler the NodeProfile scenario installs: containerd's own runc shim under a new
+// name, so its runtime type is io.containerd.nodeopstest.v2 (issue 15's real-node proof).
+const (
+	profileName      = "nodeopstest"
+	profileTrigger   = "nodeops.io/test-runtime"
+	runtimeHandler   = "nodeopstest"
+	runtimeType      = "io.containerd.nodeopstest.v2"
+	shimHostPath     = "/usr/local/bin/containerd-shim-nodeopstest-v2"
+	runcShim         = "/var/lib/nodeops-realnode/bin/containerd-shim-runc-v2" // the node's containerd install
+	ctrBinary        = "/var/lib/nodeops-realnode/bin/ctr"
+	containerdSocket = "/run/nodeops-realnode/containerd/containerd.sock"
+	// containerdConfig is plain containerd's default path, where the node's containerd reads its
+	// (version 3) config: the profile's containerdRuntime finds it without configPath.
+	containerdConfig = "/etc/containerd/config.toml"
+)
+
+// runtimeProfile: annotating the node makes a NodeProfile install a runtime handler from an
+// artifact served over local HTTP with its sha256, register it in containerd's real config,
+// restart containerd through the host's init system (the node's systemctl stand-in), label the
+// node and create the RuntimeClass; a Pod with it runs to completion under the new runtime, as
+// containerd's own ctr shows. Removing the annotation uninstalls it, and a new Pod stays Pending.
+func (e *env) runtimeProfile() {
+	e.t.Helper()
+	url, sum := e.serveFile(runcShim, "containerd-shim-nodeopstest-v2")
+	if cfg := framework.ReadFile(e.t, containerdConfig); !strings.HasPrefix(cfg, "version = 3") || strings.Contains(cfg, runtimeType) {
+		e.t.Fatalf("%s before the profile: want a version 3 config without %s:\n%s", containerdConfig, runtimeType, cfg)
+	}
+	containerdBefore := e.containerdPID()
+	profile := &nodeopsv1.NodeProfile{
+		ObjectMeta: metav1.ObjectMeta{Name: profileName},
+		Spec: nodeopsv1.NodeProfileSpec{
+			Trigger: &nodeopsv1.ProfileTrigger{Annotation: profileTrigger + "=true"},
+			Install: []nodeopsv1.Command{
+				// Served over plain http on the node's address: allowed only when asked for.
+				{Name: "shim", InstallFile: &nodeopsv1.InstallFileCommand{URL: url, InsecureHTTP: true, SHA256: sum, Path: shimHostPath, Mode: "0755"}},
+				// No configPath: containerd's default config is found.
+				{Name: "handler", ContainerdRuntime: &nodeopsv1.ContainerdRuntimeCommand{Name: runtimeHandler, RuntimeType: runtimeType, BinaryPath: shimHostPath}},
+			},
+			Uninstall: []nodeopsv1.Command{
+				{Name: "handler", ContainerdRuntime: &nodeopsv1.ContainerdRuntimeCommand{Name: runtimeHandler, Remove: true}},
+				{Name: "shim", InstallFile: &nodeopsv1.InstallFileCommand{URL: url, SHA256: sum, Path: shimHostPath, Remove: true}},
+			},
+			RuntimeClasses: []nodeopsv1.RuntimeClassSpec{{Name: runtimeHandler, Handler: runtimeHandler}},
+		},
+	}
+	if err := e.c.Create(e.ctx, profile); err != nil {
+		e.t.Fatal(err)
+	}
+	e.annotateNode(profileTrigger, ptr.To("true"))
+	label := nodeopsv1.ProfileLabelPrefix + profileName
+	e.waitNodeLabel(label, "provisioned", 5*time.Minute)
+	cfg := framework.ReadFile(e.t, containerdConfig)
+	if !strings.Contains(cfg, "runtimes."+runtimeHandler+"]") || !strings.Contains(cfg, runtimeType) || !strings.Contains(cfg, shimHostPath) {
+		e.t.Fatalf("%s after the install lacks the %s handler:\n%s", containerdConfig, runtimeHandler, cfg)
+	}
+	if after := e.containerdPID(); after == containerdBefore {
+		e.t.Errorf("containerd still runs as pid %d: the install did not restart it", after)
+	} else {
+		e.t.Logf("containerd restarted through the host's systemctl (pid %d -> %d); %s holds handler %s (%s)", containerdBefore, after, containerdConfig, runtimeHandler, runtimeType)
+	}
+	testutil.EventuallyEvery(e.t, time.Minute, realnodePoll, "RuntimeClass "+runtimeHandler, func(context.Context) error {
+		var rc nodev1.RuntimeClass
+		if err := e.c.Get(e.ctx, client.ObjectKey{Name: runtimeHandler}, &rc); err != nil {
+			return err
+		}
+		if rc.Handler != runtimeHandler || rc.Scheduling == nil || rc.Scheduling.NodeSelector[label] != "provisioned" {
+			return fmt.Errorf("RuntimeClass %+v", rc)
+		}
+		return nil
+	})
+
+	pod := e.runtimePod("runtime-before")
+	testutil.EventuallyEvery(e.t, 3*time.Minute, realnodePoll, "pod "+pod.Name+" Succeeded", func(context.Context) error {
+		if err := e.c.Get(e.ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+			return err
+		}
+		if pod.Status.Phase != corev1.PodSucceeded {
+			return fmt.Errorf("phase %s %v", pod.Status.Phase, pod.Status.ContainerStatuses)
+		}
+		return nil
+	})
+	id := strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://")
+	info, err := exec.CommandContext(e.ctx, ctrBinary, "--address", containerdSocket, "-n", "k8s.io", "containers", "info", id).Output()
+	if err != nil {
+		e.t.Fatalf("ctr containers info %s: %v", id, err)
+	}
+	m := regexp.MustCompile(`"Runtime":\s*\{\s*"Name":\s*"([^"]+)"`).FindSubmatch(info)
+	if m == nil || string(m[1]) != runtimeType {
+		e.t.Fatalf("ctr says container %s of pod %s ran under %q, want %s:\n%s", id, pod.Name, m, runtimeType, info)
+	}
+	e.t.Logf("pod %s ran to completion; ctr: container %s ran under runtime %s", pod.Name, id, m[1])
+
+	e.annotateNode(profileTrigger, nil)
+	e.waitNodeLabel(label, "", 5*time.Minute)
+	if cfg := framework.ReadFile(e.t, containerdConfig); strings.Contains(cfg, runtimeType) || strings.Contains(cfg, "runtimes."+runtimeHandler+"]") {
+		e.t.Fatalf("%s still holds the %s handler after the uninstall:\n%s", containerdConfig, runtimeHandler, cfg)
+	}
+	if _, err := os.Stat(shimHostPath); !errors.Is(err, os.ErrNotExist) {
+		e.t.Errorf("%s still there after the uninstall: %v", shimHostPath, err)
+	}
+	after := e.runtimePod("runtime-after")
+	testutil.EventuallyEvery(e.t, time.Minute, realnodePoll, "pod "+after.Name+" unschedulable", func(context.Context) error {
+		if err := e.c.Get(e.ctx, client.ObjectKeyFromObject(after), after); err != nil {
+			return err
+		}
+		for _, c := range after.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				return nil
+			}
+		}
+		return fmt.Errorf("phase %s, conditions %v", after.Status.Phase, after.Status.Conditions)
+	})
+	if after.Status.Phase != corev1.PodPending || after.Spec.NodeName != "" {
+		e.t.Errorf("pod %s after the uninstall: phase %s on node %q, want Pending and unscheduled", after.Name, after.Status.Phase, after.Spec.NodeName)
+	}
+	e.t.Logf("after the uninstall pod %s stays Pending: %s", after.Name, podScheduledMessage(after))
+	if err := e.c.Delete(e.ctx, after); err != nil {
+		e.t.Error(err)
+	}
+	if err := e.c.Delete(e.ctx, profile); err != nil {
+		e.t.Error(err)
+	}
+}
+
+func podScheduledMessage(p *corev1.Pod) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled {
+			return c.Message
+		}
+	}
+	return ""
+}
+
+// runtimePod creates a pod that exits 0 (the pause image with -v) under the profile's RuntimeClass.
+func (e *env) runtimePod(name string) *corev1.Pod {
+	e.t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: workloadNS},
+		Spec: corev1.PodSpec{
+			RuntimeClassName: ptr.To(runtimeHandler),
+			RestartPolicy:    corev1.RestartPolicyNever,
+			Containers:       []corev1.Container{{Name: "once", Image: pauseImage, Args: []string{"-v"}, ImagePullPolicy: corev1.PullNever}},
+		},
+	}
+	if err := e.c.Create(e.ctx, pod); err != nil {
+		e.t.Fatal(err)
+	}
+	return pod
+}
+
+// annotateNode sets (or, with nil, removes) an annotation on the node, as a person would.
+func (e *env) annotateNode(key string, value *string) {
+	e.t.Helper()
+	arg := key + "-"
+	if value != nil {
+		arg = key + "=" + *value
+	}
+	if out, err := e.kubectlOnce("annotate", "--overwrite", "node", e.node, arg); err != nil {
+		e.t.Fatalf("kubectl annotate node %s %s: %v %s", e.node, arg, err, out)
+	}
+}
+
+// waitNodeLabel waits for the node's label to have value ("" for absent).
+func (e *env) waitNodeLabel(key, value string, timeout time.Duration) {
+	e.t.Helper()
+	testutil.EventuallyEvery(e.t, timeout, realnodePoll, fmt.Sprintf("node label %s=%q", key, value), func(context.Context) error {
+		var n corev1.Node
+		if err := e.c.Get(e.ctx, client.ObjectKey{Name: e.node}, &n); err != nil {
+			return err
+		}
+		if got := n.Labels[key]; got != value {
+			var p nodeopsv1.NodeProfile
+			_ = e.c.Get(e.ctx, client.ObjectKey{Name: profileName}, &p)
+			return fmt.Errorf("label is %q; profile status %+v", got, p.Status)
+		}
+		return nil
+	})
+}
+
+// containerdPID is the pid of the node's containerd.
+func (e *env) containerdPID() int {
+	e.t.Helper()
+	want := "/var/lib/nodeops-realnode/bin/containerd"
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, d := range entries {
+		var pid int
+		if _, err := fmt.Sscanf(d.Name(), "%d", &pid); err != nil {
+			continue
+		}
+		if exe, err := os.Readlink(filepath.Join("/proc", d.Name(), "exe")); err == nil && exe == want {
+			return pid
+		}
+	}
+	e.t.Fatalf("no %s process", want)
+	return 0
+}
+
+// serveFile serves a copy of src named name over HTTP on the node's address and returns its URL
+// and sha256. It stops with the test.
+func (e *env) serveFile(src, name string) (string, string) {
+	e.t.Helper()
+	dir := e.t.TempDir()
+	data, err := os.ReadFile(src)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), data, 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+	url := e.serveDir(dir, "artifact")
+	return url + "/" + name, framework.FileSHA256(e.t, filepath.Join(dir, name))
+}
+
+// serveDir serves a directory over HTTP on the node's address, where the agent's pod reaches it.
+func (e *env) serveDir(root, what string) string {
+	e.t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(e.nodeIP, "0"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	srv := &http.Server{Handler: logRequests(e.t, what, http.FileServer(http.Dir(root))), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	e.t.Cleanup(func() { _ = srv.Close() })
+	return "http://" + ln.Addr().String()
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
@@ -32,7 +33,10 @@ type Env struct {
 	Host   *host.Host
 	// Client reads and writes the cluster directly (no cache): the node, its pods, evictions.
 	Client client.Client
-	HTTP   *http.Client
+	// API makes raw requests to the API server the agent uses (/readyz and an authorized read,
+	// which write nothing and so are sent as they are in a DryRun too); nil when the agent has none.
+	API  rest.Interface
+	HTTP *http.Client
 	// Out receives the command's output; its tail is reported in status.
 	Out io.Writer
 	// Arch is the node's architecture for binary downloads, such as amd64.

@@ -2,7 +2,9 @@ package commands
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -10,11 +12,14 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/clock"
+	"github.com/nodeops/nodeops/internal/host"
 	"github.com/nodeops/nodeops/internal/plan"
 )
 
 const defaultNodeReadyTimeout = 5 * time.Minute
 
+// runWaitNodeReady waits until the node is Ready and, with controlPlane, until its control plane
+// is healthy again (docs/design.md, safety rule 13). On timeout it fails naming what was not.
 func runWaitNodeReady(ctx context.Context, env *Env, w *v1alpha1.WaitNodeReadyCommand) (Result, error) {
 	timeout := defaultNodeReadyTimeout
 	if w.Timeout != nil && w.Timeout.Duration > 0 {
@@ -22,17 +27,115 @@ func runWaitNodeReady(ctx context.Context, env *Env, w *v1alpha1.WaitNodeReadyCo
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	cp := w.ControlPlane
+	if cp != nil && cp.Version != "" && env.DryRun {
+		// kubeadm's dry run changed no static pod: the old version is what is healthy.
+		env.printf("dry run: not waiting for the static pods to run %s\n", cp.Version)
+		cp = &v1alpha1.ControlPlaneHealth{}
+	}
+	var last error // the last answer of a check the deadline did not cut short
 	for {
-		node := &corev1.Node{}
-		err := env.Client.Get(ctx, client.ObjectKey{Name: env.NodeName}, node)
-		if err == nil && plan.NodeReady(node) {
-			return Result{Message: fmt.Sprintf("node %s is Ready", env.NodeName)}, nil
+		err := nodeHealthy(ctx, env, cp)
+		if err == nil {
+			if cp == nil {
+				return Result{Message: fmt.Sprintf("node %s is Ready", env.NodeName)}, nil
+			}
+			return Result{Message: fmt.Sprintf("node %s is Ready and its control plane healthy%s", env.NodeName, versionText(cp.Version))}, nil
+		}
+		if ctx.Err() == nil || last == nil {
+			if last == nil || err.Error() != last.Error() {
+				env.printf("waiting: %v\n", err)
+			}
+			last = err
 		}
 		if serr := clock.Sleep(ctx, env.poll()); serr != nil {
-			if err != nil {
-				return Result{}, fmt.Errorf("node %s not Ready after %s: %w", env.NodeName, timeout, err)
-			}
-			return Result{}, fmt.Errorf("node %s not Ready after %s", env.NodeName, timeout)
+			return Result{}, fmt.Errorf("not healthy after %s: %w", timeout, last)
 		}
 	}
+}
+
+func versionText(v string) string {
+	if v == "" {
+		return ""
+	}
+	return " at " + v
+}
+
+// nodeHealthy says why the node (and with cp its control plane) is not healthy, naming the component.
+func nodeHealthy(ctx context.Context, env *Env, cp *v1alpha1.ControlPlaneHealth) error {
+	node := &corev1.Node{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: env.NodeName}, node); err != nil {
+		return fmt.Errorf("node %s: %w", env.NodeName, err)
+	}
+	if !plan.NodeReady(node) {
+		return fmt.Errorf("node %s is not Ready", env.NodeName)
+	}
+	if cp == nil {
+		return nil
+	}
+	for _, comp := range controlPlaneComponents {
+		// The node runs the components whose static pod manifest is on the host.
+		if !env.Host.Files.Exists(host.Manifest(host.ManifestsDir, comp)) {
+			continue
+		}
+		if err := staticPodHealthy(ctx, env, comp, cp.Version); err != nil {
+			return err
+		}
+	}
+	return apiServerHealthy(ctx, env)
+}
+
+// staticPodHealthy: the component's mirror pod is Ready and, for the kube-* components with a
+// version asked for, every container's image (in the spec and as run) is tagged with it.
+func staticPodHealthy(ctx context.Context, env *Env, comp, version string) error {
+	name := comp + "-" + env.NodeName
+	pod := &corev1.Pod{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: name}, pod); err != nil {
+		return fmt.Errorf("%s: mirror pod kube-system/%s: %w", comp, name, err)
+	}
+	if version != "" && strings.HasPrefix(comp, "kube-") {
+		for _, c := range pod.Spec.Containers {
+			if tag := imageTag(c.Image); tag != version {
+				return fmt.Errorf("%s: kube-system/%s runs image %s, not %s", comp, name, c.Image, version)
+			}
+		}
+		for _, cs := range pod.Status.ContainerStatuses {
+			if cs.Image != "" && imageTag(cs.Image) != version {
+				return fmt.Errorf("%s: kube-system/%s still runs image %s, not %s", comp, name, cs.Image, version)
+			}
+		}
+	}
+	if !podReady(pod) {
+		return fmt.Errorf("%s: kube-system/%s is not Ready", comp, name)
+	}
+	return nil
+}
+
+// imageTag is the tag of an image reference ("" when it has none).
+func imageTag(ref string) string {
+	ref, _, _ = strings.Cut(ref, "@")
+	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
+		return ref[i+1:]
+	}
+	return ""
+}
+
+// apiServerHealthy: the API server answers /readyz and then authorizes the agent to read its own
+// node. An API server whose authorizer has not synced refuses that read (forbidden); a read, unlike a
+// SelfSubjectAccessReview, is no write for the agent's admission policy to refuse (config/admission).
+func apiServerHealthy(ctx context.Context, env *Env) error {
+	if env.API == nil {
+		return errors.New("kube-apiserver: no API connection to check /readyz with")
+	}
+	body, err := env.API.Get().AbsPath("/readyz").DoRaw(ctx)
+	if err != nil {
+		return fmt.Errorf("kube-apiserver: /readyz: %w", err)
+	}
+	if strings.TrimSpace(string(body)) != "ok" {
+		return fmt.Errorf("kube-apiserver: /readyz answered %q", body)
+	}
+	if _, err := env.API.Get().AbsPath("/api/v1/nodes/" + env.NodeName).DoRaw(ctx); err != nil {
+		return fmt.Errorf("kube-apiserver: does not authorize the agent to get node %s yet: %w", env.NodeName, err)
+	}
+	return nil
 }

@@ -309,11 +309,11 @@ func removeCgroups() error {
 	return errors.Join(errs...)
 }
 
-// restoreHostBinaries removes the node's kubeadm, kubelet, kubectl and systemctl stand-in and puts
-// back whatever was there before.
+// restoreHostBinaries removes the node's kubeadm, kubelet, kubectl, systemctl stand-in and
+// containerd config and puts back whatever was there before.
 func restoreHostBinaries() error {
 	var errs []error
-	for _, p := range HostBinaries {
+	for _, p := range HostFiles {
 		saved := filepath.Join(BackupDir, p)
 		if !exists(StateDir) {
 			break // nothing was installed by a node

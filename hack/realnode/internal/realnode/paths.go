@@ -29,6 +29,9 @@ const (
 	// ShimPath is where the host's systemctl lives (also /bin/systemctl: /bin is /usr/bin here);
 	// the node's stand-in replaces it while the node is up and hands other units to the original.
 	ShimPath = "/usr/bin/systemctl"
+	// ContainerdConf is plain containerd's default config path: containerd runs without --config,
+	// so a NodeProfile's containerdRuntime finds it without configPath, as on any plain node.
+	ContainerdConf = "/etc/containerd/config.toml"
 )
 
 // State-directory paths.
@@ -39,7 +42,6 @@ var (
 	CNIDataDir      = filepath.Join(StateDir, "cni", "ipam")
 	ContainerdRoot  = filepath.Join(StateDir, "containerd")
 	ContainerdState = filepath.Join(RunDir, "containerd")
-	ContainerdConf  = filepath.Join(StateDir, "containerd.toml")
 	KubeadmConf     = filepath.Join(StateDir, "kubeadm.yaml")
 	LogDir          = filepath.Join(StateDir, "logs")
 	BackupDir       = filepath.Join(StateDir, "backup")
@@ -52,6 +54,9 @@ var (
 // replaces kubeadm, kubelet and kubectl there during the upgrade. Originals are kept in BackupDir.
 var HostBinaries = []string{"/usr/bin/kubeadm", "/usr/bin/kubelet", "/usr/bin/kubectl", ShimPath}
 
+// HostFiles are the host files up replaces (originals kept in BackupDir) and down restores.
+var HostFiles = append(append([]string{}, HostBinaries...), ContainerdConf)
+
 // OwnedCandidates are host paths that the node (kubeadm, kubelet, containerd, CNI) may create.
 // Those absent before `up` are recorded in OwnedList and removed by `down`; present ones are left.
 var OwnedCandidates = []string{
@@ -63,6 +68,8 @@ var OwnedCandidates = []string{
 	"/etc/containerd", "/run/flannel", "/var/lib/kubeadm", "/run/mount", // libmount's utab, from the kubelet's mounts
 	// nodeops' installBinaries keeps each replaced binary beside it.
 	"/usr/bin/kubeadm.nodeops-prev", "/usr/bin/kubelet.nodeops-prev", "/usr/bin/kubectl.nodeops-prev",
+	// The runtime handler test/realnode's NodeProfile installs (its uninstall leaves the binary).
+	"/usr/local/bin/containerd-shim-nodeopstest-v2",
 }
 
 // Layout is where the builds of one checkout go (bin/realnode-build; bin/realnode is the driver itself).

@@ -56,7 +56,8 @@ func NodeUnits() []Unit {
 		{
 			Name: "containerd", RestartDelay: 2 * time.Second,
 			Command: func() ([]string, []string, error) {
-				return []string{filepath.Join(RuntimeBinDir, "containerd"), "--config", ContainerdConf},
+				// No --config: containerd reads its default, ContainerdConf.
+				return []string{filepath.Join(RuntimeBinDir, "containerd")},
 					[]string{"PATH=" + RuntimeBinDir + ":" + strings.TrimPrefix(path, "PATH=")}, nil
 			},
 		},

@@ -217,6 +217,12 @@ func installFiles(l Layout) error {
 			}
 		}
 	}
+	if err := backup(ContainerdConf); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(ContainerdConf), 0o755); err != nil {
+		return fmt.Errorf("containerd config: %w", err)
+	}
 	if err := os.WriteFile(ContainerdConf, []byte(ContainerdConfig(pause)), 0o644); err != nil {
 		return fmt.Errorf("containerd config: %w", err)
 	}
