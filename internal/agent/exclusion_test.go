@@ -106,7 +106,9 @@ func TestSafetyRule8_TwoAgentsAndTwoTasksOnOneNodeNeverOverlap(t *testing.T) {
 	create(t, newTask("excl-1-a", node, v1alpha1.ExecutionAuto, journaled("a1"), journaled("a2")))
 	create(t, newTask("excl-1-b", node, v1alpha1.ExecutionAuto, journaled("b1")))
 	for _, name := range []string{"excl-1-a", "excl-1-b"} {
-		task := waitTask(t, name, func(tk *v1alpha1.NodeTask) bool { return !tk.EffectivePhase().Unfinished() || tk.Status.Phase == v1alpha1.TaskFailed })
+		task := waitTask(t, name, func(tk *v1alpha1.NodeTask) bool {
+			return !tk.EffectivePhase().Unfinished() || tk.Status.Phase == v1alpha1.TaskFailed
+		})
 		if task.Status.Phase != v1alpha1.TaskSucceeded {
 			t.Errorf("task %s ended %s: %s", name, task.Status.Phase, task.Status.Message)
 		}
