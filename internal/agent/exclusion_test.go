@@ -18,12 +18,17 @@ import (
 	"github.com/nodeops/nodeops/internal/agent"
 	"github.com/nodeops/nodeops/internal/host/hosttest"
 	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/testutil"
 )
 
 // journaled is a non-idempotent command that appends "start <name>" and, a while later,
 // "end <name>" to /journal in the node's host root.
 func journaled(name string) v1alpha1.Command {
-	return script(fmt.Sprintf("echo 'start %s' >> /journal; sleep 2; echo 'end %s' >> /journal", name, name), false)
+	return journaledFor(name, 2)
+}
+
+func journaledFor(name string, seconds int) v1alpha1.Command {
+	return script(fmt.Sprintf("echo 'start %s' >> /journal; sleep %d; echo 'end %s' >> /journal", name, seconds, name), false)
 }
 
 // checkJournal fails unless every start in the journal is followed by its own end before the
@@ -189,6 +194,23 @@ func TestSafetyRule8_ExpiredLeaseOfADeadAgentIsTakenOver(t *testing.T) {
 	if m := messages(); len(m) == 0 || !strings.Contains(m[0], "node busy: held by task excl-3-dead") {
 		t.Errorf("the task did not wait for the lease to expire; messages seen: %q", m)
 	}
+}
+
+// TestSafetyRule8_LongCommandKeepsTheNode: a command that runs for several lease durations keeps
+// the node, as its agent renews the Lease with the heartbeat; a second agent's task waits for it.
+func TestSafetyRule8_LongCommandKeepsTheNode(t *testing.T) {
+	const node = "excl-5"
+	root := hosttest.NewRoot(t, nil)
+	o := agent.Options{NodeName: node, HostRoot: root, Heartbeat: 200 * time.Millisecond, LeaseDuration: time.Second}
+	startAgent(t, o)
+	create(t, newTask("excl-5-long", node, v1alpha1.ExecutionAuto, journaledFor("long", 5)))
+	testutil.Eventually(t, 30*time.Second, "the long command to start", fileIn(root, "/journal"))
+	startAgent(t, o)
+	create(t, newTask("excl-5-next", node, v1alpha1.ExecutionAuto, journaledFor("next", 0)))
+	for _, name := range []string{"excl-5-long", "excl-5-next"} {
+		waitTask(t, name, phaseIs(v1alpha1.TaskSucceeded))
+	}
+	checkJournal(t, hosttest.ReadFile(t, root, "/journal"), 2)
 }
 
 // TestSafetyRule8_OneCommandTaskCostsOneLeaseWrite: the node's Lease costs a one-command task one
