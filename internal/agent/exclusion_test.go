@@ -213,6 +213,61 @@ func TestSafetyRule8_LongCommandKeepsTheNode(t *testing.T) {
 	checkJournal(t, hosttest.ReadFile(t, root, "/journal"), 2)
 }
 
+// runningAsLeftBy makes a task whose idempotent command is recorded Running, and the node's Lease
+// naming it, renewed now by the agent in pod, as an agent that died mid-command leaves them.
+func runningAsLeftBy(t *testing.T, node, name, pod string, duration time.Duration) *coordinationv1.Lease {
+	t.Helper()
+	task := newTask(name, node, v1alpha1.ExecutionAuto, script("echo ran >> /ran", true))
+	create(t, task)
+	started := metav1.NewMicroTime(time.Now())
+	task.Status = v1alpha1.NodeTaskStatus{Phase: v1alpha1.TaskRunning, Progress: "0/1", Attempt: 1, StartTime: &started, AgentHeartbeat: &started,
+		Commands: []v1alpha1.CommandStatus{{Name: "script", Phase: v1alpha1.CommandRunning, Attempt: 1, StartTime: &started}}}
+	if err := cl.Status().Update(context.Background(), task); err != nil {
+		t.Fatal(err)
+	}
+	holdNode(t, node, name, started.Time, duration)
+	l := nodeLease(t, node)
+	l.Annotations = map[string]string{agent.AnnotationLeaseAgent: pod}
+	if err := cl.Update(context.Background(), l); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// TestSafetyRule8_AnotherAgentsRunningTaskIsNotTakenOver: a second agent on the node (a rollout's
+// new pod) finds a task recorded Running whose Lease another pod's agent still renews: it does not
+// run the command again until that Lease expired.
+func TestSafetyRule8_AnotherAgentsRunningTaskIsNotTakenOver(t *testing.T) {
+	const node = "excl-6"
+	root := hosttest.NewRoot(t, nil)
+	l := runningAsLeftBy(t, node, "excl-6", "agent-old", 3*time.Second)
+	startAgent(t, agent.Options{NodeName: node, HostRoot: root, PodName: "agent-new", PodNamespace: agent.DefaultLeaseNamespace})
+	task := waitTask(t, "excl-6", phaseIs(v1alpha1.TaskSucceeded))
+	expiry := l.Spec.RenewTime.Add(3 * time.Second)
+	if c := task.Status.Commands[0]; c.Attempt != 2 || c.StartTime == nil || c.StartTime.Time.Before(expiry) {
+		t.Errorf("the command ran again (attempt %d) at %v, before the other agent's lease expired at %v", c.Attempt, c.StartTime, expiry)
+	}
+	if got := hosttest.ReadFile(t, root, "/ran"); got != "ran\n" {
+		t.Errorf("the command ran %q, want once", got)
+	}
+}
+
+// TestRestartedAgentInItsPodResumesAtOnce: the Lease that the same pod's agent wrote before its
+// container restarted does not hold the restarted agent back (it would wait for an hour here).
+func TestRestartedAgentInItsPodResumesAtOnce(t *testing.T) {
+	const node = "excl-7"
+	root := hosttest.NewRoot(t, nil)
+	runningAsLeftBy(t, node, "excl-7", "agent-1", time.Hour)
+	startAgent(t, agent.Options{NodeName: node, HostRoot: root, PodName: "agent-1", PodNamespace: agent.DefaultLeaseNamespace})
+	task := waitTask(t, "excl-7", phaseIs(v1alpha1.TaskSucceeded))
+	if c := task.Status.Commands[0]; c.Attempt != 2 {
+		t.Errorf("command attempt %d, want 2 (re-run after the restart)", c.Attempt)
+	}
+	if l := nodeLease(t, node); l.Annotations[agent.AnnotationLeaseAgent] != "agent-1" || ptr.Deref(l.Spec.HolderIdentity, "") != "excl-7" {
+		t.Errorf("lease %v holder %q", l.Annotations, ptr.Deref(l.Spec.HolderIdentity, ""))
+	}
+}
+
 // TestSafetyRule8_OneCommandTaskCostsOneLeaseWrite: the node's Lease costs a one-command task one
 // write (its take); nothing releases it (docs/design.md, write budget).
 func TestSafetyRule8_OneCommandTaskCostsOneLeaseWrite(t *testing.T) {

@@ -27,6 +27,10 @@ const LabelLeaseNode = v1alpha1.LabelNode
 // Lease of its own node by it, since a hashed Lease name cannot be checked in CEL.
 const AnnotationLeaseNode = "nodeops.io/node-name"
 
+// AnnotationLeaseAgent names the agent's pod that wrote a node Lease last: the same pod's restarted
+// container (the kubelet starts it only once the old one is gone) may take it over at once.
+const AnnotationLeaseAgent = "nodeops.io/agent-pod"
+
 // leaseWait is how often a task waiting for its node's Lease looks again.
 const leaseWait = time.Second
 
@@ -235,6 +239,10 @@ func (r *Reconciler) leaseFree(ctx context.Context, l *coordinationv1.Lease, tas
 	if holder == "" || expired(l, now) || r.mine(l, task.Spec.NodeName, task.Name) {
 		return leaseAnswer{held: true}, nil
 	}
+	if holder == task.Name && r.AgentPod.Name != "" && l.Annotations[AnnotationLeaseAgent] == r.AgentPod.Name {
+		// This agent's pod wrote it before its container restarted: nothing of that run goes on.
+		return leaseAnswer{held: true}, nil
+	}
 	held := &v1alpha1.NodeTask{}
 	err := r.Direct.Get(ctx, client.ObjectKey{Name: holder}, held)
 	if apierrors.IsNotFound(err) {
@@ -258,6 +266,14 @@ func (r *Reconciler) leaseFree(ctx context.Context, l *coordinationv1.Lease, tas
 }
 
 func (r *Reconciler) fillLease(l *coordinationv1.Lease, task string, now time.Time) {
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	if r.AgentPod.Name != "" {
+		l.Annotations[AnnotationLeaseAgent] = r.AgentPod.Name
+	} else {
+		delete(l.Annotations, AnnotationLeaseAgent)
+	}
 	if ptr.Deref(l.Spec.HolderIdentity, "") != task {
 		l.Spec.HolderIdentity = ptr.To(task)
 		l.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(now))
