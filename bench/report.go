@@ -230,8 +230,10 @@ func (r report) markdown() string {
 	fmt.Fprintf(&b, "\n## What the write counts are\n\n")
 	fmt.Fprintf(&b, "Writes are the API server's own `apiserver_request_total` for verbs POST, PUT, PATCH, DELETE and\n"+
 		"DELETECOLLECTION (dry runs excluded), read from its `/metrics` just before the create and %s after the run ended.\n"+
-		"*Per node* is writes to NodeTasks (create and status) and to Node objects (the profile's label; kwok writes only\n"+
-		"`nodes/status`) divided by K; *per run* is the rest nodeops wrote: the operation or profile (create, finalizer,\n"+
+		"*Per node* is writes to NodeTasks (create and status), to Node objects (the profile's label; kwok writes only\n"+
+		"`nodes/status`) and to the agents' node Leases divided by K. The counters do not say a Lease's namespace, so\n"+
+		"the node Leases' writes (nodeops-system, labelled `nodeops.io/node`) are counted by a watch, apart from kwok's\n"+
+		"node heartbeats (kube-node-lease), which are in *all* only; *per run* is the rest nodeops wrote: the operation or profile (create, finalizer,\n"+
 		"status) and events, which do not grow with K. nodeops' node lock is an in-memory table in the manager and writes\n"+
 		"nothing. *All* is every write the API server took in the window, divided by K (kwok renewing node Leases, too).\n"+
 		"CPU is utime+stime from `/proc/<pid>/stat` over the same window. Peak RSS is the manager's `VmHWM`, reset (`5` >\n"+
@@ -242,7 +244,7 @@ func (r report) markdown() string {
 			if run.Err != "" {
 				continue
 			}
-			fmt.Fprintf(&b, "- K=%s %s: %s\n", commas(c.K), run.Scenario, strings.Join(run.Writes.breakdown(), ", "))
+			fmt.Fprintf(&b, "- K=%s %s: %s; node Lease writes (watch) %.0f\n", commas(c.K), run.Scenario, strings.Join(run.Writes.breakdown(), ", "), run.LeaseWrites)
 		}
 	}
 	return b.String()
