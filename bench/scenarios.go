@@ -467,7 +467,14 @@ func runProfile(ctx context.Context, c *cluster, k int) (time.Duration, taskTime
 // countLeaseWrites counts the node Lease writes (creates and updates) that the API server
 // accepted from now until the returned function is called, which returns the count.
 func countLeaseWrites(ctx context.Context, c client.WithWatch) (func() int, error) {
-	w, err := c.Watch(ctx, &coordinationv1.LeaseList{}, client.InNamespace(agent.DefaultLeaseNamespace), client.HasLabels{agent.LabelLeaseNode})
+	// A watch from no resourceVersion would first replay every existing Lease as ADDED.
+	sel := []client.ListOption{client.InNamespace(agent.DefaultLeaseNamespace), client.HasLabels{agent.LabelLeaseNode}}
+	list := &coordinationv1.LeaseList{}
+	if err := c.List(ctx, list, sel...); err != nil {
+		return nil, fmt.Errorf("listing node leases: %w", err)
+	}
+	sel = append(sel, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
+	w, err := c.Watch(ctx, &coordinationv1.LeaseList{}, sel...)
 	if err != nil {
 		return nil, fmt.Errorf("watching node leases: %w", err)
 	}
