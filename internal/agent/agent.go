@@ -216,12 +216,9 @@ func (r *Reconciler) execute(ctx context.Context, task *v1alpha1.NodeTask) (wait
 					return 0, gerr
 				}
 				if ans.stale || fresh.ResourceVersion != task.ResourceVersion {
-					if dirty {
-						task = fresh
-						keepManagerConditions(status, fresh)
-					} else {
-						task, status, recovered = fresh, fresh.Status.DeepCopy(), false
-					}
+					// Stale: another agent finished the task under the Lease, so a result this one
+					// still holds is moot (keeping it would only find the task finished again).
+					task, status, recovered, dirty = fresh, fresh.Status.DeepCopy(), false, false
 					continue
 				}
 			}
