@@ -62,6 +62,8 @@ type Reconciler struct {
 	// Stopping is closed when the agent is told to stop: no command starts after it, while running
 	// ones go on in the reconcile's context (docs/design.md, safety rule 12). Nil: never.
 	Stopping <-chan struct{}
+	// Identity names this agent on the node Leases it writes (see Options.Identity).
+	Identity string
 	// LeaseNamespace holds the node Leases (lease.go); empty for DefaultLeaseNamespace.
 	LeaseNamespace string
 	// LeaseDuration is how long a node Lease holds without renewal; zero for four heartbeats.

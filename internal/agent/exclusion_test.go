@@ -241,7 +241,7 @@ func TestSafetyRule8_AnotherAgentsRunningTaskIsNotTakenOver(t *testing.T) {
 	const node = "excl-6"
 	root := hosttest.NewRoot(t, nil)
 	l := runningAsLeftBy(t, node, "excl-6", "agent-old", 3*time.Second)
-	startAgent(t, agent.Options{NodeName: node, HostRoot: root, PodName: "agent-new", PodNamespace: agent.DefaultLeaseNamespace})
+	startAgent(t, agent.Options{NodeName: node, HostRoot: root, Identity: "agent-new"})
 	task := waitTask(t, "excl-6", phaseIs(v1alpha1.TaskSucceeded))
 	expiry := l.Spec.RenewTime.Add(3 * time.Second)
 	if c := task.Status.Commands[0]; c.Attempt != 2 || c.StartTime == nil || c.StartTime.Time.Before(expiry) {
@@ -258,7 +258,7 @@ func TestRestartedAgentInItsPodResumesAtOnce(t *testing.T) {
 	const node = "excl-7"
 	root := hosttest.NewRoot(t, nil)
 	runningAsLeftBy(t, node, "excl-7", "agent-1", time.Hour)
-	startAgent(t, agent.Options{NodeName: node, HostRoot: root, PodName: "agent-1", PodNamespace: agent.DefaultLeaseNamespace})
+	startAgent(t, agent.Options{NodeName: node, HostRoot: root, Identity: "agent-1"})
 	task := waitTask(t, "excl-7", phaseIs(v1alpha1.TaskSucceeded))
 	if c := task.Status.Commands[0]; c.Attempt != 2 {
 		t.Errorf("command attempt %d, want 2 (re-run after the restart)", c.Attempt)

@@ -27,9 +27,9 @@ const LabelLeaseNode = v1alpha1.LabelNode
 // Lease of its own node by it, since a hashed Lease name cannot be checked in CEL.
 const AnnotationLeaseNode = "nodeops.io/node-name"
 
-// AnnotationLeaseAgent names the agent's pod that wrote a node Lease last: the same pod's restarted
-// container (the kubelet starts it only once the old one is gone) may take it over at once.
-const AnnotationLeaseAgent = "nodeops.io/agent-pod"
+// AnnotationLeaseAgent names the agent that wrote a node Lease last (its pod, by default): the same
+// pod's restarted container (the kubelet starts it only once the old one is gone) takes it over at once.
+const AnnotationLeaseAgent = "nodeops.io/agent"
 
 // leaseWait is how often a task waiting for its node's Lease looks again.
 const leaseWait = time.Second
@@ -239,8 +239,8 @@ func (r *Reconciler) leaseFree(ctx context.Context, l *coordinationv1.Lease, tas
 	if holder == "" || expired(l, now) || r.mine(l, task.Spec.NodeName, task.Name) {
 		return leaseAnswer{held: true}, nil
 	}
-	if holder == task.Name && r.AgentPod.Name != "" && l.Annotations[AnnotationLeaseAgent] == r.AgentPod.Name {
-		// This agent's pod wrote it before its container restarted: nothing of that run goes on.
+	if holder == task.Name && r.Identity != "" && l.Annotations[AnnotationLeaseAgent] == r.Identity {
+		// This agent wrote it before it restarted: nothing of that run goes on.
 		return leaseAnswer{held: true}, nil
 	}
 	held := &v1alpha1.NodeTask{}
@@ -269,8 +269,8 @@ func (r *Reconciler) fillLease(l *coordinationv1.Lease, task string, now time.Ti
 	if l.Annotations == nil {
 		l.Annotations = map[string]string{}
 	}
-	if r.AgentPod.Name != "" {
-		l.Annotations[AnnotationLeaseAgent] = r.AgentPod.Name
+	if r.Identity != "" {
+		l.Annotations[AnnotationLeaseAgent] = r.Identity
 	} else {
 		delete(l.Annotations, AnnotationLeaseAgent)
 	}

@@ -64,6 +64,10 @@ type Options struct {
 	// DefaultTimeout is the timeout of a command that sets none; nil for its kind's own
 	// (v1alpha1.CommandKind.DefaultTimeout). Tests shorten it.
 	DefaultTimeout func(v1alpha1.CommandKind) time.Duration
+	// Identity names the agent on the node Leases it writes: the same identity after a restart
+	// takes them over at once, so no two agents may run with one (a pod's name: its containers run
+	// one at a time). Empty: a restarted agent waits for its Leases to expire.
+	Identity string
 	// LeaseNamespace holds the node Leases: PodNamespace when empty, else DefaultLeaseNamespace.
 	LeaseNamespace string
 	// LeaseDuration: how long a node Lease holds unrenewed; zero for four heartbeats (tests shorten it).
@@ -151,6 +155,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 
 		DefaultTimeout: o.DefaultTimeout,
 		AgentPod:       types.NamespacedName{Namespace: o.PodNamespace, Name: o.PodName},
+		Identity:       o.Identity,
 		LeaseNamespace: o.LeaseNamespace,
 		LeaseDuration:  o.LeaseDuration,
 	}
