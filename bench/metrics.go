@@ -129,8 +129,9 @@ func (c writeCounts) total(keep func(writeKey) bool) float64 {
 
 // nodeopsWrite selects the writes nodeops' manager and agents make, everything counted: nodeops.io
 // objects and their status, Node objects (the profile label; kwok writes only nodes/status) and
-// events. The node lock is an in-memory table in the manager and writes nothing; Leases are kwok's
-// node heartbeats and count among all writes only.
+// events. The API server's counters do not say a Lease's namespace, so Leases (kwok's node
+// heartbeats, and the agents' node Leases) count here among all writes only; the node Leases are
+// counted by a watch instead (runResult.LeaseWrites) and added to the writes per node.
 func nodeopsWrite(k writeKey) bool {
 	switch {
 	case k.Group == "nodeops.io":
@@ -144,7 +145,7 @@ func nodeopsWrite(k writeKey) bool {
 }
 
 // perNodeWrite selects the writes that nodeops makes once per node: NodeTasks (create, status)
-// and Node objects (the profile label). nodeopsWrite less these are the writes per run.
+// and Node objects (the profile label); the node Lease's are added from runResult.LeaseWrites. nodeopsWrite less these are the writes per run.
 func perNodeWrite(k writeKey) bool {
 	return (k.Group == "nodeops.io" && k.Resource == "nodetasks") || (k.Group == "" && k.Resource == "nodes" && k.Subresource == "")
 }

@@ -156,14 +156,14 @@ func (c clusterResult) rows() []row {
 		} else {
 			add("create → first task Running", seconds(r.Tasks.FirstStart), "— (≤ 1 s stated at 1,000)", "")
 		}
-		perNode := r.Writes.total(perNodeWrite) / float64(c.K)
+		perNode := (r.Writes.total(perNodeWrite) + r.LeaseWrites) / float64(c.K)
 		fixed := r.Writes.total(nodeopsWrite) - r.Writes.total(perNodeWrite)
 		all := r.Writes.total(nil) / float64(c.K)
-		add("API writes per node by nodeops (task, statuses, label) + writes per run (operation/profile, its status, events)",
+		add("API writes per node by nodeops (task, statuses, node Lease, label) + writes per run (operation/profile, its status, events)",
 			fmt.Sprintf("%.2f + %.0f", perNode, fixed), fmt.Sprintf("≤ %.0f per node", targetWritesPerNode), metMissed(perNode <= targetWritesPerNode))
 		add("all API writes / K (kwok's node heartbeats too)", fmt.Sprintf("%.2f", all), "—", "")
 		if raw > 0 && r.Wall > 0 {
-			rate := r.Writes.total(nodeopsWrite) / r.Wall.Seconds()
+			rate := (r.Writes.total(nodeopsWrite) + r.LeaseWrites) / r.Wall.Seconds()
 			value := fmt.Sprintf("%.0f writes/s = %.2f×", rate, rate/raw)
 			if rawTasks > 0 {
 				value += fmt.Sprintf(" (%.2f× the NodeTask-write limit)", rate/rawTasks)
@@ -235,8 +235,10 @@ func (r report) markdown() string {
 	fmt.Fprintf(&b, "\n## What the write counts are\n\n")
 	fmt.Fprintf(&b, "Writes are the API server's own `apiserver_request_total` for verbs POST, PUT, PATCH, DELETE and\n"+
 		"DELETECOLLECTION (dry runs excluded), read from its `/metrics` just before the create and %s after the run ended.\n"+
-		"*Per node* is writes to NodeTasks (create and status) and to Node objects (the profile's label; kwok writes only\n"+
-		"`nodes/status`) divided by K; *per run* is the rest nodeops wrote: the operation or profile (create, finalizer,\n"+
+		"*Per node* is writes to NodeTasks (create and status), to Node objects (the profile's label; kwok writes only\n"+
+		"`nodes/status`) and to the agents' node Leases divided by K. The counters do not say a Lease's namespace, so\n"+
+		"the node Leases' writes (nodeops-system, labelled `nodeops.io/node`) are counted by a watch, apart from kwok's\n"+
+		"node heartbeats (kube-node-lease), which are in *all* only; *per run* is the rest nodeops wrote: the operation or profile (create, finalizer,\n"+
 		"status) and events, which do not grow with K. nodeops' node lock is an in-memory table in the manager and writes\n"+
 		"nothing. *All* is every write the API server took in the window, divided by K (kwok renewing node Leases, too).\n"+
 		"CPU is utime+stime from `/proc/<pid>/stat` over the same window. Peak RSS is the manager's `VmHWM`, reset (`5` >\n"+
@@ -247,7 +249,7 @@ func (r report) markdown() string {
 			if run.Err != "" {
 				continue
 			}
-			fmt.Fprintf(&b, "- K=%s %s: %s\n", commas(c.K), run.Scenario, strings.Join(run.Writes.breakdown(), ", "))
+			fmt.Fprintf(&b, "- K=%s %s: %s; node Lease writes (watch) %.0f\n", commas(c.K), run.Scenario, strings.Join(run.Writes.breakdown(), ", "), run.LeaseWrites)
 		}
 	}
 	return b.String()
@@ -272,6 +274,6 @@ func (r runResult) summary(k int) string {
 	}
 	return fmt.Sprintf("end %s, tasks started %s..%s, last done %s, writes/node %.2f per-node %.2f all, CPU manager %.1f s agent %.1f s apiserver %.1f s, manager peak RSS %s",
 		seconds(r.Wall), seconds(r.Tasks.FirstStart), seconds(r.Tasks.LastStart), seconds(r.Tasks.LastDone),
-		r.Writes.total(perNodeWrite)/float64(k), r.Writes.total(nil)/float64(k),
+		(r.Writes.total(perNodeWrite)+r.LeaseWrites)/float64(k), r.Writes.total(nil)/float64(k),
 		r.CPU["manager"], r.CPU["agent-sim"], r.CPU["kube-apiserver"], mib(r.ManagerRSS))
 }

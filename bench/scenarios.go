@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/agent"
 	"github.com/nodeops/nodeops/internal/clock"
 	"github.com/nodeops/nodeops/internal/localcluster"
 )
@@ -59,12 +61,15 @@ type runResult struct {
 	// Wall: create to Succeeded (operation) or to every node labelled (profile).
 	Wall time.Duration
 	// Tasks: create to the earliest task's status.startTime (first Running), the last start and the last end.
-	Tasks      taskTimes
-	Writes     writeCounts
-	CPU        map[string]float64
-	ManagerRSS uint64
-	Load       string
-	Err        string
+	Tasks  taskTimes
+	Writes writeCounts
+	// LeaseWrites: the agents' writes of node Leases (nodeops-system), which the API server's
+	// counters cannot tell from kwok's node heartbeats (kube-node-lease): counted by a watch.
+	LeaseWrites float64
+	CPU         map[string]float64
+	ManagerRSS  uint64
+	Load        string
+	Err         string
 	// TargetSize is the ClusterTarget's size as JSON (scenario target only).
 	TargetSize int
 }
@@ -189,6 +194,10 @@ func measure(ctx context.Context, c *cluster, name string, timeout time.Duration
 		}
 		before[p] = s
 	}
+	leases, err := countLeaseWrites(ctx, c.client)
+	if err != nil {
+		return fail(err)
+	}
 	w0, err := scrapeWrites(ctx, c.cfg)
 	if err != nil {
 		return fail(err)
@@ -206,6 +215,7 @@ func measure(ctx context.Context, c *cluster, name string, timeout time.Duration
 		return fail(err)
 	}
 	r.Writes = w1.sub(w0)
+	r.LeaseWrites = float64(leases())
 	for p, pid := range pids {
 		s, err := cpuSeconds(pid)
 		if err != nil {
@@ -465,4 +475,31 @@ func runProfile(ctx context.Context, c *cluster, k int) (time.Duration, taskTime
 		return 0, tt, fmt.Errorf("NodeProfile %s provisioned with %d tasks, not %d", profileName, tt.Count, k)
 	}
 	return wall, tt, nil
+}
+
+// countLeaseWrites counts the node Lease writes (creates and updates) that the API server
+// accepted from now until the returned function is called, which returns the count.
+func countLeaseWrites(ctx context.Context, c client.WithWatch) (func() int, error) {
+	// A watch from no resourceVersion would first replay every existing Lease as ADDED.
+	sel := []client.ListOption{client.InNamespace(agent.DefaultLeaseNamespace), client.HasLabels{agent.LabelLeaseNode}}
+	list := &coordinationv1.LeaseList{}
+	if err := c.List(ctx, list, sel...); err != nil {
+		return nil, fmt.Errorf("listing node leases: %w", err)
+	}
+	sel = append(sel, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
+	w, err := c.Watch(ctx, &coordinationv1.LeaseList{}, sel...)
+	if err != nil {
+		return nil, fmt.Errorf("watching node leases: %w", err)
+	}
+	n := 0
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			if ev.Type == watch.Added || ev.Type == watch.Modified {
+				n++
+			}
+		}
+	}()
+	return func() int { w.Stop(); <-done; return n }, nil
 }

@@ -34,6 +34,7 @@ func run() error {
 	fs.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "node whose NodeTasks to execute (default: $NODE_NAME, set from the downward API)")
 	fs.StringVar(&o.PodName, "pod-name", os.Getenv("POD_NAME"), "the agent's own pod, which drain never evicts (default: $POD_NAME, from the downward API)")
 	fs.StringVar(&o.PodNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "the namespace of the agent's own pod (default: $POD_NAMESPACE, from the downward API)")
+	fs.StringVar(&o.Identity, "identity", os.Getenv("POD_NAME"), "names this agent on its nodes' Leases; an agent with the same identity takes over its Leases at once after a restart, so only one may run at a time (default: $POD_NAME)")
 	fs.StringVar(&o.HostRoot, "host-root", "/host", "the node's / as the agent sees it")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster config when empty")
 	fs.StringVar(&o.ServiceManager, "service-manager", host.ServiceManagerAuto, "auto, systemd, systemctl or local (the nodeops-local service table)")

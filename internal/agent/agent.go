@@ -66,6 +66,12 @@ type Reconciler struct {
 	// Stopping is closed when the agent is told to stop: no command starts after it, while running
 	// ones go on in the reconcile's context (docs/design.md, safety rule 12). Nil: never.
 	Stopping <-chan struct{}
+	// Identity names this agent on the node Leases it writes (see Options.Identity).
+	Identity string
+	// LeaseNamespace holds the node Leases (lease.go); empty for DefaultLeaseNamespace.
+	LeaseNamespace string
+	// LeaseDuration is how long a node Lease holds without renewal; zero for four heartbeats.
+	LeaseDuration time.Duration
 
 	mu sync.Mutex
 	// written is the resourceVersion of the agent's last status write per task: a cached task at
@@ -73,6 +79,8 @@ type Reconciler struct {
 	written map[types.UID]string
 	// running counts tasks being worked on, for --exit-when-idle.
 	running int
+	// leases are the node Leases this agent wrote last, by node.
+	leases map[string]heldLease
 }
 
 // Reconcile runs the task's commands in order until it finishes or has to wait.
@@ -99,7 +107,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if r.stopping() {
 		return ctrl.Result{}, nil
 	}
-	return ctrl.Result{}, r.execute(ctx, task)
+	wait, err := r.execute(ctx, task)
+	return ctrl.Result{RequeueAfter: wait}, err
 }
 
 func (r *Reconciler) stopping() bool {
@@ -161,7 +170,7 @@ func now() metav1.MicroTime { return metav1.NewMicroTime(time.Now()) }
 // RecordRunningAfter: a quick idempotent command, the common one-command task, costs one status
 // write instead of two. A recovery waits for the next write in the same way: unlike a result, it
 // may be lost, since a restarted agent makes it again from the spec.
-func (r *Reconciler) execute(ctx context.Context, task *v1alpha1.NodeTask) error {
+func (r *Reconciler) execute(ctx context.Context, task *v1alpha1.NodeTask) (wait time.Duration, err error) {
 	logger := log.FromContext(ctx).WithValues("node", task.Spec.NodeName)
 	status := task.Status.DeepCopy()
 	dirty := false     // status holds a command result not yet written
@@ -187,25 +196,59 @@ func (r *Reconciler) execute(ctx context.Context, task *v1alpha1.NodeTask) error
 			continue
 		}
 		if act.Kind == taskpolicy.ActNone && !dirty && !recovered {
-			return nil
+			return 0, nil
 		}
 		if act.Kind == taskpolicy.ActStart && r.stopping() {
 			// A stopping agent starts nothing more; it writes the result it holds and leaves the
 			// next command Pending for the agent that follows (docs/design.md, safety rule 12).
 			if !dirty {
-				return nil
+				return 0, nil
 			}
 			act = taskpolicy.Action{Kind: taskpolicy.ActNone}
 		}
+		// Nothing runs, or is taken for stopped, unless the node's Lease allows it (safety rule 8).
+		busy := ""
+		if need := leaseNeeded(act, status); need != leaseNone {
+			ans, lerr := r.lease(ctx, task, need)
+			switch {
+			case lerr != nil && !dirty:
+				return 0, lerr
+			case lerr != nil:
+				logger.Error(lerr, "the node's lease; writing the result held", "task", task.Name)
+			case ans.stale || (ans.took && !dirty):
+				// The Lease's last holder wrote before it let go: read the task as it now stands.
+				fresh, gerr := r.fresh(ctx, task)
+				if gerr != nil || fresh == nil {
+					return 0, gerr
+				}
+				if ans.stale || fresh.ResourceVersion != task.ResourceVersion {
+					// Stale: another agent finished the task under the Lease, so a result this one
+					// still holds is moot (keeping it would only find the task finished again).
+					task, status, recovered, dirty = fresh, fresh.Status.DeepCopy(), false, false
+					continue
+				}
+			}
+			if !ans.held {
+				wait, busy = leaseWait, ans.message
+				act = taskpolicy.Action{Kind: taskpolicy.ActNone}
+				if !dirty && !recovered && (busy == "" || status.Message == busy) {
+					return wait, nil
+				}
+			}
+		}
 		next := status.DeepCopy()
 		taskpolicy.Apply(next, &task.Spec, act, now())
+		if busy != "" {
+			// Shown by the CLI with the task; the Running record that follows clears it.
+			next.Message = busy
+		}
 		late := act.Kind == taskpolicy.ActStart && !dirty && task.Spec.Commands[act.Index].Idempotent()
 		if !late {
 			err := r.writeStatus(ctx, task, next)
 			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 				fresh, gerr := r.fresh(ctx, task)
 				if gerr != nil || fresh == nil {
-					return gerr
+					return 0, gerr
 				}
 				if dirty {
 					// The agent alone writes command results: keep the result, take the new spec and
@@ -219,12 +262,12 @@ func (r *Reconciler) execute(ctx context.Context, task *v1alpha1.NodeTask) error
 			}
 			if err != nil {
 				if !dirty {
-					return err
+					return 0, err
 				}
 				// A result must not be lost: keep trying until the agent stops.
 				logger.Error(err, "writing a command result; retrying", "task", task.Name)
 				if serr := clock.Sleep(ctx, time.Second); serr != nil {
-					return errors.Join(err, serr)
+					return 0, errors.Join(err, serr)
 				}
 				continue
 			}
@@ -232,7 +275,7 @@ func (r *Reconciler) execute(ctx context.Context, task *v1alpha1.NodeTask) error
 		}
 		status = next
 		if act.Kind != taskpolicy.ActStart {
-			return nil
+			return wait, nil
 		}
 		runs[act.Index]++
 		var o taskpolicy.Outcome
@@ -246,7 +289,7 @@ func (r *Reconciler) execute(ctx context.Context, task *v1alpha1.NodeTask) error
 		}
 		if ctx.Err() != nil {
 			// The agent is stopping: leave the command Running (or, not yet recorded, Pending), as a restart expects.
-			return ctx.Err()
+			return 0, ctx.Err()
 		}
 		taskpolicy.ApplyResult(status, &task.Spec, act.Index, o, now())
 		dirty = true
@@ -330,6 +373,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, task *v1alpha1.NodeTask, s
 		return err
 	}
 	r.remember(task)
+	r.releaseIfFinished(task)
 	return nil
 }
 
@@ -397,10 +441,7 @@ func (r *Reconciler) timeout(cmd *v1alpha1.Command) time.Duration {
 
 // heartbeat renews status.agentHeartbeat until stop is called.
 func (r *Reconciler) heartbeat(ctx context.Context, task *v1alpha1.NodeTask) (stop func()) {
-	every := r.Heartbeat
-	if every <= 0 {
-		every = DefaultHeartbeat
-	}
+	every := r.heartbeatEvery()
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	obj := &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: task.Name}}
@@ -418,10 +459,18 @@ func (r *Reconciler) heartbeat(ctx context.Context, task *v1alpha1.NodeTask) (st
 				if err := r.Client.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil && ctx.Err() == nil {
 					log.FromContext(ctx).Error(err, "heartbeat", "task", task.Name)
 				}
+				r.renewLease(ctx, task)
 			}
 		}
 	}()
 	return func() { cancel(); <-done }
+}
+
+func (r *Reconciler) heartbeatEvery() time.Duration {
+	if r.Heartbeat <= 0 {
+		return DefaultHeartbeat
+	}
+	return r.Heartbeat
 }
 
 // NodeServer says which nodes an agent serves: one by name, or every node with a prefix.

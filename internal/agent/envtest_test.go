@@ -57,6 +57,12 @@ func run(m *testing.M) int {
 	}
 	defer func() { _ = env.Stop() }()
 	cfg, cl = env.Config, env.Client
+	// The node Leases' namespace (safety rule 8).
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agent.DefaultLeaseNamespace}}
+	if err := cl.Create(context.Background(), ns); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	return m.Run()
 }
 

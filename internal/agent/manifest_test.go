@@ -30,7 +30,7 @@ func TestAgentWorksWithItsDeploymentRBAC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nodeops-system"}})
+	// nodeops-system, where the node Leases are, exists already (TestMain).
 	for _, doc := range bytes.Split(data, []byte("\n---\n")) {
 		obj := &unstructured.Unstructured{}
 		if err := yaml.Unmarshal(doc, &obj.Object); err != nil {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -72,12 +73,20 @@ type Options struct {
 	// CertificateCheckInterval is how often a control plane's agent reads its certificates'
 	// expiry into its Node (CertificateReader); zero reads never.
 	CertificateCheckInterval time.Duration
+	// Identity names the agent on the node Leases it writes: the same identity after a restart
+	// takes them over at once, so no two agents may run with one (a pod's name: its containers run
+	// one at a time). Empty: a restarted agent waits for its Leases to expire.
+	Identity string
+	// LeaseNamespace holds the node Leases: PodNamespace when empty, else DefaultLeaseNamespace.
+	LeaseNamespace string
+	// LeaseDuration: how long a node Lease holds unrenewed; zero for four heartbeats (tests shorten it).
+	LeaseDuration time.Duration
 }
 
-// Scheme is the agent's own scheme: core, policy and nodeops kinds.
+// Scheme is the agent's own scheme: core, coordination, policy and nodeops kinds.
 func Scheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, policyv1.AddToScheme, v1alpha1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, coordinationv1.AddToScheme, policyv1.AddToScheme, v1alpha1.AddToScheme} {
 		if err := add(s); err != nil {
 			return nil, fmt.Errorf("building the scheme: %w", err)
 		}
@@ -164,6 +173,12 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 
 		DefaultTimeout: o.DefaultTimeout,
 		AgentPod:       types.NamespacedName{Namespace: o.PodNamespace, Name: o.PodName},
+		Identity:       o.Identity,
+		LeaseNamespace: o.LeaseNamespace,
+		LeaseDuration:  o.LeaseDuration,
+	}
+	if r.LeaseNamespace == "" {
+		r.LeaseNamespace = o.PodNamespace
 	}
 	if !o.Noop {
 		h, err := host.Open(o.ServiceManager, o.HostRoot)
@@ -209,7 +224,13 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		}
 	}
 	log.FromContext(ctx).Info("agent starting", "node", o.NodeName, "prefix", o.NodePrefix, "root", o.HostRoot, "noop", o.Noop)
-	return mgr.Start(work)
+	err = mgr.Start(work)
+	if !r.Busy() {
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		r.releaseLeases(rctx)
+		rcancel()
+	}
+	return err
 }
 
 // drain waits, up to grace, until no task is being worked on.

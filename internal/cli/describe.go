@@ -283,6 +283,9 @@ func taskPhaseText(t *nodeopsv1.NodeTask) string {
 		p += " (aborting)"
 	case t.Spec.Paused && !taskFinished(t):
 		p += " (paused)"
+	case t.Status.Message != "" && !taskFinished(t) && t.EffectivePhase() != nodeopsv1.TaskFailed:
+		// The agent's word on a task it cannot start yet: "node busy: held by task X" (safety rule 8).
+		p += " (" + t.Status.Message + ")"
 	}
 	return p
 }

@@ -136,3 +136,24 @@ func TestGetAndLogs(t *testing.T) {
 		t.Errorf("logs --node b-2:\n%s", logs)
 	}
 }
+
+// TestBusyNodeIsShown: a task its agent cannot start because another task holds the node's Lease
+// (safety rule 8) says so in describe and in the live watch.
+func TestBusyNodeIsShown(t *testing.T) {
+	op := createOperation(t, "describe-busy", nodeopsv1.NodeOperationSpec{
+		Custom: &nodeopsv1.CustomOperation{Groups: []nodeopsv1.Group{{Name: "all", Commands: []nodeopsv1.Command{script("hello", "echo hello")}}}},
+	})
+	task := createTask(t, op, "all", "busy-1", op.Spec.Custom.Groups[0].Commands...)
+	const busy = "node busy: held by task other-op-all-busy-1"
+	setTaskStatus(t, task.Name, func(s *nodeopsv1.NodeTaskStatus) {
+		s.Phase, s.Progress, s.Message = nodeopsv1.TaskPending, "0/1", busy
+		s.Commands = []nodeopsv1.CommandStatus{{Name: "hello", Phase: nodeopsv1.CommandPending}}
+	})
+	if out := mustRun(t, "describe", op.Name); !strings.Contains(out, "Pending ("+busy+")") {
+		t.Errorf("describe does not show the busy node:\n%s", out)
+	}
+	task.Status.Message = busy
+	if line := nodeLine(task, time.Now()); !strings.Contains(line, busy) {
+		t.Errorf("the watch line %q does not show the busy node", line)
+	}
+}

@@ -331,6 +331,8 @@ func (l clusterLayout) agentArgs(node string) []string {
 		"--node-name=" + node,
 		"--host-root=" + filepath.Join(l.Dir, "nodes", node),
 		"--service-manager=local",
+		// The supervisor runs one agent per node at a time: a restarted one takes its Lease at once.
+		"--identity=nodeops-local-agent-" + node,
 	}
 }
 
@@ -339,6 +341,7 @@ func (l clusterLayout) simAgentArgs() []string {
 		"--kubeconfig=" + l.kubeconfig(),
 		"--noop-host",
 		"--node-prefix=sim-",
+		"--identity=nodeops-local-agent-sim",
 	}
 }
 

@@ -30,6 +30,17 @@ func TaskName(owner, group, node string) string {
 	return shorten(name, hashOf(owner, group, node), validation.DNS1123SubdomainMaxLength, isSubdomainChar)
 }
 
+// NodeLeaseName is the name of the coordination.k8s.io Lease that says which NodeTask executes on
+// node (docs/design.md, safety rule 8): "node-<node>", or, when that is too long or ends like a hash,
+// a readable prefix and a hash of the node name, as TaskName shortens.
+func NodeLeaseName(node string) string {
+	name := "node-" + node
+	if plainSubdomain(name) {
+		return name
+	}
+	return shorten(name, hashOf(node), validation.DNS1123SubdomainMaxLength, isSubdomainChar)
+}
+
 func plainSubdomain(s string) bool {
 	return len(s) <= validation.DNS1123SubdomainMaxLength && len(validation.IsDNS1123Subdomain(s)) == 0 && !endsInHash(s)
 }

@@ -87,3 +87,28 @@ func TestLabelValue(t *testing.T) {
 		}
 	}
 }
+
+func TestNodeLeaseName(t *testing.T) {
+	long := strings.Repeat("n", 250)
+	tests := []struct{ node, want string }{
+		{"worker-1", "node-worker-1"},
+		{strings.Repeat("n", 248), "node-" + strings.Repeat("n", 248)},
+		{long, ""},
+		{long + "x", ""},
+		{"w-0123456789abcdef", ""},
+	}
+	seen := map[string]string{}
+	for _, tt := range tests {
+		got := NodeLeaseName(tt.node)
+		if errs := validation.IsDNS1123Subdomain(got); len(errs) > 0 {
+			t.Errorf("NodeLeaseName(%q) = %q, invalid: %v", tt.node, got, errs)
+		}
+		if tt.want != "" && got != tt.want {
+			t.Errorf("NodeLeaseName(%q) = %q, want %q", tt.node, got, tt.want)
+		}
+		if other, ok := seen[got]; ok {
+			t.Errorf("nodes %q and %q share the lease %q", other, tt.node, got)
+		}
+		seen[got] = tt.node
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/config"
+	"github.com/nodeops/nodeops/internal/agent"
 	"github.com/nodeops/nodeops/internal/agent/commands"
 	"github.com/nodeops/nodeops/internal/testutil"
 )
@@ -110,7 +112,22 @@ func setUp(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	// node-b's Lease, as node-b's agent took it for task-b (safety rule 8).
+	lease := agent.NodeLease(ns, "node-b")
+	lease.Spec = coordinationv1.LeaseSpec{HolderIdentity: ptr.To(taskB), LeaseDurationSeconds: ptr.To[int32](60), RenewTime: ptr.To(metav1.NowMicro())}
+	return admin.Create(ctx, lease)
+}
+
+// takeLease makes node's Lease name the task, as a taking agent writes it.
+func takeLease(node, task string) func(context.Context, client.Client) error {
+	return func(ctx context.Context, c client.Client) error {
+		l := agent.NodeLease(ns, node)
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(l), l); err != nil {
+			return err
+		}
+		l.Spec.HolderIdentity, l.Spec.RenewTime = ptr.To(task), ptr.To(metav1.NowMicro())
+		return c.Update(ctx, l)
+	}
 }
 
 // token mints a token of the agent's ServiceAccount, bound to the agent pod on node (a kubelet's
@@ -291,9 +308,22 @@ var attempts = []attempt{
 	{name: "delete node-b", do: func(ctx context.Context, c client.Client) error {
 		return c.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-b"}})
 	}, policy: []string{"create or delete none", "DELETE nodes node-b"}, rbac: []string{`cannot delete resource "nodes"`}},
+	{name: "take node-b's lease", do: takeLease("node-b", taskA),
+		policy: []string{"agent on node node-a creates or updates only its own node's Lease (node-node-a", "UPDATE leases node-node-b"}},
+	{name: "create node-c's lease", do: func(ctx context.Context, c client.Client) error {
+		return c.Create(ctx, agent.NodeLease(ns, "node-c"))
+	}, policy: []string{"creates or updates only its own node's Lease", "CREATE leases node-node-c"}},
+	{name: "create node-c's lease annotated node-a", do: func(ctx context.Context, c client.Client) error {
+		l := agent.NodeLease(ns, "node-c")
+		l.Annotations[agent.AnnotationLeaseNode] = "node-a"
+		return c.Create(ctx, l)
+	}, policy: []string{"creates or updates only its own node's Lease", "CREATE leases node-node-c"}},
+	{name: "delete node-b's lease", do: func(ctx context.Context, c client.Client) error {
+		return c.Delete(ctx, agent.NodeLease(ns, "node-b"))
+	}, policy: []string{"deletes none", "DELETE leases node-node-b"}, rbac: []string{`cannot delete resource "leases"`}},
 	{name: "a ConfigMap", do: func(ctx context.Context, c client.Client) error {
 		return c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "by-agent", Namespace: ns}})
-	}, policy: []string{"writes only NodeTask status, its own Node and evictions", "CREATE configmaps by-agent"}, rbac: []string{`cannot create resource "configmaps"`}},
+	}, policy: []string{"writes only NodeTask status, its own Node, its node's Lease and evictions", "CREATE configmaps by-agent"}, rbac: []string{`cannot create resource "configmaps"`}},
 }
 
 // refused checks that err is a refusal whose message has every part of want.
@@ -438,6 +468,16 @@ func TestAgentOnNodeAWorks(t *testing.T) {
 	hb := `{"status":{"agentHeartbeat":` + string(ts) + `}}`
 	if err := c.Status().Patch(ctx, &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: taskA}}, merge(hb)); err != nil {
 		t.Errorf("node-a's agent renewing its heartbeat (a status merge patch): %v", err)
+	}
+
+	// Its node's Lease (safety rule 8): created, then taken over and renewed by updates.
+	lease := agent.NodeLease(ns, "node-a")
+	lease.Spec.HolderIdentity = ptr.To(taskA)
+	if err := c.Create(ctx, lease); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("node-a's agent creating its node's lease: %v", err)
+	}
+	if err := takeLease("node-a", taskA)(ctx, c); err != nil {
+		t.Errorf("node-a's agent renewing its node's lease: %v", err)
 	}
 
 	if err := cordon("node-a")(ctx, c); err != nil {
