@@ -152,6 +152,9 @@ spec:
 		{"installFile platform over plain http", profile("p6", "- installFile:\n    platforms: [{arch: arm64, url: 'http://x/a', sha256: "+sha+"}]\n    path: /opt/y"), profPath + ".installFile.platforms", "a platform's url is plain http"},
 		{"installFile platforms and sha256 alone", task("p7", "- installFile:\n    platforms: [{arch: arm64, url: 'https://x/a', sha256: "+sha+"}]\n    sha256: "+sha+"\n    path: /opt/y"), taskPath + ".installFile.sha256", "url and sha256 go together"},
 		{"installFile per platform, accepted", profile("p8", "- installFile:\n    platforms: [{arch: arm64, url: 'https://x/a', sha256: "+sha+"}, {arch: amd64, url: 'https://x/b', sha256: "+sha+"}]\n    path: /opt/y"), "", ""},
+		{"provisionedLabels in nodeops.io", profile("l1", "- wait: {duration: 1s}") + "  provisionedLabels:\n  - {key: nodeops.io/profile.other, value: provisioned}\n", "spec.provisionedLabels[0].key", "nodeops.io/ labels are nodeops' own"},
+		{"provisionedLabels value not a label value", profile("l2", "- wait: {duration: 1s}") + "  provisionedLabels:\n  - {key: kwasm.sh/kwasm-provisioned, value: '$(NODE)'}\n", "spec.provisionedLabels[0].value", "should match"},
+		{"provisionedLabels key not a label key", profile("l3", "- wait: {duration: 1s}") + "  provisionedLabels:\n  - {key: 'kwasm.sh/', value: x}\n", "spec.provisionedLabels[0].key", "should match"},
 		{"installFile caBundle not PEM", task("h3", "- installFile:\n    url: https://x/y\n    sha256: "+sha+"\n    path: /etc/y\n    caBundle: not-a-certificate"), taskPath + ".installFile.caBundle", "should match '^\\s*-----BEGIN CERTIFICATE-----'"},
 		{"binaries over plain http", op("h4", "- installBinaries:\n    components: [kubelet]\n    version: v1.37.2\n    source: {baseURL: 'http://mirror.local/release'}"), cmdPath + ".installBinaries.source.baseURL", "baseURL is plain http: use https, or set insecureHTTP: true"},
 		{"upgrade binarySource over plain http", `apiVersion: nodeops.io/v1alpha1

@@ -48,4 +48,6 @@ const (
 	ProfileHashAnnotationPrefix = "nodeops.io/profile-hash."
 	// ProvisionedValue is the value of the profile label on provisioned nodes.
 	ProvisionedValue = "provisioned"
+	// NodeNameVariable in a NodeProfile's provisionedLabels value is the node's name.
+	NodeNameVariable = "$(NODE_NAME)"
 )

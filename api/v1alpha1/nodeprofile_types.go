@@ -14,6 +14,19 @@ type ProfileTrigger struct {
 	Annotation string `json:"annotation"`
 }
 
+// ProvisionedLabel is a label a NodeProfile sets on its provisioned nodes.
+type ProvisionedLabel struct {
+	// Key is a label key, [prefix/]name, outside nodeops.io/ (nodeops sets its own).
+	// +kubebuilder:validation:MaxLength=317
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('nodeops.io/')",message="nodeops.io/ labels are nodeops' own"
+	Key string `json:"key"`
+	// Value is a label value, or $(NODE_NAME) for the node's name.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^(\$\(NODE_NAME\)|([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?)$`
+	Value string `json:"value"`
+}
+
 // RuntimeClassSpec is a RuntimeClass the profile creates for its provisioned nodes.
 type RuntimeClassSpec struct {
 	// +kubebuilder:validation:MaxLength=63
@@ -51,6 +64,17 @@ type NodeProfileSpec struct {
 	// Names are what status and the CLI show beside each index; nameless commands of one kind may repeat.
 	// +kubebuilder:validation:XValidation:rule="self.all(c, !has(c.name) || self.filter(d, (has(d.name) ? d.name : has(d.kubeadmUpgradeApply) ? 'kubeadmUpgradeApply' : has(d.kubeadmUpgradeNode) ? 'kubeadmUpgradeNode' : has(d.kubeadmUpgradePlan) ? 'kubeadmUpgradePlan' : has(d.kubeadmRenewCertificates) ? 'kubeadmRenewCertificates' : has(d.restartStaticPods) ? 'restartStaticPods' : has(d.installBinaries) ? 'installBinaries' : has(d.restartService) ? 'restartService' : has(d.cordon) ? 'cordon' : has(d.drain) ? 'drain' : has(d.uncordon) ? 'uncordon' : has(d.waitNodeReady) ? 'waitNodeReady' : has(d.preflight) ? 'preflight' : has(d.installFile) ? 'installFile' : has(d.containerdRuntime) ? 'containerdRuntime' : has(d.script) ? 'script' : has(d.wait) ? 'wait' : '') == c.name).size() == 1)",message="command names must be unique, and differ from the kind of each command without a name (which status shows by its kind)"
 	Uninstall []Command `json:"uninstall,omitempty"`
+	// ProvisionedLabels are labels set on a node once it is provisioned, beside
+	// nodeops.io/profile.<name>=provisioned, and removed when it leaves the profile; the value
+	// $(NODE_NAME) is the node's name. KWasm's and runtime-class-manager's workloads select
+	// kwasm.sh/kwasm-provisioned: {key: kwasm.sh/kwasm-provisioned, value: $(NODE_NAME)} keeps them
+	// running. A change relabels provisioned nodes without installing again; a key removed from
+	// here stays on nodes already provisioned.
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=map
+	// +listMapKey=key
+	ProvisionedLabels []ProvisionedLabel `json:"provisionedLabels,omitempty"`
 	// RuntimeClasses to create, selecting provisioned nodes.
 	// +optional
 	// +kubebuilder:validation:MaxItems=16

@@ -41,7 +41,7 @@ func (r *Reconciler) apply(ctx context.Context, s *scope) (ctrl.Result, error) {
 			continue // patched already; the cache has not caught up
 		}
 		w.Go(func() error {
-			if err := r.patchNode(ctx, p.Name, np, s.hash); err != nil {
+			if err := r.patchNode(ctx, p.Name, p.Spec.ProvisionedLabels, np, s.hash); err != nil {
 				return err
 			}
 			r.expect.patched(key, np.Node, rv)
@@ -116,8 +116,8 @@ func (r *Reconciler) abortTask(ctx context.Context, name string) error {
 }
 
 // patchNode sets or removes the profile's label and hash annotation on a node in one merge patch.
-func (r *Reconciler) patchNode(ctx context.Context, profile string, np NodePatch, hash string) error {
-	body, err := NodePatchBody(profile, np, hash)
+func (r *Reconciler) patchNode(ctx context.Context, profile string, extra []v1alpha1.ProvisionedLabel, np NodePatch, hash string) error {
+	body, err := NodePatchBody(profile, extra, np, hash)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -202,7 +203,7 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 			Member:   !s.deleting && m.Contains(n.Labels, n.Annotations),
 			Ready:    plan.NodeReady(n),
 			Cordoned: n.Spec.Unschedulable,
-			Labelled: n.Labels[label] == v1alpha1.ProvisionedValue,
+			Labelled: n.Labels[label] == v1alpha1.ProvisionedValue && hasProvisionedLabels(n, p.Spec.ProvisionedLabels),
 			Hash:     n.Annotations[annotation],
 		})
 	}
@@ -357,3 +358,14 @@ func (r *Reconciler) event(p *v1alpha1.NodeProfile, kind, reason, action, note s
 }
 
 var _ reconcile.Reconciler = &Reconciler{}
+
+// hasProvisionedLabels reports whether node carries the profile's spec.provisionedLabels, so that
+// a change of them relabels provisioned nodes without installing again.
+func hasProvisionedLabels(node *corev1.Node, extra []v1alpha1.ProvisionedLabel) bool {
+	for _, l := range extra {
+		if node.Labels[l.Key] != strings.ReplaceAll(l.Value, v1alpha1.NodeNameVariable, node.Name) {
+			return false
+		}
+	}
+	return true
+}

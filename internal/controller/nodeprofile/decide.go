@@ -19,7 +19,7 @@ type NodeView struct {
 	Ready  bool
 	// Cordoned: spec.unschedulable is set, by whoever.
 	Cordoned bool
-	// Labelled: the node carries nodeops.io/profile.<name>=provisioned.
+	// Labelled: the node carries nodeops.io/profile.<name>=provisioned and the profile's provisionedLabels.
 	Labelled bool
 	// Hash is the node's nodeops.io/profile-hash.<name> annotation, "" when absent.
 	Hash string

@@ -3,6 +3,7 @@ package nodeprofile
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,13 +13,23 @@ import (
 
 // NodePatchBody is the JSON merge patch that labels a node provisioned with hash (or, for a node
 // leaving, removes label and annotation): one write per node, with no read-modify-write conflict.
-func NodePatchBody(profile string, np NodePatch, hash string) ([]byte, error) {
+// extra are the profile's spec.provisionedLabels, set and removed with its own label; a value
+// $(NODE_NAME) is the node's name.
+func NodePatchBody(profile string, extra []v1alpha1.ProvisionedLabel, np NodePatch, hash string) ([]byte, error) {
 	var label, annotation any // nil removes
 	if np.Provisioned {
 		label, annotation = v1alpha1.ProvisionedValue, hash
 	}
+	labels := map[string]any{ProvisionedLabel(profile): label}
+	for _, l := range extra {
+		if !np.Provisioned {
+			labels[l.Key] = nil
+			continue
+		}
+		labels[l.Key] = strings.ReplaceAll(l.Value, v1alpha1.NodeNameVariable, np.Node)
+	}
 	body, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"labels":      map[string]any{ProvisionedLabel(profile): label},
+		"labels":      labels,
 		"annotations": map[string]any{HashAnnotation(profile): annotation},
 	}})
 	if err != nil {

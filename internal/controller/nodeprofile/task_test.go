@@ -108,18 +108,34 @@ func TestFailureMessage(t *testing.T) {
 }
 
 func TestNodePatchBody(t *testing.T) {
-	set, err := NodePatchBody("wasm", NodePatch{Node: "n", Provisioned: true}, "h1")
+	set, err := NodePatchBody("wasm", nil, NodePatch{Node: "n", Provisioned: true}, "h1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := string(set); got != `{"metadata":{"annotations":{"nodeops.io/profile-hash.wasm":"h1"},"labels":{"nodeops.io/profile.wasm":"provisioned"}}}` {
 		t.Errorf("set patch = %s", got)
 	}
-	rm, err := NodePatchBody("wasm", NodePatch{Node: "n"}, "h1")
+	rm, err := NodePatchBody("wasm", nil, NodePatch{Node: "n"}, "h1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := string(rm); got != `{"metadata":{"annotations":{"nodeops.io/profile-hash.wasm":null},"labels":{"nodeops.io/profile.wasm":null}}}` {
 		t.Errorf("remove patch = %s", got)
+	}
+	// KWasm's label, as its operator sets it: the node's name.
+	kwasm := []v1alpha1.ProvisionedLabel{{Key: "kwasm.sh/kwasm-provisioned", Value: "$(NODE_NAME)"}}
+	set, err = NodePatchBody("wasm", kwasm, NodePatch{Node: "n", Provisioned: true}, "h1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(set); got != `{"metadata":{"annotations":{"nodeops.io/profile-hash.wasm":"h1"},"labels":{"kwasm.sh/kwasm-provisioned":"n","nodeops.io/profile.wasm":"provisioned"}}}` {
+		t.Errorf("set patch with provisionedLabels = %s", got)
+	}
+	rm, err = NodePatchBody("wasm", kwasm, NodePatch{Node: "n"}, "h1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(rm); got != `{"metadata":{"annotations":{"nodeops.io/profile-hash.wasm":null},"labels":{"kwasm.sh/kwasm-provisioned":null,"nodeops.io/profile.wasm":null}}}` {
+		t.Errorf("remove patch with provisionedLabels = %s", got)
 	}
 }
