@@ -101,6 +101,16 @@ type ProfileNodeCounts struct {
 	Provisioned  int32 `json:"provisioned"`
 	Provisioning int32 `json:"provisioning"`
 	Failed       int32 `json:"failed"`
+	// Outdated: nodes in the profile still provisioned at an older spec hash (a spec change rolls
+	// them over under maxUnavailable).
+	// +optional
+	Outdated int32 `json:"outdated,omitempty"`
+}
+
+// ProfileHashNodes counts the nodes provisioned at one spec hash.
+type ProfileHashNodes struct {
+	Hash  string `json:"hash"`
+	Nodes int32  `json:"nodes"`
 }
 
 // ProfileNodeFailure names a node whose install or uninstall failed.
@@ -123,6 +133,11 @@ type NodeProfileStatus struct {
 	Failures []ProfileNodeFailure `json:"failures,omitempty"`
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Hashes are the spec hashes the profile's nodes are provisioned at, the current one first:
+	// during a rollout, the nodes at the old and at the new hash.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	Hashes []ProfileHashNodes `json:"hashes,omitempty"`
 	// SpecHash is the hash provisioned nodes carry in their annotation.
 	// +optional
 	SpecHash string `json:"specHash,omitempty"`
@@ -145,6 +160,7 @@ const (
 // +kubebuilder:printcolumn:name="Matched",type=integer,JSONPath=`.status.nodes.matched`
 // +kubebuilder:printcolumn:name="Provisioned",type=integer,JSONPath=`.status.nodes.provisioned`
 // +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.nodes.failed`
+// +kubebuilder:printcolumn:name="Outdated",type=integer,JSONPath=`.status.nodes.outdated`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type NodeProfile struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -118,6 +118,8 @@ type Decision struct {
 	// Nodes lists every node the profile concerns (not Idle), sorted by name.
 	Nodes  []NodeResult
 	Counts v1alpha1.ProfileNodeCounts
+	// Hashes count the profile's nodes by the spec hash they are provisioned at, current first.
+	Hashes []v1alpha1.ProfileHashNodes
 	// Starts are the candidates, in sorted node order, Ready ones only; plan.Select chooses among
 	// them against Limit and Unavailable, passing over nodes another task holds.
 	Starts []Start
@@ -162,6 +164,7 @@ func Decide(in Input) (Decision, error) {
 	}
 	var candidates []pending
 	busy, relevant := 0, 0
+	byHash := map[string]int32{}
 	for i := range nodes {
 		n := &nodes[i]
 		exists[n.Name] = true
@@ -210,6 +213,12 @@ func Decide(in Input) (Decision, error) {
 		}
 		if n.Member {
 			d.Counts.Matched++
+			if n.Hash != "" {
+				byHash[n.Hash]++
+				if n.Hash != in.Hash {
+					d.Counts.Outdated++
+				}
+			}
 		}
 		if r.State == StateIdle {
 			continue
@@ -235,6 +244,7 @@ func Decide(in Input) (Decision, error) {
 			candidates = append(candidates, pending{start: *start, ready: n.Ready && !n.Cordoned})
 		}
 	}
+	d.Hashes = hashCounts(byHash, in.Hash)
 	for node, tasks := range byNode {
 		if !exists[node] {
 			for _, t := range tasks {
@@ -381,4 +391,33 @@ func leaveOrStay(want Action, provisioned, marked bool) NodeState {
 		return StateUnlabelling
 	}
 	return StateIdle
+}
+
+// maxHashes bounds status.hashes; a profile rolled over more often than that with nodes left at
+// each hash shows the current hash and the largest groups.
+const maxHashes = 16
+
+// hashCounts lists the nodes per spec hash: current first, then by count and hash.
+func hashCounts(byHash map[string]int32, current string) []v1alpha1.ProfileHashNodes {
+	out := make([]v1alpha1.ProfileHashNodes, 0, len(byHash))
+	for h, n := range byHash {
+		out = append(out, v1alpha1.ProfileHashNodes{Hash: h, Nodes: n})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if (a.Hash == current) != (b.Hash == current) {
+			return a.Hash == current
+		}
+		if a.Nodes != b.Nodes {
+			return a.Nodes > b.Nodes
+		}
+		return a.Hash < b.Hash
+	})
+	if len(out) > maxHashes {
+		out = out[:maxHashes]
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }

@@ -271,7 +271,15 @@ func TestSpecChangeReprovisions(t *testing.T) {
 		}
 		return nil
 	})
-	for _, n := range nodes {
+	// The rollout shows in status: every node still at the old hash before the first re-provision.
+	testutil.Eventually(t, wait, "three nodes outdated, at the old hash", func() error {
+		st := getProfile(t, ctx, "respec").Status
+		if st.Nodes.Outdated != 3 || len(st.Hashes) != 1 || st.Hashes[0] != (v1alpha1.ProfileHashNodes{Hash: old, Nodes: 3}) {
+			return fmt.Errorf("outdated %d, hashes %+v", st.Nodes.Outdated, st.Hashes)
+		}
+		return nil
+	})
+	for i, n := range nodes {
 		task := waitTask(t, ctx, "respec", n, nodeprofile.ActionInstall)
 		if task.Spec.Group != "install-"+hash || len(task.Spec.Commands) != 3 {
 			t.Fatalf("re-provision task %s group %s with %d commands", task.Name, task.Spec.Group, len(task.Spec.Commands))
@@ -291,6 +299,19 @@ func TestSpecChangeReprovisions(t *testing.T) {
 		agentRun(t, ctx, task.Name)
 		agentSucceed(t, ctx, task.Name)
 		waitLabel(t, ctx, "respec", n, true, hash)
+		// Nodes at the new hash first, then those still at the old one.
+		done := int32(i + 1)
+		want := []v1alpha1.ProfileHashNodes{{Hash: hash, Nodes: done}}
+		if done < 3 {
+			want = append(want, v1alpha1.ProfileHashNodes{Hash: old, Nodes: 3 - done})
+		}
+		testutil.Eventually(t, wait, fmt.Sprintf("%d node(s) at the new hash", done), func() error {
+			st := getProfile(t, ctx, "respec").Status
+			if st.Nodes.Outdated != 3-done || !reflect.DeepEqual(st.Hashes, want) {
+				return fmt.Errorf("outdated %d, hashes %+v, want %+v", st.Nodes.Outdated, st.Hashes, want)
+			}
+			return nil
+		})
 	}
 	waitCondition(t, ctx, "respec", v1alpha1.ConditionReady, metav1.ConditionTrue, "all 3")
 	// Each node keeps its first install as history beside the new one (docs/design.md, safety

@@ -51,6 +51,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope) (ctrl.Result, er
 	if s.decided {
 		p.Status.Nodes = counts
 		p.Status.Failures = failures
+		p.Status.Hashes = s.decision.Hashes
 	}
 	p.Status.SpecHash = s.hash
 	p.Status.ObservedGeneration = p.Generation
