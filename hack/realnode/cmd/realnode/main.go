@@ -5,6 +5,8 @@
 //	realnode up         build, then start containerd and the kubelet, kubeadm init, install nodeops
 //	realnode down       tear everything down and leave the machine as it was
 //	realnode supervise  the node supervisor, the stand-in for systemd (started by up)
+//	realnode post-render API-HOST
+//	                    helm's post-renderer while up installs the chart: local images, the API address
 package main
 
 import (
@@ -40,6 +42,9 @@ func run(args []string) error {
 	fs.StringVar(&o.bin, "bin", "", "the checkout's bin/ with the v1.37.2 tools (default REPO/bin)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if fs.NArg() == 2 && fs.Arg(0) == "post-render" {
+		return realnode.PostRender(os.Stdin, os.Stdout, fs.Arg(1))
 	}
 	if fs.NArg() != 1 {
 		return fmt.Errorf("usage: realnode [--repo DIR] build|up|down|supervise")

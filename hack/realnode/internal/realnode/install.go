@@ -18,83 +18,55 @@ import (
 // Workload is a Deployment or DaemonSet found in the manifests, waited for after applying.
 type Workload struct{ Kind, Namespace, Name string }
 
-// InstallNodeops installs nodeops from the project's own manifests, as a user would: the CRDs,
-// the RBAC, the manager Deployment, the agent DaemonSet and the admission policies, with
-// nodeops' images replaced by the locally built ones (imagePullPolicy Never).
+// InstallNodeops installs nodeops with its Helm chart, as a user would (`helm install` of
+// charts/nodeops, the built helm), with nodeops' images replaced by the locally built ones
+// (imagePullPolicy Never) and, on this one node, one manager replica and no PodDisruptionBudget:
+// with two replicas and minAvailable 1 the upgrade's drain of the only node could never evict the
+// second manager pod (its replacement cannot schedule on the cordoned node).
 //
 // One change a user of this cluster would make too: it runs no kube-proxy (kubeadm's addon is
 // skipped, REALNODE.md), so the kubernetes Service address does not route; nodeops' pods are told
 // to reach the API server at the node's address (KUBERNETES_SERVICE_HOST/PORT), as on any cluster
-// without kube-proxy.
+// without kube-proxy. Helm's post-renderer (this program's post-render command, PostRender) does
+// that and the image change, so the chart itself is installed unchanged.
 func InstallNodeops(ctx context.Context, l Layout, apiHost string) error {
 	start := time.Now()
-	cfg := filepath.Join(l.Repo, "config")
-	for _, d := range []string{"crd", "rbac", "manager", "agent", "admission"} {
-		if files, _ := manifestFiles(filepath.Join(cfg, d)); len(files) == 0 {
-			return fmt.Errorf("nodeops cannot be installed: %s has no manifests", filepath.Join(cfg, d))
-		}
-	}
-	// -k: config/crd holds a kustomization.yaml beside the CRDs, which -f would send to the API server.
-	if err := kubectl(ctx, io.Discard, "apply", "--server-side", "-k", filepath.Join(cfg, "crd")); err != nil {
-		return fmt.Errorf("install CRDs: %w", err)
-	}
-	if err := kubectl(ctx, io.Discard, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"); err != nil {
-		return fmt.Errorf("CRDs not established: %w", err)
-	}
-	var all bytes.Buffer
-	for _, d := range []string{"rbac", "manager", "agent", "admission"} {
-		files, err := manifestFiles(filepath.Join(cfg, d))
-		if err != nil {
-			return err
-		}
-		for _, f := range files {
-			data, err := os.ReadFile(f)
-			if err != nil {
-				return fmt.Errorf("read %s: %w", f, err)
-			}
-			all.WriteString("\n---\n")
-			all.Write(data)
-		}
-	}
-	out, workloads, err := RewriteManifests(all.Bytes(), map[string]string{"manager": ManagerImage, "agent": AgentImage}, apiHost, "6443")
+	chart := filepath.Join(l.Repo, "charts", "nodeops")
+	self, err := os.Executable()
 	if err != nil {
-		return err
+		return fmt.Errorf("finding this program for helm's post-renderer: %w", err)
 	}
-	file := filepath.Join(StateDir, "nodeops.yaml")
-	if err := os.WriteFile(file, out, 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", file, err)
+	args := []string{"--kubeconfig", KubeconfigPath, "install", "nodeops", chart,
+		"--namespace", "nodeops-system", "--create-namespace", "--wait", "--timeout", "5m",
+		"--post-renderer", self, "--post-renderer-args", "post-render", "--post-renderer-args", apiHost,
+		"--set", "manager.replicas=1", "--set", "manager.podDisruptionBudget.enabled=false"}
+	for name, image := range map[string]string{"manager": ManagerImage, "agent": AgentImage} {
+		repo, tag, _ := strings.Cut(image, ":")
+		args = append(args, "--set", "image."+name+".repository="+repo, "--set", "image."+name+".tag="+tag,
+			"--set", "image."+name+".pullPolicy=Never")
 	}
-	// Namespaces first, so the namespaced objects in the same apply find theirs.
-	if err := kubectl(ctx, io.Discard, "apply", "--server-side", "-f", file); err != nil {
-		if err2 := kubectl(ctx, io.Discard, "apply", "--server-side", "-f", file); err2 != nil {
-			return fmt.Errorf("install nodeops: %w", err2)
-		}
+	var out bytes.Buffer
+	if err := run(ctx, &out, filepath.Join(l.Bin, "helm"), args...); err != nil {
+		Diagnose(ctx, os.Stdout, "nodeops-system")
+		return fmt.Errorf("helm install nodeops: %w\n%s", err, out.String())
 	}
-	for _, w := range workloads {
-		if err := kubectl(ctx, io.Discard, "-n", w.Namespace, "rollout", "status", strings.ToLower(w.Kind)+"/"+w.Name, "--timeout=180s"); err != nil {
-			Diagnose(ctx, os.Stdout, w.Namespace)
-			return fmt.Errorf("nodeops %s %s/%s did not become ready: %w", w.Kind, w.Namespace, w.Name, err)
-		}
-	}
-	Logf("nodeops installed (%d workloads ready) in %s", len(workloads), time.Since(start).Round(time.Second))
+	Logf("nodeops installed with its chart (helm install --wait) in %s", time.Since(start).Round(time.Second))
 	return nil
 }
 
-func manifestFiles(dir string) ([]string, error) {
-	var files []string
-	for _, pat := range []string{"*.yaml", "*.yml"} {
-		m, err := filepath.Glob(filepath.Join(dir, pat))
-		if err != nil {
-			return nil, fmt.Errorf("list %s: %w", dir, err)
-		}
-		for _, f := range m {
-			if filepath.Base(f) != "kustomization.yaml" {
-				files = append(files, f)
-			}
-		}
+// PostRender is helm's post-renderer for the real node: the rendered chart on in, with nodeops'
+// images and API server address rewritten (RewriteManifests), on out.
+func PostRender(in io.Reader, out io.Writer, apiHost string) error {
+	data, err := io.ReadAll(in)
+	if err != nil {
+		return fmt.Errorf("read the rendered chart: %w", err)
 	}
-	sort.Strings(files)
-	return files, nil
+	rewritten, _, err := RewriteManifests(data, map[string]string{"manager": ManagerImage, "agent": AgentImage}, apiHost, "6443")
+	if err != nil {
+		return err
+	}
+	_, err = out.Write(rewritten)
+	return err
 }
 
 var docSep = regexp.MustCompile(`(?m)^---[ \t]*$`)
