@@ -66,20 +66,3 @@ func parseTOML(t *testing.T, what string, data []byte) map[string]any {
 	}
 	return doc
 }
-
-// pruned drops empty tables, which adding a handler may create and removing it leaves.
-func pruned(v any) any {
-	m, ok := v.(map[string]any)
-	if !ok {
-		return v
-	}
-	out := map[string]any{}
-	for k, x := range m {
-		x = pruned(x)
-		if sub, ok := x.(map[string]any); ok && len(sub) == 0 {
-			continue
-		}
-		out[k] = x
-	}
-	return out
-}
