@@ -9,8 +9,11 @@ import (
 	"strconv"
 
 	"github.com/pelletier/go-toml/v2"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/taskpolicy"
 )
 
 const defaultContainerdConfig = "/etc/containerd/config.toml"
@@ -33,7 +36,15 @@ func runContainerdRuntime(ctx context.Context, env *Env, c *v1alpha1.ContainerdR
 		return Result{Message: msg + "; " + t.unit + " not restarted (skipRestart)"}, nil
 	}
 	drain := c.Restart != nil && c.Restart.Drain
+	uncordon := drain
 	if drain {
+		// A node this task's owner had already cordoned (a cordon command earlier in the task) is left
+		// for that cordon's uncordon to restore, so the drained restart never uncordons mid-task.
+		held, err := cordonedByOwner(ctx, env)
+		if err != nil {
+			return Result{}, fmt.Errorf("%s; before restarting %s: %w", msg, t.unit, err)
+		}
+		uncordon = !held
 		if _, err := runCordon(ctx, env, &v1alpha1.CordonCommand{}); err != nil {
 			return Result{}, fmt.Errorf("%s; before restarting %s: %w", msg, t.unit, err)
 		}
@@ -46,7 +57,10 @@ func runContainerdRuntime(ctx context.Context, env *Env, c *v1alpha1.ContainerdR
 		return Result{}, fmt.Errorf("%s; restarting %s: %w", msg, t.unit, err)
 	}
 	msg += "; " + t.unit + " restarted"
-	if drain {
+	if drain && !uncordon {
+		msg += " after a drain; the node stays cordoned for the cordon before this command"
+	}
+	if uncordon {
 		res, err := runUncordon(ctx, env, &v1alpha1.UncordonCommand{})
 		if err != nil {
 			return Result{}, fmt.Errorf("%s; %w", msg, err)
@@ -54,6 +68,16 @@ func runContainerdRuntime(ctx context.Context, env *Env, c *v1alpha1.ContainerdR
 		msg += " after a drain; " + res.Message
 	}
 	return Result{Message: msg}, nil
+}
+
+// cordonedByOwner says whether the node carries this task's owner's cordon record.
+func cordonedByOwner(ctx context.Context, env *Env) (bool, error) {
+	node := &corev1.Node{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: env.NodeName}, node); err != nil {
+		return false, fmt.Errorf("reading node %s: %w", env.NodeName, err)
+	}
+	rec, ok := taskpolicy.ParseCordonRecord(node)
+	return ok && rec.Owner == env.owner(), nil
 }
 
 // editContainerdTarget writes the handler into (or out of) the resolved file and says what it did.

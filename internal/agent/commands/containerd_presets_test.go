@@ -2,10 +2,18 @@ package commands
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/host"
@@ -161,5 +169,80 @@ func TestDropInPath(t *testing.T) {
 		if got := dropInPath(defaultContainerdConfig, tc.imports, "h"); got != tc.want {
 			t.Errorf("dropInPath(%v) = %q, want %q", tc.imports, got, tc.want)
 		}
+	}
+}
+
+// observingServices records, at each restart, whether the node was cordoned and which pods were left on it.
+type observingServices struct {
+	env  *Env
+	seen []string
+}
+
+func (o *observingServices) Name() string { return "observing" }
+
+func (o *observingServices) Restart(ctx context.Context, name string) error {
+	n := &corev1.Node{}
+	if err := o.env.Client.Get(ctx, client.ObjectKey{Name: o.env.NodeName}, n); err != nil {
+		return err
+	}
+	pods := &corev1.PodList{}
+	if err := o.env.Client.List(ctx, pods); err != nil {
+		return err
+	}
+	o.seen = append(o.seen, fmt.Sprintf("restart %s unschedulable=%t pods=%d", name, n.Spec.Unschedulable, len(pods.Items)))
+	return nil
+}
+
+// restart.drain: the node is cordoned and its pods evicted when containerd restarts, and schedulable again after.
+func TestContainerdRestartDrains(t *testing.T) {
+	env, _, out := localEnv(t, map[string]string{defaultContainerdConfig: v3Config}, false)
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "default",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web", UID: "u1", Controller: ptr.To(true)}}},
+		Spec: corev1.PodSpec{NodeName: "node-a"}}
+	env.Client = fake.NewClientBuilder().WithObjects(node, pod).
+		WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).Build()
+	obs := &observingServices{env: env}
+	env.Host.Services = obs
+	c := &v1alpha1.ContainerdRuntimeCommand{Name: "spin", RuntimeType: "io.containerd.spin.v2", Restart: &v1alpha1.ContainerdRestart{Drain: true}}
+	res, err := Run(context.Background(), env, &v1alpha1.Command{ContainerdRuntime: c})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if want := []string{"restart containerd unschedulable=true pods=0"}; !reflect.DeepEqual(obs.seen, want) {
+		t.Errorf("at the restart: %v, want %v", obs.seen, want)
+	}
+	after := &corev1.Node{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: "node-a"}, after); err != nil || after.Spec.Unschedulable || after.Annotations[AnnotationWasUnschedulable] != "" {
+		t.Errorf("after: unschedulable=%t annotations=%v (%v)", after.Spec.Unschedulable, after.Annotations, err)
+	}
+	if !strings.Contains(res.Message, "restarted after a drain") {
+		t.Errorf("message %q", res.Message)
+	}
+}
+
+// A node the task's owner cordoned before the command stays cordoned after the drained restart:
+// the task's own uncordon restores it.
+func TestContainerdRestartDrainKeepsAnEarlierCordon(t *testing.T) {
+	env, _, out := localEnv(t, map[string]string{defaultContainerdConfig: v3Config}, false)
+	env.Client = fake.NewClientBuilder().WithObjects(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}).
+		WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).Build()
+	ctx := context.Background()
+	if _, err := Run(ctx, env, &v1alpha1.Command{Cordon: &v1alpha1.CordonCommand{}}); err != nil {
+		t.Fatal(err)
+	}
+	c := &v1alpha1.ContainerdRuntimeCommand{Name: "spin", RuntimeType: "io.containerd.spin.v2", Restart: &v1alpha1.ContainerdRestart{Drain: true}}
+	if _, err := Run(ctx, env, &v1alpha1.Command{ContainerdRuntime: c}); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	n := &corev1.Node{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "node-a"}, n); err != nil || !n.Spec.Unschedulable {
+		t.Fatalf("the drained restart uncordoned a node cordoned before it (%v)", err)
+	}
+	if _, err := Run(ctx, env, &v1alpha1.Command{Uncordon: &v1alpha1.UncordonCommand{}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "node-a"}, n); err != nil || n.Spec.Unschedulable {
+		t.Errorf("the task's uncordon did not restore the node (%v)", err)
 	}
 }
