@@ -17,7 +17,9 @@ type containerdPreset struct {
 	distro v1alpha1.ContainerdDistro
 	// config is the file containerd reads, or for template distros the file the distro generates.
 	config string
-	// templates are the templates the distro renders config from, preferred first; the first is created when none exists.
+	// templates are the templates the distro renders config from, the one an existing file is preferred
+	// first (config-v3.toml.tmpl, which k3s and rke2 with containerd 2 read); the last is created when none
+	// exists, as every release reads config.toml.tmpl.
 	templates []string
 	// dropInDir, when set, is always written to instead of config (k0s merges it into its own CRI import).
 	dropInDir string
@@ -27,10 +29,10 @@ type containerdPreset struct {
 
 var containerdPresets = []containerdPreset{
 	{distro: v1alpha1.ContainerdDistroK3s, config: "/var/lib/rancher/k3s/agent/etc/containerd/config.toml",
-		templates: []string{"/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl", "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl"},
+		templates: []string{"/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl", "/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl"},
 		units:     []string{"k3s", "k3s-agent"}},
 	{distro: v1alpha1.ContainerdDistroRKE2, config: "/var/lib/rancher/rke2/agent/etc/containerd/config.toml",
-		templates: []string{"/var/lib/rancher/rke2/agent/etc/containerd/config.toml.tmpl", "/var/lib/rancher/rke2/agent/etc/containerd/config-v3.toml.tmpl"},
+		templates: []string{"/var/lib/rancher/rke2/agent/etc/containerd/config-v3.toml.tmpl", "/var/lib/rancher/rke2/agent/etc/containerd/config.toml.tmpl"},
 		units:     []string{"rke2-server", "rke2-agent"}},
 	{distro: v1alpha1.ContainerdDistroK0s, config: "/etc/k0s/containerd.toml", dropInDir: "/etc/k0s/containerd.d",
 		units: []string{"k0sworker", "k0scontroller"}},
@@ -125,7 +127,7 @@ func resolveContainerd(files host.Files, c *v1alpha1.ContainerdRuntimeCommand) (
 		p.templates, p.dropInDir = nil, ""
 	}
 	if len(p.templates) > 0 {
-		t.path, t.template, t.seed = p.templates[0], true, main
+		t.path, t.template, t.seed = p.templates[len(p.templates)-1], true, main
 		for _, tmpl := range p.templates {
 			if files.Exists(tmpl) {
 				t.path = tmpl

@@ -64,8 +64,8 @@ func TestContainerdPresets(t *testing.T) {
 			written: k3sDir + "config.toml.tmpl", unchanged: []string{k3sDir + "config.toml"}, unit: "k3s", version: 2},
 		{name: "k3s agent keeps its base template line", files: map[string]string{k3sDir + "config.toml": v2Config, k3sDir + "config.toml.tmpl": k3sBaseTemplate, "/etc/systemd/system/k3s-agent.service": "", wants + "k3s-agent.service": ""},
 			written: k3sDir + "config.toml.tmpl", unchanged: []string{k3sDir + "config.toml"}, unit: "k3s-agent", version: 2, keep: "{{ template \"base\" . }}\n"},
-		{name: "k3s with containerd 2 edits config-v3.toml.tmpl", files: map[string]string{k3sDir + "config.toml": v3Config, k3sDir + "config-v3.toml.tmpl": "{{ template \"base\" . }}\n"},
-			written: k3sDir + "config-v3.toml.tmpl", unchanged: []string{k3sDir + "config.toml"}, unit: "k3s", version: 3, keep: "{{ template \"base\" . }}\n"},
+		{name: "k3s with containerd 2 edits config-v3.toml.tmpl", files: map[string]string{k3sDir + "config.toml": v3Config, k3sDir + "config-v3.toml.tmpl": "{{ template \"base\" . }}\n", k3sDir + "config.toml.tmpl": k3sBaseTemplate},
+			written: k3sDir + "config-v3.toml.tmpl", unchanged: []string{k3sDir + "config.toml", k3sDir + "config.toml.tmpl"}, unit: "k3s", version: 3, keep: "{{ template \"base\" . }}\n"},
 		{name: "rke2 agent", files: map[string]string{rke2Dir + "config.toml": v2Config, "/usr/local/lib/systemd/system/rke2-server.service": "", "/usr/local/lib/systemd/system/rke2-agent.service": "", wants + "rke2-agent.service": ""},
 			written: rke2Dir + "config.toml.tmpl", unchanged: []string{rke2Dir + "config.toml"}, unit: "rke2-agent", version: 2},
 		{name: "rke2 server, distro named", distro: v1alpha1.ContainerdDistroRKE2, files: map[string]string{rke2Dir + "config.toml": v3Config, defaultContainerdConfig: v2Config, wants + "rke2-server.service": ""},
@@ -244,5 +244,23 @@ func TestContainerdRestartDrainKeepsAnEarlierCordon(t *testing.T) {
 	}
 	if err := env.Client.Get(ctx, client.ObjectKey{Name: "node-a"}, n); err != nil || n.Spec.Unschedulable {
 		t.Errorf("the task's uncordon did not restore the node (%v)", err)
+	}
+}
+
+// A dry run resolves the preset and reports, but creates no drop-in and restarts nothing.
+func TestContainerdPresetDryRun(t *testing.T) {
+	env, root, out := localEnv(t, map[string]string{"/etc/k0s/containerd.toml": "version = 2\n"}, true)
+	c := &v1alpha1.ContainerdRuntimeCommand{Name: "spin", RuntimeType: "io.containerd.spin.v2"}
+	if _, err := Run(context.Background(), env, &v1alpha1.Command{ContainerdRuntime: c}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "etc/k0s/containerd.d/spin.toml")); !os.IsNotExist(err) {
+		t.Errorf("a dry run created the drop-in (%v)", err)
+	}
+	if log := hosttest.ReadFile(t, root, host.LocalServiceLog); log != "" {
+		t.Errorf("a dry run restarted: %q", log)
+	}
+	if !strings.Contains(out.String(), "/etc/k0s/containerd.d/spin.toml") || !strings.Contains(out.String(), "k0sworker") {
+		t.Errorf("the dry run does not say what it would do:\n%s", out)
 	}
 }
