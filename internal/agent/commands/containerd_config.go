@@ -136,11 +136,6 @@ func editContainerdConfig(data []byte, h RuntimeHandler, remove bool, defaultVer
 	return edit, nil
 }
 
-func stringOr(v any) string {
-	s, _ := v.(string)
-	return s
-}
-
 // table is one [table] or [[array table]] header of a document.
 type table struct {
 	path []string
