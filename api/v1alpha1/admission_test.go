@@ -198,6 +198,12 @@ spec:
 		{"containerd configPath with ..", task("c3", "- containerdRuntime:\n    name: wasm\n    remove: true\n    configPath: /etc/../../x"), taskPath + ".containerdRuntime.configPath", "must not contain '..'"},
 		{"containerd runtimeType with a quote", op("c4", "- containerdRuntime:\n    name: wasm\n    runtimeType: 'io.x\"]\n[evil'"), cmdPath + ".containerdRuntime.runtimeType", "should match"},
 		{"containerd add without runtimeType", op("c5", "- containerdRuntime:\n    name: wasm"), cmdPath + ".containerdRuntime.runtimeType", "runtimeType is required"},
+		{"containerd distro unknown", op("c6", "- containerdRuntime:\n    name: wasm\n    runtimeType: io.containerd.wasmedge.v1\n    distro: k8s"), cmdPath + ".containerdRuntime.distro", "Unsupported value"},
+		{"containerd option name with a quote", profile("c7", "- containerdRuntime:\n    name: wasm\n    runtimeType: io.containerd.wasmedge.v1\n    options: {'a\"]': x}"), profPath + ".containerdRuntime.options", "option names are"},
+		{"containerd option value too long", task("c8", "- containerdRuntime:\n    name: wasm\n    runtimeType: io.containerd.wasmedge.v1\n    options: {BinaryName: '"+strings.Repeat("x", 1025)+"'}"), taskPath + ".containerdRuntime.options", "at most 1024 characters"},
+		{"containerd too many options", op("c9", "- containerdRuntime:\n    name: wasm\n    runtimeType: io.containerd.wasmedge.v1\n    options: {"+manyOptions(33)+"}"), cmdPath + ".containerdRuntime.options", "must have at most 32 items"},
+		{"containerd pod annotation with a space", op("c10", "- containerdRuntime:\n    name: wasm\n    runtimeType: io.containerd.wasmedge.v1\n    podAnnotations: ['a b']"), cmdPath + ".containerdRuntime.podAnnotations[0]", "should match"},
+		{"containerd drain with skipRestart", profile("c11", "- containerdRuntime:\n    name: wasm\n    runtimeType: io.containerd.wasmedge.v1\n    skipRestart: true\n    restart: {drain: true}"), profPath + ".containerdRuntime.restart", "restart.drain needs a restart"},
 		{"relative preflight binary", op("p1", "- preflight:\n    checks:\n    - binary: usr/bin/kubeadm"), cmdPath + ".preflight.checks[0].binary", "should match '^/'"},
 		{"preflight binary with ..", op("p2", "- preflight:\n    checks:\n    - binary: /usr/../../bin/sh"), cmdPath + ".preflight.checks[0].binary", "must not contain '..'"},
 		{"huge free disk", op("p3", "- preflight:\n    checks:\n    - minFreeDiskMiB: 9007199254740993"), cmdPath + ".preflight.checks[0].minFreeDiskMiB", "should be less than or equal to 1073741824"},
@@ -349,7 +355,7 @@ spec:
 - name: setuid-asked-for
   installFile: {url: 'https://x/y', sha256: `+sha+`, path: /usr/local/bin/z, mode: "4755", allowUnsafeMode: true}
 `+kubeadmOK), "", ""},
-		{"valid task with all and its flag", task("ok2", "- kubeadmUpgradeApply:\n    kubernetesVersion: v1.37.2\n    allowIgnoreAllPreflightErrors: true\n    ignorePreflightErrors: [all]\n- containerdRuntime:\n    name: wasm\n    runtimeType: io.containerd.wasmedge.v1\n    binaryPath: /usr/local/bin/containerd-shim-wasmedge-v1\n- name: unload\n  containerdRuntime:\n    name: wasm\n    remove: true\n- restartService: {name: kubelet.service}\n- name: getty\n  restartService: {name: getty@tty1}"), "", ""},
+		{"valid task with all and its flag", task("ok2", "- kubeadmUpgradeApply:\n    kubernetesVersion: v1.37.2\n    allowIgnoreAllPreflightErrors: true\n    ignorePreflightErrors: [all]\n- containerdRuntime:\n    name: wasm\n    runtimeType: io.containerd.wasmedge.v1\n    binaryPath: /usr/local/bin/containerd-shim-wasmedge-v1\n- name: unload\n  containerdRuntime:\n    name: wasm\n    remove: true\n- name: k3s\n  containerdRuntime:\n    name: spin\n    runtimeType: io.containerd.spin.v2\n    distro: k3s\n    options: {SystemdCgroup: 'true', BinaryName: /usr/bin/spin}\n    podAnnotations: ['io.spin.*']\n    restart: {drain: true}\n- restartService: {name: kubelet.service}\n- name: getty\n  restartService: {name: getty@tty1}"), "", ""},
 		{"valid profile with a 253-character node's task", `apiVersion: nodeops.io/v1alpha1
 kind: NodeTask
 metadata:
@@ -569,4 +575,13 @@ func TestPlannedTasksAreAdmitted(t *testing.T) {
 			}
 		}
 	}
+}
+
+// manyOptions is n options in YAML flow style.
+func manyOptions(n int) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = fmt.Sprintf("o%d: v", i)
+	}
+	return strings.Join(parts, ", ")
 }

@@ -498,8 +498,11 @@ func (c *InstallFileCommand) Description() string {
 
 func (*InstallFileCommand) DefaultTimeout() time.Duration { return 15 * time.Minute }
 
-// ContainerdRuntimeCommand adds or removes a runtime handler in containerd's config (version 2 or 3), then restarts containerd.
+// ContainerdRuntimeCommand adds or removes a runtime handler in containerd's config (version 2 or 3), then restarts
+// containerd. Where the config lives and which unit runs containerd come from the distro preset (docs/design.md,
+// "containerd presets").
 // +kubebuilder:validation:XValidation:rule="(has(self.remove) && self.remove) || has(self.runtimeType)",message="runtimeType is required to add a runtime handler",fieldPath=".runtimeType"
+// +kubebuilder:validation:XValidation:rule="!(has(self.skipRestart) && self.skipRestart && has(self.restart) && has(self.restart.drain) && self.restart.drain)",message="restart.drain needs a restart: drop skipRestart",fieldPath=".restart"
 type ContainerdRuntimeCommand struct {
 	// Name of the runtime handler, as RuntimeClasses name it.
 	// +kubebuilder:validation:MinLength=1
@@ -517,18 +520,63 @@ type ContainerdRuntimeCommand struct {
 	// +kubebuilder:validation:Pattern=`^/`
 	// +kubebuilder:validation:XValidation:rule="!self.contains('/../') && !self.endsWith('/..')",message="must not contain '..'"
 	BinaryPath string `json:"binaryPath,omitempty"`
-	// ConfigPath of containerd's config; defaults to /etc/containerd/config.toml.
+	// Distro says whose containerd this is: containerd (/etc/containerd/config.toml), k3s, rke2, k0s or
+	// microk8s; auto, the default, tells them apart by the files in the host root.
+	// +optional
+	// +kubebuilder:validation:Enum=auto;containerd;k3s;rke2;k0s;microk8s
+	// +kubebuilder:default=auto
+	Distro ContainerdDistro `json:"distro,omitempty"`
+	// ConfigPath of containerd's config, overriding the distro's; a path ending in .tmpl is edited as a
+	// k3s/rke2 template. The distro still names the unit restarted.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	// +kubebuilder:validation:Pattern=`^/`
 	// +kubebuilder:validation:XValidation:rule="!self.contains('/../') && !self.endsWith('/..')",message="must not contain '..'"
 	ConfigPath string `json:"configPath,omitempty"`
+	// Options are written in the handler's options table (runc's BinaryName, SystemdCgroup, ...).
+	// "true" and "false" are written as booleans and decimal numbers as numbers, anything else as a string.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=32
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) > 0 && size(k) <= 128 && k.matches('^[A-Za-z0-9_.-]+$'))",message="option names are 1 to 128 letters, digits, '_', '.' or '-'"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(self[k]) <= 1024)",message="option values are at most 1024 characters"
+	Options map[string]string `json:"options,omitempty"`
+	// PodAnnotations are the annotation keys (or prefixes ending in *) containerd passes to the runtime.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9]([A-Za-z0-9./_-]*[A-Za-z0-9*])?$`
+	// +listType=set
+	PodAnnotations []string `json:"podAnnotations,omitempty"`
 	// Remove takes the handler out instead of adding it.
 	// +optional
 	Remove bool `json:"remove,omitempty"`
 	// SkipRestart leaves containerd running with the old config.
 	// +optional
 	SkipRestart bool `json:"skipRestart,omitempty"`
+	// Restart says how containerd is restarted.
+	// +optional
+	Restart *ContainerdRestart `json:"restart,omitempty"`
+}
+
+// ContainerdDistro names a distro preset of the containerdRuntime command.
+type ContainerdDistro string
+
+// The distro presets; docs/design.md lists each one's config and unit.
+const (
+	ContainerdDistroAuto       ContainerdDistro = "auto"
+	ContainerdDistroContainerd ContainerdDistro = "containerd"
+	ContainerdDistroK3s        ContainerdDistro = "k3s"
+	ContainerdDistroRKE2       ContainerdDistro = "rke2"
+	ContainerdDistroK0s        ContainerdDistro = "k0s"
+	ContainerdDistroMicroK8s   ContainerdDistro = "microk8s"
+)
+
+// ContainerdRestart is how the containerdRuntime command restarts containerd.
+type ContainerdRestart struct {
+	// Drain cordons and drains the node (as the drain command with its defaults) before the restart,
+	// and uncordons it after; a node someone else had cordoned stays cordoned.
+	// +optional
+	Drain bool `json:"drain,omitempty"`
 }
 
 func (*ContainerdRuntimeCommand) KindName() string { return "containerdRuntime" }
@@ -540,13 +588,26 @@ func (c *ContainerdRuntimeCommand) Description() string {
 	if c.Remove {
 		s = "remove containerd runtime " + c.Name
 	}
-	if !c.SkipRestart {
+	if c.Distro != "" && c.Distro != ContainerdDistroAuto {
+		s += " in " + string(c.Distro) + "'s config"
+	}
+	switch {
+	case c.SkipRestart:
+	case c.Restart != nil && c.Restart.Drain:
+		s += ", drain, restart containerd, uncordon"
+	default:
 		s += ", restart containerd"
 	}
 	return s
 }
 
-func (*ContainerdRuntimeCommand) DefaultTimeout() time.Duration { return 5 * time.Minute }
+// DefaultTimeout leaves room for the drain (its own default is 5 minutes) when the restart drains.
+func (c *ContainerdRuntimeCommand) DefaultTimeout() time.Duration {
+	if c.Restart != nil && c.Restart.Drain {
+		return 15 * time.Minute
+	}
+	return 5 * time.Minute
+}
 
 // ScriptCommand runs a shell script inside the host root.
 type ScriptCommand struct {

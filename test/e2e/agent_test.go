@@ -138,6 +138,10 @@ func TestAgent(t *testing.T) {
 			t.Errorf("containerd restarted %d times, want 3 (one per command):\n%s", n, framework.ServiceLog(t, l.NodeRoot("worker-2")))
 		}
 	})
+
+	t.Run("containerdRuntime presets: each distro's config and unit on a root laid out like it, a drop-in when imports is set, a drained restart", func(t *testing.T) {
+		testContainerdPresets(t, l)
+	})
 }
 
 func testDrainWithPDB(t *testing.T, l *framework.Local) {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"reflect"
+	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/pelletier/go-toml/v2"
@@ -16,6 +18,33 @@ type RuntimeHandler struct {
 	RuntimeType string
 	// BinaryPath becomes runtime_path, the shim binary containerd runs.
 	BinaryPath string
+	// PodAnnotations becomes pod_annotations.
+	PodAnnotations []string
+	// Options is the handler's options table; values are strings, bools, int64s or float64s.
+	Options map[string]any
+}
+
+// settings is the handler's table as the TOML decoder gives it back.
+func (h RuntimeHandler) settings() map[string]any {
+	m := map[string]any{"runtime_type": h.RuntimeType}
+	if h.BinaryPath != "" {
+		m["runtime_path"] = h.BinaryPath
+	}
+	if len(h.PodAnnotations) > 0 {
+		a := make([]any, len(h.PodAnnotations))
+		for i, s := range h.PodAnnotations {
+			a[i] = s
+		}
+		m["pod_annotations"] = a
+	}
+	if len(h.Options) > 0 {
+		o := make(map[string]any, len(h.Options))
+		for k, v := range h.Options {
+			o[k] = v
+		}
+		m["options"] = o
+	}
+	return m
 }
 
 // runtimesPath is where CRI runtime handlers live in each config version.
@@ -44,26 +73,32 @@ type ConfigEdit struct {
 // the table boundaries the TOML parser reports, and the result is parsed again and compared with the
 // intended settings; only if they differ is the whole document re-encoded. Editing twice changes nothing.
 func EditContainerdConfig(data []byte, h RuntimeHandler, remove bool) (ConfigEdit, error) {
+	return editContainerdConfig(data, h, remove, 0)
+}
+
+// editContainerdConfig is EditContainerdConfig for a file that may lack its version line (a k3s
+// template that starts from k3s' base template): then defaultVersion is the version.
+func editContainerdConfig(data []byte, h RuntimeHandler, remove bool, defaultVersion int64) (ConfigEdit, error) {
 	doc := map[string]any{}
 	if err := toml.Unmarshal(data, &doc); err != nil {
 		return ConfigEdit{}, fmt.Errorf("parsing containerd config: %w", err)
 	}
-	version, _ := doc["version"].(int64)
+	version, ok := doc["version"].(int64)
+	if !ok && defaultVersion != 0 {
+		version = defaultVersion
+	}
 	base, err := runtimesPath(version)
 	if err != nil {
 		return ConfigEdit{}, err
 	}
 	entryPath := append(append([]string{}, base...), h.Name)
 	existing, _ := lookup(doc, entryPath).(map[string]any)
-	desired := map[string]any{"runtime_type": h.RuntimeType}
-	if h.BinaryPath != "" {
-		desired["runtime_path"] = h.BinaryPath
-	}
+	desired := h.settings()
 	edit := ConfigEdit{Data: data, Version: version}
 	switch {
 	case remove && existing == nil:
 		return edit, nil
-	case !remove && existing != nil && sameHandler(existing, desired):
+	case !remove && existing != nil && reflect.DeepEqual(existing, desired):
 		return edit, nil
 	}
 
@@ -87,7 +122,8 @@ func EditContainerdConfig(data []byte, h RuntimeHandler, remove bool) (ConfigEdi
 	}
 	edit.Changed = true
 	got := map[string]any{}
-	if err := toml.Unmarshal(text, &got); err == nil && reflect.DeepEqual(got, want) {
+	// Empty tables mean nothing to containerd; removing a handler that was added without its parent tables leaves none.
+	if err := toml.Unmarshal(text, &got); err == nil && reflect.DeepEqual(pruned(got), pruned(want)) {
 		edit.Data = text
 		return edit, nil
 	}
@@ -98,16 +134,6 @@ func EditContainerdConfig(data []byte, h RuntimeHandler, remove bool) (ConfigEdi
 	}
 	edit.Data, edit.Rewritten = out, true
 	return edit, nil
-}
-
-func sameHandler(existing, desired map[string]any) bool {
-	path, _ := existing["runtime_path"].(string)
-	return existing["runtime_type"] == desired["runtime_type"] && path == stringOr(desired["runtime_path"])
-}
-
-func stringOr(v any) string {
-	s, _ := v.(string)
-	return s
 }
 
 // table is one [table] or [[array table]] header of a document.
@@ -244,10 +270,49 @@ func insertHandler(data []byte, base []string, h RuntimeHandler) ([]byte, error)
 	if h.BinaryPath != "" {
 		b.WriteString(bodyIndent + "runtime_path = " + basicString(h.BinaryPath) + "\n")
 	}
+	if len(h.PodAnnotations) > 0 {
+		quoted := make([]string, len(h.PodAnnotations))
+		for i, a := range h.PodAnnotations {
+			quoted[i] = basicString(a)
+		}
+		b.WriteString(bodyIndent + "pod_annotations = [" + strings.Join(quoted, ", ") + "]\n")
+	}
+	if len(h.Options) > 0 {
+		// The options sub-table follows its handler, as containerd's own default config writes runc's.
+		b.WriteString("\n" + indent + strings.TrimSuffix(header, "]") + ".options]\n")
+		keys := make([]string, 0, len(h.Options))
+		for k := range h.Options {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			b.WriteString(bodyIndent + quotedPath([]string{k}) + " = " + tomlValue(h.Options[k]) + "\n")
+		}
+	}
 	out := make([]byte, 0, len(data)+b.Len())
 	out = append(out, data[:at]...)
 	out = append(out, b.String()...)
 	return append(out, data[at:]...), nil
+}
+
+// tomlValue writes an option's value; a value of another type is written as its string, which the
+// parse-and-compare check then sees differ, so the file is re-encoded rather than written wrong.
+func tomlValue(v any) string {
+	switch x := v.(type) {
+	case bool:
+		return strconv.FormatBool(x)
+	case int64:
+		return strconv.FormatInt(x, 10)
+	case float64:
+		s := strconv.FormatFloat(x, 'g', -1, 64)
+		if !strings.ContainsAny(s, ".eEnI") {
+			s += ".0"
+		}
+		return s
+	case string:
+		return basicString(x)
+	}
+	return basicString(fmt.Sprint(v))
 }
 
 func leadingSpace(b []byte) []byte {

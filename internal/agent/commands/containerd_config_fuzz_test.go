@@ -11,7 +11,7 @@ import (
 )
 
 // FuzzContainerdConfig: editing never panics; when it succeeds the result parses, holds the handler
-// as asked, a second edit changes nothing, and removing the handler again gives back the settings the
+// as asked (with an option and a pod annotation when given), a second edit changes nothing, and removing the handler again gives back the settings the
 // file had without it.
 func FuzzContainerdConfig(f *testing.F) {
 	for _, name := range []string{"v2-default.toml", "v3-default.toml", "v2-minimal.toml"} {
@@ -19,24 +19,32 @@ func FuzzContainerdConfig(f *testing.F) {
 		if err != nil {
 			f.Fatal(err)
 		}
-		f.Add(data, wasm.Name, wasm.RuntimeType, wasm.BinaryPath)
+		f.Add(data, wasm.Name, wasm.RuntimeType, wasm.BinaryPath, "", "", "")
+		f.Add(data, "runc", "io.containerd.runc.v2", "", "SystemdCgroup", "true", "io.kubernetes.cri.*")
 	}
-	f.Add([]byte("version = 3\n"), "spin", "io.containerd.spin.v2", "")
-	f.Add([]byte("version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.wasmedge]\nruntime_type = \"old\"\n"), "wasmedge", "io.containerd.wasmedge.v1", "/bin/x")
-	f.Add([]byte("version = 2\nplugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.w = { runtime_type = \"x\" }\n"), "w", "y", "")
-	f.Fuzz(func(t *testing.T, data []byte, name, runtimeType, binaryPath string) {
+	f.Add([]byte("version = 3\n"), "spin", "io.containerd.spin.v2", "", "Weight", "2.5", "")
+	f.Add([]byte("version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.wasmedge]\nruntime_type = \"old\"\n"), "wasmedge", "io.containerd.wasmedge.v1", "/bin/x", "", "", "")
+	f.Add([]byte("version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.w]\nruntime_type = \"y\"\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.w.options]\nBinaryName = \"old\"\n"), "w", "y", "", "BinaryName", "/usr/bin/w", "")
+	f.Add([]byte("version = 2\nplugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.w = { runtime_type = \"x\" }\n"), "w", "y", "", "", "", "")
+	f.Fuzz(func(t *testing.T, data []byte, name, runtimeType, binaryPath, optKey, optValue, annotation string) {
 		h := RuntimeHandler{Name: name, RuntimeType: runtimeType, BinaryPath: binaryPath}
+		if optKey != "" {
+			h.Options = optionValues(map[string]string{optKey: optValue})
+		}
+		if annotation != "" {
+			h.PodAnnotations = []string{annotation}
+		}
 		added, err := EditContainerdConfig(data, h, false)
 		// The API's strings are UTF-8 (JSON), and TOML has no other kind.
-		if err != nil || name == "" || !utf8.ValidString(name+runtimeType+binaryPath) {
+		if err != nil || name == "" || !allUTF8(name, runtimeType, binaryPath, optKey, optValue, annotation) {
 			return
 		}
 		doc := parseTOML(t, "the added config", added.Data)
 		base, _ := runtimesPath(added.Version)
 		entry := append(append([]string{}, base...), name)
 		got, _ := lookup(doc, entry).(map[string]any)
-		if got == nil || got["runtime_type"] != runtimeType || stringOr(got["runtime_path"]) != binaryPath {
-			t.Fatalf("after adding, the handler is %v\n%s", got, added.Data)
+		if got == nil || !reflect.DeepEqual(got, h.settings()) {
+			t.Fatalf("after adding, the handler is %v, want %v\n%s", got, h.settings(), added.Data)
 		}
 		again, err := EditContainerdConfig(added.Data, h, false)
 		if err != nil || again.Changed {
@@ -58,6 +66,16 @@ func FuzzContainerdConfig(f *testing.F) {
 	})
 }
 
+// allUTF8 checks each string alone: invalid halves may join into valid UTF-8.
+func allUTF8(ss ...string) bool {
+	for _, s := range ss {
+		if !utf8.ValidString(s) {
+			return false
+		}
+	}
+	return true
+}
+
 func parseTOML(t *testing.T, what string, data []byte) map[string]any {
 	t.Helper()
 	doc := map[string]any{}
@@ -65,21 +83,4 @@ func parseTOML(t *testing.T, what string, data []byte) map[string]any {
 		t.Fatalf("%s does not parse: %v\n%s", what, err, data)
 	}
 	return doc
-}
-
-// pruned drops empty tables, which adding a handler may create and removing it leaves.
-func pruned(v any) any {
-	m, ok := v.(map[string]any)
-	if !ok {
-		return v
-	}
-	out := map[string]any{}
-	for k, x := range m {
-		x = pruned(x)
-		if sub, ok := x.(map[string]any); ok && len(sub) == 0 {
-			continue
-		}
-		out[k] = x
-	}
-	return out
 }
