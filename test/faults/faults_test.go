@@ -144,8 +144,8 @@ func TestFaults(t *testing.T) {
 	if err := l.Client.Create(ctx, &v1alpha1.NodeProfile{
 		ObjectMeta: metav1.ObjectMeta{Name: profile},
 		Spec: v1alpha1.NodeProfileSpec{
-			NodeSelector:   pool,
-			AutoProvision:  true,
+			NodeSelector:  pool,
+			AutoProvision: true,
 			// Above the operations' 1, so that it races them for the nodes they do not hold (docs/design.md rule 11).
 			MaxUnavailable: ptr.To(intstr.FromInt32(2)),
 			Install:        []v1alpha1.Command{{Name: "install", Script: &v1alpha1.ScriptCommand{Inline: JournalScript(profile, "install", "sleep 2")}}},
