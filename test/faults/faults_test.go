@@ -59,13 +59,32 @@ func TestFaults(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 
 	clusterDir := filepath.Join(t.TempDir(), "cluster")
-	px, err := startProxy(filepath.Join(clusterDir, "kubeconfig"))
+	// The journal's markers can come before the cluster exists: the proxy marks every NodeTask create.
+	if err := os.MkdirAll(clusterDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	journal := filepath.Join(t.TempDir(), "journal")
+	jf, err := os.OpenFile(journal, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o666)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer jf.Close()
+	var jmu sync.Mutex
+	mark := func(format string, args ...any) {
+		jmu.Lock()
+		defer jmu.Unlock()
+		_, _ = fmt.Fprintf(jf, "- "+format+" %d\n", append(args, time.Now().Unix())...)
+	}
+	px := newProxy(filepath.Join(clusterDir, "kubeconfig"), func(via, name, node string, code int) {
+		mark("create %s on %s by %s: %d", name, node, via, code)
+	})
 	t.Cleanup(px.Close)
 	componentKubeconfig := filepath.Join(t.TempDir(), "components.kubeconfig")
-	if err := px.WriteKubeconfig(componentKubeconfig); err != nil {
+	if err := px.Listen("manager", componentKubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	secondKubeconfig := filepath.Join(t.TempDir(), "manager-2.kubeconfig")
+	if err := px.Listen("manager-2", secondKubeconfig); err != nil {
 		t.Fatal(err)
 	}
 	l := framework.StartLocal(t, "--dir", clusterDir, "--control-planes=1", fmt.Sprintf("--workers=%d", workers),
@@ -78,18 +97,6 @@ func TestFaults(t *testing.T) {
 	l.WaitNodesReady(t, 1+workers, 3*time.Minute)
 
 	// One journal file, hard-linked into every node root (see JournalPath).
-	journal := filepath.Join(clusterDir, "journal")
-	jf, err := os.OpenFile(journal, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o666)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer jf.Close()
-	var jmu sync.Mutex
-	mark := func(format string, args ...any) {
-		jmu.Lock()
-		defer jmu.Unlock()
-		_, _ = fmt.Fprintf(jf, "- "+format+" %d\n", append(args, time.Now().Unix())...)
-	}
 	readJournal := func() []Entry {
 		f, err := os.Open(journal)
 		if err != nil {
@@ -129,7 +136,7 @@ func TestFaults(t *testing.T) {
 
 	// A second manager without leader election while the operations and the profile start, when both
 	// managers have tasks to create for the same nodes.
-	stopSecond := startSecondManager(t, l)
+	stopSecond := startSecondManager(t, l, secondKubeconfig)
 	mark("second-manager started")
 	windows.Go(func() {
 		time.Sleep(60 * time.Second)
@@ -339,7 +346,7 @@ func TestFaults(t *testing.T) {
 		}
 	}
 	fmt.Printf("faults: table written to %s, the journal to %s.journal\n", out, out)
-	if len(r.RunTwice) > 0 || r.MostAtOnce > 1 || len(r.MaxUnavailable) > 0 || len(notSettledList) > 0 || len(changed) > 0 {
+	if len(r.RunTwice) > 0 || r.MostAtOnce > 1 || r.MostCommandsAtOnce > 1 || len(r.MaxUnavailable) > 0 || len(notSettledList) > 0 || len(changed) > 0 {
 		t.Errorf("safety violated under faults (table above)")
 	}
 }
@@ -388,7 +395,7 @@ func startLoad(t *testing.T, l *framework.Local) {
 
 // startSecondManager starts bin/manager with the arguments nodeops-local started its own with (the
 // first line of logs/manager.log), leader election off as there; stop ends it.
-func startSecondManager(t *testing.T, l *framework.Local) (stop func()) {
+func startSecondManager(t *testing.T, l *framework.Local, kubeconfig string) (stop func()) {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(l.Dir, "logs", "manager.log"))
 	if err != nil {
@@ -400,7 +407,13 @@ func startSecondManager(t *testing.T, l *framework.Local) (stop func()) {
 		t.Fatalf("logs/manager.log starts with %q", first)
 	}
 	f := strings.Fields(strings.TrimPrefix(first, prefix))
-	args := f[1 : len(f)-2] // the path first, "at <time>" last
+	var args []string
+	for _, a := range f[1 : len(f)-2] { // the path first, "at <time>" last
+		if strings.HasPrefix(a, "--kubeconfig=") {
+			a = "--kubeconfig=" + kubeconfig // its own port of the proxy, so that its creates are told apart
+		}
+		args = append(args, a)
+	}
 	log, err := os.Create(filepath.Join(l.Dir, "logs", "manager-2.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -473,6 +486,7 @@ func renderTable(seed uint64, took time.Duration, injected []string, r Result, n
 	fmt.Fprintf(&b, "| faults injected | %d | - |\n", len(injected))
 	fmt.Fprintf(&b, "| non-idempotent commands run twice without a person's retry | %d | 0 |\n", len(r.RunTwice))
 	fmt.Fprintf(&b, "| most tasks executing on one node at once | %s | 1 |\n", most)
+	fmt.Fprintf(&b, "| (most operations with a command running on one node at once) | %d | 1 |\n", r.MostCommandsAtOnce)
 	fmt.Fprintf(&b, "| maxUnavailable violations | %d | 0 |\n", len(r.MaxUnavailable))
 	fmt.Fprintf(&b, "| operations not Succeeded or Blocked within %s after the faults stopped | %d | 0 |\n", opBound, len(notSettled))
 	fmt.Fprintf(&b, "| nodes whose schedulability changed | %d | 0 |\n\n", len(changed))

@@ -67,9 +67,13 @@ type Spec struct {
 type Result struct {
 	// RunTwice: second (or later) starts of a non-idempotent command on one node for one operation.
 	RunTwice []string
-	// MostAtOnce is the most operations with a command running on one node at once, and where.
+	// MostAtOnce is the most tasks executing on one node at once, and where: a task executes from its
+	// first journal line to its last, so one resumed after its agent was killed executes through the gap.
 	MostAtOnce int
 	MostAt     string
+	// MostCommandsAtOnce is the most operations with a command running on one node at once, and where.
+	MostCommandsAtOnce int
+	MostCommandsAt     string
 	// MaxUnavailable: each time an operation had more nodes in its tasks at once than its maxUnavailable.
 	MaxUnavailable []string
 }
@@ -116,8 +120,8 @@ func Check(entries []Entry, spec Spec) Result {
 		for key := range running[e.Node] {
 			ops[strings.SplitN(key, "/", 2)[0]] = true
 		}
-		if len(ops) > r.MostAtOnce {
-			r.MostAtOnce, r.MostAt = len(ops), fmt.Sprintf("%s at journal entry %d: %s", e.Node, i+1, strings.Join(sortedKeys(running[e.Node]), ", "))
+		if len(ops) > r.MostCommandsAtOnce {
+			r.MostCommandsAtOnce, r.MostCommandsAt = len(ops), fmt.Sprintf("%s at journal entry %d: %s", e.Node, i+1, strings.Join(sortedKeys(running[e.Node]), ", "))
 		}
 		if limit, ok := spec.MaxUnavailable[e.Operation]; ok {
 			n := len(holding[e.Operation])
@@ -128,7 +132,40 @@ func Check(entries []Entry, spec Spec) Result {
 			over[e.Operation] = n > limit
 		}
 	}
+	r.MostAtOnce, r.MostAt = mostTasksAtOnce(entries)
 	return r
+}
+
+// mostTasksAtOnce sweeps the tasks' spans, [first line, last line] of each (node, operation).
+func mostTasksAtOnce(entries []Entry) (int, string) {
+	first, last := map[string]int{}, map[string]int{}
+	for i, e := range entries {
+		if e.Kind == Killed {
+			continue
+		}
+		id := e.Node + " " + e.Operation
+		if _, ok := first[id]; !ok {
+			first[id] = i
+		}
+		last[id] = i
+	}
+	most, at := 0, ""
+	for i, e := range entries {
+		if e.Kind == Killed {
+			continue
+		}
+		var open []string
+		for id, f := range first {
+			if strings.HasPrefix(id, e.Node+" ") && f <= i && i <= last[id] {
+				open = append(open, strings.TrimPrefix(id, e.Node+" "))
+			}
+		}
+		if len(open) > most {
+			sort.Strings(open)
+			most, at = len(open), fmt.Sprintf("%s at journal entry %d: %s", e.Node, i+1, strings.Join(open, ", "))
+		}
+	}
+	return most, at
 }
 
 func sortedKeys(m map[string]bool) []string {

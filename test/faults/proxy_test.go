@@ -3,7 +3,10 @@
 package faults
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -23,10 +26,11 @@ import (
 // gives the manager and agents anyway. For a window it answers 503 to the requests a fault matches.
 type proxy struct {
 	upstreamKubeconfig string
-	ln                 net.Listener
-	srv                *http.Server
+	// created is told of every NodeTask create: which listener it came through, its name, node and answer.
+	created func(via, name, node string, code int)
 
 	mu       sync.Mutex
+	servers  []*http.Server
 	upstream http.Handler
 	faults   []*fault
 }
@@ -52,21 +56,26 @@ var (
 		path: regexp.MustCompile(`^/apis/nodeops\.io/v1alpha1/nodetasks/[^/]+/status$`)}
 )
 
-func startProxy(upstreamKubeconfig string) (*proxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("listening: %w", err)
-	}
-	p := &proxy{upstreamKubeconfig: upstreamKubeconfig, ln: ln}
-	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second}
-	go func() { _ = p.srv.Serve(ln) }()
-	return p, nil
+func newProxy(upstreamKubeconfig string, created func(via, name, node string, code int)) *proxy {
+	return &proxy{upstreamKubeconfig: upstreamKubeconfig, created: created}
 }
 
-func (p *proxy) URL() string { return "http://" + p.ln.Addr().String() }
+// Listen serves the proxy on a new loopback port, its requests labelled via, and writes a kubeconfig
+// naming it, with no credentials (the proxy adds them), to path.
+func (p *proxy) Listen(via, path string) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("listening: %w", err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { p.serve(via, w, r) }), ReadHeaderTimeout: 30 * time.Second}
+	p.mu.Lock()
+	p.servers = append(p.servers, srv)
+	p.mu.Unlock()
+	go func() { _ = srv.Serve(ln) }()
+	return writeKubeconfig(path, "http://"+ln.Addr().String())
+}
 
-// WriteKubeconfig writes a kubeconfig naming the proxy, with no credentials: the proxy adds them.
-func (p *proxy) WriteKubeconfig(path string) error {
+func writeKubeconfig(path, server string) error {
 	kc := fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
@@ -82,11 +91,17 @@ current-context: fault-proxy
 users:
 - name: via-proxy
   user: {}
-`, p.URL())
+`, server)
 	return os.WriteFile(path, []byte(kc), 0o600)
 }
 
-func (p *proxy) Close() { _ = p.srv.Close() }
+func (p *proxy) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range p.servers {
+		_ = s.Close()
+	}
+}
 
 // inject starts f for d; it returns the live fault, whose hits count the requests refused.
 func (p *proxy) inject(f fault, d time.Duration) *fault {
@@ -103,7 +118,9 @@ func (p *proxy) hits(f *fault) int {
 	return f.hits
 }
 
-func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+var taskCreate = regexp.MustCompile(`^/apis/nodeops\.io/v1alpha1/nodetasks$`)
+
+func (p *proxy) serve(via string, w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
 	for _, f := range p.faults {
 		if time.Now().Before(f.until) && f.methods[r.Method] && f.path.MatchString(r.URL.Path) {
@@ -121,7 +138,34 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
 	}
-	up.ServeHTTP(w, r)
+	if r.Method != http.MethodPost || !taskCreate.MatchString(r.URL.Path) {
+		up.ServeHTTP(w, r)
+		return
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var task struct {
+		Metadata struct{ Name string }
+		Spec     struct{ NodeName string }
+	}
+	_ = json.Unmarshal(body, &task)
+	sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+	up.ServeHTTP(sw, r)
+	p.created(via, task.Metadata.Name, task.Spec.NodeName, sw.code)
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	s.code = code
+	s.ResponseWriter.WriteHeader(code)
 }
 
 // upstreamLocked builds the forwarding handler once nodeops-local has written its kubeconfig.
