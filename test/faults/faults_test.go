@@ -346,7 +346,7 @@ func TestFaults(t *testing.T) {
 		}
 	}
 	fmt.Printf("faults: table written to %s, the journal to %s.journal\n", out, out)
-	if len(r.RunTwice) > 0 || r.MostAtOnce > 1 || r.MostCommandsAtOnce > 1 || len(r.MaxUnavailable) > 0 || len(notSettledList) > 0 || len(changed) > 0 {
+	if len(r.RunTwice) > 0 || r.MostAtOnce > 1 || r.MostCommandsAtOnce > 1 || r.MostHeldAtOnce > 1 || len(r.MaxUnavailable) > 0 || len(notSettledList) > 0 || len(changed) > 0 {
 		t.Errorf("safety violated under faults (table above)")
 	}
 }
@@ -487,6 +487,11 @@ func renderTable(seed uint64, took time.Duration, injected []string, r Result, n
 	fmt.Fprintf(&b, "| non-idempotent commands run twice without a person's retry | %d | 0 |\n", len(r.RunTwice))
 	fmt.Fprintf(&b, "| most tasks executing on one node at once | %s | 1 |\n", most)
 	fmt.Fprintf(&b, "| (most operations with a command running on one node at once) | %d | 1 |\n", r.MostCommandsAtOnce)
+	held := strconv.Itoa(r.MostHeldAtOnce)
+	if r.MostHeldAtOnce > 1 {
+		held += " (" + r.MostHeldAt + ")"
+	}
+	fmt.Fprintf(&b, "| (most tasks on one node at once, from their create to their last journal line) | %s | 1 |\n", held)
 	fmt.Fprintf(&b, "| maxUnavailable violations | %d | 0 |\n", len(r.MaxUnavailable))
 	fmt.Fprintf(&b, "| operations not Succeeded or Blocked within %s after the faults stopped | %d | 0 |\n", opBound, len(notSettled))
 	fmt.Fprintf(&b, "| nodes whose schedulability changed | %d | 0 |\n\n", len(changed))

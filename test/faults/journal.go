@@ -25,6 +25,9 @@ const (
 	// Killed is the test's marker "- killed <node> <unix>": the node's agent got SIGKILL, and with it
 	// (Pdeathsig, internal/host/exec.go) the script it ran, which therefore writes no end line.
 	Killed = "killed"
+	// Created is the fault proxy's marker "- create <task> on <node> by <manager>: 201 <unix>": a NodeTask
+	// the API server accepted (Command holds the task's name, Operation the manager).
+	Created = "create"
 )
 
 // Entry is one journal line: "<node> <operation> <command> start|end <unix-seconds>", or a marker.
@@ -43,6 +46,10 @@ func ParseJournal(r io.Reader) ([]Entry, error) {
 			continue
 		case len(f) == 4 && f[0] == "-" && f[1] == Killed:
 			out = append(out, Entry{Node: f[2], Kind: Killed})
+		case len(f) == 9 && f[0] == "-" && f[1] == Created:
+			if f[7] == "201" {
+				out = append(out, Entry{Node: f[4], Operation: strings.TrimSuffix(f[6], ":"), Command: f[2], Kind: Created})
+			}
 		case len(f) == 5 && f[0] != "-" && (f[3] == Start || f[3] == End):
 			out = append(out, Entry{Node: f[0], Operation: f[1], Command: f[2], Kind: f[3]})
 		case f[0] == "-":
@@ -71,6 +78,9 @@ type Result struct {
 	// first journal line to its last, so one resumed after its agent was killed executes through the gap.
 	MostAtOnce int
 	MostAt     string
+	// MostHeldAtOnce is the most tasks on one node at once from their create to their last line, and where.
+	MostHeldAtOnce int
+	MostHeldAt     string
 	// MostCommandsAtOnce is the most operations with a command running on one node at once, and where.
 	MostCommandsAtOnce int
 	MostCommandsAt     string
@@ -94,6 +104,8 @@ func Check(entries []Entry, spec Spec) Result {
 		switch e.Kind {
 		case Killed:
 			delete(running, e.Node)
+			continue
+		case Created:
 			continue
 		case Start:
 			key := e.Operation + "/" + e.Command
@@ -133,14 +145,50 @@ func Check(entries []Entry, spec Spec) Result {
 		}
 	}
 	r.MostAtOnce, r.MostAt = mostTasksAtOnce(entries)
+	r.MostHeldAtOnce, r.MostHeldAt = mostHeldAtOnce(entries, spec)
 	return r
+}
+
+// mostHeldAtOnce sweeps the spans from each task's create (the proxy's marker; the task is named after its
+// operation) to its last journal line, or to the end when it never ran a command after its create.
+func mostHeldAtOnce(entries []Entry, spec Spec) (int, string) {
+	type span struct{ from, to int }
+	spans := map[string]*span{} // "node operation"
+	for i, e := range entries {
+		switch e.Kind {
+		case Created:
+			for op := range spec.LastCommand {
+				if strings.HasPrefix(e.Command, op+"-") {
+					spans[e.Node+" "+op] = &span{i, len(entries)}
+				}
+			}
+		case Start, End:
+			if s := spans[e.Node+" "+e.Operation]; s != nil {
+				s.to = i
+			}
+		}
+	}
+	most, at := 0, ""
+	for i, e := range entries {
+		var held []string
+		for id, s := range spans {
+			if strings.HasPrefix(id, e.Node+" ") && s.from <= i && i <= s.to {
+				held = append(held, strings.TrimPrefix(id, e.Node+" "))
+			}
+		}
+		if len(held) > most {
+			sort.Strings(held)
+			most, at = len(held), fmt.Sprintf("%s at journal entry %d: %s", e.Node, i+1, strings.Join(held, ", "))
+		}
+	}
+	return most, at
 }
 
 // mostTasksAtOnce sweeps the tasks' spans, [first line, last line] of each (node, operation).
 func mostTasksAtOnce(entries []Entry) (int, string) {
 	first, last := map[string]int{}, map[string]int{}
 	for i, e := range entries {
-		if e.Kind == Killed {
+		if e.Kind != Start && e.Kind != End {
 			continue
 		}
 		id := e.Node + " " + e.Operation
@@ -151,7 +199,7 @@ func mostTasksAtOnce(entries []Entry) (int, string) {
 	}
 	most, at := 0, ""
 	for i, e := range entries {
-		if e.Kind == Killed {
+		if e.Kind != Start && e.Kind != End {
 			continue
 		}
 		var open []string
