@@ -11,7 +11,7 @@ DEMO_ARGS ?=
 IMAGES_OUT ?= $(BIN)/images
 IMAGE_REGISTRY ?= ghcr.io/nodeops
 
-.PHONY: all tools tools-run build images generate verify-generate lint test test-unit test-e2e demo bench clean \
+.PHONY: all tools tools-run build images generate verify-generate lint test test-unit test-e2e test-faults demo bench clean \
 	realnode realnode-down e2e-realnode realnode-bin
 
 all: build
@@ -53,7 +53,7 @@ lint: tools ## gofmt, go mod tidy, go vet and golangci-lint.
 	go vet ./...
 	$(BIN)/golangci-lint run --allow-parallel-runners ./...
 
-test: tools verify-generate build test-unit test-e2e ## All tests: unit, envtest, end to end.
+test: tools verify-generate build test-unit test-e2e ## All tests: unit, envtest, end to end (make test-faults apart: README, Safety).
 
 test-unit: ## Unit and envtest (controller) tests.
 	go test $(GO_TEST_FLAGS) -timeout 30m $$(go list ./... | grep -v /test/e2e)
@@ -61,6 +61,14 @@ test-unit: ## Unit and envtest (controller) tests.
 
 test-e2e: tools build ## End-to-end tests on nodeops-local, one package at a time.
 	go test $(GO_TEST_FLAGS) -p 1 -timeout 60m ./test/e2e/...
+
+# The fault suite's seed: the order and moments of its faults and the nodes they hit.
+FAULTS_SEED ?= 1
+
+test-faults: tools build ## Faults on nodeops-local (test/faults, tag faults): kills, a second manager, a 503 proxy; prints one table (bin/faults-results.md).
+	@echo "test-faults: FAULTS_SEED=$(FAULTS_SEED) (make test-faults FAULTS_SEED=N for another run)"
+	@start=$$SECONDS; FAULTS_SEED=$(FAULTS_SEED) FAULTS_RESULTS=$(BIN)/faults-results.md go test $(GO_TEST_FLAGS) -tags faults -count=1 -v -timeout 10m -run '^TestFaults$$' ./test/faults/; rc=$$?; \
+		echo "test-faults: $$((SECONDS - start))s"; exit $$rc
 
 demo: tools-run build ## Walk through nodeops on nodeops-local, narrated and live; DEMO_ARGS=--keep leaves the cluster running.
 	@hack/demo.sh $(DEMO_ARGS)

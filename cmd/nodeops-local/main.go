@@ -86,6 +86,7 @@ func upOptions(args []string, stderr io.Writer) (localcluster.Options, error) {
 	fs.StringVar(&o.KubernetesVersion, "kubernetes-version", localcluster.DefaultKubernetesVersion, "version kubeadm-config, node roots and kubelets report")
 	fs.StringVar(&o.BinDir, "bin", "", "directory of the binaries (default $NODEOPS_BIN, else bin/ of the repository)")
 	fs.DurationVar(&o.ReadyTimeout, "timeout", 10*time.Minute, "how long start-up may take")
+	fs.StringVar(&o.ComponentKubeconfig, "component-kubeconfig", "", "kubeconfig for the manager and agents instead of DIR/kubeconfig (a fault proxy in front of the API server, as test/faults does)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

@@ -48,6 +48,12 @@ func Up(ctx context.Context, o Options, out io.Writer) (retErr error) {
 		return fmt.Errorf("resolving --dir: %w", err)
 	}
 	o.Dir = dir
+	if o.ComponentKubeconfig != "" {
+		// Children run in DIR: a relative path would name another file there.
+		if o.ComponentKubeconfig, err = filepath.Abs(o.ComponentKubeconfig); err != nil {
+			return fmt.Errorf("resolving --component-kubeconfig: %w", err)
+		}
+	}
 	if o.ReadyTimeout == 0 {
 		o.ReadyTimeout = 10 * time.Minute
 	}
@@ -137,7 +143,7 @@ func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, l
 	if err != nil {
 		return nil, clusterLayout{}, err
 	}
-	l := clusterLayout{Dir: o.Dir, EtcdClientPort: ports[0], EtcdPeerPort: ports[1], APIPort: ports[2]}
+	l := clusterLayout{Dir: o.Dir, EtcdClientPort: ports[0], EtcdPeerPort: ports[1], APIPort: ports[2], ComponentKubeconfig: o.ComponentKubeconfig}
 	logf("making the cluster PKI with kubeadm (apiserver on https://%s)", l.endpoint())
 	if err := makeClusterPKI(ctx, bin, l, o.KubernetesVersion); err != nil {
 		return nil, clusterLayout{}, err

@@ -326,3 +326,16 @@ func TestSupervisorRestartsAfterStartUp(t *testing.T) {
 		return nil
 	})
 }
+
+func TestComponentKubeconfig(t *testing.T) {
+	l := clusterLayout{Dir: "/d"}
+	if got := l.managerArgs()[0]; got != "--kubeconfig=/d/kubeconfig" {
+		t.Errorf("by default the manager gets %s", got)
+	}
+	l.ComponentKubeconfig = "/proxy.kubeconfig"
+	for _, args := range [][]string{l.managerArgs(), l.agentArgs("worker-1"), l.simAgentArgs()} {
+		if args[0] != "--kubeconfig=/proxy.kubeconfig" {
+			t.Errorf("with a component kubeconfig: %v", args)
+		}
+	}
+}

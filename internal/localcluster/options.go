@@ -34,6 +34,9 @@ type Options struct {
 	KubernetesVersion string
 	// ReadyTimeout bounds the start-up, from the first process to every node Ready.
 	ReadyTimeout time.Duration
+	// ComponentKubeconfig, when set, is the kubeconfig the manager and agents use instead of
+	// DIR/kubeconfig: the fault suite (test/faults) points it at a fault proxy in front of the API server.
+	ComponentKubeconfig string
 }
 
 // Validate reports the first problem with o.

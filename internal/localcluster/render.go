@@ -171,12 +171,20 @@ func placeholderBinary(name, version string) string {
 type clusterLayout struct {
 	Dir                                   string
 	EtcdClientPort, EtcdPeerPort, APIPort int
+	// ComponentKubeconfig replaces kubeconfig() for the manager and agents when set (Options.ComponentKubeconfig).
+	ComponentKubeconfig string
 }
 
 func (l clusterLayout) pki(name string) string { return filepath.Join(l.Dir, "pki", name) }
 func (l clusterLayout) kubeconfig() string     { return filepath.Join(l.Dir, "kubeconfig") }
-func (l clusterLayout) endpoint() string       { return "127.0.0.1:" + strconv.Itoa(l.APIPort) }
-func (l clusterLayout) etcdURL() string        { return "https://127.0.0.1:" + strconv.Itoa(l.EtcdClientPort) }
+func (l clusterLayout) componentKubeconfig() string {
+	if l.ComponentKubeconfig != "" {
+		return l.ComponentKubeconfig
+	}
+	return l.kubeconfig()
+}
+func (l clusterLayout) endpoint() string { return "127.0.0.1:" + strconv.Itoa(l.APIPort) }
+func (l clusterLayout) etcdURL() string  { return "https://127.0.0.1:" + strconv.Itoa(l.EtcdClientPort) }
 func (l clusterLayout) etcdPeerURL() string {
 	return "http://127.0.0.1:" + strconv.Itoa(l.EtcdPeerPort)
 }
@@ -294,7 +302,7 @@ const (
 // starting the holder identity in the Lease (name_UUID), so a test can tell which process leads.
 func (l clusterLayout) managerArgs(name string, elect bool) []string {
 	args := []string{
-		"--kubeconfig=" + l.kubeconfig(),
+		"--kubeconfig=" + l.componentKubeconfig(),
 		"--kube-api-qps=800",
 		"--kube-api-burst=1600",
 		"--metrics-bind-address=0",
@@ -327,7 +335,7 @@ func ManagerNames(n int) []string {
 
 func (l clusterLayout) agentArgs(node string) []string {
 	return []string{
-		"--kubeconfig=" + l.kubeconfig(),
+		"--kubeconfig=" + l.componentKubeconfig(),
 		"--node-name=" + node,
 		"--host-root=" + filepath.Join(l.Dir, "nodes", node),
 		"--service-manager=local",
@@ -338,7 +346,7 @@ func (l clusterLayout) agentArgs(node string) []string {
 
 func (l clusterLayout) simAgentArgs() []string {
 	return []string{
-		"--kubeconfig=" + l.kubeconfig(),
+		"--kubeconfig=" + l.componentKubeconfig(),
 		"--noop-host",
 		"--node-prefix=sim-",
 		"--identity=nodeops-local-agent-sim",
