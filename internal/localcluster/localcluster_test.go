@@ -329,11 +329,11 @@ func TestSupervisorRestartsAfterStartUp(t *testing.T) {
 
 func TestComponentKubeconfig(t *testing.T) {
 	l := clusterLayout{Dir: "/d"}
-	if got := l.managerArgs()[0]; got != "--kubeconfig=/d/kubeconfig" {
+	if got := l.managerArgs("manager", false)[0]; got != "--kubeconfig=/d/kubeconfig" {
 		t.Errorf("by default the manager gets %s", got)
 	}
 	l.ComponentKubeconfig = "/proxy.kubeconfig"
-	for _, args := range [][]string{l.managerArgs(), l.agentArgs("worker-1"), l.simAgentArgs()} {
+	for _, args := range [][]string{l.managerArgs("manager", false), l.agentArgs("worker-1"), l.simAgentArgs()} {
 		if args[0] != "--kubeconfig=/proxy.kubeconfig" {
 			t.Errorf("with a component kubeconfig: %v", args)
 		}
