@@ -18,10 +18,13 @@ const AnnotationWasUnschedulable = taskpolicy.AnnotationWasUnschedulable
 
 func patchNode(ctx context.Context, env *Env, verb string, change func(*corev1.Node) *corev1.Node) (Result, error) {
 	var res Result
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var err error
-		res, err = patchNodeOnce(ctx, env, verb, change)
-		return err
+	// A conflict rereads the node; a moment's API server failure (a 503) is waited out.
+	err := retryTransient(ctx, func() error {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var err error
+			res, err = patchNodeOnce(ctx, env, verb, change)
+			return err
+		})
 	})
 	return res, err
 }

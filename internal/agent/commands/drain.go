@@ -120,7 +120,9 @@ func runDrain(ctx context.Context, env *Env, d *v1alpha1.DrainCommand) (Result, 
 	defer cancel()
 
 	pods := &corev1.PodList{}
-	if err := env.Client.List(ctx, pods, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", env.NodeName)}); err != nil {
+	if err := retryTransient(ctx, func() error {
+		return env.Client.List(ctx, pods, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", env.NodeName)})
+	}); err != nil {
 		return Result{}, fmt.Errorf("listing the pods of node %s: %w", env.NodeName, err)
 	}
 	plan, err := planDrain(pods.Items, d, env.AgentPod)
@@ -157,6 +159,9 @@ func runDrain(ctx context.Context, env *Env, d *v1alpha1.DrainCommand) (Result, 
 				}
 				blocked[pod.UID] = pdbFor(ctx, env, &pod, err)
 			case ctx.Err() != nil:
+			case Transient(err):
+				// The API server failed for a moment (a 503): the eviction is tried again with the others.
+				blocked[pod.UID] = "the API server, which failed the eviction: " + err.Error()
 			case errors.Is(err, context.DeadlineExceeded):
 				blocked[pod.UID] = "the API server, which did not answer the eviction in time"
 			default:
