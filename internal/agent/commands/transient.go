@@ -6,12 +6,16 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/util/wait"
 )
 
-// transientBackoff spaces the attempts at an API write the API server failed for a moment: about
-// 40 s in all, inside the command's own timeout.
-var transientBackoff = wait.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 9, Cap: 10 * time.Second}
+// How long an API write the API server failed for a moment is tried again: waits from
+// transientFirst, doubling up to transientMaxWait, until transientFor has passed, inside the
+// command's own timeout.
+const (
+	transientFirst   = 250 * time.Millisecond
+	transientMaxWait = 5 * time.Second
+	transientFor     = 45 * time.Second
+)
 
 // Transient reports whether an API error says the API server could not answer just now (503,
 // 500, 504, a server-side timeout) rather than that the request was wrong: the same request may
@@ -21,21 +25,23 @@ func Transient(err error) bool {
 		apierrors.IsTimeout(err) || apierrors.IsUnexpectedServerError(err)
 }
 
-// retryTransient runs do until it succeeds, fails with an error that is not transient, the
-// backoff is spent or ctx ends; it returns do's last error.
+// retryTransient runs do until it succeeds, fails with an error that is not transient,
+// transientFor has passed or ctx ends; it returns do's last error.
 func retryTransient(ctx context.Context, do func() error) error {
-	b := transientBackoff
+	give := time.Now().Add(transientFor)
+	wait := transientFirst
 	for {
 		err := do()
-		if err == nil || !Transient(err) || b.Steps <= 1 || ctx.Err() != nil {
+		if err == nil || !Transient(err) || ctx.Err() != nil || time.Now().Add(wait).After(give) {
 			return err
 		}
-		t := time.NewTimer(b.Step())
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return errors.Join(err, ctx.Err())
 		case <-t.C:
 		}
+		wait = min(2*wait, transientMaxWait)
 	}
 }
