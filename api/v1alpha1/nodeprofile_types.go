@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"strings"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -25,6 +27,11 @@ type ProvisionedLabel struct {
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^(\$\(NODE_NAME\)|([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?)$`
 	Value string `json:"value"`
+}
+
+// ValueOn is the label's value on node: Value, with $(NODE_NAME) the node's name.
+func (l ProvisionedLabel) ValueOn(node string) string {
+	return strings.ReplaceAll(l.Value, NodeNameVariable, node)
 }
 
 // RuntimeClassSpec is a RuntimeClass the profile creates for its provisioned nodes.

@@ -255,7 +255,7 @@ func observeCertificates(nodes []corev1.Node, tasks []v1alpha1.NodeTask) []v1alp
 			continue // an unreadable reading is no reading; the agent writes a good one at its next check
 		}
 		read := v1alpha1.ObservedCertificates{Node: n.Name, Certificates: sortedCertificates(certs)}
-		if fromTask, ok := byNode[n.Name]; ok && firstExpiry(fromTask.Certificates).After(firstExpiry(read.Certificates)) {
+		if fromTask, ok := byNode[n.Name]; ok && firstExpiry(fromTask.Certificates).After(firstExpiry(read.Certificates).Time) {
 			continue
 		}
 		byNode[n.Name] = read
@@ -279,17 +279,6 @@ func sortedCertificates(in []v1alpha1.CertificateExpiry) []v1alpha1.CertificateE
 	}
 	sort.Slice(certs, func(i, j int) bool { return certs[i].Name < certs[j].Name })
 	return certs
-}
-
-// firstExpiry is a reading's earliest notAfter.
-func firstExpiry(certs []v1alpha1.CertificateExpiry) time.Time {
-	var first time.Time
-	for _, c := range certs {
-		if first.IsZero() || c.NotAfter.Before(&metav1.Time{Time: first}) {
-			first = c.NotAfter.Time
-		}
-	}
-	return first
 }
 
 func completion(t *v1alpha1.NodeTask) time.Time {

@@ -362,14 +362,23 @@ func nodesBehind(nodes []v1alpha1.ObservedNode, target string, u v1alpha1.Cluste
 func nextExpiry(certs []v1alpha1.ObservedCertificates) *metav1.Time {
 	var next *metav1.Time
 	for _, n := range certs {
-		for i := range n.Certificates {
-			if c := &n.Certificates[i]; next == nil || c.NotAfter.Before(next) {
-				t := c.NotAfter
-				next = &t
-			}
+		if first := firstExpiry(n.Certificates); first != nil && (next == nil || first.Before(next)) {
+			next = first
 		}
 	}
 	return next
+}
+
+// firstExpiry is one reading's earliest notAfter; nil for a reading without certificates.
+func firstExpiry(certs []v1alpha1.CertificateExpiry) *metav1.Time {
+	var first *metav1.Time
+	for i := range certs {
+		if c := &certs[i]; first == nil || c.NotAfter.Before(first) {
+			t := c.NotAfter
+			first = &t
+		}
+	}
+	return first
 }
 
 // setConditions writes every condition of the verdict; lastTransitionTime moves only when a

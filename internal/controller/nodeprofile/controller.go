@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -363,7 +362,7 @@ var _ reconcile.Reconciler = &Reconciler{}
 // a change of them relabels provisioned nodes without installing again.
 func hasProvisionedLabels(node *corev1.Node, extra []v1alpha1.ProvisionedLabel) bool {
 	for _, l := range extra {
-		if node.Labels[l.Key] != strings.ReplaceAll(l.Value, v1alpha1.NodeNameVariable, node.Name) {
+		if node.Labels[l.Key] != l.ValueOn(node.Name) {
 			return false
 		}
 	}

@@ -3,7 +3,6 @@ package nodeprofile
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,7 +25,7 @@ func NodePatchBody(profile string, extra []v1alpha1.ProvisionedLabel, np NodePat
 			labels[l.Key] = nil
 			continue
 		}
-		labels[l.Key] = strings.ReplaceAll(l.Value, v1alpha1.NodeNameVariable, np.Node)
+		labels[l.Key] = l.ValueOn(np.Node)
 	}
 	body, err := json.Marshal(map[string]any{"metadata": map[string]any{
 		"labels":      labels,

@@ -18,8 +18,8 @@ import (
 	"github.com/nodeops/nodeops/internal/testutil"
 )
 
-// runningTask creates a node and a task on it whose first command the (fake) agent recorded Running.
-func runningTask(t *testing.T, name string) {
+// nodeAndTask creates a node and a one-command task on it, both named name, that no agent began.
+func nodeAndTask(t *testing.T, name string) {
 	t.Helper()
 	ctx := context.Background()
 	if err := cl.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
@@ -32,6 +32,13 @@ func runningTask(t *testing.T, name string) {
 	if err := cl.Create(ctx, task); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// runningTask creates a node and a task on it whose first command the (fake) agent recorded Running.
+func runningTask(t *testing.T, name string) {
+	t.Helper()
+	ctx := context.Background()
+	nodeAndTask(t, name)
 	if err := (testutil.FakeAgent{Client: cl}).Begin(ctx, name, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -96,15 +103,7 @@ func TestSafetyRule9_OldHeartbeatAfterAnOutageGetsTheFullGrace(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const name = "outage-1"
-	if err := cl.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := cl.Create(ctx, &v1alpha1.NodeTask{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelNode: name}},
-		Spec:       v1alpha1.NodeTaskSpec{NodeName: name, Commands: []v1alpha1.Command{{Wait: &v1alpha1.WaitCommand{}}}},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	nodeAndTask(t, name)
 	// The agent's last write before the outage, ten minutes ago: the manager's first sight of it.
 	longAgo := metav1.NewMicroTime(time.Now().Add(-10 * time.Minute))
 	if err := (testutil.FakeAgent{Client: cl}).Write(ctx, name, func(tk *v1alpha1.NodeTask) {
@@ -155,15 +154,7 @@ func TestSafetyRule9_OldHeartbeatAfterAnOutageGetsTheFullGrace(t *testing.T) {
 func TestSafetyRule9_DeletedNodeMarksUnstartedAndFailedTasks(t *testing.T) {
 	ctx := context.Background()
 	for _, name := range []string{"gone-pending", "gone-failed"} {
-		if err := cl.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
-			t.Fatal(err)
-		}
-		if err := cl.Create(ctx, &v1alpha1.NodeTask{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelNode: name}},
-			Spec:       v1alpha1.NodeTaskSpec{NodeName: name, Commands: []v1alpha1.Command{{Wait: &v1alpha1.WaitCommand{}}}},
-		}); err != nil {
-			t.Fatal(err)
-		}
+		nodeAndTask(t, name)
 	}
 	agent := testutil.FakeAgent{Client: cl}
 	if err := agent.Begin(ctx, "gone-failed", 0); err != nil {
