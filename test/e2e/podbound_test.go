@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -55,6 +57,10 @@ func TestPodBoundAgents(t *testing.T) {
 			}
 			if got := u.Extra["authentication.kubernetes.io/pod-name"]; !slices.Equal(got, []string{localcluster.StandInAgentPodName(node)}) {
 				t.Errorf("%s's agent's token is bound to pod %v", node, got)
+			}
+			// The API server granted the lifetime asked for: nodeops-local mints it again halfway.
+			if exp := tokenExpiry(t, framework.ReadFile(t, localcluster.TokenFile(l.Dir, "agent-"+node))); time.Until(exp) < 12*time.Hour {
+				t.Errorf("%s's agent's token expires at %s", node, exp)
 			}
 		}
 	})
@@ -246,4 +252,24 @@ func getNode(t *testing.T, l *framework.Local, name string) *corev1.Node {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// tokenExpiry is the exp claim of a ServiceAccount token (a JWT), read without verifying it.
+func tokenExpiry(t *testing.T, token string) time.Time {
+	t.Helper()
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		t.Fatalf("a token of %d parts", len(parts))
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claims struct {
+		Exp int64 `json:"exp"`
+	}
+	if err := json.Unmarshal(payload, &claims); err != nil {
+		t.Fatal(err)
+	}
+	return time.Unix(claims.Exp, 0)
 }
