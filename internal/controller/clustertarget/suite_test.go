@@ -106,18 +106,18 @@ func run(m *testing.M) int {
 }
 
 func waitInstalled(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	var ct v1alpha1.ClusterTarget
-	var err error
-	for range 300 {
-		if err = env.Client.Get(ctx, client.ObjectKey{Name: "cluster"}, &ct); err == nil {
-			if ct.Spec.KubernetesVersion != installedVersion {
-				return fmt.Errorf("installed ClusterTarget at %s, want %s", ct.Spec.KubernetesVersion, installedVersion)
-			}
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := testutil.Poll(ctx, 100*time.Millisecond, func(ctx context.Context) error {
+		return env.Client.Get(ctx, client.ObjectKey{Name: "cluster"}, &ct)
+	}); err != nil {
+		return fmt.Errorf("the manager did not create the ClusterTarget: %w", err)
 	}
-	return fmt.Errorf("the manager did not create the ClusterTarget: %w", err)
+	if ct.Spec.KubernetesVersion != installedVersion {
+		return fmt.Errorf("installed ClusterTarget at %s, want %s", ct.Spec.KubernetesVersion, installedVersion)
+	}
+	return nil
 }
 
 func kubeadmConfig(v string) *corev1.ConfigMap {
@@ -328,12 +328,12 @@ func (f *fixture) waitOperations(want ...string) []v1alpha1.NodeOperation {
 // the ClusterTarget generated nothing more. It waits on the status having settled first.
 func (f *fixture) stillOperations(want ...string) {
 	f.t.Helper()
-	for range 10 {
+	testutil.Consistently(f.t, 1500*time.Millisecond, "no other operation", func() error {
 		if got := strings.Join(names(f.operations()), ","); got != strings.Join(want, ",") {
-			f.t.Fatalf("operations %q, want %q", got, strings.Join(want, ","))
+			return fmt.Errorf("operations %q, want %q", got, strings.Join(want, ","))
 		}
-		time.Sleep(150 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func (f *fixture) agent() testutil.FakeAgent { return testutil.FakeAgent{Client: f.c} }

@@ -20,15 +20,16 @@ import (
 // noTaskOn fails when, for d, node gets a task of profile.
 func noTaskOn(t *testing.T, ctx context.Context, profile, node, why string, d time.Duration) {
 	t.Helper()
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+	testutil.Consistently(t, d, "no task of "+profile+" on "+node, func() error {
 		byNode, err := tasksOf(ctx, profile)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got := byNode[node]; len(got) > 0 {
-			t.Fatalf("task %s started on %s %s", got[0].Name, node, why)
+			return fmt.Errorf("task %s started on %s %s", got[0].Name, node, why)
 		}
-	}
+		return nil
+	})
 }
 
 // retryTask sets spec.recoveryMode Retry, as `kubectl nodeops retry` does, and then records the

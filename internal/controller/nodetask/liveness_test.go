@@ -113,9 +113,9 @@ func TestSafetyRule9_OldHeartbeatAfterAnOutageGetsTheFullGrace(t *testing.T) {
 	}
 	// The API server is back: the agent renews its heartbeat within its interval (here lostAfter/2,
 	// then every lostAfter/5), as the real agent does once its writes go through again.
-	renewing := make(chan struct{})
+	renewing, renewed := context.WithCancel(ctx)
 	go func() {
-		defer close(renewing)
+		defer renewed()
 		if clock.Sleep(ctx, lostAfter/2) != nil {
 			return
 		}
@@ -127,17 +127,12 @@ func TestSafetyRule9_OldHeartbeatAfterAnOutageGetsTheFullGrace(t *testing.T) {
 		}
 	}()
 	// While it renews (15 renewals, 3 lostAfter in all) the task is never marked.
-	for {
+	testutil.ConsistentlyUntil(t, renewing, "the task not marked while its agent renews", func() error {
 		if tk := get(t, name); tk.Lost() != nil {
-			t.Fatalf("a task whose agent renewed within lostAfter of the manager first seeing it was marked lost: %+v", tk.Lost())
+			return fmt.Errorf("a task whose agent renewed within lostAfter of the manager first seeing it was marked lost: %+v", tk.Lost())
 		}
-		select {
-		case <-renewing:
-		case <-time.After(50 * time.Millisecond):
-			continue
-		}
-		break
-	}
+		return nil
+	})
 	// It goes silent: now it is marked, counted from the last renewal the manager saw.
 	testutil.Eventually(t, 30*time.Second, "the task marked AgentLost once its agent stopped renewing", func() error {
 		tk := get(t, name)
