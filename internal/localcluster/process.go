@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/nodeops/nodeops/internal/clock"
 )
 
 // ProcessesFile lists, one "name pid" a line, the child processes of a running nodeops-local;
@@ -305,13 +307,11 @@ func WaitUntil(ctx context.Context, interval time.Duration, cond func(context.Co
 		if err != nil {
 			last = err
 		}
-		select {
-		case <-ctx.Done():
+		if cerr := clock.Sleep(ctx, interval); cerr != nil {
 			if last != nil {
-				return fmt.Errorf("%w (last error: %w)", ctx.Err(), last)
+				return fmt.Errorf("%w (last error: %w)", cerr, last)
 			}
-			return ctx.Err()
-		case <-time.After(interval):
+			return cerr
 		}
 	}
 }

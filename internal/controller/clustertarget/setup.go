@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/clock"
 	"github.com/nodeops/nodeops/internal/controller/skeleton"
 )
 
@@ -191,10 +192,8 @@ func (i *Installer) Start(ctx context.Context) error {
 			}
 			return nil
 		}
-		select {
-		case <-ctx.Done():
+		if clock.Sleep(ctx, i.Interval) != nil {
 			return nil
-		case <-time.After(i.Interval):
 		}
 	}
 }
