@@ -156,21 +156,7 @@ func TestSafetyRule11_ProfileCountsUnavailableNodes(t *testing.T) {
 
 func setNotReady(t *testing.T, ctx context.Context, node string, notReady bool) {
 	t.Helper()
-	status := corev1.ConditionTrue
-	if notReady {
-		status = corev1.ConditionFalse
-	}
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var n corev1.Node
-		if err := env.client.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
-			return err
-		}
-		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, Reason: "Test", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-		return env.client.Status().Update(ctx, &n)
-	})
-	if err != nil {
-		t.Fatalf("set %s NotReady=%v: %v", node, notReady, err)
-	}
+	must(t, testutil.SetNodeReady(ctx, env.client, node, !notReady))
 }
 
 func setUnschedulable(t *testing.T, ctx context.Context, node string, cordoned bool) {

@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
@@ -54,9 +53,7 @@ func TestSafetyRule9_SilentAgentFailsItsTask(t *testing.T) {
 	runningTask(t, "silent-1")
 	go func() { // the alive agent's heartbeat, as the agent writes it
 		for ctx.Err() == nil {
-			ts, _ := metav1.NowMicro().MarshalJSON()
-			patch := []byte(`{"status":{"agentHeartbeat":` + string(ts) + `}}`)
-			_ = cl.Status().Patch(ctx, &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: "alive-1"}}, client.RawPatch(types.MergePatchType, patch))
+			_ = (testutil.FakeAgent{Client: cl}).Heartbeat(ctx, "alive-1")
 			time.Sleep(lostAfter / 5)
 		}
 	}()
@@ -120,9 +117,7 @@ func TestSafetyRule9_OldHeartbeatAfterAnOutageGetsTheFullGrace(t *testing.T) {
 			return
 		}
 		for i := 0; i < 15 && ctx.Err() == nil; i++ {
-			ts, _ := metav1.NowMicro().MarshalJSON()
-			patch := []byte(`{"status":{"agentHeartbeat":` + string(ts) + `}}`)
-			_ = cl.Status().Patch(ctx, &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: name}}, client.RawPatch(types.MergePatchType, patch))
+			_ = (testutil.FakeAgent{Client: cl}).Heartbeat(ctx, name)
 			_ = clock.Sleep(ctx, lostAfter/5)
 		}
 	}()
