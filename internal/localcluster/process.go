@@ -296,7 +296,7 @@ func copyFile(src, dst string, mode os.FileMode) error {
 }
 
 // WaitUntil polls cond every interval until it returns true, or returns an error when ctx ends,
-// wrapping the last error cond returned. The e2e framework waits with it too.
+// wrapping the last error cond returned.
 func WaitUntil(ctx context.Context, interval time.Duration, cond func(context.Context) (bool, error)) error {
 	var last error
 	for {
