@@ -46,7 +46,7 @@ verify-generate: generate ## Fail when committed generated files are stale.
 	@git diff --exit-code -- api config/crd config/rbac charts/nodeops/crds charts/nodeops/files || { echo "generated files are stale: run 'make generate' and commit" >&2; exit 1; }
 
 lint: tools ## gofmt, go mod tidy, go vet and golangci-lint.
-	@for m in . hack/images hack/realnode hack/tools hack/tools/helm hack/tools/kwok hack/tools/lint; do \
+	@for m in . hack/images hack/realnode hack/realnode/kubernetes-v1.36 hack/tools hack/tools/helm hack/tools/kwok hack/tools/lint; do \
 		(cd $$m && go mod tidy -diff >/dev/null) || { echo "$$m/go.mod or go.sum is not tidy: run 'go mod tidy' there and commit" >&2; (cd $$m && go mod tidy -diff) >&2; exit 1; }; \
 	done
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -40,6 +40,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	nodeopsv1 "github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/testutil"
 	"github.com/nodeops/nodeops/test/e2e/framework"
 )
@@ -521,12 +522,10 @@ func (e *env) verifyKubelet() {
 		if n.Spec.Unschedulable {
 			return fmt.Errorf("node still cordoned")
 		}
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-				return nil
-			}
+		if !plan.NodeReady(&n) {
+			return fmt.Errorf("node not Ready")
 		}
-		return fmt.Errorf("node not Ready")
+		return nil
 	})
 	out, err := exec.Command("/usr/bin/kubelet", "--version").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), toVersion) {

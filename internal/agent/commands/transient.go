@@ -6,6 +6,8 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/nodeops/nodeops/internal/clock"
 )
 
 // How long an API write the API server failed for a moment is tried again: waits from
@@ -35,12 +37,8 @@ func retryTransient(ctx context.Context, do func() error) error {
 		if err == nil || !Transient(err) || ctx.Err() != nil || time.Now().Add(wait).After(give) {
 			return err
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return errors.Join(err, ctx.Err())
-		case <-t.C:
+		if cerr := clock.Sleep(ctx, wait); cerr != nil {
+			return errors.Join(err, cerr)
 		}
 		wait = min(2*wait, transientMaxWait)
 	}

@@ -25,7 +25,7 @@ type Workload struct{ Kind, Namespace, Name string }
 // second manager pod (its replacement cannot schedule on the cordoned node).
 //
 // One change a user of this cluster would make too: it runs no kube-proxy (kubeadm's addon is
-// skipped, REALNODE.md), so the kubernetes Service address does not route; nodeops' pods are told
+// skipped, docs/realnode.md), so the kubernetes Service address does not route; nodeops' pods are told
 // to reach the API server at the node's address (KUBERNETES_SERVICE_HOST/PORT), as on any cluster
 // without kube-proxy. Helm's post-renderer (this program's post-render command, PostRender) does
 // that and the image change, so the chart itself is installed unchanged.

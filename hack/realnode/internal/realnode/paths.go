@@ -1,6 +1,6 @@
 // Package realnode builds and runs one real single-node kubeadm cluster on this machine (real
 // containerd, runc, kubelet and control plane from images built locally) and tears it down again.
-// The verified facts it follows are in shared/REALNODE.md.
+// The verified facts it follows are in docs/realnode.md.
 package realnode
 
 import "path/filepath"
