@@ -115,7 +115,7 @@ func (k Cluster) Attempts() []Attempt {
 		}, Policy: []string{"deletes none", "DELETE leases node-" + b}, RBAC: []string{`cannot delete resource "leases"`}},
 		{Name: "a ConfigMap", Do: func(ctx context.Context, c client.Client) error {
 			return c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "by-agent", Namespace: k.Namespace}})
-		}, Policy: []string{"writes only NodeTask status, its own Node, its node's Lease and evictions", "CREATE configmaps by-agent"}, RBAC: []string{`cannot create resource "configmaps"`}},
+		}, Policy: []string{"writes only NodeTask status, its own Node, its node's Lease, its node's installer pods and evictions", "CREATE configmaps by-agent"}, RBAC: []string{`cannot create resource "configmaps"`}},
 	}
 }
 
