@@ -69,7 +69,41 @@ type env struct {
 }
 
 // The scenarios share the one node that `make realnode` brought up and run in this order (go test
-// runs a file's tests in order): renewal, a runtime handler through a NodeProfile, the upgrade.
+// runs a file's tests in order): nodeops' images, renewal, a runtime handler through a NodeProfile,
+// the upgrade.
+
+// TestRealNode0NodeopsRunsTheImagesMakeImagesBuilt: the manager and agent run the images `make
+// images` built, by the index digests its digests.env names (the chart installed with its
+// values.yaml, never pulling), and containerd holds each as the multi-arch index.
+func TestRealNode0NodeopsRunsTheImagesMakeImagesBuilt(t *testing.T) {
+	e := setup(t)
+	dir := os.Getenv("NODEOPS_IMAGES")
+	if dir == "" {
+		dir = filepath.Join(e.bin, "images")
+	}
+	env := map[string]string{}
+	for _, line := range strings.Split(framework.ReadFile(t, filepath.Join(dir, "digests.env")), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
+			env[k] = v
+		}
+	}
+	for _, w := range []struct{ image, label string }{{"manager", "nodeops-manager"}, {"agent", "nodeops-agent"}} {
+		ref := env["NODEOPS_"+strings.ToUpper(w.image)+"_IMAGE"]
+		if !strings.Contains(ref, "@sha256:") {
+			t.Fatalf("%s/digests.env names no %s image by digest: %q", dir, w.image, ref)
+		}
+		pod := e.waitRunningPod(managerNS, map[string]string{"app.kubernetes.io/name": w.label}, 3*time.Minute)
+		c, cs := pod.Spec.Containers[0], pod.Status.ContainerStatuses[0]
+		if c.Image != ref || c.ImagePullPolicy != corev1.PullNever || cs.ImageID != ref {
+			t.Errorf("pod %s: image %s (pull %s), running image ID %s; want %s, never pulled", pod.Name, c.Image, c.ImagePullPolicy, cs.ImageID, ref)
+		}
+		out, err := exec.CommandContext(e.ctx, ctrBinary, "--address", containerdSocket, "-n", "k8s.io", "images", "ls", "name=="+ref).Output()
+		if err != nil || !strings.Contains(string(out), "application/vnd.oci.image.index.v1+json") || !strings.Contains(string(out), "linux/amd64,linux/arm64") {
+			t.Errorf("ctr images ls name==%s: want the OCI index of linux/amd64 and linux/arm64 (%v):\n%s", ref, err, out)
+		}
+		t.Logf("pod %s runs %s (image ID %s, status image %s); containerd holds its index for linux/amd64 and linux/arm64", pod.Name, c.Image, cs.ImageID, cs.Image)
+	}
+}
 
 func TestRealNode1RenewCertificates(t *testing.T) {
 	e := setup(t)
