@@ -15,7 +15,7 @@ var CRDs embed.FS
 //go:embed admission/agent-confinement.yaml admission/nodetask-creation.yaml
 var Admission embed.FS
 
-// Agent holds the agent's ServiceAccount, ClusterRole, ClusterRoleBinding and DaemonSet.
+// Agent holds the agent's ServiceAccount, ClusterRole, Roles and DaemonSet, and the installer pods' ServiceAccount.
 //
 //go:embed agent/daemonset.yaml
 var Agent embed.FS
