@@ -107,6 +107,16 @@ func setUp(ctx context.Context) error {
 			return err
 		}
 	}
+	// Pods of node-a and node-b the agent on node-a may not delete or change: node-b's installer pod,
+	// and a pod on node-a that is no installer's; node-a's installer pod it may delete, not change.
+	for name, p := range map[string][2]string{"installer-a": {"node-a", commands.InstallerServiceAccount},
+		"installer-b": {"node-b", commands.InstallerServiceAccount}, "other-a": {"node-a", agentSA}} {
+		pod := installerPod(p[0])
+		pod.Name, pod.Spec.ServiceAccountName = name, p[1]
+		if err := admin.Create(ctx, pod); err != nil {
+			return err
+		}
+	}
 	for _, n := range []string{ns, "default"} {
 		if err := admin.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "kept", Namespace: n}}); err != nil {
 			return err
@@ -323,8 +333,66 @@ var attempts = []attempt{
 	}, policy: []string{"deletes none", "DELETE leases node-node-b"}, rbac: []string{`cannot delete resource "leases"`}},
 	{name: "a ConfigMap", do: func(ctx context.Context, c client.Client) error {
 		return c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "by-agent", Namespace: ns}})
-	}, policy: []string{"writes only NodeTask status, its own Node, its node's Lease and evictions", "CREATE configmaps by-agent"}, rbac: []string{`cannot create resource "configmaps"`}},
+	}, policy: []string{"writes only NodeTask status, its own Node, its node's Lease, its node's installer pods and evictions", "CREATE configmaps by-agent"}, rbac: []string{`cannot create resource "configmaps"`}},
 }
+
+// installerPod is the pod node's agent creates for task-a's first command, a pod command asking for
+// all it may: privileged, the host's PID namespace and its / at /host.
+func installerPod(node string) *corev1.Pod {
+	return commands.InstallerPod(ns, node, taskA, 0, installer())
+}
+
+func installer() *v1alpha1.PodCommand {
+	return &v1alpha1.PodCommand{Image: "ghcr.io/kwasm/kwasm-node-installer:v0.3.1", Privileged: true, HostPID: true, MountHostRoot: true,
+		Env: []v1alpha1.PodEnvVar{{Name: "NODE_ROOT", Value: "/host"}}}
+}
+
+// createPod creates node-a's installer pod changed by change.
+func createPod(change func(*corev1.Pod)) func(context.Context, client.Client) error {
+	return func(ctx context.Context, c client.Client) error {
+		pod := installerPod("node-a")
+		pod.Name = "by-agent"
+		change(pod)
+		return c.Create(ctx, pod)
+	}
+}
+
+func deletePod(name string) func(context.Context, client.Client) error {
+	return func(ctx context.Context, c client.Client) error {
+		return c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}})
+	}
+}
+
+var podAttempts = []attempt{
+	{name: "create a pod on node-b", do: func(ctx context.Context, c client.Client) error { return c.Create(ctx, installerPod("node-b")) },
+		policy: []string{"agent on node node-a creates pods only in its namespace (nodeops-system) with spec.nodeName node-a", "CREATE pods", "(spec.nodeName node-b)"}},
+	{name: "create a pod outside its namespace", do: createPod(func(p *corev1.Pod) { p.Namespace = "default" }),
+		policy: []string{"creates pods only in its namespace (nodeops-system)", "in namespace default"}, rbac: []string{`cannot create resource "pods"`}},
+	{name: "create a pod as another ServiceAccount", do: createPod(func(p *corev1.Pod) { p.Spec.ServiceAccountName = agentSA }),
+		policy: []string{"creates pods only with spec.serviceAccountName nodeops-installer", "(spec.serviceAccountName nodeops-agent)"}},
+	{name: "create a pod that may mount a token", do: createPod(func(p *corev1.Pod) { p.Spec.AutomountServiceAccountToken = nil }),
+		policy: []string{"spec.automountServiceAccountToken false", "CREATE pods by-agent"}},
+	{name: "create a pod mounting a Secret", do: createPod(func(p *corev1.Pod) {
+		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "kept"}}})
+	}), policy: []string{"spec.volumes are only the hostPath / (no secret", "CREATE pods by-agent"}},
+	{name: "create a pod mounting a host path other than /", do: createPod(func(p *corev1.Pod) { p.Spec.Volumes[0].HostPath.Path = "/etc/kubernetes/pki" }),
+		policy: []string{"spec.volumes are only the hostPath /", "CREATE pods by-agent"}},
+	{name: "create a pod taking env from a Secret", do: createPod(func(p *corev1.Pod) {
+		p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, corev1.EnvVar{Name: "TOKEN", ValueFrom: &corev1.EnvVarSource{
+			SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "kept"}, Key: "k"}}})
+	}), policy: []string{"env has plain values only (no envFrom, no valueFrom)", "CREATE pods by-agent"}},
+	{name: "create a pod on the host's network", do: createPod(func(p *corev1.Pod) { p.Spec.HostNetwork = true }),
+		policy: []string{"without spec.hostNetwork or spec.hostIPC", "CREATE pods by-agent"}},
+	{name: "delete node-b's installer pod", do: deletePod("installer-b"),
+		policy: []string{"deletes only its node's nodeops-installer pods", "DELETE pods installer-b", "(spec.nodeName node-b)"}},
+	{name: "delete a pod on node-a that is no installer's", do: deletePod("other-a"),
+		policy: []string{"deletes only its node's nodeops-installer pods", "DELETE pods other-a"}},
+	{name: "change its node's installer pod", do: func(ctx context.Context, c client.Client) error {
+		return c.Patch(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "installer-a", Namespace: ns}}, merge(`{"metadata":{"labels":{"x":"y"}}}`))
+	}, policy: []string{"and updates none", "UPDATE pods installer-a"}, rbac: []string{`cannot patch resource "pods"`}},
+}
+
+func init() { attempts = append(attempts, podAttempts...) }
 
 // refused checks that err is a refusal whose message has every part of want.
 func refused(t *testing.T, what string, err error, want []string) {
@@ -447,11 +515,12 @@ func bindClusterAdmin(t *testing.T) {
 }
 
 // TestAgentOnNodeAWorks: what the agent does need still works with its pod-bound token: its own
-// task's status from Running to Succeeded (the allowed path), and cordon then uncordon of its node
-// by the agent's own commands, which set spec.unschedulable and the annotation.
+// task's status from Running to Succeeded (the allowed path), cordon then uncordon of its node
+// by the agent's own commands, which set spec.unschedulable and the annotation, and a pod command's
+// pod on its node.
 func TestAgentOnNodeAWorks(t *testing.T) {
 	ctx := context.Background()
-	c, _ := as(t, token(t, "node-a"))
+	c, agentCS := as(t, token(t, "node-a"))
 	tasks(t)
 	for _, phase := range []v1alpha1.TaskPhase{v1alpha1.TaskRunning, v1alpha1.TaskSucceeded} {
 		if err := statusOf(taskA, phase)(ctx, c); err != nil {
@@ -493,6 +562,28 @@ func TestAgentOnNodeAWorks(t *testing.T) {
 	}
 	if n := node(t, "node-a"); n.Spec.Unschedulable || n.Annotations[commands.AnnotationWasUnschedulable] != "" {
 		t.Errorf("after uncordon: unschedulable %v, annotations %v", n.Spec.Unschedulable, n.Annotations)
+	}
+
+	// The pod command, run by the agent's own handler: its pod on node-a (privileged, host PID, the
+	// host's / mounted), read, its log asked for, then deleted. Envtest has no kubelet: the test
+	// writes the pod's status as one would.
+	done := make(chan error, 1)
+	go func() {
+		env := &commands.Env{NodeName: "node-a", Task: taskA, Namespace: ns, Client: c, Poll: 100 * time.Millisecond}
+		_, err := commands.Run(ctx, env, &v1alpha1.Command{Pod: installer()})
+		done <- err
+	}()
+	key := client.ObjectKeyFromObject(installerPod("node-a"))
+	testutil.EndPod(t, admin, testutil.WaitPod(t, admin, key), 0)
+	if err := <-done; err != nil {
+		t.Errorf("node-a's agent running a pod command on node-a: %v", err)
+	}
+	if err := admin.Get(ctx, key, &corev1.Pod{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the pod command's pod after it ended: %v, want NotFound (deleted by the agent)", err)
+	}
+	// Its log (pods/log): the API server lets the agent ask, then finds no kubelet to ask.
+	if err := agentCS.CoreV1().Pods(ns).GetLogs("installer-a", &corev1.PodLogOptions{}).Do(ctx).Error(); apierrors.IsForbidden(err) {
+		t.Errorf("node-a's agent reading a pod's log: %v", err)
 	}
 
 	// A control plane's agent records its certificates' expiry on its own Node (agent.CertificateReader).
