@@ -119,6 +119,22 @@ func TestPodCommandFailsOnAnImageThatCannotBePulled(t *testing.T) {
 	podGone(t, podKey(node, 0))
 }
 
+// TestPodCommandTimesOut: a pod that does not end within the command's pod timeout is deleted (here
+// gracefully, as it may still run: its kubelet would stop it) and the command fails saying so.
+func TestPodCommandTimesOut(t *testing.T) {
+	installerServiceAccount(t)
+	node := "pod-timeout-1"
+	startAgent(t, agent.Options{NodeName: node, HostRoot: hosttest.NewRoot(t, nil)})
+	create(t, newTask(node, node, v1alpha1.ExecutionAuto, v1alpha1.Command{Pod: &v1alpha1.PodCommand{Image: "busybox",
+		Timeout: &metav1.Duration{Duration: 2 * time.Second}}}))
+	testutil.WaitPod(t, cl, podKey(node, 0))
+	task := waitTask(t, node, phaseIs(v1alpha1.TaskFailed))
+	if want := "did not end within 2s (Pending); it was deleted"; !strings.Contains(task.Status.Message, want) {
+		t.Errorf("message %q, want it to say %q", task.Status.Message, want)
+	}
+	podGone(t, podKey(node, 0))
+}
+
 // TestPodCommandRestartedAgentFindsItsPod (docs/design.md, safety rule 4): a pod command is not
 // idempotent, so an agent stopped while its pod runs leaves the pod, and the agent that follows fails
 // the command Interrupted instead of running it again; a person's retry waits for that same pod

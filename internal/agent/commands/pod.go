@@ -165,7 +165,7 @@ func ensurePod(ctx context.Context, env *Env, want *corev1.Pod) (*corev1.Pod, er
 			return nil, fmt.Errorf("pod %s exists and is not this task's (node %q, task label %q)", ref, found.Spec.NodeName, found.Labels[v1alpha1.LabelTask])
 		}
 		if found.DeletionTimestamp == nil {
-			env.printf("found pod %s, created by an interrupted run of this command: waiting for it instead of starting another\n", ref)
+			env.printf("found pod %s, created by an earlier run of this command (interrupted, or not deleted): waiting for it instead of starting another\n", ref)
 			return found, nil
 		}
 		// An earlier run's pod on its way out: wait until it is gone, then create this run's.
