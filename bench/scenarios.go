@@ -399,23 +399,25 @@ func deleteOperation(ctx context.Context, c *cluster, name string) error {
 	}
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
+	var deleteErr error
 	for {
 		// One deletecollection rather than thousands of deletes by the garbage collector. At
 		// thousands of tasks on a loaded machine it can outlast the API server's request timeout
-		// while the server goes on deleting: then it is asked again once the tasks are counted.
-		if err := c.client.DeleteAllOf(dctx, &v1alpha1.NodeTask{}, sel); err != nil && !apierrors.IsTimeout(err) && !apierrors.IsServerTimeout(err) {
-			return fmt.Errorf("deleting tasks of %s: %w", name, err)
+		// (a 504, or the HTTP/2 stream reset) while the server goes on deleting: so its error
+		// is kept, and it is asked again while tasks are left.
+		if err := c.client.DeleteAllOf(dctx, &v1alpha1.NodeTask{}, sel); err != nil {
+			deleteErr = err
 		}
 		for range 30 {
 			var tasks v1alpha1.NodeTaskList
 			if err := c.client.List(dctx, &tasks, sel, client.Limit(1)); err != nil {
-				return fmt.Errorf("listing tasks of %s: %w", name, err)
+				return fmt.Errorf("listing tasks of %s (last delete: %v): %w", name, deleteErr, err)
 			}
 			if len(tasks.Items) == 0 {
 				return nil
 			}
 			if err := clock.Sleep(dctx, time.Second); err != nil {
-				return fmt.Errorf("waiting for the tasks of %s to go: %w", name, err)
+				return fmt.Errorf("waiting for the tasks of %s to go (last delete: %v): %w", name, deleteErr, err)
 			}
 		}
 	}
