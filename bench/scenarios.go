@@ -411,13 +411,13 @@ func deleteOperation(ctx context.Context, c *cluster, name string) error {
 		for range 30 {
 			var tasks v1alpha1.NodeTaskList
 			if err := c.client.List(dctx, &tasks, sel, client.Limit(1)); err != nil {
-				return fmt.Errorf("listing tasks of %s (last delete: %v): %w", name, deleteErr, err)
+				return fmt.Errorf("listing tasks of %s: %w", name, errors.Join(err, deleteErr))
 			}
 			if len(tasks.Items) == 0 {
 				return nil
 			}
 			if err := clock.Sleep(dctx, time.Second); err != nil {
-				return fmt.Errorf("waiting for the tasks of %s to go (last delete: %v): %w", name, deleteErr, err)
+				return fmt.Errorf("waiting for the tasks of %s to go: %w", name, errors.Join(err, deleteErr))
 			}
 		}
 	}
