@@ -53,7 +53,7 @@ lint: tools ## gofmt, go mod tidy, go vet and golangci-lint.
 	go vet ./...
 	$(BIN)/golangci-lint run --allow-parallel-runners ./...
 
-test: tools verify-generate build test-unit test-e2e ## All tests: unit, envtest, end to end (make test-faults apart: README, Safety).
+test: tools verify-generate build test-unit test-e2e test-faults ## All tests: unit, envtest, end to end, then the fault suite (make test-faults, at most 10 minutes).
 
 test-unit: ## Unit and envtest (controller) tests.
 	go test $(GO_TEST_FLAGS) -timeout 30m $$(go list ./... | grep -v /test/e2e)
@@ -73,7 +73,7 @@ test-faults: tools build ## Faults on nodeops-local (test/faults, tag faults): k
 demo: tools-run build ## Walk through nodeops on nodeops-local, narrated and live; DEMO_ARGS=--keep leaves the cluster running.
 	@hack/demo.sh $(DEMO_ARGS)
 
-bench: tools build ## Benchmark at 100, 1,000 and 5,000 nodes; prints a table and writes bench/results.md.
+bench: tools build ## Benchmark at 100, 1,000, 5,000 and 10,000 nodes (about 40 minutes on 2 shared cores); prints a table and writes bench/results.md.
 	go run ./bench
 
 realnode-bin: ## The real node's driver (hack/realnode, its own module).

@@ -151,6 +151,45 @@ func TestRowsJudgeTargets(t *testing.T) {
 	check(scenarioTitles[scenarioOp10]+"/error", "boom", "missed")
 }
 
+// TestRowsJudgeTheCeilingTargetAt10000: at 10,000 nodes the time target is 1.3× the time the API
+// server needs for the run's own writes at the NodeTask-write ceiling the same cluster measured,
+// and the manager's peak RSS target is 300 MiB.
+func TestRowsJudgeTheCeilingTargetAt10000(t *testing.T) {
+	writes := writeCounts{
+		{"nodeops.io", "nodetasks", "", "POST"}:             10000,
+		{"nodeops.io", "nodetasks", "status", "PUT"}:        10000,
+		{"nodeops.io", "nodeoperations", "status", "PATCH"}: 100,
+	}
+	run := runResult{Scenario: scenarioOp100, Wall: 120 * time.Second, Writes: writes, LeaseWrites: 10000, ManagerRSS: 290 << 20}
+	// 6,000 NodeTask writes in 20 s: a ceiling of 300 writes/s, so 1.3 × 3 × 10,000 ÷ 300 = 130 s.
+	raws := []rawResult{{Workload: "ConfigMap creates", Writes: 5000, Seconds: 5}, {Workload: "tasks", Writes: 6000, Seconds: 20}}
+	for _, tc := range []struct {
+		wall      time.Duration
+		rss       uint64
+		raws      []rawResult
+		target    string
+		met, rssM string
+	}{
+		{wall: 120 * time.Second, rss: 290 << 20, raws: raws, target: "≤ 130.0 s (1.3 × 3.00 writes × 10,000 ÷ 300 writes/s)", met: "met", rssM: "met"},
+		{wall: 131 * time.Second, rss: 310 << 20, raws: raws, target: "≤ 130.0 s (1.3 × 3.00 writes × 10,000 ÷ 300 writes/s)", met: "missed", rssM: "missed"},
+		{wall: 120 * time.Second, rss: 290 << 20, target: "— (1.3× the NodeTask-write ceiling's time: run the raw scenario too)", met: "", rssM: "met"},
+	} {
+		r := run
+		r.Wall, r.ManagerRSS = tc.wall, tc.rss
+		c := clusterResult{K: 10000, Raws: tc.raws, Runs: []runResult{r}}
+		got := map[string]row{}
+		for _, rw := range c.rows() {
+			got[rw.What] = rw
+		}
+		if w := got["create → Succeeded"]; w.Target != tc.target || w.Met != tc.met {
+			t.Errorf("wall %s: target %q %q, want %q %q", tc.wall, w.Target, w.Met, tc.target, tc.met)
+		}
+		if m := got["manager peak RSS"]; m.Target != "< 300 MiB" || m.Met != tc.rssM {
+			t.Errorf("RSS %s: target %q %q, want < 300 MiB %q", mib(tc.rss), m.Target, m.Met, tc.rssM)
+		}
+	}
+}
+
 func TestCommas(t *testing.T) {
 	for in, want := range map[int]string{5: "5", 100: "100", 1000: "1,000", 12345: "12,345", 1000000: "1,000,000"} {
 		if got := commas(in); got != want {

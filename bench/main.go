@@ -4,7 +4,7 @@
 // autoProvision NodeProfile, and the ClusterTarget at rest. It prints a markdown table beside the targets of issue 8 and writes it
 // to bench/results.md with the machine and the commit. Nothing asserts times: it is a measurement.
 //
-//	go run ./bench [-k 100,1000,5000] [-quick] [-out bench/results.md] [-raw-creates 5000] [-raw-clients 32]
+//	go run ./bench [-k 100,1000,5000,10000] [-quick] [-out bench/results.md] [-raw-creates 5000] [-raw-clients 32]
 package main
 
 import (
@@ -52,7 +52,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	ks := fs.String("k", "100,1000,5000", "comma-separated numbers of simulated nodes, one cluster each")
+	ks := fs.String("k", "100,1000,5000,10000", "comma-separated numbers of simulated nodes, one cluster each")
 	fs.BoolVar(&o.quick, "quick", false, "smoke run: K=50 and 1,000 raw creates unless -k/-raw-creates say otherwise")
 	fs.IntVar(&o.rawCreates, "raw-creates", 5000, "ConfigMaps created to measure the API server's raw write limit")
 	fs.IntVar(&o.rawClients, "raw-clients", 32, "parallel clients (own connections) for the raw write limit")

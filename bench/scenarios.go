@@ -397,22 +397,28 @@ func deleteOperation(ctx context.Context, c *cluster, name string) error {
 	if err := c.client.Delete(ctx, op); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting NodeOperation %s: %w", name, err)
 	}
-	// One deletecollection rather than thousands of deletes by the garbage collector.
-	if err := c.client.DeleteAllOf(ctx, &v1alpha1.NodeTask{}, sel); err != nil {
-		return fmt.Errorf("deleting tasks of %s: %w", name, err)
-	}
-	dctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
+	var deleteErr error
 	for {
-		var tasks v1alpha1.NodeTaskList
-		if err := c.client.List(dctx, &tasks, sel, client.Limit(1)); err != nil {
-			return fmt.Errorf("listing tasks of %s: %w", name, err)
+		// One deletecollection rather than thousands of deletes by the garbage collector. At
+		// thousands of tasks on a loaded machine it can outlast the API server's request timeout
+		// (a 504, or the HTTP/2 stream reset) while the server goes on deleting: so its error
+		// is kept, and it is asked again while tasks are left.
+		if err := c.client.DeleteAllOf(dctx, &v1alpha1.NodeTask{}, sel); err != nil {
+			deleteErr = err
 		}
-		if len(tasks.Items) == 0 {
-			return nil
-		}
-		if err := clock.Sleep(dctx, time.Second); err != nil {
-			return fmt.Errorf("waiting for the tasks of %s to go: %w", name, err)
+		for range 30 {
+			var tasks v1alpha1.NodeTaskList
+			if err := c.client.List(dctx, &tasks, sel, client.Limit(1)); err != nil {
+				return fmt.Errorf("listing tasks of %s: %w", name, errors.Join(err, deleteErr))
+			}
+			if len(tasks.Items) == 0 {
+				return nil
+			}
+			if err := clock.Sleep(dctx, time.Second); err != nil {
+				return fmt.Errorf("waiting for the tasks of %s to go: %w", name, errors.Join(err, deleteErr))
+			}
 		}
 	}
 }

@@ -167,6 +167,42 @@ func TestSafetyRule8_NodeHeldByAnUnfinishedTaskWaitsThenTheFinishedHolderIsTaken
 	}
 }
 
+// TestSafetyRule8_LeaseTakenSinceTheAgentsLastWriteIsNotOverwritten: the agent takes a node's
+// Lease it wrote last without reading it first; when another agent took it since for a task still
+// running, the API server refuses that write, and the next task waits for the holder.
+func TestSafetyRule8_LeaseTakenSinceTheAgentsLastWriteIsNotOverwritten(t *testing.T) {
+	const node = "excl-8"
+	root := hosttest.NewRoot(t, nil)
+	startAgent(t, agent.Options{NodeName: node, HostRoot: root})
+	create(t, newTask("excl-8-first", node, v1alpha1.ExecutionAuto, script("true", true)))
+	waitTask(t, "excl-8-first", phaseIs(v1alpha1.TaskSucceeded))
+	// Another agent (a rollout's) takes the node for a task of its own, running between commands.
+	holder := newTask("excl-8-holder", node, v1alpha1.ExecutionAuto, script("true", true))
+	holder.Spec.Paused = true
+	create(t, holder)
+	holder.Status.Phase = v1alpha1.TaskRunning
+	if err := cl.Status().Update(context.Background(), holder); err != nil {
+		t.Fatal(err)
+	}
+	l := nodeLease(t, node)
+	l.Spec.HolderIdentity = ptr.To(holder.Name)
+	l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+	l.Spec.LeaseDurationSeconds = ptr.To(int32(3600))
+	if err := cl.Update(context.Background(), l); err != nil {
+		t.Fatal(err)
+	}
+	create(t, newTask("excl-8-next", node, v1alpha1.ExecutionAuto, script("echo ran >> /ran", false)))
+	waitTask(t, "excl-8-next", func(tk *v1alpha1.NodeTask) bool {
+		return tk.EffectivePhase() == v1alpha1.TaskPending && tk.Status.Message == "node busy: held by task excl-8-holder"
+	})
+	if got := hosttest.ReadFile(t, root, "/ran"); got != "" {
+		t.Fatalf("the command ran while another task held the node: %q", got)
+	}
+	if l := nodeLease(t, node); ptr.Deref(l.Spec.HolderIdentity, "") != holder.Name {
+		t.Errorf("the node's lease names %q, want %s", ptr.Deref(l.Spec.HolderIdentity, ""), holder.Name)
+	}
+}
+
 // TestSafetyRule8_ExpiredLeaseOfADeadAgentIsTakenOver: the agent holding the node's Lease for an
 // unfinished task stopped renewing it; once it expired, the next task takes the node.
 func TestSafetyRule8_ExpiredLeaseOfADeadAgentIsTakenOver(t *testing.T) {

@@ -184,38 +184,56 @@ func (r *Reconciler) takeLease(ctx context.Context, task *v1alpha1.NodeTask) (le
 	}
 	node := task.Spec.NodeName
 	key := r.leaseKey(node)
-	for range 3 {
-		l := &coordinationv1.Lease{}
-		err := r.Direct.Get(ctx, key, l)
+	// The first write needs no read when the agent knows the Lease: a create where it never wrote
+	// one, an update of its own last write where that is free for task. The API server refuses
+	// either when the Lease is not as believed (it exists, or it changed since), and then it is read.
+	l := r.believedLease(key, node, task.Name)
+	for range 4 {
 		now := time.Now()
-		if apierrors.IsNotFound(err) {
-			l = NodeLease(key.Namespace, node)
-			r.fillLease(l, task.Name, now)
-			if err := r.Direct.Create(ctx, l); apierrors.IsAlreadyExists(err) {
-				continue
+		if l == nil {
+			l = &coordinationv1.Lease{}
+			if err := r.Direct.Get(ctx, key, l); apierrors.IsNotFound(err) {
+				l = NodeLease(key.Namespace, node)
 			} else if err != nil {
-				return leaseAnswer{}, fmt.Errorf("creating the lease of node %s: %w", node, err)
+				return leaseAnswer{}, fmt.Errorf("reading the lease of node %s: %w", node, err)
+			} else if ans, err := r.leaseFree(ctx, l, task, now); err != nil || !ans.held {
+				return ans, err
 			}
-			r.recordLease(node, task.Name, l, now)
-			return leaseAnswer{held: true, took: true}, nil
-		}
-		if err != nil {
-			return leaseAnswer{}, fmt.Errorf("reading the lease of node %s: %w", node, err)
-		}
-		ans, err := r.leaseFree(ctx, l, task, now)
-		if err != nil || !ans.held {
-			return ans, err
 		}
 		r.fillLease(l, task.Name, now)
-		if err := r.Direct.Update(ctx, l); apierrors.IsConflict(err) {
+		var err error
+		if l.ResourceVersion == "" {
+			err = r.Direct.Create(ctx, l)
+		} else {
+			err = r.Direct.Update(ctx, l)
+		}
+		if apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) {
+			l = nil
 			continue
-		} else if err != nil {
+		}
+		if err != nil {
 			return leaseAnswer{}, fmt.Errorf("taking the lease of node %s: %w", node, err)
 		}
 		r.recordLease(node, task.Name, l, now)
 		return leaseAnswer{held: true, took: true}, nil
 	}
 	return leaseAnswer{message: "node busy: its lease " + key.Name + " changed while being taken"}, nil
+}
+
+// believedLease is the node's Lease as the agent last wrote it, when that is free for task (its
+// own, or a task's the agent since wrote finished), or a new one where the agent has no record; nil
+// when only the API can say (another task's, unfinished as far as the agent knows).
+func (r *Reconciler) believedLease(key client.ObjectKey, node, task string) *coordinationv1.Lease {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h, ok := r.leases[node]
+	switch {
+	case !ok:
+		return NodeLease(key.Namespace, node)
+	case h.task == task || h.released:
+		return h.lease.DeepCopy()
+	}
+	return nil
 }
 
 // checkLease reports whether task may write a result for a command recorded Running without

@@ -104,6 +104,13 @@ func RunOperationWatched(t testing.TB, l *Local, op *v1alpha1.NodeOperation, in 
 // the next scenario.
 func AbortOperation(t testing.TB, l *Local, name string) {
 	t.Helper()
+	RequestAbort(t, l, name)
+	WaitForOperation(t, l, WaitForOperationInput{Name: name, Phase: v1alpha1.OperationAborted})
+}
+
+// RequestAbort sets an operation's spec.abort, as `kubectl nodeops abort` does, without waiting.
+func RequestAbort(t testing.TB, l *Local, name string) {
+	t.Helper()
 	op := &v1alpha1.NodeOperation{}
 	if err := l.Client.Get(context.Background(), client.ObjectKey{Name: name}, op); err != nil {
 		t.Fatal(err)
@@ -113,7 +120,6 @@ func AbortOperation(t testing.TB, l *Local, name string) {
 	if err := l.Client.Patch(context.Background(), op, client.MergeFrom(base)); err != nil {
 		t.Fatal(err)
 	}
-	WaitForOperation(t, l, WaitForOperationInput{Name: name, Phase: v1alpha1.OperationAborted})
 }
 
 // OperationTasks lists the tasks of an operation.
