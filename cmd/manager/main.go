@@ -185,6 +185,9 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 	if err := nodetask.SetupWithOptions(mgr, nodetask.Options{AgentLostAfter: o.agentLostAfter}); err != nil {
 		return fmt.Errorf("set up the NodeTask controller: %w", err)
 	}
+	if err := nodetask.SetupDrainWithManager(mgr, nodetask.DrainOptions{}); err != nil {
+		return fmt.Errorf("set up the drain controller: %w", err)
+	}
 	if err := nodeprofile.SetupWithManager(mgr, locks); err != nil {
 		return fmt.Errorf("set up the NodeProfile controller: %w", err)
 	}

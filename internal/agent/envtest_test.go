@@ -63,7 +63,42 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	stop, err := startDrainController(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer stop()
 	return m.Run()
+}
+
+// startDrainController runs the manager's drain controller for every test: the agent asks it to
+// drain (docs/design.md, safety rule 10), as the manager beside it does in a cluster.
+func startDrainController(cfg *rest.Config) (stop func(), err error) {
+	scheme, err := testutil.NewScheme()
+	if err != nil {
+		return nil, err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := nodetask.SetupDrainWithManager(mgr, nodetask.DrainOptions{Poll: 100 * time.Millisecond}); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "drain controller:", err)
+		}
+	})
+	return func() { cancel(); wg.Wait() }, nil
 }
 
 // startAgent runs an agent for one node (or, with a prefix, a noop agent) until stopped.
