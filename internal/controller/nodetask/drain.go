@@ -179,4 +179,3 @@ func agentPod(req *v1alpha1.DrainRequest) types.NamespacedName {
 	}
 	return types.NamespacedName{Namespace: ns, Name: name}
 }
-
