@@ -99,7 +99,9 @@ func TestSafetyRule10_TheManagerDrainsForTheAgent(t *testing.T) {
 		v1alpha1.Command{Cordon: &v1alpha1.CordonCommand{}},
 		v1alpha1.Command{Drain: &v1alpha1.DrainCommand{GracePeriodSeconds: &zero}},
 	))
-	task := waitTask(t, "mgr-drain-1", func(tk *v1alpha1.NodeTask) bool { return !tk.EffectivePhase().Unfinished() || tk.Status.Phase == v1alpha1.TaskFailed })
+	task := waitTask(t, "mgr-drain-1", func(tk *v1alpha1.NodeTask) bool {
+		return !tk.EffectivePhase().Unfinished() || tk.Status.Phase == v1alpha1.TaskFailed
+	})
 	if task.Status.Phase != v1alpha1.TaskSucceeded {
 		t.Fatalf("task %s: %s", task.Status.Phase, task.Status.Message)
 	}
@@ -129,7 +131,9 @@ func TestSafetyRule10_TheManagerDrainsForTheAgent(t *testing.T) {
 	create(t, newTask("mgr-drain-2", s.node, v1alpha1.ExecutionAuto,
 		v1alpha1.Command{ContainerdRuntime: &v1alpha1.ContainerdRuntimeCommand{Name: "spin", RuntimeType: "io.containerd.spin.v2", Restart: &v1alpha1.ContainerdRestart{Drain: true}}},
 	))
-	task = waitTask(t, "mgr-drain-2", func(tk *v1alpha1.NodeTask) bool { return !tk.EffectivePhase().Unfinished() || tk.Status.Phase == v1alpha1.TaskFailed })
+	task = waitTask(t, "mgr-drain-2", func(tk *v1alpha1.NodeTask) bool {
+		return !tk.EffectivePhase().Unfinished() || tk.Status.Phase == v1alpha1.TaskFailed
+	})
 	if task.Status.Phase != v1alpha1.TaskSucceeded {
 		t.Fatalf("containerdRuntime with restart.drain: %s: %s", task.Status.Phase, task.Status.Message)
 	}
