@@ -1,6 +1,7 @@
 // Package commands runs one NodeTask command on its own node: each kind in its own file, each touching
-// only its node (its host root, its Node object and the pods on it). A kind declares itself on its API
-// type, its handler has one entry in Handlers, and TestEveryCommandKindIsComplete fails for a gap.
+// only its node (its host root, its Node object, its mirror pods; a drain it asks of the manager through
+// Env.Drainer). A kind declares itself on its API type, its handler has one entry in Handlers, and
+// TestEveryCommandKindIsComplete fails for a gap.
 package commands
 
 import (
