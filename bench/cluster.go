@@ -25,7 +25,9 @@ type cluster struct {
 // startCluster runs nodeops-local up in dir with one control plane (it must have one), no workers and
 // k sim nodes, and returns once it printed its ready line.
 func startCluster(ctx context.Context, binDir, dir string, k int, logf func(string, ...any)) (*cluster, error) {
-	args := []string{"--dir", dir, "--control-planes=1", "--workers=0", "--sim-nodes=" + strconv.Itoa(k), "--timeout=30m"}
+	// As an administrator: the raw-limit workload creates NodeTasks itself, which the NodeTask
+	// creation policy of pod-bound credentials refuses, and earlier results ran without policies.
+	args := []string{"--dir", dir, "--control-planes=1", "--workers=0", "--sim-nodes=" + strconv.Itoa(k), "--timeout=30m", "--agent-credentials=admin"}
 	up, err := localcluster.StartUpProcess(binDir, args...)
 	if err != nil {
 		return nil, err

@@ -15,6 +15,12 @@ var CRDs embed.FS
 //go:embed admission/agent-confinement.yaml admission/nodetask-creation.yaml
 var Admission embed.FS
 
+// Manager holds the manager's Namespace, ServiceAccount, bindings and Deployment, and its
+// generated roles (rbac/role.yaml).
+//
+//go:embed manager/manager.yaml rbac/role.yaml
+var Manager embed.FS
+
 // Agent holds the agent's ServiceAccount, ClusterRole, ClusterRoleBinding and DaemonSet.
 //
 //go:embed agent/daemonset.yaml

@@ -2,7 +2,7 @@
 // a real control plane, kwok for the kubelets, local nodes with host-root directories, and the
 // nodeops manager and agents, all as child processes.
 //
-//	nodeops-local up --dir DIR [--control-planes N] [--workers M] [--sim-nodes K] [--no-manager] [--managers N] [--no-agents]
+//	nodeops-local up --dir DIR [--control-planes N] [--workers M] [--sim-nodes K] [--no-manager] [--managers N] [--no-agents] [--agent-credentials pod-bound|admin]
 //	nodeops-local down --dir DIR
 package main
 
@@ -27,7 +27,7 @@ func main() {
 }
 
 const usage = `usage:
-  nodeops-local up --dir DIR [--control-planes N] [--workers M] [--sim-nodes K] [--no-manager] [--managers N] [--no-agents]
+  nodeops-local up --dir DIR [--control-planes N] [--workers M] [--sim-nodes K] [--no-manager] [--managers N] [--no-agents] [--agent-credentials pod-bound|admin]
   nodeops-local down --dir DIR
 `
 
@@ -86,7 +86,8 @@ func upOptions(args []string, stderr io.Writer) (localcluster.Options, error) {
 	fs.StringVar(&o.KubernetesVersion, "kubernetes-version", localcluster.DefaultKubernetesVersion, "version kubeadm-config, node roots and kubelets report")
 	fs.StringVar(&o.BinDir, "bin", "", "directory of the binaries (default $NODEOPS_BIN, else bin/ of the repository)")
 	fs.DurationVar(&o.ReadyTimeout, "timeout", 10*time.Minute, "how long start-up may take")
-	fs.StringVar(&o.ComponentKubeconfig, "component-kubeconfig", "", "kubeconfig for the manager and agents instead of DIR/kubeconfig (a fault proxy in front of the API server, as test/faults does)")
+	fs.StringVar(&o.ComponentKubeconfig, "component-kubeconfig", "", "kubeconfig for the manager and agents instead of DIR/kubeconfig (a fault proxy in front of the API server, as test/faults does); needs --agent-credentials=admin")
+	fs.StringVar(&o.AgentCredentials, "agent-credentials", localcluster.CredentialsPodBound, "pod-bound: a real install's RBAC and admission policies, each local node's agent with a token bound to a stand-in pod on its node and the manager with its ServiceAccount's token (DIR/credentials); admin: both with DIR/kubeconfig and no nodeops RBAC or policies")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

@@ -48,6 +48,10 @@ type TempFile interface {
 // symbolic links are followed as the host would, inside the root, so nothing outside it is ever touched.
 type FS struct {
 	Root string
+
+	// afterResolve, when set (by tests only), runs between resolving a path and acting on it: the
+	// moment a host process could swap a checked directory for a symlink.
+	afterResolve func(hostPath string)
 }
 
 // maxSymlinks bounds symlink resolution, as the kernel does.
@@ -79,6 +83,9 @@ func (f *FS) path(p string, followLast bool) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if f.afterResolve != nil {
+		f.afterResolve(resolved)
+	}
 	return filepath.Join(f.Root, resolved), nil
 }
 
@@ -86,9 +93,10 @@ func (f *FS) path(p string, followLast bool) (string, error) {
 // the root: an absolute target starts again at the root and ".." stops there, so no path, however its
 // links point, leaves the root. The last component is followed only when followLast is set. Missing
 // components are fine: a write creates them. What it cannot close is a race with a host process that
-// swaps a checked directory for a symlink before the caller uses the result: reads, temporary files,
-// removals, renames and mode changes close it by having the kernel resolve again (openInRoot); MkdirAll,
-// RemoveAll and KeepPrevious do not yet.
+// swaps a checked directory for a symlink before the caller uses the result: reads and mode changes
+// close it by having the kernel resolve again (openInRoot); directories are created, and trees removed,
+// one component at a time relative to a descriptor, refusing a component that became a symlink
+// (walkDir, removeAllAt), and so are the temporary files, removals, renames and links beside them.
 func (f *FS) resolve(p string, followLast bool) (string, error) {
 	cur := "/"
 	pending := strings.Split(strings.Trim(path.Clean(p), "/"), "/")
@@ -193,18 +201,41 @@ func (f *FS) hostPath(real string) string {
 	return "/" + filepath.ToSlash(rel)
 }
 
-// openDirInRoot opens the directory holding host path p (resolved, so its last component is the
-// name to act on) for the *at calls that create, rename and remove that name; nil without openat2.
-func (f *FS) openDirInRoot(resolved string) (*os.File, error) {
-	dir := path.Dir(resolved)
-	fd, err := f.openInRoot(dir, unix.O_RDONLY|unix.O_DIRECTORY)
-	switch {
-	case errors.Is(err, errNoOpenat2):
-		return nil, nil
-	case err != nil:
-		return nil, err
+// walkDir opens host directory dir (resolved: no symlink in it when resolve looked) one component at
+// a time, each relative to the descriptor of the one before and never following a symlink, creating
+// missing components when create is set. A component a host process swapped for a symlink since
+// resolve is refused rather than followed, so what is created, linked, renamed or removed in the
+// directory it returns is inside the root. The root itself is trusted.
+func (f *FS) walkDir(dir string, create bool) (*os.File, error) {
+	cur, err := unix.Open(f.Root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: f.Root, Err: err}
 	}
-	return os.NewFile(uintptr(fd), filepath.Join(f.Root, dir)), nil
+	walked := "/"
+	for _, part := range strings.Split(strings.Trim(path.Clean(dir), "/"), "/") {
+		if part == "" || part == "." {
+			continue
+		}
+		walked = path.Join(walked, part)
+		if create {
+			if err := unix.Mkdirat(cur, part, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+				_ = unix.Close(cur)
+				return nil, &fs.PathError{Op: "mkdir", Path: walked, Err: err}
+			}
+		}
+		next, err := unix.Openat(cur, part, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		var st unix.Stat_t
+		isLink := err != nil && unix.Fstatat(cur, part, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK
+		_ = unix.Close(cur)
+		switch {
+		case isLink:
+			return nil, fmt.Errorf("%s became a symbolic link while in use: refusing to follow it", walked)
+		case err != nil:
+			return nil, &fs.PathError{Op: "open", Path: walked, Err: err}
+		}
+		cur = next
+	}
+	return os.NewFile(uintptr(cur), filepath.Join(f.Root, dir)), nil
 }
 
 // Stat stats host path p, following symlinks inside the root.
@@ -280,9 +311,9 @@ func (f *FS) WriteFileAtomic(p string, data []byte, mode fs.FileMode) error {
 	return tmp.Commit(mode)
 }
 
-// tempFile is FS's TempFile: a real file beside the destination. With dir set (openat2 available),
-// the file is created, renamed and removed relative to the directory the kernel resolved inside the
-// root, so a directory swapped for a symlink meanwhile cannot send the write elsewhere.
+// tempFile is FS's TempFile: a real file beside the destination, created, renamed and removed
+// relative to the directory walkDir opened, so a directory swapped for a symlink meanwhile cannot
+// send the write elsewhere.
 type tempFile struct {
 	*os.File
 	dest string
@@ -297,24 +328,14 @@ func (f *FS) CreateTemp(p string) (TempFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Dir(real), 0o755); err != nil {
+	dir, err := f.walkDir(path.Dir(f.hostPath(real)), true)
+	if err != nil {
 		return nil, fmt.Errorf("creating the directory of %s: %w", p, err)
 	}
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	base := filepath.Base(real)
 	name := "." + base + ".nodeops-tmp-" + hex.EncodeToString(rnd[:])
-	dir, err := f.openDirInRoot(f.hostPath(real))
-	if err != nil {
-		return nil, fmt.Errorf("opening the directory of %s: %w", p, err)
-	}
-	if dir == nil {
-		file, err := os.OpenFile(filepath.Join(filepath.Dir(real), name), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
-			return nil, fmt.Errorf("creating a temporary file for %s: %w", p, err)
-		}
-		return &tempFile{File: file, dest: real}, nil
-	}
 	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		_ = dir.Close()
@@ -334,34 +355,17 @@ func (t *tempFile) Commit(mode fs.FileMode) error {
 		err = cerr
 	}
 	if err == nil {
-		err = t.rename()
+		err = unix.Renameat(int(t.dir.Fd()), t.name, int(t.dir.Fd()), t.base)
 	}
 	if err != nil {
 		_ = t.remove()
 		return fmt.Errorf("moving %s into place: %w", t.dest, err)
 	}
-	if t.dir != nil {
-		_ = t.dir.Sync()
-		return t.dir.Close()
-	}
-	if d, derr := os.Open(filepath.Dir(t.dest)); derr == nil {
-		_ = d.Sync()
-		_ = d.Close()
-	}
-	return nil
-}
-
-func (t *tempFile) rename() error {
-	if t.dir == nil {
-		return os.Rename(t.Name(), t.dest)
-	}
-	return unix.Renameat(int(t.dir.Fd()), t.name, int(t.dir.Fd()), t.base)
+	_ = t.dir.Sync()
+	return t.dir.Close()
 }
 
 func (t *tempFile) remove() error {
-	if t.dir == nil {
-		return os.Remove(t.Name())
-	}
 	err := unix.Unlinkat(int(t.dir.Fd()), t.name, 0)
 	_ = t.dir.Close()
 	return err
@@ -382,30 +386,28 @@ func (f *FS) Remove(p string) error {
 	if err != nil {
 		return err
 	}
-	err = removeIn(f, real)
+	err = f.inDir(real, false, func(dir int, base string) error {
+		err := unix.Unlinkat(dir, base, 0)
+		if errors.Is(err, unix.EISDIR) {
+			err = unix.Unlinkat(dir, base, unix.AT_REMOVEDIR)
+		}
+		return err
+	})
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("removing %s: %w", p, err)
 	}
 	return nil
 }
 
-// removeIn removes the file or empty directory at real, relative to its directory as the kernel
-// resolves it inside the root when openat2 is there.
-func removeIn(f *FS, real string) error {
-	dir, err := f.openDirInRoot(f.hostPath(real))
-	if err != nil || dir == nil {
-		if err == nil {
-			err = os.Remove(real)
-		}
+// inDir runs do with the descriptor of the directory holding real (a path under the root that path
+// returned, opened by walkDir) and real's name in it.
+func (f *FS) inDir(real string, create bool, do func(dir int, base string) error) error {
+	dir, err := f.walkDir(path.Dir(f.hostPath(real)), create)
+	if err != nil {
 		return err
 	}
 	defer func() { _ = dir.Close() }()
-	base := filepath.Base(real)
-	err = unix.Unlinkat(int(dir.Fd()), base, 0)
-	if errors.Is(err, unix.EISDIR) {
-		err = unix.Unlinkat(int(dir.Fd()), base, unix.AT_REMOVEDIR)
-	}
-	return err
+	return do(int(dir.Fd()), filepath.Base(real))
 }
 
 // RemoveAll removes host path p and everything under it; a missing path is not an error.
@@ -414,10 +416,40 @@ func (f *FS) RemoveAll(p string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.RemoveAll(real); err != nil {
+	err = f.inDir(real, false, removeAllAt)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("removing %s: %w", p, err)
 	}
 	return nil
+}
+
+// removeAllAt removes name in directory dir and, when it is a directory, everything under it, each
+// level opened relative to the one above without following symlinks: a symlink is removed, never
+// what it points to.
+func removeAllAt(dir int, name string) error {
+	err := unix.Unlinkat(dir, name, 0)
+	if err == nil || errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if !errors.Is(err, unix.EISDIR) {
+		return err
+	}
+	fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	child := os.NewFile(uintptr(fd), name)
+	entries, err := child.ReadDir(-1)
+	for _, e := range entries {
+		if err == nil {
+			err = removeAllAt(fd, e.Name())
+		}
+	}
+	_ = child.Close()
+	if err != nil {
+		return err
+	}
+	return unix.Unlinkat(dir, name, unix.AT_REMOVEDIR)
 }
 
 // Rename renames host path from to host path to.
@@ -430,31 +462,15 @@ func (f *FS) Rename(from, to string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(rt), 0o755); err != nil {
-		return fmt.Errorf("creating the directory of %s: %w", to, err)
-	}
-	if err := renameIn(f, rf, rt); err != nil {
+	err = f.inDir(rf, false, func(fromDir int, fromBase string) error {
+		return f.inDir(rt, true, func(toDir int, toBase string) error {
+			return unix.Renameat(fromDir, fromBase, toDir, toBase)
+		})
+	})
+	if err != nil {
 		return fmt.Errorf("renaming %s to %s: %w", from, to, err)
 	}
 	return nil
-}
-
-// renameIn renames relative to the two directories as the kernel resolves them inside the root, when it can.
-func renameIn(f *FS, rf, rt string) error {
-	from, err := f.openDirInRoot(f.hostPath(rf))
-	if err != nil || from == nil {
-		if err == nil {
-			err = os.Rename(rf, rt)
-		}
-		return err
-	}
-	defer func() { _ = from.Close() }()
-	to, err := f.openDirInRoot(f.hostPath(rt))
-	if err != nil {
-		return err
-	}
-	defer func() { _ = to.Close() }()
-	return unix.Renameat(int(from.Fd()), filepath.Base(rf), int(to.Fd()), filepath.Base(rt))
 }
 
 // KeepPrevious makes prev a copy of p (a hard link when possible), replacing prev atomically.
@@ -468,42 +484,62 @@ func (f *FS) KeepPrevious(p, prev string) error {
 	if err != nil {
 		return err
 	}
-	fi, err := os.Lstat(src)
+	srcDir, err := f.walkDir(path.Dir(f.hostPath(src)), false)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return nil // no p, nothing to keep
 	}
 	if err != nil {
 		return fmt.Errorf("keeping %s: %w", p, err)
 	}
-	tmp := dst + ".nodeops-tmp"
-	_ = os.Remove(tmp)
-	if err := os.Link(src, tmp); err != nil {
-		if err := copyFile(src, tmp, fi.Mode().Perm()); err != nil {
-			return fmt.Errorf("keeping %s as %s: %w", p, prev, err)
-		}
+	defer func() { _ = srcDir.Close() }()
+	srcBase := filepath.Base(src)
+	var st unix.Stat_t
+	switch err := unix.Fstatat(int(srcDir.Fd()), srcBase, &st, unix.AT_SYMLINK_NOFOLLOW); {
+	case errors.Is(err, unix.ENOENT):
+		return nil
+	case err != nil:
+		return fmt.Errorf("keeping %s: %w", p, err)
+	case st.Mode&unix.S_IFMT == unix.S_IFLNK:
+		return fmt.Errorf("keeping %s: it became a symbolic link while in use: refusing to follow it", p)
 	}
-	if err := os.Rename(tmp, dst); err != nil {
-		_ = os.Remove(tmp)
+	err = f.inDir(dst, false, func(dstDir int, dstBase string) error {
+		tmp := dstBase + ".nodeops-tmp"
+		_ = unix.Unlinkat(dstDir, tmp, 0)
+		if err := unix.Linkat(int(srcDir.Fd()), srcBase, dstDir, tmp, 0); err != nil {
+			if err := copyAt(int(srcDir.Fd()), srcBase, dstDir, tmp, fs.FileMode(st.Mode&0o777)); err != nil {
+				return err
+			}
+		}
+		if err := unix.Renameat(dstDir, tmp, dstDir, dstBase); err != nil {
+			_ = unix.Unlinkat(dstDir, tmp, 0)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("keeping %s as %s: %w", p, prev, err)
 	}
 	return nil
 }
 
-func copyFile(src, dst string, mode fs.FileMode) error {
-	in, err := os.Open(src)
+// copyAt copies file srcBase in srcDir to a new file dstBase in dstDir, following no symlink.
+func copyAt(srcDir int, srcBase string, dstDir int, dstBase string, mode fs.FileMode) error {
+	in, err := unix.Openat(srcDir, srcBase, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = in.Close() }()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	src := os.NewFile(uintptr(in), srcBase)
+	defer func() { _ = src.Close() }()
+	out, err := unix.Openat(dstDir, dstBase, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(mode))
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(out, in); err != nil {
-		_ = out.Close()
+	dst := os.NewFile(uintptr(out), dstBase)
+	if _, err := io.Copy(dst, src); err != nil {
+		_ = dst.Close()
 		return err
 	}
-	return out.Close()
+	return dst.Close()
 }
 
 // FreeBytes is the space available to unprivileged users on the filesystem holding host path p.

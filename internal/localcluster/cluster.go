@@ -93,9 +93,12 @@ func Up(ctx context.Context, o Options, out io.Writer) (retErr error) {
 	startCtx, cancelTimeout := context.WithTimeoutCause(startCtx, o.ReadyTimeout,
 		fmt.Errorf("the cluster was not ready within %s (logs in %s)", o.ReadyTimeout, filepath.Join(dir, "logs")))
 	defer cancelTimeout()
-	c, l, err := bringUp(startCtx, o, sup, stages, logf)
+	c, l, creds, err := bringUp(startCtx, o, sup, stages, logf)
 	if err == nil {
 		err = startStandIns(ctx, startCtx, o, c, l.etcdURL(), logf)
+	}
+	if err == nil && creds != nil {
+		go creds.run(ctx, logf)
 	}
 	if err != nil {
 		if cause := context.Cause(startCtx); cause != nil && ctx.Err() == nil {
@@ -137,16 +140,17 @@ func startStandIns(ctx, startCtx context.Context, o Options, c client.Client, et
 	return nil
 }
 
-func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, logf func(string, ...any)) (client.Client, clusterLayout, error) {
+func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, logf func(string, ...any)) (client.Client, clusterLayout, *credentials, error) {
 	bin := o.BinDir
 	ports, err := freePorts(3)
 	if err != nil {
-		return nil, clusterLayout{}, err
+		return nil, clusterLayout{}, nil, err
 	}
-	l := clusterLayout{Dir: o.Dir, EtcdClientPort: ports[0], EtcdPeerPort: ports[1], APIPort: ports[2], ComponentKubeconfig: o.ComponentKubeconfig}
+	l := clusterLayout{Dir: o.Dir, EtcdClientPort: ports[0], EtcdPeerPort: ports[1], APIPort: ports[2], ComponentKubeconfig: o.ComponentKubeconfig,
+		PodBound: o.AgentCredentials == CredentialsPodBound}
 	logf("making the cluster PKI with kubeadm (apiserver on https://%s)", l.endpoint())
 	if err := makeClusterPKI(ctx, bin, l, o.KubernetesVersion); err != nil {
-		return nil, clusterLayout{}, err
+		return nil, clusterLayout{}, nil, err
 	}
 	specs := NodeSpecs(o.ControlPlanes, o.Workers, o.SimNodes)
 
@@ -156,26 +160,26 @@ func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, l
 
 	logf("starting etcd")
 	if err := sup.start("etcd", filepath.Join(bin, "etcd"), l.etcdArgs()...); err != nil {
-		return nil, clusterLayout{}, err
+		return nil, clusterLayout{}, nil, err
 	}
 	if err := WaitUntil(ctx, pollInterval, func(ctx context.Context) (bool, error) { return etcdHealthy(ctx, l) }); err != nil {
-		return nil, clusterLayout{}, fmt.Errorf("waiting for etcd: %w", err)
+		return nil, clusterLayout{}, nil, fmt.Errorf("waiting for etcd: %w", err)
 	}
 	logf("starting kube-apiserver")
 	if err := sup.start("kube-apiserver", filepath.Join(bin, "kube-apiserver"), l.apiserverArgs()...); err != nil {
-		return nil, clusterLayout{}, err
+		return nil, clusterLayout{}, nil, err
 	}
 	cfg, c, err := Connect(l.kubeconfig())
 	if err != nil {
-		return nil, clusterLayout{}, err
+		return nil, clusterLayout{}, nil, err
 	}
 	if err := waitAPIServer(ctx, cfg); err != nil {
-		return nil, clusterLayout{}, err
+		return nil, clusterLayout{}, nil, err
 	}
 	logf("installing kubeadm's configuration and the nodeops CRDs")
 	caPEM, err := os.ReadFile(l.pki("ca.crt"))
 	if err != nil {
-		return nil, clusterLayout{}, fmt.Errorf("reading CA: %w", err)
+		return nil, clusterLayout{}, nil, fmt.Errorf("reading CA: %w", err)
 	}
 	var lastErr error
 	if err := WaitUntil(ctx, pollInterval, func(ctx context.Context) (bool, error) {
@@ -185,21 +189,27 @@ func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, l
 		lastErr = createAll(ctx, c, objs)
 		return lastErr == nil, nil
 	}); err != nil {
-		return nil, clusterLayout{}, fmt.Errorf("creating kubeadm objects: %w (last try: %w)", err, lastErr)
+		return nil, clusterLayout{}, nil, fmt.Errorf("creating kubeadm objects: %w (last try: %w)", err, lastErr)
 	}
 	// CoreDNS as kubeadm init installs it: kubeadm upgrade's preflight refuses a cluster without it.
 	// (kube-proxy is left out: its DaemonSet would put a pod on every simulated node.)
 	if err := kubeadm(ctx, bin, "init", "phase", "addon", "coredns", "--config", filepath.Join(o.Dir, "kubeadm-config.yaml"), "--kubeconfig", l.kubeconfig()); err != nil {
-		return nil, clusterLayout{}, err
+		return nil, clusterLayout{}, nil, err
 	}
 	if err := installCRDs(ctx, c); err != nil {
-		return nil, clusterLayout{}, err
+		return nil, clusterLayout{}, nil, err
+	}
+	if l.PodBound {
+		logf("installing a real install's RBAC (config/manager, config/rbac, config/agent) and admission policies (config/admission)")
+		if err := installRealRBACAndAdmission(ctx, cfg, c); err != nil {
+			return nil, clusterLayout{}, nil, err
+		}
 	}
 	if !o.NoManager && o.Managers > 1 {
 		// The managers' Lease lives there, as in a real install (charts/nodeops, config/default).
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ManagerLeaseNamespace}}
 		if err := createAll(ctx, c, []client.Object{ns}); err != nil {
-			return nil, clusterLayout{}, err
+			return nil, clusterLayout{}, nil, err
 		}
 	}
 	logf("starting kube-controller-manager, kube-scheduler and kwok")
@@ -212,37 +222,50 @@ func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, l
 		{"kwok", l.kwokArgs(stages)},
 	} {
 		if err := sup.start(p.name, filepath.Join(bin, p.name), p.args...); err != nil {
-			return nil, clusterLayout{}, err
+			return nil, clusterLayout{}, nil, err
 		}
 	}
 	logf("creating %d nodes (%d control planes, %d workers, %d simulated)", len(specs), o.ControlPlanes, o.Workers, o.SimNodes)
 	if err := createNodes(ctx, c, specs, o.KubernetesVersion); err != nil {
-		return nil, clusterLayout{}, err
+		return nil, clusterLayout{}, nil, err
 	}
 	select {
 	case err := <-rootsDone:
 		if err != nil {
-			return nil, clusterLayout{}, err
+			return nil, clusterLayout{}, nil, err
 		}
 	case <-ctx.Done():
-		return nil, clusterLayout{}, ctx.Err()
+		return nil, clusterLayout{}, nil, ctx.Err()
 	}
 	logf("node roots ready in %s", filepath.Join(o.Dir, "nodes"))
+	var creds *credentials
+	if l.PodBound {
+		var agents []string
+		for _, s := range specs {
+			if s.HasRoot() && !o.NoAgents {
+				agents = append(agents, s.Name)
+			}
+		}
+		logf("minting tokens: the manager's ServiceAccount, and each agent's bound to its stand-in pod (in %s)", filepath.Join(o.Dir, CredentialsDir))
+		if creds, err = newCredentials(ctx, l, cfg, c, agents, !o.NoManager); err != nil {
+			return nil, clusterLayout{}, nil, err
+		}
+	}
 	if err := startNodeops(o, l, sup, specs); err != nil {
-		return nil, clusterLayout{}, err
+		return nil, clusterLayout{}, nil, err
 	}
 	logf("waiting for %d nodes to be Ready", len(specs))
 	if err := waitNodesReady(ctx, c, len(specs)); err != nil {
-		return nil, clusterLayout{}, err
+		return nil, clusterLayout{}, nil, err
 	}
 	if err := WaitUntil(ctx, pollInterval, func(ctx context.Context) (bool, error) {
 		// Pods are refused until the service-account controller made the namespace's default account.
 		err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "default"}, &corev1.ServiceAccount{})
 		return err == nil, client.IgnoreNotFound(err)
 	}); err != nil {
-		return nil, clusterLayout{}, fmt.Errorf("waiting for the default service account: %w", err)
+		return nil, clusterLayout{}, nil, fmt.Errorf("waiting for the default service account: %w", err)
 	}
-	return c, l, nil
+	return c, l, creds, nil
 }
 
 func startNodeops(o Options, l clusterLayout, sup *supervisor, specs []NodeSpec) error {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -229,6 +230,10 @@ func TestOptionsValidate(t *testing.T) {
 		{"bad version", func(o *Options) { o.KubernetesVersion = "1.36" }, false},
 		{"two managers", func(o *Options) { o.Managers = 2 }, true},
 		{"negative managers", func(o *Options) { o.Managers = -1 }, false},
+		{"pod-bound", func(o *Options) { o.AgentCredentials = CredentialsPodBound }, true},
+		{"admin with a proxy", func(o *Options) { o.AgentCredentials, o.ComponentKubeconfig = CredentialsAdmin, "/p" }, true},
+		{"pod-bound with a proxy", func(o *Options) { o.AgentCredentials, o.ComponentKubeconfig = CredentialsPodBound, "/p" }, false},
+		{"unknown credentials", func(o *Options) { o.AgentCredentials = "root" }, false},
 	}
 	for _, tt := range tests {
 		o := ok
@@ -337,5 +342,31 @@ func TestComponentKubeconfig(t *testing.T) {
 		if args[0] != "--kubeconfig=/proxy.kubeconfig" {
 			t.Errorf("with a component kubeconfig: %v", args)
 		}
+	}
+}
+
+// TestPodBoundKubeconfigs: with pod-bound credentials the manager and each local node's agent get
+// their own kubeconfig, and the agent its stand-in pod's name so a drain leaves it; the simulated
+// nodes' agent keeps the administrator's.
+func TestPodBoundKubeconfigs(t *testing.T) {
+	l := clusterLayout{Dir: "/d", PodBound: true}
+	if got := l.managerArgs("manager", false)[0]; got != "--kubeconfig=/d/credentials/manager.kubeconfig" {
+		t.Errorf("the manager gets %s", got)
+	}
+	args := l.agentArgs("worker-1")
+	for _, want := range []string{"--kubeconfig=/d/credentials/agent-worker-1.kubeconfig", "--pod-name=nodeops-agent-worker-1", "--pod-namespace=nodeops-system"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("worker-1's agent gets %v, without %s", args, want)
+		}
+	}
+	if got := l.simAgentArgs()[0]; got != "--kubeconfig=/d/kubeconfig" {
+		t.Errorf("the simulated nodes' agent gets %s", got)
+	}
+}
+
+func TestRefreshTime(t *testing.T) {
+	issued := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	if got := refreshTime(issued, issued.Add(24*time.Hour)); !got.Equal(issued.Add(12 * time.Hour)) {
+		t.Errorf("a 24h token is minted again at %s, want halfway", got)
 	}
 }

@@ -37,6 +37,10 @@ type Options struct {
 	// ComponentKubeconfig, when set, is the kubeconfig the manager and agents use instead of
 	// DIR/kubeconfig: the fault suite (test/faults) points it at a fault proxy in front of the API server.
 	ComponentKubeconfig string
+	// AgentCredentials is CredentialsAdmin (also when empty) or CredentialsPodBound: what the
+	// manager and the local nodes' agents authenticate as, and whether a real install's RBAC and
+	// admission policies are installed.
+	AgentCredentials string
 }
 
 // Validate reports the first problem with o.
@@ -52,6 +56,12 @@ func (o *Options) Validate() error {
 		return errors.New("--workers and --sim-nodes must not be negative")
 	case o.Managers < 0 || o.Managers > 10:
 		return fmt.Errorf("--managers must be between 1 and 10, not %d", o.Managers)
+	case o.AgentCredentials != "" && o.AgentCredentials != CredentialsAdmin && o.AgentCredentials != CredentialsPodBound:
+		return fmt.Errorf("--agent-credentials must be %s or %s, not %q", CredentialsPodBound, CredentialsAdmin, o.AgentCredentials)
+	case o.AgentCredentials == CredentialsPodBound && o.ComponentKubeconfig != "":
+		// A proxy behind that kubeconfig (test/faults') talks to the API server as an administrator,
+		// whatever token reaches it.
+		return fmt.Errorf("--component-kubeconfig needs --agent-credentials=%s", CredentialsAdmin)
 	case !strings.HasPrefix(o.KubernetesVersion, "v"):
 		return fmt.Errorf("--kubernetes-version %q must look like v1.36.4", o.KubernetesVersion)
 	}

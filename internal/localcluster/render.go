@@ -173,6 +173,9 @@ type clusterLayout struct {
 	EtcdClientPort, EtcdPeerPort, APIPort int
 	// ComponentKubeconfig replaces kubeconfig() for the manager and agents when set (Options.ComponentKubeconfig).
 	ComponentKubeconfig string
+	// PodBound gives the manager and each local node's agent their own kubeconfig in
+	// DIR/credentials (Options.AgentCredentials CredentialsPodBound).
+	PodBound bool
 }
 
 func (l clusterLayout) pki(name string) string { return filepath.Join(l.Dir, "pki", name) }
@@ -182,6 +185,12 @@ func (l clusterLayout) componentKubeconfig() string {
 		return l.ComponentKubeconfig
 	}
 	return l.kubeconfig()
+}
+func (l clusterLayout) managerKubeconfig() string {
+	if l.PodBound {
+		return CredentialsKubeconfig(l.Dir, "manager")
+	}
+	return l.componentKubeconfig()
 }
 func (l clusterLayout) endpoint() string { return "127.0.0.1:" + strconv.Itoa(l.APIPort) }
 func (l clusterLayout) etcdURL() string  { return "https://127.0.0.1:" + strconv.Itoa(l.EtcdClientPort) }
@@ -302,7 +311,7 @@ const (
 // starting the holder identity in the Lease (name_UUID), so a test can tell which process leads.
 func (l clusterLayout) managerArgs(name string, elect bool) []string {
 	args := []string{
-		"--kubeconfig=" + l.componentKubeconfig(),
+		"--kubeconfig=" + l.managerKubeconfig(),
 		"--kube-api-qps=800",
 		"--kube-api-burst=1600",
 		"--metrics-bind-address=0",
@@ -334,7 +343,7 @@ func ManagerNames(n int) []string {
 }
 
 func (l clusterLayout) agentArgs(node string) []string {
-	return []string{
+	args := []string{
 		"--kubeconfig=" + l.componentKubeconfig(),
 		"--node-name=" + node,
 		"--host-root=" + filepath.Join(l.Dir, "nodes", node),
@@ -342,8 +351,15 @@ func (l clusterLayout) agentArgs(node string) []string {
 		// The supervisor runs one agent per node at a time: a restarted one takes its Lease at once.
 		"--identity=nodeops-local-agent-" + node,
 	}
+	if l.PodBound {
+		args[0] = "--kubeconfig=" + CredentialsKubeconfig(l.Dir, "agent-"+node)
+		args = append(args, "--pod-name="+StandInAgentPodName(node), "--pod-namespace="+SystemNamespace)
+	}
+	return args
 }
 
+// simAgentArgs: the one agent of every simulated node keeps the administrator's kubeconfig even with
+// pod-bound credentials, as a token is bound to one node.
 func (l clusterLayout) simAgentArgs() []string {
 	return []string{
 		"--kubeconfig=" + l.componentKubeconfig(),

@@ -2,19 +2,10 @@ package testutil
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"os"
-	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -64,92 +55,10 @@ func StartWith(o Options) (*Env, error) {
 	if o.Admission {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := InstallAdmission(ctx, cfg, c); err != nil {
+		if err := config.InstallAdmission(ctx, cfg, c); err != nil {
 			_ = te.Stop()
 			return nil, err
 		}
 	}
 	return env, nil
-}
-
-// Manifests decodes the objects of the YAML files in fsys matching pattern.
-func Manifests(fsys fs.FS, pattern string) ([]*unstructured.Unstructured, error) {
-	files, err := fs.Glob(fsys, pattern)
-	if err != nil {
-		return nil, fmt.Errorf("list %s: %w", pattern, err)
-	}
-	if len(files) == 0 {
-		return nil, fmt.Errorf("no manifest matches %s", pattern)
-	}
-	var out []*unstructured.Unstructured
-	for _, f := range files {
-		data, err := fs.ReadFile(fsys, f)
-		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", f, err)
-		}
-		d := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(string(data)), 4096)
-		for {
-			obj := map[string]any{}
-			if err := d.Decode(&obj); err != nil {
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				return nil, fmt.Errorf("decode %s: %w", f, err)
-			}
-			if len(obj) > 0 {
-				out = append(out, &unstructured.Unstructured{Object: obj})
-			}
-		}
-	}
-	return out, nil
-}
-
-// InstallAdmission creates config/admission's policies and bindings, then waits until the API
-// server enforces both: it loads them asynchronously, so a test that wrote right after creating
-// them could pass unconfined. cfg reaches the API server as an administrator.
-func InstallAdmission(ctx context.Context, cfg *rest.Config, c client.Client) error {
-	objs, err := Manifests(config.Admission, "admission/*.yaml")
-	if err != nil {
-		return err
-	}
-	for _, o := range objs {
-		if err := c.Create(ctx, o); err != nil {
-			return fmt.Errorf("create %s %s: %w", o.GetKind(), o.GetName(), err)
-		}
-	}
-	// Probes, each a dry-run create that the policy refuses once enforced: a NodeTask made by an
-	// administrator; a ConfigMap written by a member of the agent group whose credentials name no node.
-	probe := rest.CopyConfig(cfg)
-	probe.Impersonate = rest.ImpersonationConfig{UserName: "nodeops-admission-probe", Groups: []string{"system:masters", "nodeops.io:agents"}}
-	pc, err := client.New(probe, client.Options{Scheme: c.Scheme()})
-	if err != nil {
-		return fmt.Errorf("probe client: %w", err)
-	}
-	probes := map[string]func() error{
-		"nodeops-nodetask-creation": func() error {
-			t := &unstructured.Unstructured{Object: map[string]any{
-				"apiVersion": "nodeops.io/v1alpha1", "kind": "NodeTask",
-				"metadata": map[string]any{"name": "nodeops-admission-probe"},
-				"spec":     map[string]any{"nodeName": "probe", "commands": []any{map[string]any{"cordon": map[string]any{}}}},
-			}}
-			return c.Create(ctx, t, client.DryRunAll)
-		},
-		"nodeops-agent-confinement": func() error {
-			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "nodeops-admission-probe", Namespace: "default"}}
-			return pc.Create(ctx, cm, client.DryRunAll)
-		},
-	}
-	for name, p := range probes {
-		for {
-			err := p()
-			if err != nil && strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+name+"'") {
-				break
-			}
-			if ctx.Err() != nil {
-				return fmt.Errorf("admission policy %s not enforced yet (last probe: %w): %w", name, err, ctx.Err())
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	return nil
 }

@@ -13,11 +13,9 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -28,6 +26,7 @@ import (
 	"github.com/nodeops/nodeops/internal/agent"
 	"github.com/nodeops/nodeops/internal/agent/commands"
 	"github.com/nodeops/nodeops/internal/testutil"
+	"github.com/nodeops/nodeops/internal/testutil/confine"
 )
 
 const (
@@ -84,7 +83,7 @@ func setUp(ctx context.Context) error {
 	if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		return err
 	}
-	objs, err := testutil.Manifests(config.Agent, "agent/daemonset.yaml")
+	objs, err := config.Manifests(config.Agent, "agent/daemonset.yaml")
 	if err != nil {
 		return err
 	}
@@ -125,18 +124,6 @@ func setUp(ctx context.Context) error {
 	lease := agent.NodeLease(ns, "node-b")
 	lease.Spec = coordinationv1.LeaseSpec{HolderIdentity: ptr.To(taskB), LeaseDurationSeconds: ptr.To[int32](60), RenewTime: ptr.To(metav1.NowMicro())}
 	return admin.Create(ctx, lease)
-}
-
-// takeLease makes node's Lease name the task, as a taking agent writes it.
-func takeLease(node, task string) func(context.Context, client.Client) error {
-	return func(ctx context.Context, c client.Client) error {
-		l := agent.NodeLease(ns, node)
-		if err := admin.Get(ctx, client.ObjectKeyFromObject(l), l); err != nil {
-			return err
-		}
-		l.Spec.HolderIdentity, l.Spec.RenewTime = ptr.To(task), ptr.To(metav1.NowMicro())
-		return c.Update(ctx, l)
-	}
 }
 
 // token mints a token of the agent's ServiceAccount, bound to the agent pod on node (a kubelet's
@@ -184,15 +171,6 @@ func whoami(t *testing.T, k *kubernetes.Clientset) authenticationv1.UserInfo {
 	return r.Status.UserInfo
 }
 
-// newTask is a task for node as the manager would create it.
-func newTask(name, node string) *v1alpha1.NodeTask {
-	return &v1alpha1.NodeTask{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelNode: node}},
-		Spec: v1alpha1.NodeTaskSpec{NodeName: node, ExecutionMode: v1alpha1.ExecutionControlled,
-			Commands: []v1alpha1.Command{{Cordon: &v1alpha1.CordonCommand{}}}},
-	}
-}
-
 // tasks (re)creates task-a on node-a and task-b on node-b as the manager.
 func tasks(t *testing.T) {
 	t.Helper()
@@ -212,7 +190,7 @@ func tasks(t *testing.T) {
 			}
 			return fmt.Errorf("still there")
 		})
-		if err := manager.Create(ctx, newTask(name, node)); err != nil {
+		if err := manager.Create(ctx, confine.NewTask(name, node)); err != nil {
 			t.Fatalf("the manager creating %s: %v", name, err)
 		}
 	}
@@ -236,125 +214,9 @@ func node(t *testing.T, name string) *corev1.Node {
 	return n
 }
 
-func merge(s string) client.Patch { return client.RawPatch(types.MergePatchType, []byte(s)) }
-
-// attempt is one write an agent on node-a must not make; want are parts of the refusal's message.
-type attempt struct {
-	name string
-	do   func(ctx context.Context, c client.Client) error
-	// policy: what the admission policy's refusal says (the agent's RBAC allows the request);
-	// rbac: what RBAC's says, when the shipped ClusterRole already refuses it; or: another policy
-	// that refuses it too, whose message may come first (the API server's order is not fixed).
-	policy, rbac, or []string
-}
-
-func statusOf(name string, phase v1alpha1.TaskPhase) func(context.Context, client.Client) error {
-	return func(ctx context.Context, c client.Client) error {
-		task := &v1alpha1.NodeTask{}
-		if err := admin.Get(ctx, client.ObjectKey{Name: name}, task); err != nil {
-			return err
-		}
-		task.Status.Phase = phase
-		return c.Status().Update(ctx, task)
-	}
-}
-
-func patchTask(name, patch string) func(context.Context, client.Client) error {
-	return func(ctx context.Context, c client.Client) error {
-		return c.Patch(ctx, &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: name}}, merge(patch))
-	}
-}
-
-func patchNode(name, patch string) func(context.Context, client.Client) error {
-	return func(ctx context.Context, c client.Client) error {
-		return c.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, merge(patch))
-	}
-}
-
-// cordon runs the agent's own cordon command against node with the agent's client.
-func cordon(name string) func(context.Context, client.Client) error {
-	return func(ctx context.Context, c client.Client) error {
-		_, err := commands.Run(ctx, &commands.Env{NodeName: name, Client: c}, &v1alpha1.Command{Cordon: &v1alpha1.CordonCommand{}})
-		return err
-	}
-}
-
-var attempts = []attempt{
-	{name: "status of node-b's task", do: statusOf(taskB, v1alpha1.TaskSucceeded),
-		policy: []string{"agent on node node-a writes only the status of its own node's NodeTasks", "UPDATE nodetasks/status task-b", "spec.nodeName node-b"}},
-	{name: "approvedCommands of its own task", do: patchTask(taskA, `{"spec":{"approvedCommands":1}}`),
-		policy: []string{"never its spec or metadata", "UPDATE nodetasks task-a"}, rbac: []string{`cannot patch resource "nodetasks"`}},
-	{name: "recoveryMode of its own task", do: patchTask(taskA, `{"spec":{"recoveryMode":"Skip"}}`),
-		policy: []string{"never its spec or metadata", "UPDATE nodetasks task-a"}, rbac: []string{`cannot patch resource "nodetasks"`}},
-	{name: "abort its own task", do: patchTask(taskA, `{"spec":{"abort":true}}`),
-		policy: []string{"never its spec or metadata", "UPDATE nodetasks task-a"}, rbac: []string{`cannot patch resource "nodetasks"`}},
-	{name: "move node-b's task to node-a by label", do: patchTask(taskB, `{"metadata":{"labels":{"nodeops.io/node":"node-a"}}}`),
-		policy: []string{"never its spec or metadata", "UPDATE nodetasks task-b"}, rbac: []string{`cannot patch resource "nodetasks"`}},
-	{name: "create a task", do: func(ctx context.Context, c client.Client) error {
-		return c.Create(ctx, newTask("made-by-agent", "node-a"))
-	},
-		policy: []string{"never a create or delete", "CREATE nodetasks made-by-agent"},
-		or:     []string{"NodeTasks are created by nodeops' manager; create a NodeOperation (kubectl nodeops ...) instead", "creating NodeTask made-by-agent"},
-		rbac:   []string{`cannot create resource "nodetasks"`}},
-	{name: "delete its own task", do: func(ctx context.Context, c client.Client) error {
-		return c.Delete(ctx, &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: taskA}})
-	}, policy: []string{"never a create or delete", "DELETE nodetasks task-a"}, rbac: []string{`cannot delete resource "nodetasks"`}},
-	{name: "cordon node-b", do: cordon("node-b"),
-		policy: []string{"agent on node node-a may update only its own Node", "UPDATE nodes node-b"}},
-	{name: "label node-a provisioned", do: patchNode("node-a", `{"metadata":{"labels":{"nodeops.io/profile.x":"provisioned"}}}`),
-		policy: []string{"may not change its Node's labels", "UPDATE nodes node-a"}},
-	{name: "annotate node-a", do: patchNode("node-a", `{"metadata":{"annotations":{"nodeops.io/profile.x":"hash"}}}`),
-		policy: []string{"no annotation of its Node but nodeops.io/was-unschedulable", "UPDATE nodes node-a"}},
-	{name: "record certificates on node-b", do: patchNode("node-b", `{"metadata":{"annotations":{"nodeops.io/certificates":"[]"}}}`),
-		policy: []string{"agent on node node-a may update only its own Node", "UPDATE nodes node-b"}},
-	{name: "taint node-a", do: patchNode("node-a", `{"spec":{"taints":[{"key":"k","effect":"NoSchedule"}]}}`),
-		policy: []string{"only spec.unschedulable of its Node's spec", "UPDATE nodes node-a"}},
-	{name: "finalize node-a", do: patchNode("node-a", `{"metadata":{"finalizers":["example.com/keep"]}}`),
-		policy: []string{"finalizers or ownerReferences", "UPDATE nodes node-a"}},
-	{name: "node-a's status", do: func(ctx context.Context, c client.Client) error {
-		return c.Status().Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, merge(`{"status":{"phase":"Running"}}`))
-	}, policy: []string{"not its status", "UPDATE nodes/status node-a"}, rbac: []string{`cannot patch resource "nodes/status"`}},
-	{name: "delete node-b", do: func(ctx context.Context, c client.Client) error {
-		return c.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-b"}})
-	}, policy: []string{"create or delete none", "DELETE nodes node-b"}, rbac: []string{`cannot delete resource "nodes"`}},
-	{name: "take node-b's lease", do: takeLease("node-b", taskA),
-		policy: []string{"agent on node node-a creates or updates only its own node's Lease (node-node-a", "UPDATE leases node-node-b"}},
-	{name: "create node-c's lease", do: func(ctx context.Context, c client.Client) error {
-		return c.Create(ctx, agent.NodeLease(ns, "node-c"))
-	}, policy: []string{"creates or updates only its own node's Lease", "CREATE leases node-node-c"}},
-	{name: "create node-c's lease annotated node-a", do: func(ctx context.Context, c client.Client) error {
-		l := agent.NodeLease(ns, "node-c")
-		l.Annotations[agent.AnnotationLeaseNode] = "node-a"
-		return c.Create(ctx, l)
-	}, policy: []string{"creates or updates only its own node's Lease", "CREATE leases node-node-c"}},
-	{name: "delete node-b's lease", do: func(ctx context.Context, c client.Client) error {
-		return c.Delete(ctx, agent.NodeLease(ns, "node-b"))
-	}, policy: []string{"deletes none", "DELETE leases node-node-b"}, rbac: []string{`cannot delete resource "leases"`}},
-	{name: "a ConfigMap", do: func(ctx context.Context, c client.Client) error {
-		return c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "by-agent", Namespace: ns}})
-	}, policy: []string{"writes only NodeTask status, its own Node and its node's Lease", "CREATE configmaps by-agent"}, rbac: []string{`cannot create resource "configmaps"`}},
-	// The manager drains for the agent, so an agent evicts nothing: not elsewhere, not on its own node.
-	{name: "evict a pod on node-b", do: func(ctx context.Context, c client.Client) error { return evict(ctx, c, workloadNS, "workload-node-b") },
-		policy: []string{"writes only NodeTask status, its own Node and its node's Lease", "CREATE pods/eviction workload-node-b"}, rbac: []string{`cannot create resource "pods/eviction"`}},
-	{name: "evict a pod on node-a", do: func(ctx context.Context, c client.Client) error { return evict(ctx, c, workloadNS, "workload-node-a") },
-		policy: []string{"writes only NodeTask status, its own Node and its node's Lease", "CREATE pods/eviction workload-node-a"}, rbac: []string{`cannot create resource "pods/eviction"`}},
-}
-
-// refused checks that err is a refusal whose message has every part of want.
-func refused(t *testing.T, what string, err error, want []string) {
-	t.Helper()
-	if err == nil {
-		t.Errorf("%s: allowed, want refused", what)
-		return
-	}
-	if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) {
-		t.Errorf("%s: %v, want Forbidden", what, err)
-	}
-	for _, w := range want {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("%s: refused with %q, which does not say %q", what, err, w)
-		}
-	}
+// cluster is what the shared refusal table (internal/testutil/confine) acts on here.
+func cluster() confine.Cluster {
+	return confine.Cluster{Admin: admin, Namespace: ns, NodeA: "node-a", NodeB: "node-b", TaskA: taskA, TaskB: taskB, WorkloadNamespace: workloadNS}
 }
 
 // TestTokensCarryTheirNode: the API server puts the pod's node into a pod-bound token's user, and
@@ -390,12 +252,8 @@ func TestSafetyRule10_AgentOnNodeAIsRefused(t *testing.T) {
 			}
 			return nil
 		})
-		for _, a := range attempts {
-			want := a.rbac
-			if want == nil {
-				want = a.policy
-			}
-			refused(t, a.name, a.do(ctx, c), want)
+		for _, a := range cluster().Attempts() {
+			confine.Refused(t, a.Name, a.Do(ctx, c), a.Want())
 		}
 		_, err := cs.CoreV1().Secrets(ns).Get(ctx, "kept", metav1.GetOptions{})
 		if err != nil {
@@ -403,27 +261,17 @@ func TestSafetyRule10_AgentOnNodeAIsRefused(t *testing.T) {
 		}
 		// Scripts' env from Secrets: get by name in nodeops-system is the one read allowed (the
 		// agent itself reads only labelled Secrets its task names; README "Security").
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kept"}, &corev1.Secret{}); err != nil {
-			t.Errorf("get a Secret in %s, which scripts' env needs: %v", ns, err)
-		}
-		refused(t, "read a Secret outside "+ns, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "kept"}, &corev1.Secret{}), []string{`cannot get resource "secrets"`})
-		refused(t, "list Secrets", c.List(ctx, &corev1.SecretList{}), []string{`cannot list resource "secrets"`})
-		refused(t, "list Secrets in "+ns, c.List(ctx, &corev1.SecretList{}, client.InNamespace(ns)), []string{`cannot list resource "secrets"`})
-		w, err := agentCS.CoreV1().Secrets(ns).Watch(ctx, metav1.ListOptions{})
-		if err == nil {
-			w.Stop()
-		}
-		refused(t, "watch Secrets in "+ns, err, []string{`cannot watch resource "secrets"`})
+		cluster().CheckSecretReads(t, c, agentCS, "kept", "default", "kept")
 	})
 	t.Run("admission alone", func(t *testing.T) {
 		bindClusterAdmin(t)
-		for _, a := range attempts {
-			err := a.do(ctx, c)
-			if a.or != nil && err != nil && strings.Contains(err.Error(), a.or[0]) {
-				refused(t, a.name, err, a.or)
+		for _, a := range cluster().Attempts() {
+			err := a.Do(ctx, c)
+			if a.Or != nil && err != nil && strings.Contains(err.Error(), a.Or[0]) {
+				confine.Refused(t, a.Name, err, a.Or)
 				continue
 			}
-			refused(t, a.name, err, a.policy)
+			confine.Refused(t, a.Name, err, a.Policy)
 		}
 	})
 	if n := node(t, "node-b"); n.Spec.Unschedulable {
@@ -468,7 +316,7 @@ func TestAgentOnNodeAWorks(t *testing.T) {
 	c, _ := as(t, token(t, "node-a"))
 	tasks(t)
 	for _, phase := range []v1alpha1.TaskPhase{v1alpha1.TaskRunning, v1alpha1.TaskSucceeded} {
-		if err := statusOf(taskA, phase)(ctx, c); err != nil {
+		if err := cluster().StatusOf(taskA, phase)(ctx, c); err != nil {
 			t.Fatalf("node-a's agent setting its own task %s: %v", phase, err)
 		}
 	}
@@ -480,7 +328,7 @@ func TestAgentOnNodeAWorks(t *testing.T) {
 		t.Fatal(err)
 	}
 	hb := `{"status":{"agentHeartbeat":` + string(ts) + `}}`
-	if err := c.Status().Patch(ctx, &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: taskA}}, merge(hb)); err != nil {
+	if err := c.Status().Patch(ctx, &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: taskA}}, confine.Merge(hb)); err != nil {
 		t.Errorf("node-a's agent renewing its heartbeat (a status merge patch): %v", err)
 	}
 
@@ -490,11 +338,11 @@ func TestAgentOnNodeAWorks(t *testing.T) {
 	if err := c.Create(ctx, lease); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("node-a's agent creating its node's lease: %v", err)
 	}
-	if err := takeLease("node-a", taskA)(ctx, c); err != nil {
+	if err := cluster().TakeLease("node-a", taskA)(ctx, c); err != nil {
 		t.Errorf("node-a's agent renewing its node's lease: %v", err)
 	}
 
-	if err := cordon("node-a")(ctx, c); err != nil {
+	if err := confine.Cordon("node-a")(ctx, c); err != nil {
 		t.Fatalf("node-a's agent cordoning node-a: %v", err)
 	}
 	n := node(t, "node-a")
@@ -515,7 +363,7 @@ func TestAgentOnNodeAWorks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := patchNode("node-a", string(patch))(ctx, c); err != nil {
+	if err := confine.PatchNode("node-a", string(patch))(ctx, c); err != nil {
 		t.Fatalf("node-a's agent recording its certificates on node-a: %v", err)
 	}
 	if got := node(t, "node-a").Annotations[v1alpha1.AnnotationCertificates]; got != reading {
@@ -530,10 +378,10 @@ func TestSafetyRule10_TokenWithoutANodeIsRefused(t *testing.T) {
 	c, _ := as(t, token(t, ""))
 	tasks(t)
 	want := []string{"writes only with a token bound to its pod on a node"}
-	refused(t, "status of node-a's task", statusOf(taskA, v1alpha1.TaskSucceeded)(ctx, c), append(want, "UPDATE nodetasks/status task-a"))
-	refused(t, "cordon node-a", cordon("node-a")(ctx, c), append(want, "UPDATE nodes node-a"))
+	confine.Refused(t, "status of node-a's task", cluster().StatusOf(taskA, v1alpha1.TaskSucceeded)(ctx, c), append(want, "UPDATE nodetasks/status task-a"))
+	confine.Refused(t, "cordon node-a", confine.Cordon("node-a")(ctx, c), append(want, "UPDATE nodes node-a"))
 	// An eviction the shipped RBAC refuses before admission (TestSafetyRule10_AgentEvictsNoPod).
-	refused(t, "evict the agent pod on node-b", evict(ctx, c, ns, "agent-node-b"), []string{`cannot create resource "pods/eviction"`})
+	confine.Refused(t, "evict the agent pod on node-b", confine.Evict(ctx, c, ns, "agent-node-b"), []string{`cannot create resource "pods/eviction"`})
 }
 
 // TestAgentGroupIsConfined: any user in the group nodeops.io:agents is an agent, with the node its
@@ -548,18 +396,17 @@ func TestAgentGroupIsConfined(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	refused(t, "status of node-b's task", statusOf(taskB, v1alpha1.TaskSucceeded)(ctx, c), []string{"own node's NodeTasks", "task-b"})
-	if err := statusOf(taskA, v1alpha1.TaskRunning)(ctx, c); err != nil {
+	confine.Refused(t, "status of node-b's task", cluster().StatusOf(taskB, v1alpha1.TaskSucceeded)(ctx, c), []string{"own node's NodeTasks", "task-b"})
+	if err := cluster().StatusOf(taskA, v1alpha1.TaskRunning)(ctx, c); err != nil {
 		t.Errorf("status of its own task: %v", err)
 	}
 }
 
 // TestSafetyRule10_OnlyTheManagerCreatesTasks: an administrator is refused too, with the way to run work instead.
 func TestSafetyRule10_OnlyTheManagerCreatesTasks(t *testing.T) {
-	err := admin.Create(context.Background(), newTask("by-admin", "node-a"))
-	refused(t, "an administrator creating a NodeTask", err, []string{
-		"NodeTasks are created by nodeops' manager; create a NodeOperation (kubectl nodeops ...) instead",
-		"creating NodeTask by-admin"})
+	err := admin.Create(context.Background(), confine.NewTask("by-admin", "node-a"))
+	confine.Refused(t, "an administrator creating a NodeTask", err, []string{
+		confine.NodeTaskCreationMessage, "creating NodeTask by-admin"})
 	tasks(t) // the manager can
 }
 
@@ -578,19 +425,14 @@ func TestSafetyRule10_AgentEvictsNoPod(t *testing.T) {
 		return nil
 	})
 	for _, n := range []string{"node-b", "node-a"} {
-		refused(t, "node-a's agent evicting a pod on "+n, evict(ctx, c, workloadNS, "workload-"+n), []string{`cannot create resource "pods/eviction"`})
+		confine.Refused(t, "node-a's agent evicting a pod on "+n, confine.Evict(ctx, c, workloadNS, "workload-"+n), []string{`cannot create resource "pods/eviction"`})
 		if err := admin.Get(ctx, client.ObjectKey{Namespace: workloadNS, Name: "workload-" + n}, &corev1.Pod{}); err != nil {
 			t.Errorf("the pod on %s after the agent's eviction: %v", n, err)
 		}
 	}
-	refused(t, "node-a's agent listing pods", c.List(ctx, &corev1.PodList{}), []string{`cannot list resource "pods"`})
+	confine.Refused(t, "node-a's agent listing pods", c.List(ctx, &corev1.PodList{}), []string{`cannot list resource "pods"`})
 	// What it still needs: a control plane's mirror pods, by name.
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "agent-node-a"}, &corev1.Pod{}); err != nil {
 		t.Errorf("node-a's agent reading a pod by name: %v", err)
 	}
-}
-
-func evict(ctx context.Context, c client.Client, namespace, pod string) error {
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: namespace}}
-	return c.SubResource("eviction").Create(ctx, p, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: namespace}})
 }

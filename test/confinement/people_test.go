@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/nodeops/nodeops/config"
 	"github.com/nodeops/nodeops/internal/testutil"
 )
 
@@ -23,7 +24,7 @@ import (
 // run here; the labels are checked instead.
 func TestPeopleRoles(t *testing.T) {
 	ctx := context.Background()
-	objs, err := testutil.Manifests(os.DirFS(filepath.Join("..", "..", "config", "rbac")), "people.yaml")
+	objs, err := config.Manifests(os.DirFS(filepath.Join("..", "..", "config", "rbac")), "people.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,7 +88,8 @@ func TestFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := framework.StartLocal(t, "--dir", clusterDir, "--control-planes=1", fmt.Sprintf("--workers=%d", workers),
-		"--component-kubeconfig", componentKubeconfig)
+		// The proxy reaches the API server as an administrator, so the components run as one too.
+		"--component-kubeconfig", componentKubeconfig, "--agent-credentials=admin")
 	ctx := context.Background()
 	var nodes []string
 	for i := 1; i <= workers; i++ {

@@ -47,6 +47,8 @@
 //	ReadFile, FileSHA256, SHA256, ServiceLog, Restarts, HTTPGet, HTTPGetText,
 //	ParseCertificate, KubeconfigClientCertificate
 //	BinDir(t, names...), LocalPreflightIgnores, l.BinarySourceURL(t)
+//	AsAgent(t, l, node) (client, clientset)   node's agent's pod-bound token (--agent-credentials=pod-bound)
+//	WhoAmI(t, clientset), ProcessArgs(t, l, name)
 //
 // Waiting: never sleep for a fixed time; wait on a condition with a deadline, with the one polling
 // helper of the repository, at this package's PollInterval:
