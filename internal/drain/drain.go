@@ -46,9 +46,13 @@ type Plan struct {
 	Refused []string
 }
 
+// Spared are the pods a drain leaves by name: the asking agent's and the draining manager's.
+type Spared struct {
+	Agent, Manager types.NamespacedName
+}
+
 // PlanFor sorts a node's pods as kubectl drain does (docs/design.md, safety rule 6); it is pure.
-// agentPod is the agent's own pod, if it runs in one.
-func PlanFor(pods []corev1.Pod, d *v1alpha1.DrainCommand, agentPod types.NamespacedName) (Plan, error) {
+func PlanFor(pods []corev1.Pod, d *v1alpha1.DrainCommand, spared Spared) (Plan, error) {
 	sel := labels.Everything()
 	if d.PodSelector != nil {
 		s, err := metav1.LabelSelectorAsSelector(d.PodSelector)
@@ -65,8 +69,10 @@ func PlanFor(pods []corev1.Pod, d *v1alpha1.DrainCommand, agentPod types.Namespa
 		switch {
 		case !sel.Matches(labels.Set(pod.Labels)):
 			continue
-		case agentPod.Name != "" && pod.Name == agentPod.Name && pod.Namespace == agentPod.Namespace:
+		case is(pod, spared.Agent):
 			p.Left = append(p.Left, name+" (the agent's own pod)")
+		case is(pod, spared.Manager):
+			p.Left = append(p.Left, name+" (the manager's own pod, which drains)")
 		case agents.Matches(labels.Set(pod.Labels)):
 			p.Left = append(p.Left, name+" (a nodeops agent)")
 		case pod.DeletionTimestamp != nil:
@@ -101,6 +107,10 @@ func PlanFor(pods []corev1.Pod, d *v1alpha1.DrainCommand, agentPod types.Namespa
 	return p, nil
 }
 
+func is(pod corev1.Pod, n types.NamespacedName) bool {
+	return n.Name != "" && pod.Name == n.Name && pod.Namespace == n.Namespace
+}
+
 func ownedByDaemonSet(pod *corev1.Pod) bool {
 	c := metav1.GetControllerOf(pod)
 	return c != nil && c.Kind == "DaemonSet"
@@ -120,6 +130,9 @@ type Target struct {
 	Node string
 	// AgentPod is the pod of the agent that asked, spared like every nodeops agent's; empty outside a pod.
 	AgentPod types.NamespacedName
+	// Manager is the pod of the manager that drains, which the drain leaves: evicting it would stop
+	// the drain, and on a one-node cluster its replacement could not schedule on the cordoned node.
+	Manager types.NamespacedName
 	// Client creates the evictions.
 	Client client.Client
 	// Reader reads the node's pods and the namespaces' PodDisruptionBudgets, without a cache.
@@ -166,7 +179,7 @@ func Run(ctx context.Context, t Target, d *v1alpha1.DrainCommand) (string, error
 	}); err != nil {
 		return "", fmt.Errorf("listing the pods of node %s: %w", t.Node, err)
 	}
-	plan, err := PlanFor(pods.Items, d, t.AgentPod)
+	plan, err := PlanFor(pods.Items, d, Spared{Agent: t.AgentPod, Manager: t.Manager})
 	if err != nil {
 		return "", err
 	}

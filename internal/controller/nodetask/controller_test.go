@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -22,6 +23,9 @@ import (
 )
 
 var cl client.Client
+
+// managerPod is the manager's own pod in these tests (its --pod-name), which its drains leave.
+var managerPod = types.NamespacedName{Namespace: "real-drain", Name: "nodeops-manager-x"}
 
 // lostAfter is the manager's --agent-lost-after in these tests.
 const lostAfter = 2 * time.Second
@@ -52,7 +56,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if err := nodetask.SetupDrainWithManager(mgr, nodetask.DrainOptions{Poll: 100 * time.Millisecond}); err != nil {
+	if err := nodetask.SetupDrainWithManager(mgr, nodetask.DrainOptions{Poll: 100 * time.Millisecond, Self: managerPod}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

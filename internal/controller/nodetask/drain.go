@@ -37,6 +37,8 @@ type DrainOptions struct {
 	Workers int
 	// Poll is how often a drain looks again at the pods it waits for; zero for the drain's default.
 	Poll time.Duration
+	// Self is the manager's own pod, which its drains leave; empty outside a pod.
+	Self types.NamespacedName
 }
 
 // DrainReconciler drains the node of a task whose agent asks for it (a running command that
@@ -51,6 +53,8 @@ type DrainReconciler struct {
 	// drain and its write.
 	Reader client.Reader
 	Poll   time.Duration
+	// Self is the manager's own pod, which a drain leaves (see drain.Target.Manager).
+	Self types.NamespacedName
 }
 
 // SetupDrainWithManager registers the drain controller.
@@ -58,7 +62,7 @@ func SetupDrainWithManager(mgr ctrl.Manager, o DrainOptions) error {
 	if o.Workers <= 0 {
 		o.Workers = DefaultDrainWorkers
 	}
-	r := &DrainReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Poll: o.Poll}
+	r := &DrainReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Poll: o.Poll, Self: o.Self}
 	pending := func(obj client.Object) bool {
 		t, ok := obj.(*v1alpha1.NodeTask)
 		if !ok {
@@ -107,6 +111,7 @@ func (r *DrainReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	target := drain.Target{
 		Node:     task.Spec.NodeName,
 		AgentPod: agentPod(cs.Drain),
+		Manager:  r.Self,
 		Client:   r.Client,
 		Reader:   r.Reader,
 		DryRun:   task.Spec.ExecutionMode == v1alpha1.ExecutionDryRun,

@@ -19,9 +19,9 @@ import (
 	"github.com/nodeops/nodeops/internal/testutil"
 )
 
-// drainTask creates a node, a running pod on it that a ReplicaSet owns, and a task of one command
-// on it, whose run the fake agent records Running with the agent's drain request.
-func drainTask(t *testing.T, name string, mode v1alpha1.ExecutionMode, cmd v1alpha1.Command) (pod *corev1.Pod) {
+// drainTask creates a node, a pod on it that a ReplicaSet owns (and more pods), and a task of one
+// command on it, whose run the fake agent records Running with the agent's drain request.
+func drainTask(t *testing.T, name string, mode v1alpha1.ExecutionMode, cmd v1alpha1.Command, more ...*corev1.Pod) (pod *corev1.Pod) {
 	t.Helper()
 	ctx := context.Background()
 	node := name + "-node"
@@ -38,8 +38,10 @@ func drainTask(t *testing.T, name string, mode v1alpha1.ExecutionMode, cmd v1alp
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web", UID: "uid-web", Controller: ptr.To(true)}}},
 		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "pause"}}},
 	}
-	if err := cl.Create(ctx, pod); err != nil {
-		t.Fatal(err)
+	for _, p := range append([]*corev1.Pod{pod}, more...) {
+		if err := cl.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
 	}
 	task := &v1alpha1.NodeTask{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelNode: node}},
@@ -79,15 +81,25 @@ func TestSafetyRule10_TheManagerDrainsOnlyWhatATaskAsks(t *testing.T) {
 	zero := int64(0)
 	notDrain := drainTask(t, "asks-no-drain", v1alpha1.ExecutionAuto, v1alpha1.Command{Script: &v1alpha1.ScriptCommand{Inline: "true"}})
 	dry := drainTask(t, "dry-drain", v1alpha1.ExecutionDryRun, v1alpha1.Command{Drain: &v1alpha1.DrainCommand{GracePeriodSeconds: &zero}})
-	real := drainTask(t, "real-drain", v1alpha1.ExecutionAuto, v1alpha1.Command{Drain: &v1alpha1.DrainCommand{GracePeriodSeconds: &zero}})
+	// The manager's own pod (managerPod) is on the node drained for real: the drain leaves it.
+	self := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: managerPod.Name, Namespace: managerPod.Namespace,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "nodeops-manager", UID: "uid-manager", Controller: ptr.To(true)}}},
+		Spec: corev1.PodSpec{NodeName: "real-drain-node", Containers: []corev1.Container{{Name: "manager", Image: "manager"}}},
+	}
+	real := drainTask(t, "real-drain", v1alpha1.ExecutionAuto, v1alpha1.Command{Drain: &v1alpha1.DrainCommand{GracePeriodSeconds: &zero}}, self)
 
 	c := waitDrained(t, "real-drain")
-	want := v1alpha1.DrainKey("drain", 1) + ": drained node real-drain-node: 1 pods evicted, 0 left\nevicted real-drain/web"
+	want := v1alpha1.DrainKey("drain", 1) + ": drained node real-drain-node: 1 pods evicted, 1 left\n" +
+		"leaving real-drain/nodeops-manager-x (the manager's own pod, which drains)\nevicted real-drain/web"
 	if c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonDrained || c.Message != want {
 		t.Errorf("Drained %+v, want True with %q", c, want)
 	}
 	if err := cl.Get(ctx, client.ObjectKeyFromObject(real), &corev1.Pod{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the drained node's pod: %v, want it gone", err)
+	}
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(self), &corev1.Pod{}); err != nil {
+		t.Errorf("the manager's own pod after its drain: %v", err)
 	}
 
 	c = waitDrained(t, "dry-drain")
