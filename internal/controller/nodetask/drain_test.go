@@ -87,7 +87,7 @@ func TestSafetyRule10_TheManagerDrainsOnlyWhatATaskAsks(t *testing.T) {
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "nodeops-manager", UID: "uid-manager", Controller: ptr.To(true)}}},
 		Spec: corev1.PodSpec{NodeName: "real-drain-node", Containers: []corev1.Container{{Name: "manager", Image: "manager"}}},
 	}
-	real := drainTask(t, "real-drain", v1alpha1.ExecutionAuto, v1alpha1.Command{Drain: &v1alpha1.DrainCommand{GracePeriodSeconds: &zero}}, self)
+	evicted := drainTask(t, "real-drain", v1alpha1.ExecutionAuto, v1alpha1.Command{Drain: &v1alpha1.DrainCommand{GracePeriodSeconds: &zero}}, self)
 
 	c := waitDrained(t, "real-drain")
 	want := v1alpha1.DrainKey("drain", 1) + ": drained node real-drain-node: 1 pods evicted, 1 left\n" +
@@ -95,7 +95,7 @@ func TestSafetyRule10_TheManagerDrainsOnlyWhatATaskAsks(t *testing.T) {
 	if c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonDrained || c.Message != want {
 		t.Errorf("Drained %+v, want True with %q", c, want)
 	}
-	if err := cl.Get(ctx, client.ObjectKeyFromObject(real), &corev1.Pod{}); !apierrors.IsNotFound(err) {
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(evicted), &corev1.Pod{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the drained node's pod: %v, want it gone", err)
 	}
 	if err := cl.Get(ctx, client.ObjectKeyFromObject(self), &corev1.Pod{}); err != nil {
