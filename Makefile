@@ -46,7 +46,7 @@ verify-generate: generate ## Fail when committed generated files are stale.
 	@git diff --exit-code -- api config/crd config/rbac charts/nodeops/crds charts/nodeops/files || { echo "generated files are stale: run 'make generate' and commit" >&2; exit 1; }
 
 lint: tools ## gofmt, go mod tidy, go vet and golangci-lint.
-	@for m in . hack/images hack/realnode hack/tools hack/tools/helm hack/tools/kwok hack/tools/lint; do \
+	@for m in . hack/images hack/realnode hack/realnode/kubernetes-v1.36 hack/tools hack/tools/helm hack/tools/kwok hack/tools/lint; do \
 		(cd $$m && go mod tidy -diff >/dev/null) || { echo "$$m/go.mod or go.sum is not tidy: run 'go mod tidy' there and commit" >&2; (cd $$m && go mod tidy -diff) >&2; exit 1; }; \
 	done
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -79,9 +79,9 @@ bench: tools build ## Benchmark at 100, 1,000 and 5,000 nodes; prints a table an
 realnode-bin: ## The real node's driver (hack/realnode, its own module).
 	@cd hack/realnode && CGO_ENABLED=0 go build -trimpath -o $(BIN)/realnode ./cmd/realnode
 
-realnode: tools realnode-bin ## Build and start a real single-node kubeadm cluster (v1.36) with nodeops installed.
+realnode: tools realnode-bin images ## Build and start a real single-node kubeadm cluster (v1.36) with nodeops installed from `make images`' layouts.
 	@hack/install-deps.sh realnode
-	$(BIN)/realnode --repo $(CURDIR) up
+	$(BIN)/realnode --repo $(CURDIR) --bin $(BIN) --images $(IMAGES_OUT) up
 
 realnode-down: realnode-bin ## Tear the real node down and leave the machine as it was.
 	$(BIN)/realnode down
@@ -89,7 +89,7 @@ realnode-down: realnode-bin ## Tear the real node down and leave the machine as 
 e2e-realnode: tools build ## Upgrade the real node to v1.37.2 through kubectl nodeops; tears down even on failure.
 	@start=$$SECONDS; status=0; \
 	{ $(MAKE) --no-print-directory realnode && \
-	  go test -tags realnode -count=1 -v -timeout 30m ./test/realnode/; } || status=$$?; \
+	  NODEOPS_IMAGES=$(IMAGES_OUT) go test -tags realnode -count=1 -v -timeout 30m ./test/realnode/; } || status=$$?; \
 	$(MAKE) --no-print-directory realnode-down || status=1; \
 	echo "e2e-realnode: exit $$status after $$((SECONDS - start))s"; exit $$status
 

@@ -21,7 +21,7 @@ var Admission embed.FS
 //go:embed manager/manager.yaml rbac/role.yaml
 var Manager embed.FS
 
-// Agent holds the agent's ServiceAccount, ClusterRole, ClusterRoleBinding and DaemonSet.
+// Agent holds the agent's ServiceAccount, ClusterRole, Roles and DaemonSet, and the installer pods' ServiceAccount.
 //
 //go:embed agent/daemonset.yaml
 var Agent embed.FS

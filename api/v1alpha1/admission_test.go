@@ -236,6 +236,25 @@ spec:
   - {name: wasm, handler: wasm}
   - {name: wasm, handler: other}
 `, "spec.runtimeClasses[1]", "Duplicate value"},
+		// The pod command: an image, plain env with variable names, a pull policy and a bounded timeout.
+		{"pod without an image", op("p1", "- pod: {privileged: true}"), cmdPath + ".pod.image", "Required value"},
+		{"pod with an empty image", task("p2", "- pod: {image: ''}"), taskPath + ".pod.image", "should be at least 1 chars long"},
+		{"pod env name not a variable name", profile("p3", "- pod:\n    image: busybox\n    env: [{name: 'NODE-ROOT', value: /host}]"), profPath + ".pod.env[0].name", "should match"},
+		{"pod pull policy unknown", op("p5", "- pod: {image: busybox, imagePullPolicy: Sometimes}"), cmdPath + ".pod.imagePullPolicy", "Unsupported value"},
+		{"pod negative timeout", task("p6", "- pod: {image: busybox, timeout: -1m}"), taskPath + ".pod.timeout", "pod timeout must be from 1s to 24h"},
+		{"pod huge timeout", profile("p7", "- pod: {image: busybox, timeout: 48h}"), profPath + ".pod.timeout", "pod timeout must be from 1s to 24h"},
+		{"duplicate pod env", op("p8", "- pod:\n    image: busybox\n    env: [{name: A, value: x}, {name: A, value: y}]"), cmdPath + ".pod.env[1]", "Duplicate value"},
+		{"valid pod commands", op("p9", `- name: kwasm
+  pod:
+    image: ghcr.io/kwasm/kwasm-node-installer:v0.3.1
+    imagePullPolicy: IfNotPresent
+    privileged: true
+    hostPID: true
+    mountHostRoot: true
+    env: [{name: NODE_ROOT, value: /host}]
+    timeout: 15m
+- pod: {image: busybox, command: [sh, -c], args: ['exit 0']}
+`), "", ""},
 		{"duplicate script env", op("u6", "- script:\n    inline: echo $A\n    env:\n    - {name: A, value: x}\n    - {name: A, value: y}"), cmdPath + ".script.env[1]", "Duplicate value"},
 		{"duplicate uninstall names", `apiVersion: nodeops.io/v1alpha1
 kind: NodeProfile

@@ -6,11 +6,12 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Command is one step a NodeTask runs on its node. Exactly one kind is set.
-// +kubebuilder:validation:XValidation:rule="[has(self.kubeadmUpgradeApply), has(self.kubeadmUpgradeNode), has(self.kubeadmUpgradePlan), has(self.kubeadmRenewCertificates), has(self.restartStaticPods), has(self.installBinaries), has(self.restartService), has(self.cordon), has(self.drain), has(self.uncordon), has(self.waitNodeReady), has(self.preflight), has(self.installFile), has(self.containerdRuntime), has(self.script), has(self.wait)].filter(x, x).size() == 1",message="exactly one command kind must be set (kubeadmUpgradeApply, kubeadmUpgradeNode, kubeadmUpgradePlan, kubeadmRenewCertificates, restartStaticPods, installBinaries, restartService, cordon, drain, uncordon, waitNodeReady, preflight, installFile, containerdRuntime, script, wait)"
+// +kubebuilder:validation:XValidation:rule="[has(self.kubeadmUpgradeApply), has(self.kubeadmUpgradeNode), has(self.kubeadmUpgradePlan), has(self.kubeadmRenewCertificates), has(self.restartStaticPods), has(self.installBinaries), has(self.restartService), has(self.cordon), has(self.drain), has(self.uncordon), has(self.waitNodeReady), has(self.preflight), has(self.installFile), has(self.containerdRuntime), has(self.script), has(self.wait), has(self.pod)].filter(x, x).size() == 1",message="exactly one command kind must be set (kubeadmUpgradeApply, kubeadmUpgradeNode, kubeadmUpgradePlan, kubeadmRenewCertificates, restartStaticPods, installBinaries, restartService, cordon, drain, uncordon, waitNodeReady, preflight, installFile, containerdRuntime, script, wait, pod)"
 type Command struct {
 	// Name labels the command in status and logs; defaults to the command kind.
 	// +optional
@@ -46,6 +47,7 @@ type Command struct {
 	ContainerdRuntime        *ContainerdRuntimeCommand        `json:"containerdRuntime,omitempty"`
 	Script                   *ScriptCommand                   `json:"script,omitempty"`
 	Wait                     *WaitCommand                     `json:"wait,omitempty"`
+	Pod                      *PodCommand                      `json:"pod,omitempty"`
 }
 
 // KubeadmUpgradeApplyCommand runs `kubeadm upgrade apply VERSION --yes` on the first control-plane node.
@@ -717,6 +719,108 @@ func (c *WaitCommand) Description() string {
 }
 
 func (c *WaitCommand) DefaultTimeout() time.Duration { return c.Duration.Duration + time.Minute }
+
+// PodCommand runs one pod on the task's node (an installer image such as KWasm's kwasm-node-installer or
+// runtime-class-manager's node-installer), waits for it to end, and records its exit code and log tail.
+// The pod runs in the agent's namespace as the ServiceAccount nodeops-installer, which has no RBAC and no
+// token; it tolerates every taint. It is not idempotent: an installer may not be safe to run twice.
+type PodCommand struct {
+	// Image to run.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^[^\s]+$`
+	Image string `json:"image"`
+	// ImagePullPolicy as in a Pod: Always, IfNotPresent or Never; unset, the API server's default for the image.
+	// +optional
+	// +kubebuilder:validation:Enum=Always;IfNotPresent;Never
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+	// Command replaces the image's entrypoint.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=4096
+	Command []string `json:"command,omitempty"`
+	// Args replace the image's cmd.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=4096
+	Args []string `json:"args,omitempty"`
+	// Env are plain variables: stored in the operation and its tasks, which viewers read, so no secrets.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=map
+	// +listMapKey=name
+	Env []PodEnvVar `json:"env,omitempty"`
+	// Privileged runs the container privileged, as installers that restart containerd need.
+	// +optional
+	Privileged bool `json:"privileged,omitempty"`
+	// HostPID puts the pod in the host's PID namespace (nsenter into PID 1, as some installers do).
+	// +optional
+	HostPID bool `json:"hostPID,omitempty"`
+	// MountHostRoot mounts the host's / at /host, as KWasm's installer expects (NODE_ROOT=/host).
+	// +optional
+	MountHostRoot bool `json:"mountHostRoot,omitempty"`
+	// Timeout is how long the pod may take, image pull included; 10m when unset. On timeout the pod is
+	// deleted and the command fails.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="pod timeout must be from 1s to 24h"
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+}
+
+// PodEnvVar is one plain environment variable of a pod command.
+type PodEnvVar struct {
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
+	Name string `json:"name"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Value string `json:"value,omitempty"`
+}
+
+// DefaultPodTimeout bounds a pod command's pod when it sets no timeout.
+const DefaultPodTimeout = 10 * time.Minute
+
+func (*PodCommand) KindName() string { return "pod" }
+
+func (*PodCommand) IsIdempotent() bool { return false }
+
+func (c *PodCommand) Description() string {
+	s := "run pod " + c.Image
+	if c.Image == "" {
+		s = "run a pod"
+	}
+	if len(c.Command) > 0 || len(c.Args) > 0 {
+		s += ": " + firstLine(strings.Join(append(append([]string{}, c.Command...), c.Args...), " "))
+	}
+	var opts []string
+	if c.Privileged {
+		opts = append(opts, "privileged")
+	}
+	if c.HostPID {
+		opts = append(opts, "host PID")
+	}
+	if c.MountHostRoot {
+		opts = append(opts, "host / at /host")
+	}
+	if c.Timeout != nil {
+		opts = append(opts, "timeout "+c.Timeout.Duration.String())
+	}
+	if len(opts) > 0 {
+		s += " (" + strings.Join(opts, ", ") + ")"
+	}
+	return s
+}
+
+// PodTimeout is how long the pod may take: its timeout, or DefaultPodTimeout.
+func (c *PodCommand) PodTimeout() time.Duration {
+	if c.Timeout != nil && c.Timeout.Duration > 0 {
+		return c.Timeout.Duration
+	}
+	return DefaultPodTimeout
+}
+
+// DefaultTimeout leaves the pod its own timeout and a minute more to delete it and record the result.
+func (c *PodCommand) DefaultTimeout() time.Duration { return c.PodTimeout() + time.Minute }
 
 // CommandKind is what each command type declares about itself, so that a kind is defined once, on its
 // type: Command's Kind, Idempotent and Spec are derived from its fields, and the agent and CLI ask the kind.

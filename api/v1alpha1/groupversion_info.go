@@ -42,6 +42,8 @@ const (
 	LabelNode = "nodeops.io/node"
 	// LabelGroup names the group of a NodeTask within its operation.
 	LabelGroup = "nodeops.io/group"
+	// LabelTask names the NodeTask whose pod command created a pod.
+	LabelTask = "nodeops.io/task"
 	// ProfileLabelPrefix prefixes the node label a NodeProfile sets once a node is provisioned.
 	ProfileLabelPrefix = "nodeops.io/profile."
 	// ProfileHashAnnotationPrefix prefixes the node annotation holding the provisioned spec hash.

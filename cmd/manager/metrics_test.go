@@ -181,12 +181,7 @@ func serviceAccountTokens(t *testing.T, ctx context.Context, env *testutil.Env) 
 func createReadyNode(t *testing.T, ctx context.Context, env *testutil.Env, name string) {
 	t.Helper()
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"nodeops.test/metrics": "true"}}}
-	if err := env.Client.Create(ctx, n); err != nil {
-		t.Fatal(err)
-	}
-	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "Test",
-		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-	if err := env.Client.Status().Update(ctx, n); err != nil {
+	if err := testutil.CreateNode(ctx, env.Client, n, true); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodeops/nodeops/internal/clock"
 	"github.com/nodeops/nodeops/internal/plan"
 )
 
@@ -325,10 +326,8 @@ func (d *demo) waitFor(ctx context.Context, what string, cond func() (bool, erro
 		if err != nil || done {
 			return err
 		}
-		select {
-		case <-ctx.Done():
+		if clock.Sleep(ctx, 500*time.Millisecond) != nil {
 			return fmt.Errorf("waiting for %s: %w", what, context.Cause(ctx))
-		case <-time.After(500 * time.Millisecond):
 		}
 	}
 }

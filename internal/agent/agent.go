@@ -72,6 +72,8 @@ type Reconciler struct {
 	LeaseNamespace string
 	// LeaseDuration is how long a node Lease holds without renewal; zero for four heartbeats.
 	LeaseDuration time.Duration
+	// ImagePullGrace is how long a pod command's image may fail to pull; zero for commands.DefaultImagePullGrace.
+	ImagePullGrace time.Duration
 
 	mu sync.Mutex
 	// written is the resourceVersion of the agent's last status write per task: a cached task at
@@ -407,17 +409,21 @@ func (r *Reconciler) run(ctx context.Context, task *v1alpha1.NodeTask, a taskpol
 	defer cancel()
 	stop := r.heartbeat(ctx, task)
 	env := &commands.Env{
-		NodeName:  task.Spec.NodeName,
-		Operation: task.Spec.Operation,
-		Owner:     taskpolicy.OwnerOfTask(task),
-		DryRun:    task.Spec.ExecutionMode == v1alpha1.ExecutionDryRun,
-		Host:      r.HostFor(task.Spec.NodeName),
-		Client:    r.Direct,
-		API:       r.API,
-		HTTP:      r.HTTP,
-		Out:       tail,
-		Poll:      r.Poll,
-		Secrets:   secrets,
+		NodeName:       task.Spec.NodeName,
+		Operation:      task.Spec.Operation,
+		Task:           task.Name,
+		CommandIndex:   a.Index,
+		Namespace:      r.namespace(),
+		ImagePullGrace: r.ImagePullGrace,
+		Owner:          taskpolicy.OwnerOfTask(task),
+		DryRun:         task.Spec.ExecutionMode == v1alpha1.ExecutionDryRun,
+		Host:           r.HostFor(task.Spec.NodeName),
+		Client:         r.Direct,
+		API:            r.API,
+		HTTP:           r.HTTP,
+		Out:            tail,
+		Poll:           r.Poll,
+		Secrets:        secrets,
 	}
 	if cmd.Drains() != nil {
 		// Such a command is never run before its Running record, so task.Status is this run's.

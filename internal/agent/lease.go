@@ -115,11 +115,15 @@ func (r *Reconciler) leaseDuration() time.Duration {
 }
 
 func (r *Reconciler) leaseKey(node string) client.ObjectKey {
-	ns := r.LeaseNamespace
-	if ns == "" {
-		ns = DefaultLeaseNamespace
+	return client.ObjectKeyFromObject(NodeLease(r.namespace(), node))
+}
+
+// namespace is the agent's own: its node Leases and its pod commands' pods are there.
+func (r *Reconciler) namespace() string {
+	if r.LeaseNamespace == "" {
+		return DefaultLeaseNamespace
 	}
-	return client.ObjectKeyFromObject(NodeLease(ns, node))
+	return r.LeaseNamespace
 }
 
 // holds reports whether the agent took the node's Lease for task recently enough to act without

@@ -6,10 +6,12 @@ import (
 	"os"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
@@ -18,8 +20,10 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/agent"
+	"github.com/nodeops/nodeops/internal/agent/commands"
 	"github.com/nodeops/nodeops/internal/controller/agentjob"
 	"github.com/nodeops/nodeops/internal/host/hosttest"
+	"github.com/nodeops/nodeops/internal/testutil"
 )
 
 // TestAgentWorksWithItsDeploymentRBAC installs config/agent/daemonset.yaml and runs an agent as its
@@ -36,7 +40,8 @@ func TestAgentWorksWithItsDeploymentRBAC(t *testing.T) {
 		if err := yaml.Unmarshal(doc, &obj.Object); err != nil {
 			t.Fatal(err)
 		}
-		if err := cl.Create(ctx, obj); err != nil {
+		// The pod command's tests may have made the installer's ServiceAccount already.
+		if err := cl.Create(ctx, obj); err != nil && !(apierrors.IsAlreadyExists(err) && obj.GetName() == commands.InstallerServiceAccount) {
 			t.Fatalf("creating %s %s from the manifest: %v", obj.GetKind(), obj.GetName(), err)
 		}
 	}
@@ -57,13 +62,20 @@ func TestAgentWorksWithItsDeploymentRBAC(t *testing.T) {
 		// The victim has no controller: force, as the drain refuses it otherwise (safety rule 6).
 		v1alpha1.Command{Drain: &v1alpha1.DrainCommand{GracePeriodSeconds: &zero, Force: true}},
 		v1alpha1.Command{Uncordon: &v1alpha1.UncordonCommand{}},
+		// Creates its pod in nodeops-system, reads it and its log, deletes it (the Role nodeops-agent-pods).
+		podCommand(),
 	))
+	testutil.EndPod(t, cl, testutil.WaitPod(t, cl, podKey("rbac-1", 3)), 0)
 	task := waitTask(t, "rbac-1", func(tk *v1alpha1.NodeTask) bool {
 		return !tk.EffectivePhase().Unfinished() || tk.Status.Phase == v1alpha1.TaskFailed
 	})
 	if task.Status.Phase != v1alpha1.TaskSucceeded {
 		t.Fatalf("task %s: %s", task.Status.Phase, task.Status.Message)
 	}
+	if tail := task.Status.Commands[3].OutputTail; strings.Contains(tail, "forbidden") {
+		t.Errorf("the pod command's output: %s", tail)
+	}
+	podGone(t, podKey("rbac-1", 3))
 }
 
 // TestSafetyRule12_AgentPodsOutliveTheGracePeriod: the kubelet kills an agent's pod

@@ -81,6 +81,9 @@ type Options struct {
 	LeaseNamespace string
 	// LeaseDuration: how long a node Lease holds unrenewed; zero for four heartbeats (tests shorten it).
 	LeaseDuration time.Duration
+	// ImagePullGrace: how long a pod command's image may fail to pull before the command fails;
+	// zero for commands.DefaultImagePullGrace (tests shorten it).
+	ImagePullGrace time.Duration
 }
 
 // Scheme is the agent's own scheme: core, coordination, policy and nodeops kinds.
@@ -176,6 +179,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		Identity:       o.Identity,
 		LeaseNamespace: o.LeaseNamespace,
 		LeaseDuration:  o.LeaseDuration,
+		ImagePullGrace: o.ImagePullGrace,
 	}
 	if r.LeaseNamespace == "" {
 		r.LeaseNamespace = o.PodNamespace

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nodeopsv1 "github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/taskpolicy"
 )
 
 func newDescribeCommand(o *Options) *cobra.Command {
@@ -294,13 +295,7 @@ func taskProgress(t *nodeopsv1.NodeTask) string {
 	if t.Status.Progress != "" {
 		return t.Status.Progress
 	}
-	done := 0
-	for _, c := range t.Status.Commands {
-		if c.Phase.Done() {
-			done++
-		}
-	}
-	return fmt.Sprintf("%d/%d", done, len(t.Spec.Commands))
+	return taskpolicy.Progress(&t.Status, len(t.Spec.Commands))
 }
 
 // taskCommandText names the command that matters now: the failed one, the running or next one.

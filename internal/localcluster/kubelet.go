@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/nodeops/nodeops/internal/clock"
 	"github.com/nodeops/nodeops/internal/host"
 )
 
@@ -66,10 +67,8 @@ func runKubeletVersions(ctx context.Context, c client.Client, dir string, nodes 
 	}
 	var lastLog time.Time
 	for {
-		select {
-		case <-ctx.Done():
+		if clock.Sleep(ctx, kubeletInterval) != nil {
 			return
-		case <-time.After(kubeletInterval):
 		}
 		for _, n := range nodes {
 			root := filepath.Join(dir, "nodes", n)

@@ -17,6 +17,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
+
+	"github.com/nodeops/nodeops/internal/clock"
 )
 
 // Annotations the kubelet puts on mirror pods.
@@ -166,10 +168,8 @@ func deleteNow(ctx context.Context, c client.Client, p *corev1.Pod) error {
 func runMirrorPods(ctx context.Context, c client.Client, dir string, nodes []string, etcdURL string, logf func(string, ...any)) {
 	var lastLog time.Time
 	for {
-		select {
-		case <-ctx.Done():
+		if clock.Sleep(ctx, mirrorInterval) != nil {
 			return
-		case <-time.After(mirrorInterval):
 		}
 		if err := syncMirrorPods(ctx, c, dir, nodes, etcdURL); err != nil && ctx.Err() == nil && time.Since(lastLog) > time.Minute {
 			logf("%v", err)

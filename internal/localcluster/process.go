@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/nodeops/nodeops/internal/clock"
 )
 
 // ProcessesFile lists, one "name pid" a line, the child processes of a running nodeops-local;
@@ -294,7 +296,7 @@ func copyFile(src, dst string, mode os.FileMode) error {
 }
 
 // WaitUntil polls cond every interval until it returns true, or returns an error when ctx ends,
-// wrapping the last error cond returned. The e2e framework waits with it too.
+// wrapping the last error cond returned.
 func WaitUntil(ctx context.Context, interval time.Duration, cond func(context.Context) (bool, error)) error {
 	var last error
 	for {
@@ -305,13 +307,11 @@ func WaitUntil(ctx context.Context, interval time.Duration, cond func(context.Co
 		if err != nil {
 			last = err
 		}
-		select {
-		case <-ctx.Done():
+		if cerr := clock.Sleep(ctx, interval); cerr != nil {
 			if last != nil {
-				return fmt.Errorf("%w (last error: %w)", ctx.Err(), last)
+				return fmt.Errorf("%w (last error: %w)", cerr, last)
 			}
-			return ctx.Err()
-		case <-time.After(interval):
+			return cerr
 		}
 	}
 }

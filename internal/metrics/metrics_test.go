@@ -177,16 +177,7 @@ func node(t *testing.T, name string, labels map[string]string, ready, cordoned b
 	t.Helper()
 	ctx := context.Background()
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Spec: corev1.NodeSpec{Unschedulable: cordoned}}
-	if err := env.Client.Create(ctx, n); err != nil {
-		t.Fatal(err)
-	}
-	status := corev1.ConditionTrue
-	if !ready {
-		status = corev1.ConditionFalse
-	}
-	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, Reason: "Test",
-		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-	if err := env.Client.Status().Update(ctx, n); err != nil {
+	if err := testutil.CreateNode(ctx, env.Client, n, ready); err != nil {
 		t.Fatal(err)
 	}
 }

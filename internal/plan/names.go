@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -113,3 +114,13 @@ func isAlnum(r rune) bool { return (r >= 'a' && r <= 'z') || (r >= '0' && r <= '
 func isSubdomainChar(r rune) bool { return isAlnum(r) || r == '-' || r == '.' }
 
 func isLabelValueChar(r rune) bool { return isAlnum(r) || r == '-' || r == '.' || r == '_' }
+
+// PodName is the name of the pod that command index of task runs (the pod command): a readable prefix
+// of "<task>-<index>" and a hash of both, a DNS label (at most 63 characters) so a restarted agent
+// finds the pod it created by name.
+func PodName(task string, index int) string {
+	i := strconv.Itoa(index)
+	return shorten(task+"-"+i, hashOf(task, i), validation.DNS1123LabelMaxLength, isLabelChar)
+}
+
+func isLabelChar(r rune) bool { return isAlnum(r) || r == '-' }

@@ -112,3 +112,23 @@ func TestNodeLeaseName(t *testing.T) {
 		seen[got] = tt.node
 	}
 }
+
+func TestPodName(t *testing.T) {
+	tasks := []string{"upgrade-workers-worker-1", "op-g-ip-10-0-0-1.ec2.internal", strings.Repeat("t", 253), "x"}
+	seen := map[string]bool{}
+	for _, task := range tasks {
+		for i := range 3 {
+			got := PodName(task, i)
+			if errs := validation.IsDNS1123Label(got); len(errs) > 0 {
+				t.Errorf("PodName(%q, %d) = %q, not a DNS-1123 label: %v", task, i, got, errs)
+			}
+			if again := PodName(task, i); again != got {
+				t.Errorf("PodName(%q, %d) not deterministic: %q then %q", task, i, got, again)
+			}
+			if seen[got] {
+				t.Errorf("PodName(%q, %d) = %q, the name of another task's or command's pod", task, i, got)
+			}
+			seen[got] = true
+		}
+	}
+}

@@ -67,6 +67,6 @@ func Recover(t *v1alpha1.NodeTask, now metav1.MicroTime) (st v1alpha1.NodeTaskSt
 		}
 		note = fmt.Sprintf("skipped command %s on node %s", cmd.Name, t.Spec.NodeName)
 	}
-	st.Progress = progress(&st, len(t.Spec.Commands))
+	st.Progress = Progress(&st, len(t.Spec.Commands))
 	return st, note, true
 }

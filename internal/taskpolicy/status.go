@@ -27,8 +27,8 @@ func ensureCommands(s *v1alpha1.NodeTaskStatus, spec *v1alpha1.NodeTaskSpec) {
 	}
 }
 
-// progress is "done/total" commands.
-func progress(s *v1alpha1.NodeTaskStatus, total int) string {
+// Progress is "done/total" commands: what status.progress holds, and what the CLI shows when it is empty.
+func Progress(s *v1alpha1.NodeTaskStatus, total int) string {
 	done := 0
 	for _, c := range s.Commands {
 		if c.Phase.Done() {
@@ -91,7 +91,7 @@ func Apply(s *v1alpha1.NodeTaskStatus, spec *v1alpha1.NodeTaskSpec, a Action, no
 		s.Reason = v1alpha1.ReasonInterrupted
 		s.Message = fmt.Sprintf("command %d/%d (%s) was interrupted and is not idempotent, so it was not run again", a.Index+1, len(spec.Commands), c.Name)
 	}
-	s.Progress = progress(s, len(spec.Commands))
+	s.Progress = Progress(s, len(spec.Commands))
 }
 
 // Outcome is how one run of a command ended.
@@ -130,5 +130,5 @@ func ApplyResult(s *v1alpha1.NodeTaskStatus, spec *v1alpha1.NodeTaskSpec, i int,
 		s.Reason = v1alpha1.ReasonCommandFailed
 		s.Message = fmt.Sprintf("command %d/%d (%s) failed: %v", i+1, len(spec.Commands), c.Name, o.Err)
 	}
-	s.Progress = progress(s, len(spec.Commands))
+	s.Progress = Progress(s, len(spec.Commands))
 }

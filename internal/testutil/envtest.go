@@ -142,19 +142,61 @@ func EventuallyEvery(t testing.TB, timeout, interval time.Duration, what string,
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	if err := Poll(ctx, interval, f); err != nil {
+		t.Fatalf("%s: not true after %s: %v", what, timeout, err)
+	}
+}
+
+// Poll calls f every interval until it returns nil or ctx ends, and returns f's last error then
+// (nil once f returned nil): Eventually for code without a testing.TB, such as TestMain.
+func Poll(ctx context.Context, interval time.Duration, f func(ctx context.Context) error) error {
 	var err error
-	for {
+	if poll(ctx, interval, func(ctx context.Context) bool {
 		ferr := f(ctx)
-		if ferr == nil {
-			return
-		}
 		// A call cut short by the deadline explains less than the error before it.
-		if err == nil || ctx.Err() == nil {
+		if ferr != nil && (err == nil || ctx.Err() == nil) {
 			err = ferr
+		}
+		return ferr == nil
+	}) {
+		return nil
+	}
+	return err
+}
+
+// Consistently polls f every 50ms for d, failing the test at f's first error: what must stay true
+// for a while (no task created, a node left cordoned).
+func Consistently(t testing.TB, d time.Duration, what string, f func() error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	ConsistentlyUntil(t, ctx, what, f)
+}
+
+// ConsistentlyUntil is Consistently until ctx ends, for a condition that holds while something
+// else goes on.
+func ConsistentlyUntil(t testing.TB, ctx context.Context, what string, f func() error) {
+	t.Helper()
+	var err error
+	poll(ctx, 50*time.Millisecond, func(context.Context) bool {
+		err = f()
+		return err != nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// poll is the one polling loop: it calls done every interval until it returns true (reported)
+// or ctx ends (false), calling it at least once.
+func poll(ctx context.Context, interval time.Duration, done func(ctx context.Context) bool) bool {
+	for {
+		if done(ctx) {
+			return true
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("%s: not true after %s: %v", what, timeout, err)
+			return false
 		case <-time.After(interval):
 		}
 	}

@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/clock"
 	"github.com/nodeops/nodeops/internal/taskpolicy"
 )
 
@@ -116,4 +119,88 @@ func (a FakeAgent) Recover(ctx context.Context, task string) error {
 	return a.Write(ctx, task, func(t *v1alpha1.NodeTask) {
 		t.Status, _, _ = taskpolicy.Recover(t, metav1.NowMicro())
 	})
+}
+
+// Heartbeat renews the task's status.agentHeartbeat, as the agent does while it runs a command:
+// one merge patch.
+func (a FakeAgent) Heartbeat(ctx context.Context, task string) error {
+	ts, err := metav1.NowMicro().MarshalJSON()
+	if err != nil {
+		return fmt.Errorf("fake agent: heartbeat of task %s: %w", task, err)
+	}
+	patch := []byte(`{"status":{"agentHeartbeat":` + string(ts) + `}}`)
+	if err := a.Client.Status().Patch(ctx, &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: task}}, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("fake agent: heartbeat of task %s: %w", task, err)
+	}
+	return nil
+}
+
+// Advance moves an unfinished task on by one write: it begins the first command of a task not
+// started yet, else ends its current command successfully (Begin, End).
+func (a FakeAgent) Advance(ctx context.Context, t *v1alpha1.NodeTask) error {
+	if t.Status.Phase == "" {
+		return a.Begin(ctx, t.Name, 0)
+	}
+	return a.End(ctx, t.Name, int(t.Status.CurrentCommand), true, "ok")
+}
+
+// Play is what FakeAgent.Play plays.
+type Play struct {
+	// Tasks lists the tasks in play in a stable order, once a round; the test may check its
+	// invariants here.
+	Tasks func() ([]v1alpha1.NodeTask, error)
+	// Done reports, once a round, whether play is over, given the unfinished tasks.
+	Done func(unfinished []v1alpha1.NodeTask) bool
+	// Batch advances a random number of the unfinished tasks each round, in a random order,
+	// and pauses between rounds; without it a round advances one, chosen at random.
+	Batch bool
+	// Step advances one task; nil is Advance.
+	Step func(ctx context.Context, t *v1alpha1.NodeTask) error
+}
+
+// pollTasks is the pause of Play between rounds in which nothing was advanced.
+const pollTasks = 20 * time.Millisecond
+
+// Play plays the agents of many nodes at once, in an order rng chooses (seeded, it is the same
+// order every run), until p.Done, an error, or ctx's end (its error).
+func (a FakeAgent) Play(ctx context.Context, rng *rand.Rand, p Play) error {
+	step := p.Step
+	if step == nil {
+		step = a.Advance
+	}
+	for ctx.Err() == nil {
+		tasks, err := p.Tasks()
+		if err != nil {
+			return err
+		}
+		var open []v1alpha1.NodeTask
+		for _, t := range tasks {
+			if t.EffectivePhase().Unfinished() {
+				open = append(open, t)
+			}
+		}
+		if p.Done(open) {
+			return nil
+		}
+		var next []v1alpha1.NodeTask
+		switch {
+		case p.Batch:
+			rng.Shuffle(len(open), func(i, j int) { open[i], open[j] = open[j], open[i] })
+			next = open[:rng.IntN(len(open)+1)]
+		case len(open) > 0:
+			next = open[rng.IntN(len(open)):][:1]
+		}
+		for i := range next {
+			if err := step(ctx, &next[i]); err != nil {
+				return err
+			}
+		}
+		if p.Batch || len(next) == 0 {
+			// Nothing to do until the manager creates the next tasks or sees the last writes.
+			if err := clock.Sleep(ctx, pollTasks); err != nil {
+				return err
+			}
+		}
+	}
+	return ctx.Err()
 }

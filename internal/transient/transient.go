@@ -8,6 +8,8 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/nodeops/nodeops/internal/clock"
 )
 
 // How long an API write the API server failed for a moment is tried again: waits from
@@ -37,12 +39,8 @@ func Retry(ctx context.Context, do func() error) error {
 		if err == nil || !Is(err) || ctx.Err() != nil || time.Now().Add(wait).After(give) {
 			return err
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return errors.Join(err, ctx.Err())
-		case <-t.C:
+		if cerr := clock.Sleep(ctx, wait); cerr != nil {
+			return errors.Join(err, cerr)
 		}
 		wait = min(2*wait, maxWait)
 	}

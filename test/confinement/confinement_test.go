@@ -115,6 +115,16 @@ func setUp(ctx context.Context) error {
 			return err
 		}
 	}
+	// Pods of node-a and node-b the agent on node-a may not delete or change: node-b's installer pod,
+	// and a pod on node-a that is no installer's; node-a's installer pod it may delete, not change.
+	for name, p := range map[string][2]string{"installer-a": {"node-a", commands.InstallerServiceAccount},
+		"installer-b": {"node-b", commands.InstallerServiceAccount}, "other-a": {"node-a", agentSA}} {
+		pod := installerPod(p[0])
+		pod.Name, pod.Spec.ServiceAccountName = name, p[1]
+		if err := admin.Create(ctx, pod); err != nil {
+			return err
+		}
+	}
 	for _, n := range []string{ns, "default"} {
 		if err := admin.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "kept", Namespace: n}}); err != nil {
 			return err
@@ -219,6 +229,65 @@ func cluster() confine.Cluster {
 	return confine.Cluster{Admin: admin, Namespace: ns, NodeA: "node-a", NodeB: "node-b", TaskA: taskA, TaskB: taskB, WorkloadNamespace: workloadNS}
 }
 
+// installerPod is the pod node's agent creates for task-a's first command, a pod command asking for
+// all it may: privileged, the host's PID namespace and its / at /host.
+func installerPod(node string) *corev1.Pod {
+	return commands.InstallerPod(ns, node, taskA, 0, installer())
+}
+
+func installer() *v1alpha1.PodCommand {
+	return &v1alpha1.PodCommand{Image: "ghcr.io/kwasm/kwasm-node-installer:v0.3.1", Privileged: true, HostPID: true, MountHostRoot: true,
+		Env: []v1alpha1.PodEnvVar{{Name: "NODE_ROOT", Value: "/host"}}}
+}
+
+// createPod creates node-a's installer pod changed by change.
+func createPod(change func(*corev1.Pod)) func(context.Context, client.Client) error {
+	return func(ctx context.Context, c client.Client) error {
+		pod := installerPod("node-a")
+		pod.Name = "by-agent"
+		change(pod)
+		return c.Create(ctx, pod)
+	}
+}
+
+func deletePod(name string) func(context.Context, client.Client) error {
+	return func(ctx context.Context, c client.Client) error {
+		return c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}})
+	}
+}
+
+// attempts is every write node-a's agent must not make: the shared table and the pod command's rows.
+func attempts() []confine.Attempt { return append(cluster().Attempts(), podAttempts...) }
+
+var podAttempts = []confine.Attempt{
+	{Name: "create a pod on node-b", Do: func(ctx context.Context, c client.Client) error { return c.Create(ctx, installerPod("node-b")) },
+		Policy: []string{"agent on node node-a creates pods only in its namespace (nodeops-system) with spec.nodeName node-a", "CREATE pods", "(spec.nodeName node-b)"}},
+	{Name: "create a pod outside its namespace", Do: createPod(func(p *corev1.Pod) { p.Namespace = "default" }),
+		Policy: []string{"creates pods only in its namespace (nodeops-system)", "in namespace default"}, RBAC: []string{`cannot create resource "pods"`}},
+	{Name: "create a pod as another ServiceAccount", Do: createPod(func(p *corev1.Pod) { p.Spec.ServiceAccountName = agentSA }),
+		Policy: []string{"creates pods only with spec.serviceAccountName nodeops-installer", "(spec.serviceAccountName nodeops-agent)"}},
+	{Name: "create a pod that may mount a token", Do: createPod(func(p *corev1.Pod) { p.Spec.AutomountServiceAccountToken = nil }),
+		Policy: []string{"spec.automountServiceAccountToken false", "CREATE pods by-agent"}},
+	{Name: "create a pod mounting a Secret", Do: createPod(func(p *corev1.Pod) {
+		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "kept"}}})
+	}), Policy: []string{"spec.volumes are only the hostPath / (no secret", "CREATE pods by-agent"}},
+	{Name: "create a pod mounting a host path other than /", Do: createPod(func(p *corev1.Pod) { p.Spec.Volumes[0].HostPath.Path = "/etc/kubernetes/pki" }),
+		Policy: []string{"spec.volumes are only the hostPath /", "CREATE pods by-agent"}},
+	{Name: "create a pod taking env from a Secret", Do: createPod(func(p *corev1.Pod) {
+		p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, corev1.EnvVar{Name: "TOKEN", ValueFrom: &corev1.EnvVarSource{
+			SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "kept"}, Key: "k"}}})
+	}), Policy: []string{"env has plain values only (no envFrom, no valueFrom)", "CREATE pods by-agent"}},
+	{Name: "create a pod on the host's network", Do: createPod(func(p *corev1.Pod) { p.Spec.HostNetwork = true }),
+		Policy: []string{"without spec.hostNetwork or spec.hostIPC", "CREATE pods by-agent"}},
+	{Name: "delete node-b's installer pod", Do: deletePod("installer-b"),
+		Policy: []string{"deletes only its node's nodeops-installer pods", "DELETE pods installer-b", "(spec.nodeName node-b)"}},
+	{Name: "delete a pod on node-a that is no installer's", Do: deletePod("other-a"),
+		Policy: []string{"deletes only its node's nodeops-installer pods", "DELETE pods other-a"}},
+	{Name: "change its node's installer pod", Do: func(ctx context.Context, c client.Client) error {
+		return c.Patch(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "installer-a", Namespace: ns}}, confine.Merge(`{"metadata":{"labels":{"x":"y"}}}`))
+	}, Policy: []string{"and updates none", "UPDATE pods installer-a"}, RBAC: []string{`cannot patch resource "pods"`}},
+}
+
 // TestTokensCarryTheirNode: the API server puts the pod's node into a pod-bound token's user, and
 // nothing into an unbound one (the premise of the policy).
 func TestTokensCarryTheirNode(t *testing.T) {
@@ -252,7 +321,7 @@ func TestSafetyRule10_AgentOnNodeAIsRefused(t *testing.T) {
 			}
 			return nil
 		})
-		for _, a := range cluster().Attempts() {
+		for _, a := range attempts() {
 			confine.Refused(t, a.Name, a.Do(ctx, c), a.Want())
 		}
 		_, err := cs.CoreV1().Secrets(ns).Get(ctx, "kept", metav1.GetOptions{})
@@ -265,7 +334,7 @@ func TestSafetyRule10_AgentOnNodeAIsRefused(t *testing.T) {
 	})
 	t.Run("admission alone", func(t *testing.T) {
 		bindClusterAdmin(t)
-		for _, a := range cluster().Attempts() {
+		for _, a := range attempts() {
 			err := a.Do(ctx, c)
 			if a.Or != nil && err != nil && strings.Contains(err.Error(), a.Or[0]) {
 				confine.Refused(t, a.Name, err, a.Or)
@@ -309,11 +378,12 @@ func bindClusterAdmin(t *testing.T) {
 }
 
 // TestAgentOnNodeAWorks: what the agent does need still works with its pod-bound token: its own
-// task's status from Running to Succeeded (the allowed path), and cordon then uncordon of its node
-// by the agent's own commands, which set spec.unschedulable and the annotation.
+// task's status from Running to Succeeded (the allowed path), cordon then uncordon of its node
+// by the agent's own commands, which set spec.unschedulable and the annotation, and a pod command's
+// pod on its node.
 func TestAgentOnNodeAWorks(t *testing.T) {
 	ctx := context.Background()
-	c, _ := as(t, token(t, "node-a"))
+	c, agentCS := as(t, token(t, "node-a"))
 	tasks(t)
 	for _, phase := range []v1alpha1.TaskPhase{v1alpha1.TaskRunning, v1alpha1.TaskSucceeded} {
 		if err := cluster().StatusOf(taskA, phase)(ctx, c); err != nil {
@@ -355,6 +425,28 @@ func TestAgentOnNodeAWorks(t *testing.T) {
 	}
 	if n := node(t, "node-a"); n.Spec.Unschedulable || n.Annotations[commands.AnnotationWasUnschedulable] != "" {
 		t.Errorf("after uncordon: unschedulable %v, annotations %v", n.Spec.Unschedulable, n.Annotations)
+	}
+
+	// The pod command, run by the agent's own handler: its pod on node-a (privileged, host PID, the
+	// host's / mounted), read, its log asked for, then deleted. Envtest has no kubelet: the test
+	// writes the pod's status as one would.
+	done := make(chan error, 1)
+	go func() {
+		env := &commands.Env{NodeName: "node-a", Task: taskA, Namespace: ns, Client: c, Poll: 100 * time.Millisecond}
+		_, err := commands.Run(ctx, env, &v1alpha1.Command{Pod: installer()})
+		done <- err
+	}()
+	key := client.ObjectKeyFromObject(installerPod("node-a"))
+	testutil.EndPod(t, admin, testutil.WaitPod(t, admin, key), 0)
+	if err := <-done; err != nil {
+		t.Errorf("node-a's agent running a pod command on node-a: %v", err)
+	}
+	if err := admin.Get(ctx, key, &corev1.Pod{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the pod command's pod after it ended: %v, want NotFound (deleted by the agent)", err)
+	}
+	// Its log (pods/log): the API server lets the agent ask, then finds no kubelet to ask.
+	if err := agentCS.CoreV1().Pods(ns).GetLogs("installer-a", &corev1.PodLogOptions{}).Do(ctx).Error(); apierrors.IsForbidden(err) {
+		t.Errorf("node-a's agent reading a pod's log: %v", err)
 	}
 
 	// A control plane's agent records its certificates' expiry on its own Node (agent.CertificateReader).

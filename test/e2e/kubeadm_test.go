@@ -22,19 +22,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/agent/commands"
 	"github.com/nodeops/nodeops/internal/localcluster"
 	"github.com/nodeops/nodeops/internal/plan"
-	"github.com/nodeops/nodeops/internal/testutil"
 	"github.com/nodeops/nodeops/test/e2e/framework"
 )
-
-// kadmOperationTimeout bounds one kubeadm operation on a loaded 2-core machine.
-const kadmOperationTimeout = 10 * time.Minute
 
 var (
 	kadmControlPlanes = []string{"cp-1", "cp-2", "cp-3"}
@@ -51,7 +46,7 @@ func TestKubeadm(t *testing.T) {
 	source := l.BinarySourceURL(t)
 
 	t.Run("a fresh install's ClusterTarget shows the cluster as it is: v1.36.4, every control plane's certificates, UpToDate, nothing run", func(t *testing.T) {
-		ct := kadmWaitTarget(t, l, "the ClusterTarget of a fresh install", func(ct *v1alpha1.ClusterTarget) error {
+		ct := framework.WaitForClusterTarget(t, l, "the ClusterTarget of a fresh install", func(ct *v1alpha1.ClusterTarget) error {
 			if ct.Spec.KubernetesVersion != "v1.36.4" || ct.Status.KubernetesVersion != "v1.36.4" {
 				return fmt.Errorf("spec %s, observed %s", ct.Spec.KubernetesVersion, ct.Status.KubernetesVersion)
 			}
@@ -93,7 +88,7 @@ func TestKubeadm(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Name: "renew"},
 			Spec:       v1alpha1.NodeOperationSpec{RenewCertificates: &v1alpha1.RenewCertificatesOperation{}},
 		}
-		_, events := framework.RunOperationWatched(t, l, op, kadmWait(v1alpha1.OperationSucceeded))
+		_, events := framework.RunOperationWatched(t, l, op, framework.WaitForKubeadmOperation(v1alpha1.OperationSucceeded))
 
 		if held, what := framework.MaxHeld(events, nil); held > 1 {
 			t.Errorf("%d control planes worked on at once: %s", held, what)
@@ -151,7 +146,7 @@ func TestKubeadm(t *testing.T) {
 		trees := kadmTrees(t, l, append(append([]string(nil), kadmControlPlanes...), kadmWorkers...))
 		cluster := kadmClusterState(t, l)
 		op := upgrade("upgrade-dry-run", v1alpha1.ExecutionDryRun)
-		_, events := framework.RunOperationWatched(t, l, op, kadmWait(v1alpha1.OperationSucceeded))
+		_, events := framework.RunOperationWatched(t, l, op, framework.WaitForKubeadmOperation(v1alpha1.OperationSucceeded))
 
 		kadmControlPlanesFirst(t, events)
 		for _, task := range framework.OperationTasks(t, l, op.Name) {
@@ -185,16 +180,16 @@ func TestKubeadm(t *testing.T) {
 		// Through the ClusterTarget: one edit, exactly one generated upgrade.
 		op := &v1alpha1.NodeOperation{ObjectMeta: metav1.ObjectMeta{Name: "cluster-upgrade-v1.37.2-1"}}
 		w := framework.WatchTasks(t, l, client.MatchingLabels{v1alpha1.LabelOperation: op.Name})
-		kadmEditTarget(t, l, func(ct *v1alpha1.ClusterTarget) {
+		framework.EditClusterTarget(t, l, func(ct *v1alpha1.ClusterTarget) {
 			ct.Spec.KubernetesVersion = "v1.37.2"
 			ct.Spec.Upgrade.BinarySource = upgrade("", v1alpha1.ExecutionAuto).Spec.Upgrade.BinarySource
 			ct.Spec.Upgrade.IgnorePreflightErrors = framework.LocalPreflightIgnores
 		})
-		in := kadmWait(v1alpha1.OperationSucceeded)
+		in := framework.WaitForKubeadmOperation(v1alpha1.OperationSucceeded)
 		in.Name = op.Name
 		framework.WaitForOperation(t, l, in)
 		kadmControlPlanesFirst(t, w.Stop(t))
-		kadmWaitTarget(t, l, "UpToDate with every node observed at v1.37.2", func(ct *v1alpha1.ClusterTarget) error {
+		framework.WaitForClusterTarget(t, l, "UpToDate with every node observed at v1.37.2", func(ct *v1alpha1.ClusterTarget) error {
 			if c := meta.FindStatusCondition(ct.Status.Conditions, v1alpha1.ConditionUpToDate); c == nil || c.Status != metav1.ConditionTrue {
 				return fmt.Errorf("UpToDate %+v", c)
 			}
@@ -213,7 +208,7 @@ func TestKubeadm(t *testing.T) {
 			}
 			return nil
 		})
-		if got := kadmGenerated(t, l); !slices.Equal(got, []string{op.Name}) {
+		if got := framework.GeneratedOperations(t, l); !slices.Equal(got, []string{op.Name}) {
 			t.Errorf("operations generated: %v, want exactly %s", got, op.Name)
 		}
 
@@ -262,9 +257,9 @@ func TestKubeadm(t *testing.T) {
 		for _, n := range kadmControlPlanes {
 			before[n] = kadmCertificates(t, l.NodeRoot(n))
 		}
-		kadmEditTarget(t, l, func(ct *v1alpha1.ClusterTarget) { ct.Spec.Certificates.RotationCount = 1 })
+		framework.EditClusterTarget(t, l, func(ct *v1alpha1.ClusterTarget) { ct.Spec.Certificates.RotationCount = 1 })
 		const name = "cluster-rotate-certificates-1-1"
-		in := kadmWait(v1alpha1.OperationSucceeded)
+		in := framework.WaitForKubeadmOperation(v1alpha1.OperationSucceeded)
 		in.Name = name
 		framework.WaitForOperation(t, l, in)
 		for _, n := range kadmControlPlanes {
@@ -275,24 +270,24 @@ func TestKubeadm(t *testing.T) {
 				}
 			}
 		}
-		kadmWaitTarget(t, l, "UpToDate after the rotation", func(ct *v1alpha1.ClusterTarget) error {
+		framework.WaitForClusterTarget(t, l, "UpToDate after the rotation", func(ct *v1alpha1.ClusterTarget) error {
 			if c := meta.FindStatusCondition(ct.Status.Conditions, v1alpha1.ConditionUpToDate); c == nil || c.Status != metav1.ConditionTrue || ct.Status.LastRotationCount != 1 {
 				return fmt.Errorf("UpToDate %+v, lastRotationCount %d", c, ct.Status.LastRotationCount)
 			}
 			return nil
 		})
-		if got := kadmGenerated(t, l); !slices.Equal(got, []string{"cluster-upgrade-v1.37.2-1", name}) {
+		if got := framework.GeneratedOperations(t, l); !slices.Equal(got, []string{"cluster-upgrade-v1.37.2-1", name}) {
 			t.Errorf("operations generated: %v, want the upgrade and exactly one rotation", got)
 		}
 	})
 
 	t.Run("with kubeadm-config at v1.35.3 the ClusterTarget's plan has two upgrade steps", func(t *testing.T) {
-		kadmEditTarget(t, l, func(ct *v1alpha1.ClusterTarget) {
+		framework.EditClusterTarget(t, l, func(ct *v1alpha1.ClusterTarget) {
 			ct.Spec.Paused = true // show the plan, run nothing: the nodes are really at v1.37.2
 			ct.Spec.Upgrade.Path = []string{"v1.36.4"}
 		})
 		kadmSetConfigVersion(t, l, "v1.35.3")
-		kadmWaitTarget(t, l, "a two-step upgrade path", func(ct *v1alpha1.ClusterTarget) error {
+		framework.WaitForClusterTarget(t, l, "a two-step upgrade path", func(ct *v1alpha1.ClusterTarget) error {
 			if ct.Status.KubernetesVersion != "v1.35.3" || !slices.Equal(ct.Status.UpgradePath, []string{"v1.36.4", "v1.37.2"}) {
 				return fmt.Errorf("observed %s, path %v", ct.Status.KubernetesVersion, ct.Status.UpgradePath)
 			}
@@ -302,7 +297,7 @@ func TestKubeadm(t *testing.T) {
 		if err != nil || !strings.Contains(string(out), "steps: v1.36.4 -> v1.37.2") {
 			t.Errorf("kubectl nodeops target does not show the two steps (%v):\n%s", err, out)
 		}
-		if got := kadmGenerated(t, l); len(got) != 2 {
+		if got := framework.GeneratedOperations(t, l); len(got) != 2 {
 			t.Errorf("a paused ClusterTarget generated: %v", got)
 		}
 	})
@@ -310,7 +305,7 @@ func TestKubeadm(t *testing.T) {
 	t.Run("an upgrade skipping a minor version is refused before any task is created", func(t *testing.T) {
 		kadmSetConfigVersion(t, l, "v1.35.3")
 		op := upgrade("upgrade-skew", v1alpha1.ExecutionAuto)
-		done, events := framework.RunOperationWatched(t, l, op, kadmWait(v1alpha1.OperationFailed))
+		done, events := framework.RunOperationWatched(t, l, op, framework.WaitForKubeadmOperation(v1alpha1.OperationFailed))
 		c := meta.FindStatusCondition(done.Status.Conditions, v1alpha1.ConditionFailed)
 		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != plan.ReasonUnsupportedVersionSkew ||
 			!strings.Contains(c.Message, "v1.35.3") || !strings.Contains(c.Message, "v1.37.2") {
@@ -323,57 +318,6 @@ func TestKubeadm(t *testing.T) {
 			t.Errorf("%d tasks for a refused upgrade", len(tasks))
 		}
 	})
-}
-
-// kadmWaitTarget waits until the ClusterTarget meets cond and returns it.
-func kadmWaitTarget(t *testing.T, l *framework.Local, what string, cond func(*v1alpha1.ClusterTarget) error) *v1alpha1.ClusterTarget {
-	t.Helper()
-	ct := &v1alpha1.ClusterTarget{}
-	testutil.EventuallyEvery(t, kadmOperationTimeout, framework.PollInterval, what, func(ctx context.Context) error {
-		if err := l.Client.Get(ctx, client.ObjectKey{Name: v1alpha1.ClusterTargetName}, ct); err != nil {
-			return err
-		}
-		return cond(ct)
-	})
-	return ct
-}
-
-// kadmEditTarget changes the ClusterTarget's spec, as `kubectl edit` would.
-func kadmEditTarget(t *testing.T, l *framework.Local, mutate func(*v1alpha1.ClusterTarget)) {
-	t.Helper()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var ct v1alpha1.ClusterTarget
-		if err := l.Client.Get(context.Background(), client.ObjectKey{Name: v1alpha1.ClusterTargetName}, &ct); err != nil {
-			return err
-		}
-		mutate(&ct)
-		return l.Client.Update(context.Background(), &ct)
-	})
-	if err != nil {
-		t.Fatalf("editing the ClusterTarget: %v", err)
-	}
-}
-
-// kadmGenerated names the operations the ClusterTarget generated, oldest first.
-func kadmGenerated(t *testing.T, l *framework.Local) []string {
-	t.Helper()
-	var ops v1alpha1.NodeOperationList
-	if err := l.Client.List(context.Background(), &ops); err != nil {
-		t.Fatal(err)
-	}
-	sort.Slice(ops.Items, func(i, j int) bool { return ops.Items[i].CreationTimestamp.Before(&ops.Items[j].CreationTimestamp) })
-	var out []string
-	for _, op := range ops.Items {
-		if ref := metav1.GetControllerOf(&op); ref != nil && ref.Kind == "ClusterTarget" {
-			out = append(out, op.Name)
-		}
-	}
-	return out
-}
-
-// kadmWait waits for a kubeadm operation's phase; one that ends otherwise, or blocks, fails the test at once.
-func kadmWait(phase v1alpha1.OperationPhase) framework.WaitForOperationInput {
-	return framework.WaitForOperationInput{Phase: phase, Timeout: kadmOperationTimeout, FailIfBlocked: true}
 }
 
 // kadmCertificates reads the leaf certificates `kubeadm certs renew all` renews in a control-plane

@@ -14,20 +14,18 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/controller/nodeprofile"
 	"github.com/nodeops/nodeops/internal/testutil"
 	"github.com/nodeops/nodeops/test/e2e/framework"
 )
@@ -94,7 +92,7 @@ func TestNodeProfile(t *testing.T) {
 			if err := l.Client.Get(ctx, client.ObjectKey{Name: rc}, obj); err != nil {
 				return err
 			}
-			if obj.Handler != rc || obj.Scheduling == nil || obj.Scheduling.NodeSelector["nodeops.io/profile.wasm-shims"] != "provisioned" {
+			if obj.Handler != rc || obj.Scheduling == nil || obj.Scheduling.NodeSelector[nodeprofile.ProvisionedLabel("wasm-shims")] != v1alpha1.ProvisionedValue {
 				return fmt.Errorf("handler %q, scheduling %+v", obj.Handler, obj.Scheduling)
 			}
 			return nil
@@ -103,7 +101,7 @@ func TestNodeProfile(t *testing.T) {
 
 	t.Run("annotating worker-1 provisions it and only it", func(t *testing.T) {
 		l.MustKubectl(t, "annotate", "node", "worker-1", "kwasm.sh/kwasm-node=true")
-		profWaitProfileLabel(t, l, "wasm-shims", "worker-1", true)
+		framework.WaitForProfileLabel(t, l, "wasm-shims", "worker-1", true)
 		root := l.NodeRoot("worker-1")
 		for name, want := range digests {
 			if got := framework.FileSHA256(t, filepath.Join(root, profShimDir, name)); got != want {
@@ -119,7 +117,7 @@ func TestNodeProfile(t *testing.T) {
 		if n := framework.Restarts(t, root, "containerd"); n < 1 {
 			t.Errorf("no containerd restart recorded on worker-1")
 		}
-		profWaitCondition(t, l, "wasm-shims", v1alpha1.ConditionReady, metav1.ConditionTrue)
+		framework.WaitForProfileCondition(t, l, "wasm-shims", v1alpha1.ConditionReady, metav1.ConditionTrue)
 
 		other := l.NodeRoot("worker-2")
 		for name := range digests {
@@ -133,7 +131,7 @@ func TestNodeProfile(t *testing.T) {
 		if framework.Restarts(t, other, "containerd") != 0 {
 			t.Errorf("containerd restarted on worker-2")
 		}
-		if profProfileLabel(t, l, "wasm-shims", "worker-2") {
+		if framework.ProfileLabelled(t, l, "wasm-shims", "worker-2") {
 			t.Errorf("worker-2 labelled")
 		}
 	})
@@ -161,12 +159,12 @@ spec:
 		}
 		l.MustKubectl(t, "apply", "-f", badFile)
 		l.MustKubectl(t, "annotate", "node", "worker-2", "nodeops.io/e2e-bad=true")
-		c := profWaitCondition(t, l, "bad-shim", v1alpha1.ConditionDegraded, metav1.ConditionTrue)
+		c := framework.WaitForProfileCondition(t, l, "bad-shim", v1alpha1.ConditionDegraded, metav1.ConditionTrue)
 		t.Logf("Degraded: %s", c.Message)
 		if !strings.Contains(c.Message, "worker-2") || !strings.Contains(strings.ToLower(c.Message), "sha256") {
 			t.Errorf("Degraded does not name worker-2 and the sha256 mismatch: %s", c.Message)
 		}
-		if profProfileLabel(t, l, "bad-shim", "worker-2") {
+		if framework.ProfileLabelled(t, l, "bad-shim", "worker-2") {
 			t.Errorf("worker-2 labelled after a failed install")
 		}
 		if _, err := os.Stat(filepath.Join(l.NodeRoot("worker-2"), profShimDir, "bad-shim")); !os.IsNotExist(err) {
@@ -177,13 +175,13 @@ spec:
 			t.Errorf("status.failures[0].node = %q", out)
 		}
 		l.MustKubectl(t, "delete", "nodeprofile", "bad-shim", "--wait=false")
-		profWaitGone(t, l, "bad-shim")
+		framework.WaitForProfileGone(t, l, "bad-shim")
 	})
 
 	t.Run("removing the annotation uninstalls", func(t *testing.T) {
 		before := framework.Restarts(t, l.NodeRoot("worker-1"), "containerd")
 		l.MustKubectl(t, "annotate", "node", "worker-1", "kwasm.sh/kwasm-node-")
-		profWaitProfileLabel(t, l, "wasm-shims", "worker-1", false)
+		framework.WaitForProfileLabel(t, l, "wasm-shims", "worker-1", false)
 		root := l.NodeRoot("worker-1")
 		for name := range digests {
 			if _, err := os.Stat(filepath.Join(root, profShimDir, name)); !os.IsNotExist(err) {
@@ -199,7 +197,7 @@ spec:
 		if after := framework.Restarts(t, root, "containerd"); after <= before {
 			t.Errorf("containerd not restarted by the uninstall (%d profRestarts before, %d after)", before, after)
 		}
-		if n := profGetNode(t, l, "worker-1"); n.Annotations["nodeops.io/profile-hash.wasm-shims"] != "" {
+		if n := framework.GetNode(t, l, "worker-1"); n.Annotations[nodeprofile.HashAnnotation("wasm-shims")] != "" {
 			t.Errorf("hash annotation left on worker-1")
 		}
 	})
@@ -207,14 +205,18 @@ spec:
 	t.Run("autoProvision over the sim nodes never exceeds maxUnavailable", func(t *testing.T) {
 		const limit = 20
 		ctx := context.Background()
-		profLabelSims(t, l, sims)
+		var simNodes []string
+		for i := 1; i <= sims; i++ {
+			simNodes = append(simNodes, fmt.Sprintf("sim-%d", i))
+		}
+		framework.LabelNodes(t, l, "e2e.nodeops.io/pool", "sim", simNodes...)
 		w := framework.WatchTasks(t, l, client.MatchingLabels{v1alpha1.LabelProfile: "sim-shims"})
 		prof := &v1alpha1.NodeProfile{
 			ObjectMeta: metav1.ObjectMeta{Name: "sim-shims"},
 			Spec: v1alpha1.NodeProfileSpec{
 				NodeSelector:   &metav1.LabelSelector{MatchLabels: map[string]string{"e2e.nodeops.io/pool": "sim"}},
 				AutoProvision:  true,
-				MaxUnavailable: profPtrIntOrString(limit),
+				MaxUnavailable: ptr.To(intstr.FromInt32(limit)),
 				Install: []v1alpha1.Command{{Name: "shim", InstallFile: &v1alpha1.InstallFileCommand{
 					URL: srv.URL + "/v0.x/containerd-shim-wasmedge-v1", CABundle: caBundle, SHA256: digests["containerd-shim-wasmedge-v1"], Path: profShimDir + "containerd-shim-wasmedge-v1", Mode: "0755",
 				}}},
@@ -227,16 +229,16 @@ spec:
 			t.Fatal(err)
 		}
 		testutil.EventuallyEvery(t, 10*time.Minute, framework.PollInterval, "every sim node provisioned", func(ctx context.Context) error {
-			n, err := profCountLabelled(ctx, l, "sim-shims")
+			n, err := framework.CountProfileLabelled(ctx, l, "sim-shims")
 			if err != nil {
 				return err
 			}
 			if n < sims {
-				return fmt.Errorf("%d of %d labelled: %s", n, sims, profProfileSummary(ctx, l, "sim-shims"))
+				return fmt.Errorf("%d of %d labelled: %s", n, sims, framework.ProfileSummary(ctx, l, "sim-shims"))
 			}
 			return nil
 		})
-		profWaitCondition(t, l, "sim-shims", v1alpha1.ConditionReady, metav1.ConditionTrue)
+		framework.WaitForProfileCondition(t, l, "sim-shims", v1alpha1.ConditionReady, metav1.ConditionTrue)
 		peak, at := framework.MaxHeld(w.Events(t), nil)
 		if peak > limit {
 			t.Fatalf("%d nodes held unfinished tasks at once (maxUnavailable %d) %s", peak, limit, at)
@@ -245,8 +247,8 @@ spec:
 
 		// Deleting the profile uninstalls every node, then the profile goes.
 		l.MustKubectl(t, "delete", "nodeprofile", "sim-shims", "--wait=false")
-		profWaitGone(t, l, "sim-shims")
-		if n, err := profCountLabelled(ctx, l, "sim-shims"); err != nil || n != 0 {
+		framework.WaitForProfileGone(t, l, "sim-shims")
+		if n, err := framework.CountProfileLabelled(ctx, l, "sim-shims"); err != nil || n != 0 {
 			t.Errorf("%d sim nodes still labelled after the profile went (%v)", n, err)
 		}
 		if peak, at := framework.MaxHeld(w.Stop(t), nil); peak > limit {
@@ -256,12 +258,12 @@ spec:
 
 	t.Run("deleting the profile uninstalls every node, then the profile is gone", func(t *testing.T) {
 		l.MustKubectl(t, "annotate", "node", "worker-1", "worker-2", "kwasm.sh/kwasm-node=true", "--overwrite")
-		profWaitProfileLabel(t, l, "wasm-shims", "worker-1", true)
-		profWaitProfileLabel(t, l, "wasm-shims", "worker-2", true)
+		framework.WaitForProfileLabel(t, l, "wasm-shims", "worker-1", true)
+		framework.WaitForProfileLabel(t, l, "wasm-shims", "worker-2", true)
 		l.MustKubectl(t, "delete", "nodeprofile", "wasm-shims", "--wait=false")
-		profWaitGone(t, l, "wasm-shims")
+		framework.WaitForProfileGone(t, l, "wasm-shims")
 		for _, node := range []string{"worker-1", "worker-2"} {
-			if profProfileLabel(t, l, "wasm-shims", node) {
+			if framework.ProfileLabelled(t, l, "wasm-shims", node) {
 				t.Errorf("%s still labelled", node)
 			}
 			for name := range digests {
@@ -277,111 +279,4 @@ spec:
 			}
 		}
 	})
-}
-
-func profGetNode(t *testing.T, l *framework.Local, name string) *corev1.Node {
-	t.Helper()
-	n := &corev1.Node{}
-	if err := l.Client.Get(context.Background(), client.ObjectKey{Name: name}, n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-func profProfileLabel(t *testing.T, l *framework.Local, profile, node string) bool {
-	t.Helper()
-	return profGetNode(t, l, node).Labels["nodeops.io/profile."+profile] == "provisioned"
-}
-
-func profWaitProfileLabel(t *testing.T, l *framework.Local, profile, node string, want bool) {
-	t.Helper()
-	testutil.EventuallyEvery(t, 3*time.Minute, framework.PollInterval, fmt.Sprintf("%s labelled=%v by %s", node, want, profile), func(ctx context.Context) error {
-		n := &corev1.Node{}
-		if err := l.Client.Get(ctx, client.ObjectKey{Name: node}, n); err != nil {
-			return err
-		}
-		if got := n.Labels["nodeops.io/profile."+profile] == "provisioned"; got != want {
-			return fmt.Errorf("labelled=%v; profile says %s", got, profProfileSummary(ctx, l, profile))
-		}
-		return nil
-	})
-}
-
-func profProfileSummary(ctx context.Context, l *framework.Local, name string) string {
-	p := &v1alpha1.NodeProfile{}
-	if err := l.Client.Get(ctx, client.ObjectKey{Name: name}, p); err != nil {
-		return err.Error()
-	}
-	var parts []string
-	for _, c := range p.Status.Conditions {
-		parts = append(parts, fmt.Sprintf("%s=%s (%s: %s)", c.Type, c.Status, c.Reason, c.Message))
-	}
-	return fmt.Sprintf("%+v %s", p.Status.Nodes, strings.Join(parts, "; "))
-}
-
-func profWaitCondition(t *testing.T, l *framework.Local, profile, typ string, status metav1.ConditionStatus) metav1.Condition {
-	t.Helper()
-	var got metav1.Condition
-	testutil.EventuallyEvery(t, 3*time.Minute, framework.PollInterval, fmt.Sprintf("%s %s=%s", profile, typ, status), func(ctx context.Context) error {
-		p := &v1alpha1.NodeProfile{}
-		if err := l.Client.Get(ctx, client.ObjectKey{Name: profile}, p); err != nil {
-			return err
-		}
-		c := meta.FindStatusCondition(p.Status.Conditions, typ)
-		if c == nil || c.Status != status {
-			return fmt.Errorf("%s", profProfileSummary(ctx, l, profile))
-		}
-		got = *c
-		return nil
-	})
-	return got
-}
-
-func profWaitGone(t *testing.T, l *framework.Local, profile string) {
-	t.Helper()
-	testutil.EventuallyEvery(t, 10*time.Minute, framework.PollInterval, "profile "+profile+" gone", func(ctx context.Context) error {
-		err := l.Client.Get(ctx, client.ObjectKey{Name: profile}, &v1alpha1.NodeProfile{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("still there: %s", profProfileSummary(ctx, l, profile))
-	})
-}
-
-// profLabelSims gives the sim nodes a label of this test's own, for the profile's selector.
-func profLabelSims(t *testing.T, l *framework.Local, sims int) {
-	t.Helper()
-	var wg sync.WaitGroup
-	errs := make(chan error, sims)
-	sem := make(chan struct{}, 16)
-	for i := 1; i <= sims; i++ {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("sim-%d", i)}}
-			patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"e2e.nodeops.io/pool":"sim"}}}`))
-			if err := l.Client.Patch(context.Background(), n, patch); err != nil {
-				errs <- err
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-}
-
-func profCountLabelled(ctx context.Context, l *framework.Local, profile string) (int, error) {
-	var nodes corev1.NodeList
-	if err := l.Client.List(ctx, &nodes, client.MatchingLabels{"nodeops.io/profile." + profile: "provisioned"}); err != nil {
-		return 0, err
-	}
-	return len(nodes.Items), nil
-}
-
-func profPtrIntOrString(v int) *intstr.IntOrString {
-	x := intstr.FromInt32(int32(v))
-	return &x
 }

@@ -30,6 +30,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
@@ -40,6 +41,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	nodeopsv1 "github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/testutil"
 	"github.com/nodeops/nodeops/test/e2e/framework"
 )
@@ -56,6 +58,8 @@ const (
 	managerNS   = "nodeops-system"
 	workloadNS  = "default"
 	pauseImage  = "registry.k8s.io/pause:3.10.2"
+	// installerImage is hack/realnode/cmd/installer-test on scratch, imported by `make realnode`.
+	installerImage = "localhost/nodeops/installer-test:realnode"
 )
 
 type env struct {
@@ -69,7 +73,41 @@ type env struct {
 }
 
 // The scenarios share the one node that `make realnode` brought up and run in this order (go test
-// runs a file's tests in order): renewal, a runtime handler through a NodeProfile, the upgrade.
+// runs a file's tests in order): nodeops' images, renewal, a runtime handler through a NodeProfile,
+// the upgrade, a pod command.
+
+// TestRealNode0NodeopsRunsTheImagesMakeImagesBuilt: the manager and agent run the images `make
+// images` built, by the index digests its digests.env names (the chart installed with its
+// values.yaml, never pulling), and containerd holds each as the multi-arch index.
+func TestRealNode0NodeopsRunsTheImagesMakeImagesBuilt(t *testing.T) {
+	e := setup(t)
+	dir := os.Getenv("NODEOPS_IMAGES")
+	if dir == "" {
+		dir = filepath.Join(e.bin, "images")
+	}
+	env := map[string]string{}
+	for _, line := range strings.Split(framework.ReadFile(t, filepath.Join(dir, "digests.env")), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
+			env[k] = v
+		}
+	}
+	for _, w := range []struct{ image, label string }{{"manager", "nodeops-manager"}, {"agent", "nodeops-agent"}} {
+		ref := env["NODEOPS_"+strings.ToUpper(w.image)+"_IMAGE"]
+		if !strings.Contains(ref, "@sha256:") {
+			t.Fatalf("%s/digests.env names no %s image by digest: %q", dir, w.image, ref)
+		}
+		pod := e.waitRunningPod(managerNS, map[string]string{"app.kubernetes.io/name": w.label}, 3*time.Minute)
+		c, cs := pod.Spec.Containers[0], pod.Status.ContainerStatuses[0]
+		if c.Image != ref || c.ImagePullPolicy != corev1.PullNever || cs.ImageID != ref {
+			t.Errorf("pod %s: image %s (pull %s), running image ID %s; want %s, never pulled", pod.Name, c.Image, c.ImagePullPolicy, cs.ImageID, ref)
+		}
+		out, err := exec.CommandContext(e.ctx, ctrBinary, "--address", containerdSocket, "-n", "k8s.io", "images", "ls", "name=="+ref).Output()
+		if err != nil || !strings.Contains(string(out), "application/vnd.oci.image.index.v1+json") || !strings.Contains(string(out), "linux/amd64,linux/arm64") {
+			t.Errorf("ctr images ls name==%s: want the OCI index of linux/amd64 and linux/arm64 (%v):\n%s", ref, err, out)
+		}
+		t.Logf("pod %s runs %s (image ID %s, status image %s); containerd holds its index for linux/amd64 and linux/arm64", pod.Name, c.Image, cs.ImageID, cs.Image)
+	}
+}
 
 func TestRealNode1RenewCertificates(t *testing.T) {
 	e := setup(t)
@@ -119,6 +157,121 @@ func TestRealNode3UpgradeThroughClusterTarget(t *testing.T) {
 	}
 	e.verifyWorkload(workload)
 	e.verifyManager(managerBefore, op)
+}
+
+// TestRealNode4PodCommand: a NodeOperation's `pod` command runs the locally built installer image
+// (hack/realnode/cmd/installer-test, imported into containerd, never pulled) on the node with the
+// host's / at /host: it succeeds, its log tail and exit code 0 are in the task, the file it wrote is
+// on the host and its pod is gone. The same image told to exit 3 blocks its operation, saying so.
+func TestRealNode4PodCommand(t *testing.T) {
+	e := setup(t)
+	run := fmt.Sprintf("realnode-%d", time.Now().Unix())
+	t.Cleanup(func() { _ = os.RemoveAll(filepath.Dir(installerMarker)) })
+	op := e.podOperation("installer-test", []string{"--marker=/host" + installerMarker}, run)
+	if out, code, err := e.nodeopsCode("watch", op, "--timeout", "5m"); err != nil || code != 0 {
+		t.Fatalf("kubectl nodeops watch %s: exit %d %v, want 0 (Succeeded):\n%s", op, code, err, out)
+	}
+	e.operationSucceeded(op)
+	c := e.onlyCommandStatus(op)
+	for _, want := range []string{`installer-test: run "` + run + `" starting in pod`, "installer-test: wrote /host" + installerMarker, "installer-test: done"} {
+		if !strings.Contains(c.OutputTail, want) {
+			t.Errorf("task of %s: outputTail lacks %q:\n%s", op, want, c.OutputTail)
+		}
+	}
+	if c.ExitCode == nil || *c.ExitCode != 0 {
+		t.Errorf("task of %s: exitCode %v, want 0", op, c.ExitCode)
+	}
+	if logs := e.nodeops("logs", op); !strings.Contains(logs, "installer-test: done") {
+		t.Errorf("kubectl nodeops logs %s does not show the pod's log", op)
+	}
+	if got := framework.ReadFile(t, installerMarker); got != "installed by installer-test run "+run+"\n" {
+		t.Errorf("%s on the host holds %q, want the run %s", installerMarker, got, run)
+	}
+	e.noInstallerPods()
+	t.Logf("pod command of %s: exit code 0, %s written on the host, pod deleted; output tail:\n%s", op, installerMarker, c.OutputTail)
+
+	step(t, "a pod command that exits 3")
+	failing := e.podOperation("installer-fails", []string{"--exit=3"}, run)
+	if out, code, err := e.nodeopsCode("watch", failing, "--timeout", "5m"); err != nil || code != 3 {
+		t.Fatalf("kubectl nodeops watch %s: exit %d %v, want 3 (Blocked):\n%s", failing, code, err, out)
+	}
+	var blocked nodeopsv1.NodeOperation
+	if err := e.c.Get(e.ctx, client.ObjectKey{Name: failing}, &blocked); err != nil {
+		t.Fatal(err)
+	}
+	cond := meta.FindStatusCondition(blocked.Status.Conditions, nodeopsv1.ConditionBlocked)
+	if blocked.Status.Phase != nodeopsv1.OperationBlocked || cond == nil || !strings.Contains(cond.Message, "exited with code 3") {
+		t.Errorf("operation %s: phase %s, Blocked condition %+v; want Blocked saying the pod exited with code 3", failing, blocked.Status.Phase, cond)
+	}
+	fc := e.onlyCommandStatus(failing)
+	if fc.Phase != nodeopsv1.CommandFailed || fc.ExitCode == nil || *fc.ExitCode != 3 || !strings.Contains(fc.OutputTail, "failing with exit code 3") {
+		t.Errorf("task of %s: command %s, exit code %v, output tail:\n%s", failing, fc.Phase, fc.ExitCode, fc.OutputTail)
+	}
+	e.noInstallerPods()
+	t.Logf("operation %s is Blocked: %s", failing, cond.Message)
+	e.nodeops("abort", failing)
+	for _, name := range []string{op, failing} {
+		if err := e.c.Delete(e.ctx, &nodeopsv1.NodeOperation{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// installerMarker is the host file the installer test image writes (under the node's state
+// directory, which realnode down removes).
+const installerMarker = "/var/lib/nodeops-realnode/installer-test/installed"
+
+// podOperation creates a NodeOperation whose one group runs a pod command with the installer test
+// image on the node, the host's / mounted, and returns its name.
+func (e *env) podOperation(name string, args []string, run string) string {
+	e.t.Helper()
+	op := &nodeopsv1.NodeOperation{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: name + "-"},
+		Spec: nodeopsv1.NodeOperationSpec{Custom: &nodeopsv1.CustomOperation{Groups: []nodeopsv1.Group{{
+			Name: "installer",
+			Commands: []nodeopsv1.Command{{Name: "install", Pod: &nodeopsv1.PodCommand{
+				Image:           installerImage,
+				ImagePullPolicy: corev1.PullNever,
+				Args:            args,
+				Env:             []nodeopsv1.PodEnvVar{{Name: "INSTALLER_TEST_RUN", Value: run}},
+				MountHostRoot:   true,
+				Timeout:         &metav1.Duration{Duration: 3 * time.Minute},
+			}}},
+		}}}},
+	}
+	if err := e.c.Create(e.ctx, op); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Logf("created NodeOperation %s: pod command, image %s, args %q", op.Name, installerImage, args)
+	return op.Name
+}
+
+// onlyCommandStatus is the status of the one command of the operation's one task.
+func (e *env) onlyCommandStatus(op string) nodeopsv1.CommandStatus {
+	e.t.Helper()
+	var tasks nodeopsv1.NodeTaskList
+	if err := e.c.List(e.ctx, &tasks, client.MatchingLabels{nodeopsv1.LabelOperation: op}); err != nil {
+		e.t.Fatal(err)
+	}
+	if len(tasks.Items) != 1 || len(tasks.Items[0].Status.Commands) != 1 {
+		e.t.Fatalf("operation %s: want one task with one command status, got %d tasks: %+v", op, len(tasks.Items), tasks.Items)
+	}
+	return tasks.Items[0].Status.Commands[0]
+}
+
+// noInstallerPods waits until no pod command's pod is left in the agent's namespace.
+func (e *env) noInstallerPods() {
+	e.t.Helper()
+	testutil.EventuallyEvery(e.t, time.Minute, realnodePoll, "no installer pod", func(context.Context) error {
+		var pods corev1.PodList
+		if err := e.c.List(e.ctx, &pods, client.InNamespace(managerNS), client.MatchingLabels{"app.kubernetes.io/name": "nodeops-installer"}); err != nil {
+			return err
+		}
+		if len(pods.Items) > 0 {
+			return fmt.Errorf("pod %s is left (%s)", pods.Items[0].Name, pods.Items[0].Status.Phase)
+		}
+		return nil
+	})
 }
 
 func (e *env) kubeletVersion() string {
@@ -521,12 +674,10 @@ func (e *env) verifyKubelet() {
 		if n.Spec.Unschedulable {
 			return fmt.Errorf("node still cordoned")
 		}
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-				return nil
-			}
+		if !plan.NodeReady(&n) {
+			return fmt.Errorf("node not Ready")
 		}
-		return fmt.Errorf("node not Ready")
+		return nil
 	})
 	out, err := exec.Command("/usr/bin/kubelet", "--version").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), toVersion) {

@@ -25,6 +25,14 @@ import (
 type Env struct {
 	NodeName  string
 	Operation string
+	// Task and CommandIndex name the task and the command running, which the pod command names its pod after.
+	Task         string
+	CommandIndex int
+	// Namespace is the agent's own, where the pod command creates its pod.
+	Namespace string
+	// ImagePullGrace is how long a pod command's image may fail to pull before the command fails;
+	// zero for DefaultImagePullGrace.
+	ImagePullGrace time.Duration
 	// Owner is who the task cordons for (taskpolicy.OwnerOfTask); when empty, the operation by name.
 	Owner string
 	// DryRun: change nothing on the host or in the cluster; report what would be done. Run gives
@@ -136,6 +144,7 @@ func Handlers() map[string]Handler {
 		handle(runContainerdRuntime),
 		handle(runScript),
 		handle(runWait),
+		handle(runPod),
 	)
 }
 

@@ -100,8 +100,10 @@ func runKubeadmUpgradePlan(ctx context.Context, env *Env, c *v1alpha1.KubeadmUpg
 	return Result{Message: fmt.Sprintf("kubeadm upgrade plan %s passed", c.KubernetesVersion)}, nil
 }
 
-// runUpgrade runs a kubeadm upgrade command, in its dry-run form in DryRun: one of the two places
-// where a DryRun is a different real invocation rather than a side effect left out.
+// runUpgrade runs a kubeadm upgrade command, in its dry-run form in DryRun: there a DryRun is a
+// different real invocation rather than a side effect left out. It is one of four handler branches
+// on DryRun, with certs renew below, the drain's wait for evicted pods and wait-node-ready's
+// static-pod versions; every other difference comes from the reporting host and client in env.
 func runUpgrade(ctx context.Context, env *Env, args []string) error {
 	if env.DryRun {
 		return kubeadmDryRun(ctx, env, args...)

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/clock"
 	"github.com/nodeops/nodeops/internal/controller/skeleton"
 )
 
@@ -69,7 +70,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("clustertarget").
 		For(&v1alpha1.ClusterTarget{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&v1alpha1.NodeOperation{}, builder.WithPredicates(operationChanged())).
-		Watches(&corev1.Node{}, toTarget, builder.WithPredicates(predicate.Or(skeleton.NodeChanged(skeleton.NodeLabels), kubeletChanged(), certificatesAnnotationChanged()))).
+		Watches(&corev1.Node{}, toTarget, builder.WithPredicates(nodeChanged())).
 		Watches(&v1alpha1.NodeTask{}, toTarget, builder.WithPredicates(certificatesChanged())).
 		WatchesRawSource(source.Kind(system, client.Object(&corev1.ConfigMap{}), toTarget, isKubeadmConfig())).
 		WatchesRawSource(source.Kind(system, client.Object(&corev1.Pod{}), toTarget, mirrorImageChanged())).
@@ -101,20 +102,10 @@ func conditionStates(cs []metav1.Condition) map[string]string {
 	return out
 }
 
-// kubeletChanged passes a node update that changes its kubelet version.
-func kubeletChanged() predicate.Predicate {
-	return updates(func(o, n client.Object) bool {
-		a, okA := o.(*corev1.Node)
-		b, okB := n.(*corev1.Node)
-		return okA && okB && a.Status.NodeInfo.KubeletVersion != b.Status.NodeInfo.KubeletVersion
-	})
-}
-
-// certificatesAnnotationChanged passes a node update that changes its agent's certificate reading.
-func certificatesAnnotationChanged() predicate.Predicate {
-	return updates(func(o, n client.Object) bool {
-		return o.GetAnnotations()[v1alpha1.AnnotationCertificates] != n.GetAnnotations()[v1alpha1.AnnotationCertificates]
-	})
+// nodeChanged passes a node's creation, deletion, and the updates that change its labels, its
+// kubelet version or its agent's certificate reading.
+func nodeChanged() predicate.Predicate {
+	return skeleton.NodeChanged(skeleton.NodeLabels|skeleton.NodeKubeletVersion, v1alpha1.AnnotationCertificates)
 }
 
 // certificatesChanged passes tasks whose certificate reading counts (succeeded, with
@@ -191,10 +182,8 @@ func (i *Installer) Start(ctx context.Context) error {
 			}
 			return nil
 		}
-		select {
-		case <-ctx.Done():
+		if clock.Sleep(ctx, i.Interval) != nil {
 			return nil
-		case <-time.After(i.Interval):
 		}
 	}
 }

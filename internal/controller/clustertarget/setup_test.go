@@ -42,8 +42,8 @@ func TestPredicates(t *testing.T) {
 		old, new client.Object
 		want     bool
 	}{
-		{"node heartbeat", kubeletChanged().Update, node("v1.37.2", metav1.Unix(1, 0)), node("v1.37.2", metav1.Unix(2, 0)), false},
-		{"kubelet version", kubeletChanged().Update, node("v1.37.0", metav1.Unix(1, 0)), node("v1.37.2", metav1.Unix(1, 0)), true},
+		{"node heartbeat", nodeChanged().Update, node("v1.37.2", metav1.Unix(1, 0)), node("v1.37.2", metav1.Unix(2, 0)), false},
+		{"kubelet version", nodeChanged().Update, node("v1.37.0", metav1.Unix(1, 0)), node("v1.37.2", metav1.Unix(1, 0)), true},
 		{"operation progress", operationChanged().Update, op("Running", "1/3", "False"), op("Running", "2/3", "False"), false},
 		{"operation phase", operationChanged().Update, op("Running", "1/3", "False"), op("Succeeded", "3/3", "False"), true},
 		{"operation condition", operationChanged().Update, op("Running", "1/3", "False"), op("Running", "1/3", "True"), true},

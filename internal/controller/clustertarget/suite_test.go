@@ -6,7 +6,6 @@ import (
 	"os"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,10 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/controller/clustertarget"
@@ -62,62 +60,46 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:                 env.Scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
+	stop, err := testutil.StartManager(env.Config, env.Scheme, func(mgr manager.Manager, locks *nodelock.Table) error {
+		r := nodeoperation.New(mgr.GetClient(), mgr.GetAPIReader(), locks, mgr.GetEventRecorder("nodeoperation-controller"))
+		r.StatusInterval = 100 * time.Millisecond
+		for _, setup := range []func() error{
+			func() error { return r.SetupWithManager(mgr) },
+			func() error { return nodetask.SetupWithManager(mgr) },
+			func() error { return clustertarget.SetupWithManager(mgr) },
+		} {
+			if err := setup(); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "manager:", err)
-		return 1
-	}
-	locks := nodelock.New()
-	if err := locks.Start(ctx, mgr.GetCache()); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	r := nodeoperation.New(mgr.GetClient(), mgr.GetAPIReader(), locks, mgr.GetEventRecorder("nodeoperation-controller"))
-	r.StatusInterval = 100 * time.Millisecond
-	for _, setup := range []func() error{
-		func() error { return r.SetupWithManager(mgr) },
-		func() error { return nodetask.SetupWithManager(mgr) },
-		func() error { return clustertarget.SetupWithManager(mgr) },
-	} {
-		if err := setup(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := mgr.Start(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "manager stopped:", err)
-		}
-	})
+	defer stop()
 	// The manager's installer creates the ClusterTarget from kubeadm-config at start.
 	if err := waitInstalled(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	code := m.Run()
-	cancel()
-	wg.Wait()
-	return code
+	return m.Run()
 }
 
 func waitInstalled(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	var ct v1alpha1.ClusterTarget
-	var err error
-	for range 300 {
-		if err = env.Client.Get(ctx, client.ObjectKey{Name: "cluster"}, &ct); err == nil {
-			if ct.Spec.KubernetesVersion != installedVersion {
-				return fmt.Errorf("installed ClusterTarget at %s, want %s", ct.Spec.KubernetesVersion, installedVersion)
-			}
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := testutil.Poll(ctx, 100*time.Millisecond, func(ctx context.Context) error {
+		return env.Client.Get(ctx, client.ObjectKey{Name: "cluster"}, &ct)
+	}); err != nil {
+		return fmt.Errorf("the manager did not create the ClusterTarget: %w", err)
 	}
-	return fmt.Errorf("the manager did not create the ClusterTarget: %w", err)
+	if ct.Spec.KubernetesVersion != installedVersion {
+		return fmt.Errorf("installed ClusterTarget at %s, want %s", ct.Spec.KubernetesVersion, installedVersion)
+	}
+	return nil
 }
 
 func kubeadmConfig(v string) *corev1.ConfigMap {
@@ -222,8 +204,8 @@ func (f *fixture) node(name string, controlPlane bool, version string) {
 	if controlPlane {
 		n.Labels[plan.LabelControlPlane] = ""
 	}
-	f.must(f.c.Create(f.ctx, n))
-	f.nodeStatus(name, version)
+	n.Status.NodeInfo.KubeletVersion = version
+	f.must(testutil.CreateNode(f.ctx, f.c, n, true))
 }
 
 func (f *fixture) nodeStatus(name, version string) {
@@ -234,7 +216,7 @@ func (f *fixture) nodeStatus(name, version string) {
 			return err
 		}
 		n.Status.NodeInfo.KubeletVersion = version
-		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "Test", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		n.Status.Conditions = testutil.NodeConditions(true)
 		return f.c.Status().Update(f.ctx, &n)
 	}))
 }
@@ -328,12 +310,12 @@ func (f *fixture) waitOperations(want ...string) []v1alpha1.NodeOperation {
 // the ClusterTarget generated nothing more. It waits on the status having settled first.
 func (f *fixture) stillOperations(want ...string) {
 	f.t.Helper()
-	for range 10 {
+	testutil.Consistently(f.t, 1500*time.Millisecond, "no other operation", func() error {
 		if got := strings.Join(names(f.operations()), ","); got != strings.Join(want, ",") {
-			f.t.Fatalf("operations %q, want %q", got, strings.Join(want, ","))
+			return fmt.Errorf("operations %q, want %q", got, strings.Join(want, ","))
 		}
-		time.Sleep(150 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func (f *fixture) agent() testutil.FakeAgent { return testutil.FakeAgent{Client: f.c} }

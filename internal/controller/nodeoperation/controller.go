@@ -257,7 +257,7 @@ func (r *Reconciler) releaseOrphans(ctx context.Context, name string) error {
 	}
 	var tasks []*v1alpha1.NodeTask
 	for i := range list.Items {
-		if t := &list.Items[i]; !t.DeletionTimestamp.IsZero() && metav1.GetControllerOf(t) != nil && metav1.GetControllerOf(t).Kind == kind {
+		if t := &list.Items[i]; !t.DeletionTimestamp.IsZero() && skeleton.ControllerUID(t, kind) != "" {
 			tasks = append(tasks, t)
 		}
 	}

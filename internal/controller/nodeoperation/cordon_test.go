@@ -69,15 +69,16 @@ func (f *fixture) wantSchedulability(node string, want bool) {
 // keeps fails when node's spec.unschedulable is not want for d.
 func (f *fixture) keeps(node string, want bool, d time.Duration) {
 	f.t.Helper()
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+	testutil.Consistently(f.t, d, "node "+node+" keeps its schedulability", func() error {
 		var n corev1.Node
 		if err := f.c.Get(f.ctx, client.ObjectKey{Name: node}, &n); err != nil {
 			f.t.Fatal(err)
 		}
 		if n.Spec.Unschedulable != want {
-			f.t.Fatalf("node %s unschedulable=%t, want %t (record %q)", node, n.Spec.Unschedulable, want, n.Annotations[commands.AnnotationWasUnschedulable])
+			return fmt.Errorf("node %s unschedulable=%t, want %t (record %q)", node, n.Spec.Unschedulable, want, n.Annotations[commands.AnnotationWasUnschedulable])
 		}
-	}
+		return nil
+	})
 }
 
 func (f *fixture) annotate(node, key, value string) {

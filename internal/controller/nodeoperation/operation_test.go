@@ -37,10 +37,12 @@ func TestGroupsRunInOrderUnderMaxUnavailable(t *testing.T) {
 				v1alpha1.Group{Name: "all", MaxUnavailable: intOrStr("50%"), Commands: []v1alpha1.Command{script("one"), script("two")}},
 				v1alpha1.Group{Name: "tail", NodeFilter: v1alpha1.NodeFilterTail, MaxUnavailable: intOrStr("3"), Commands: []v1alpha1.Command{waitCmd()}},
 			)
-			for step := 0; ; step++ {
+			step := 0
+			checked := func() ([]v1alpha1.NodeTask, error) {
 				if step > 500 {
 					t.Fatal("no end after 500 steps")
 				}
+				step++
 				tasks := f.tasks(op.Name)
 				byGroup := map[string][]v1alpha1.NodeTask{}
 				for _, task := range tasks {
@@ -68,28 +70,13 @@ func TestGroupsRunInOrderUnderMaxUnavailable(t *testing.T) {
 						}
 					}
 				}
-				var open []v1alpha1.NodeTask
-				for _, task := range tasks {
-					if task.EffectivePhase().Unfinished() {
-						open = append(open, task)
-					}
-				}
-				if len(open) == 0 {
-					if f.get(op.Name).Status.Phase == v1alpha1.OperationSucceeded {
-						break
-					}
-					time.Sleep(20 * time.Millisecond) // poll: the manager has not created the next tasks yet
-					continue
-				}
-				// Advance one random task by one agent write.
-				task := open[rng.IntN(len(open))]
-				switch {
-				case task.Status.Phase == "":
-					f.begin(task.Name, 0)
-				default:
-					f.end(task.Name, int(task.Status.CurrentCommand), true, "ok")
-				}
+				return tasks, nil
 			}
+			// Advance one random task by one agent write, polling while the manager has not
+			// created the next tasks yet.
+			f.must(f.agent().Play(f.ctx, rng, testutil.Play{Tasks: checked, Done: func(open []v1alpha1.NodeTask) bool {
+				return len(open) == 0 && f.get(op.Name).Status.Phase == v1alpha1.OperationSucceeded
+			}}))
 			done := f.waitPhase(op.Name, v1alpha1.OperationSucceeded)
 			if got := len(f.tasks(op.Name)); got != 4+8+7 {
 				t.Fatalf("%d tasks, want 19", got)

@@ -48,11 +48,12 @@ func (f *fixture) taskOn(op, group, node string) (*v1alpha1.NodeTask, bool) {
 // uid is empty): a task created again would run its commands a second time.
 func (f *fixture) neverAgain(op, group, node string, uid types.UID, d time.Duration) {
 	f.t.Helper()
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+	testutil.Consistently(f.t, d, "no new task on "+node, func() error {
 		if t, ok := f.taskOn(op, group, node); ok && t.UID != uid {
-			f.t.Fatalf("node %s got a new task %s (phase %q) after its task was deleted: its commands would run again", node, t.Name, t.Status.Phase)
+			return fmt.Errorf("node %s got a new task %s (phase %q) after its task was deleted: its commands would run again", node, t.Name, t.Status.Phase)
 		}
-	}
+		return nil
+	})
 }
 
 // docs/design.md, safety rule 7: deleting a finished task by hand never makes the operation
@@ -151,11 +152,12 @@ func TestSafetyRule11_CordonedNodeCountsAgainstMaxUnavailable(t *testing.T) {
 		}
 		return nil
 	})
-	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+	testutil.Consistently(t, 2*time.Second, "no task while a node is cordoned", func() error {
 		if tasks := f.tasks(op.Name); len(tasks) != 0 {
-			t.Fatalf("task %s started on %s while %s is cordoned at maxUnavailable 1", tasks[0].Name, tasks[0].Spec.NodeName, nodes[1])
+			return fmt.Errorf("task %s started on %s while %s is cordoned at maxUnavailable 1", tasks[0].Name, tasks[0].Spec.NodeName, nodes[1])
 		}
-	}
+		return nil
+	})
 	f.setCordon(nodes[1], false)
 	for i := range nodes {
 		task := f.waitTasks(op.Name, i+1)

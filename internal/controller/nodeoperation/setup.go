@@ -5,7 +5,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -54,8 +53,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // small operation, reconciled in a millisecond, is not held back noticeably.
 func (r *Reconciler) ownTaskEvents() handler.TypedEventHandler[client.Object, reconcile.Request] {
 	enqueue := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-		ref := metav1.GetControllerOf(o)
-		if ref == nil || ref.Kind != kind || ref.APIVersion != v1alpha1.GroupVersion.String() {
+		ref := skeleton.ControllerRef(o, kind)
+		if ref == nil {
 			return
 		}
 		req := reconcile.Request{NamespacedName: types.NamespacedName{Name: ref.Name}}

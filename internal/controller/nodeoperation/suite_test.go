@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,10 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/controller/nodeoperation"
@@ -59,42 +57,21 @@ func run(m *testing.M) int {
 	cfg := rest.CopyConfig(env.Config)
 	cfg.QPS, cfg.Burst = 800, 1600
 	cfg.Wrap(managerWrites.wrap)
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 env.Scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
+	stop, err := testutil.StartManager(cfg, env.Scheme, func(mgr manager.Manager, locks *nodelock.Table) error {
+		r := nodeoperation.New(mgr.GetClient(), mgr.GetAPIReader(), locks, mgr.GetEventRecorder("nodeoperation-controller"))
+		r.StatusInterval = 200 * time.Millisecond
+		r.WaitRecheck = time.Second
+		if err := r.SetupWithManager(mgr); err != nil {
+			return err
+		}
+		return nodetask.SetupWithManager(mgr)
 	})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "manager:", err)
-		return 1
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	locks := nodelock.New()
-	if err := locks.Start(ctx, mgr.GetCache()); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	r := nodeoperation.New(mgr.GetClient(), mgr.GetAPIReader(), locks, mgr.GetEventRecorder("nodeoperation-controller"))
-	r.StatusInterval = 200 * time.Millisecond
-	r.WaitRecheck = time.Second
-	if err := r.SetupWithManager(mgr); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if err := nodetask.SetupWithManager(mgr); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := mgr.Start(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "manager stopped:", err)
-		}
-	})
 	code := m.Run()
-	cancel()
-	wg.Wait()
+	stop()
 	return code
 }
 
@@ -144,10 +121,7 @@ func (f *fixture) nodes(labels map[string]string, names ...string) []string {
 		for k, v := range labels {
 			n.Labels[k] = v
 		}
-		if err := f.c.Create(f.ctx, n); err != nil {
-			f.t.Fatalf("create node: %v", err)
-		}
-		f.setReady(n.Name, true)
+		f.must(testutil.CreateNode(f.ctx, f.c, n, true))
 		out = append(out, n.Name)
 	}
 	return out
@@ -155,21 +129,7 @@ func (f *fixture) nodes(labels map[string]string, names ...string) []string {
 
 func (f *fixture) setReady(node string, ready bool) {
 	f.t.Helper()
-	status := corev1.ConditionTrue
-	if !ready {
-		status = corev1.ConditionFalse
-	}
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var n corev1.Node
-		if err := f.c.Get(f.ctx, client.ObjectKey{Name: node}, &n); err != nil {
-			return err
-		}
-		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, Reason: "Test", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-		return f.c.Status().Update(f.ctx, &n)
-	})
-	if err != nil {
-		f.t.Fatalf("set node %s ready=%v: %v", node, ready, err)
-	}
+	f.must(testutil.SetNodeReady(f.ctx, f.c, node, ready))
 }
 
 // selector selects the fixture's nodes, plus labels.
@@ -321,34 +281,29 @@ func (f *fixture) playAgents(rng *rand.Rand, each func(step int), ops ...string)
 	f.t.Helper()
 	ctx, cancel := context.WithTimeout(f.ctx, 60*time.Second)
 	defer cancel()
-	for step := 0; ctx.Err() == nil; step++ {
-		var open []v1alpha1.NodeTask
-		for _, op := range ops {
-			for _, task := range f.tasks(op) {
-				if task.EffectivePhase().Unfinished() {
-					open = append(open, task)
-				}
+	step := 0
+	err := f.agent().Play(ctx, rng, testutil.Play{
+		Tasks: func() ([]v1alpha1.NodeTask, error) {
+			var tasks []v1alpha1.NodeTask
+			for _, op := range ops {
+				tasks = append(tasks, f.tasks(op)...)
 			}
-		}
-		if each != nil {
-			each(step)
-		}
-		if len(open) == 0 {
-			done := true
+			if each != nil {
+				each(step)
+			}
+			step++
+			return tasks, nil
+		},
+		Done: func(open []v1alpha1.NodeTask) bool {
+			done := len(open) == 0
 			for _, op := range ops {
 				done = done && f.get(op).Status.Phase == v1alpha1.OperationSucceeded
 			}
-			if done {
-				return
-			}
-			time.Sleep(20 * time.Millisecond) // poll for the next tasks
-			continue
-		}
-		task := open[rng.IntN(len(open))]
-		if task.Status.Phase == "" {
-			f.begin(task.Name, 0)
-		} else {
-			f.end(task.Name, 0, true, "ok")
-		}
+			return done
+		},
+	})
+	// Out of time, the caller's checks of the operations say what is left.
+	if err != nil && ctx.Err() == nil {
+		f.t.Fatal(err)
 	}
 }

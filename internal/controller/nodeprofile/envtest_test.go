@@ -17,10 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/controller/nodeprofile"
@@ -78,41 +77,18 @@ func startEnv() (stop func(), err error) {
 	cfg, scheme := te.Config, te.Scheme
 	env.cfg, env.client, env.scheme = cfg, te.Client, scheme
 
-	ctx, cancel := context.WithCancel(context.Background())
-	fail := func(err error) (func(), error) {
-		cancel()
+	stopManager, err := testutil.StartManager(cfg, scheme, func(mgr manager.Manager, locks *nodelock.Table) error {
+		r := nodeprofile.New(mgr.GetClient(), locks, mgr.GetEventRecorder("nodeprofile-controller"))
+		r.StatusInterval = 200 * time.Millisecond
+		r.RetryAfter = time.Second
+		return r.SetupWithManager(mgr)
+	})
+	if err != nil {
 		stopEnv()
 		return nil, err
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-	})
-	if err != nil {
-		return fail(fmt.Errorf("manager: %w", err))
-	}
-	lock := nodelock.New()
-	if err := lock.Start(ctx, mgr.GetCache()); err != nil {
-		return fail(err)
-	}
-	r := nodeprofile.New(mgr.GetClient(), lock, mgr.GetEventRecorder("nodeprofile-controller"))
-	r.StatusInterval = 200 * time.Millisecond
-	r.RetryAfter = time.Second
-	if err := r.SetupWithManager(mgr); err != nil {
-		return fail(fmt.Errorf("setup: %w", err))
-	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := mgr.Start(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "manager stopped:", err)
-		}
-	}()
 	return func() {
-		cancel()
-		wg.Wait()
+		stopManager()
 		stopEnv()
 	}, nil
 }
@@ -133,15 +109,10 @@ func createNode(t *testing.T, ctx context.Context, name, testLabel string, label
 	for k, v := range labels {
 		n.Labels[k] = v
 	}
-	if err := env.client.Create(ctx, n); err != nil {
-		return fmt.Errorf("create node %s: %w", name, err)
-	}
-	t.Cleanup(func() { _ = env.client.Delete(context.Background(), n) })
-	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-	if err := env.client.Status().Update(ctx, n); err != nil {
-		return fmt.Errorf("make node %s Ready: %w", name, err)
-	}
-	return nil
+	t.Cleanup(func() {
+		_ = env.client.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	})
+	return testutil.CreateNode(ctx, env.client, n, true)
 }
 
 func getNode(t *testing.T, ctx context.Context, name string) *corev1.Node {

@@ -606,45 +606,43 @@ func TestMaxUnavailableOver200Nodes(t *testing.T) {
 	})
 
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		if time.Now().After(deadline) {
-			t.Fatal("not all nodes provisioned in time")
-		}
-		p := getProfile(t, ctx, "many")
-		if p.Status.Nodes.Provisioned == total && condition(p, v1alpha1.ConditionReady).Status == metav1.ConditionTrue {
-			break
-		}
-		var list v1alpha1.NodeTaskList
-		if err := env.client.List(ctx, &list, client.MatchingLabels{v1alpha1.LabelProfile: "many"}); err != nil {
-			t.Fatal(err)
-		}
-		var live []v1alpha1.NodeTask
-		for _, task := range list.Items {
-			if task.EffectivePhase().Unfinished() {
-				live = append(live, task)
+	playCtx, stopPlay := context.WithTimeout(ctx, 3*time.Minute)
+	defer stopPlay()
+	err := agent().Play(playCtx, rng, testutil.Play{
+		Tasks: func() ([]v1alpha1.NodeTask, error) {
+			var list v1alpha1.NodeTaskList
+			if err := env.client.List(ctx, &list, client.MatchingLabels{v1alpha1.LabelProfile: "many"}); err != nil {
+				return nil, err
 			}
-		}
-		sort.Slice(live, func(i, j int) bool { return live[i].Name < live[j].Name })
-		rng.Shuffle(len(live), func(i, j int) { live[i], live[j] = live[j], live[i] })
-		for _, task := range live[:rng.IntN(len(live)+1)] {
+			sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
+			return list.Items, nil
+		},
+		Done: func([]v1alpha1.NodeTask) bool {
+			p := getProfile(t, ctx, "many")
+			return p.Status.Nodes.Provisioned == total && condition(p, v1alpha1.ConditionReady).Status == metav1.ConditionTrue
+		},
+		Batch: true,
+		Step: func(ctx context.Context, task *v1alpha1.NodeTask) error {
 			switch task.EffectivePhase() {
 			case v1alpha1.TaskPending:
-				agentRun(t, ctx, task.Name)
+				return agent().Begin(ctx, task.Name, 0)
 			case v1alpha1.TaskFailed:
-				if err := env.client.Delete(ctx, &task); err != nil && !apierrors.IsNotFound(err) {
-					t.Fatal(err)
+				if err := env.client.Delete(ctx, task); err != nil && !apierrors.IsNotFound(err) {
+					return err
 				}
+				return nil
 			default:
 				if rng.IntN(20) == 0 {
-					agentFail(t, ctx, task.Name, "random failure")
-				} else {
-					agentSucceed(t, ctx, task.Name)
+					return agent().End(ctx, task.Name, 0, false, "random failure")
 				}
+				return agent().Succeed(ctx, task.Name)
 			}
-		}
-		time.Sleep(20 * time.Millisecond)
+		},
+	})
+	if playCtx.Err() != nil {
+		t.Fatal("not all nodes provisioned in time")
 	}
+	must(t, err)
 	var nodes corev1.NodeList
 	if err := env.client.List(ctx, &nodes, client.MatchingLabels{"test": "many", nodeprofile.ProvisionedLabel("many"): v1alpha1.ProvisionedValue}); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/controller/skeleton"
 	"github.com/nodeops/nodeops/internal/plan"
 )
 
@@ -93,6 +94,6 @@ func PlanRuntimeClasses(p *v1alpha1.NodeProfile, existing []nodev1.RuntimeClass,
 }
 
 func ownedBy(obj metav1.Object, p *v1alpha1.NodeProfile) bool {
-	ref := metav1.GetControllerOf(obj)
-	return ref != nil && ref.UID == p.UID
+	uid := skeleton.ControllerUID(obj, kind)
+	return uid != "" && uid == p.UID
 }

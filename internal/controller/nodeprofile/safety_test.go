@@ -20,15 +20,16 @@ import (
 // noTaskOn fails when, for d, node gets a task of profile.
 func noTaskOn(t *testing.T, ctx context.Context, profile, node, why string, d time.Duration) {
 	t.Helper()
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+	testutil.Consistently(t, d, "no task of "+profile+" on "+node, func() error {
 		byNode, err := tasksOf(ctx, profile)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got := byNode[node]; len(got) > 0 {
-			t.Fatalf("task %s started on %s %s", got[0].Name, node, why)
+			return fmt.Errorf("task %s started on %s %s", got[0].Name, node, why)
 		}
-	}
+		return nil
+	})
 }
 
 // retryTask sets spec.recoveryMode Retry, as `kubectl nodeops retry` does, and then records the
@@ -155,21 +156,7 @@ func TestSafetyRule11_ProfileCountsUnavailableNodes(t *testing.T) {
 
 func setNotReady(t *testing.T, ctx context.Context, node string, notReady bool) {
 	t.Helper()
-	status := corev1.ConditionTrue
-	if notReady {
-		status = corev1.ConditionFalse
-	}
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var n corev1.Node
-		if err := env.client.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
-			return err
-		}
-		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, Reason: "Test", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-		return env.client.Status().Update(ctx, &n)
-	})
-	if err != nil {
-		t.Fatalf("set %s NotReady=%v: %v", node, notReady, err)
-	}
+	must(t, testutil.SetNodeReady(ctx, env.client, node, !notReady))
 }
 
 func setUnschedulable(t *testing.T, ctx context.Context, node string, cordoned bool) {

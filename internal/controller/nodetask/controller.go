@@ -45,6 +45,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/controller/skeleton"
 	"github.com/nodeops/nodeops/internal/taskpolicy"
 )
 
@@ -136,12 +137,7 @@ func SetupWithOptions(mgr ctrl.Manager, o Options) error {
 			// A task that stops being held comes here once more, so that what was seen of it is forgotten.
 			UpdateFunc: func(e event.UpdateEvent) bool { return watched(e.ObjectNew) || watched(e.ObjectOld) },
 		})).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.tasksOf), builder.WithPredicates(predicate.Funcs{
-			CreateFunc:  func(event.CreateEvent) bool { return false },
-			UpdateFunc:  func(event.UpdateEvent) bool { return false },
-			DeleteFunc:  func(event.DeleteEvent) bool { return true },
-			GenericFunc: func(event.GenericEvent) bool { return false },
-		})).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.tasksOf), builder.WithPredicates(skeleton.NodeDeleted())).
 		Complete(r)
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,13 +11,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/controller/nodetask"
+	"github.com/nodeops/nodeops/internal/nodelock"
 	"github.com/nodeops/nodeops/internal/testutil"
 )
 
@@ -43,33 +42,18 @@ func run(m *testing.M) int {
 	}
 	defer func() { _ = env.Stop() }()
 	cl = env.Client
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:                 env.Scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
+	stop, err := testutil.StartManager(env.Config, env.Scheme, func(mgr manager.Manager, _ *nodelock.Table) error {
+		if err := nodetask.SetupWithOptions(mgr, nodetask.Options{AgentLostAfter: lostAfter}); err != nil {
+			return err
+		}
+		return nodetask.SetupDrainWithManager(mgr, nodetask.DrainOptions{Poll: 100 * time.Millisecond, Self: managerPod})
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if err := nodetask.SetupWithOptions(mgr, nodetask.Options{AgentLostAfter: lostAfter}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if err := nodetask.SetupDrainWithManager(mgr, nodetask.DrainOptions{Poll: 100 * time.Millisecond, Self: managerPod}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := mgr.Start(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "manager stopped:", err)
-		}
-	})
 	code := m.Run()
-	cancel()
-	wg.Wait()
+	stop()
 	return code
 }
 

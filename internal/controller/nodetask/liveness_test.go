@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
@@ -54,9 +53,7 @@ func TestSafetyRule9_SilentAgentFailsItsTask(t *testing.T) {
 	runningTask(t, "silent-1")
 	go func() { // the alive agent's heartbeat, as the agent writes it
 		for ctx.Err() == nil {
-			ts, _ := metav1.NowMicro().MarshalJSON()
-			patch := []byte(`{"status":{"agentHeartbeat":` + string(ts) + `}}`)
-			_ = cl.Status().Patch(ctx, &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: "alive-1"}}, client.RawPatch(types.MergePatchType, patch))
+			_ = (testutil.FakeAgent{Client: cl}).Heartbeat(ctx, "alive-1")
 			time.Sleep(lostAfter / 5)
 		}
 	}()
@@ -113,31 +110,24 @@ func TestSafetyRule9_OldHeartbeatAfterAnOutageGetsTheFullGrace(t *testing.T) {
 	}
 	// The API server is back: the agent renews its heartbeat within its interval (here lostAfter/2,
 	// then every lostAfter/5), as the real agent does once its writes go through again.
-	renewing := make(chan struct{})
+	renewing, renewed := context.WithCancel(ctx)
 	go func() {
-		defer close(renewing)
+		defer renewed()
 		if clock.Sleep(ctx, lostAfter/2) != nil {
 			return
 		}
 		for i := 0; i < 15 && ctx.Err() == nil; i++ {
-			ts, _ := metav1.NowMicro().MarshalJSON()
-			patch := []byte(`{"status":{"agentHeartbeat":` + string(ts) + `}}`)
-			_ = cl.Status().Patch(ctx, &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: name}}, client.RawPatch(types.MergePatchType, patch))
+			_ = (testutil.FakeAgent{Client: cl}).Heartbeat(ctx, name)
 			_ = clock.Sleep(ctx, lostAfter/5)
 		}
 	}()
 	// While it renews (15 renewals, 3 lostAfter in all) the task is never marked.
-	for {
+	testutil.ConsistentlyUntil(t, renewing, "the task not marked while its agent renews", func() error {
 		if tk := get(t, name); tk.Lost() != nil {
-			t.Fatalf("a task whose agent renewed within lostAfter of the manager first seeing it was marked lost: %+v", tk.Lost())
+			return fmt.Errorf("a task whose agent renewed within lostAfter of the manager first seeing it was marked lost: %+v", tk.Lost())
 		}
-		select {
-		case <-renewing:
-		case <-time.After(50 * time.Millisecond):
-			continue
-		}
-		break
-	}
+		return nil
+	})
 	// It goes silent: now it is marked, counted from the last renewal the manager saw.
 	testutil.Eventually(t, 30*time.Second, "the task marked AgentLost once its agent stopped renewing", func() error {
 		tk := get(t, name)

@@ -160,6 +160,21 @@ func TestNodeChanged(t *testing.T) {
 	if !NodeChanged(NodeLabels).Create(event.CreateEvent{Object: base}) || !NodeChanged(NodeLabels).Delete(event.DeleteEvent{Object: base}) {
 		t.Error("node creates and deletes must pass")
 	}
+	kubelet := base.DeepCopy()
+	kubelet.Status.NodeInfo.KubeletVersion = "v1.37.2"
+	if NodeChanged(NodeLabels).Update(event.UpdateEvent{ObjectOld: base, ObjectNew: kubelet}) || !NodeChanged(NodeKubeletVersion).Update(event.UpdateEvent{ObjectOld: base, ObjectNew: kubelet}) {
+		t.Error("a kubelet version change passes only with NodeKubeletVersion")
+	}
+	other := node(base.Labels, map[string]string{"x": "1", "y": "1"}, corev1.ConditionTrue)
+	changed := node(base.Labels, map[string]string{"x": "2"}, corev1.ConditionTrue)
+	if NodeChanged(NodeLabels, "x").Update(event.UpdateEvent{ObjectOld: base, ObjectNew: other}) || !NodeChanged(NodeLabels, "x").Update(event.UpdateEvent{ObjectOld: base, ObjectNew: changed}) {
+		t.Error("an annotation key passes changes of its value only")
+	}
+	deleted := NodeDeleted()
+	if deleted.Create(event.CreateEvent{Object: base}) || deleted.Update(event.UpdateEvent{ObjectOld: base, ObjectNew: changed}) ||
+		deleted.Generic(event.GenericEvent{Object: base}) || !deleted.Delete(event.DeleteEvent{Object: base}) {
+		t.Error("NodeDeleted passes deletes only")
+	}
 }
 
 func TestControllerUID(t *testing.T) {
@@ -172,5 +187,9 @@ func TestControllerUID(t *testing.T) {
 	}
 	if got := ControllerUID(task, "NodeProfile"); got != "" {
 		t.Errorf("an owner that is not the controller: %q", got)
+	}
+	task.OwnerReferences[1].Name = "op"
+	if ref := ControllerRef(task, "NodeOperation"); ref == nil || ref.Name != "op" || ControllerRef(task, "NodeProfile") != nil {
+		t.Errorf("controller ref %+v", ref)
 	}
 }

@@ -119,7 +119,7 @@ func (k Cluster) Attempts() []Attempt {
 		}, Policy: []string{"deletes none", "DELETE leases node-" + b}, RBAC: []string{`cannot delete resource "leases"`}},
 		{Name: "a ConfigMap", Do: func(ctx context.Context, c client.Client) error {
 			return c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "by-agent", Namespace: k.Namespace}})
-		}, Policy: []string{"writes only NodeTask status, its own Node and its node's Lease", "CREATE configmaps by-agent"}, RBAC: []string{`cannot create resource "configmaps"`}},
+		}, Policy: []string{"writes only NodeTask status, its own Node, its node's Lease and its node's installer pods", "CREATE configmaps by-agent"}, RBAC: []string{`cannot create resource "configmaps"`}},
 	}
 	if k.WorkloadNamespace == "" {
 		return attempts
@@ -129,7 +129,7 @@ func (k Cluster) Attempts() []Attempt {
 		pod := "workload-" + n
 		attempts = append(attempts, Attempt{Name: "evict a pod on " + n, Do: func(ctx context.Context, c client.Client) error {
 			return Evict(ctx, c, k.WorkloadNamespace, pod)
-		}, Policy: []string{"writes only NodeTask status, its own Node and its node's Lease", "CREATE pods/eviction " + pod}, RBAC: []string{`cannot create resource "pods/eviction"`}})
+		}, Policy: []string{"writes only NodeTask status, its own Node, its node's Lease and its node's installer pods", "CREATE pods/eviction " + pod}, RBAC: []string{`cannot create resource "pods/eviction"`}})
 	}
 	return attempts
 }

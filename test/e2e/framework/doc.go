@@ -42,6 +42,10 @@
 //	OperationTasks(t, l, op), GetTask(t, l, name), WaitForTask(t, l, op, cond)
 //	KillAgent(t, l, node), KillProcess(t, l, name) pid, WaitForFile(t, path, content)
 //	ManagerLeader(ctx, l) (identity, process, err)  the holder of the managers' Lease (--managers=N)
+//	WaitForClusterTarget(t, l, what, cond), EditClusterTarget(t, l, mutate), GeneratedOperations(t, l),
+//	WaitForKubeadmOperation(phase)            the ClusterTarget and its kubeadm operations
+//	GetNode, ProfileLabelled, WaitForProfileLabel, WaitForProfileCondition, WaitForProfileGone,
+//	ProfileSummary, CountProfileLabelled, LabelNodes   NodeProfiles and their nodes' labels
 //	WatchTasks(t, l, selector) *TaskWatch     every task event from now on; .Events(t), .Stop(t)
 //	MaxHeld(events, among), NodesOf(events)   nodes holding unfinished tasks at once; nodes seen
 //	ReadFile, FileSHA256, SHA256, ServiceLog, Restarts, HTTPGet, HTTPGetText,

@@ -1,12 +1,13 @@
 // Command realnode builds, starts and tears down one real single-node kubeadm cluster on this
 // machine, with nodeops installed on it (see the README's "A real node" section):
 //
-//	realnode build      build Kubernetes v1.36, containerd, runc, the CNI plugins and every image
-//	realnode up         build, then start containerd and the kubelet, kubeadm init, install nodeops
+//	realnode build      build Kubernetes v1.36, containerd, runc, the CNI plugins and their images
+//	realnode up         build, then start containerd and the kubelet, kubeadm init, import the
+//	                    images `make images` built (--images) and install nodeops with its chart
 //	realnode down       tear everything down and leave the machine as it was
 //	realnode supervise  the node supervisor, the stand-in for systemd (started by up)
 //	realnode post-render API-HOST
-//	                    helm's post-renderer while up installs the chart: local images, the API address
+//	                    helm's post-renderer while up installs the chart: the API address
 package main
 
 import (
@@ -23,8 +24,9 @@ import (
 )
 
 type options struct {
-	repo string
-	bin  string
+	repo   string
+	bin    string
+	images string
 }
 
 func main() {
@@ -40,6 +42,7 @@ func run(args []string) error {
 	wd, _ := os.Getwd()
 	fs.StringVar(&o.repo, "repo", wd, "nodeops checkout")
 	fs.StringVar(&o.bin, "bin", "", "the checkout's bin/ with the v1.37.2 tools (default REPO/bin)")
+	fs.StringVar(&o.images, "images", "", "the output of `make images`: nodeops' layouts, digests.env, values.yaml (default BIN/images)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -47,12 +50,15 @@ func run(args []string) error {
 		return realnode.PostRender(os.Stdin, os.Stdout, fs.Arg(1))
 	}
 	if fs.NArg() != 1 {
-		return fmt.Errorf("usage: realnode [--repo DIR] build|up|down|supervise")
+		return fmt.Errorf("usage: realnode [--repo DIR] [--bin DIR] [--images DIR] build|up|down|supervise")
 	}
 	if o.bin == "" {
 		o.bin = filepath.Join(o.repo, "bin")
 	}
-	l := realnode.Layout{Repo: o.repo, Bin: o.bin}
+	if o.images == "" {
+		o.images = filepath.Join(o.bin, "images")
+	}
+	l := realnode.Layout{Repo: o.repo, Bin: o.bin, Images: o.images}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
 	switch fs.Arg(0) {

@@ -203,9 +203,9 @@ func (l Layout) builds() []goBuild {
 		},
 		{
 			name: "realnode-tools", dir: rdir, env: static,
-			outs: []string{l.ToolOut() + "/pause", l.ToolOut() + "/systemctl"},
-			args: []string{"build", "-v", "-trimpath", "-ldflags", "-s -w", "-o", l.ToolOut() + "/", "./cmd/pause", "./cmd/systemctl"},
-			stampOf: append(goFiles(rdir+"/cmd/pause", rdir+"/cmd/systemctl", rdir+"/internal/realnode"),
+			outs: []string{l.ToolOut() + "/pause", l.ToolOut() + "/systemctl", l.ToolOut() + "/installer-test"},
+			args: []string{"build", "-v", "-trimpath", "-ldflags", "-s -w", "-o", l.ToolOut() + "/", "./cmd/pause", "./cmd/systemctl", "./cmd/installer-test"},
+			stampOf: append(goFiles(rdir+"/cmd/pause", rdir+"/cmd/systemctl", rdir+"/cmd/installer-test", rdir+"/internal/realnode"),
 				rdir+"/go.mod", rdir+"/go.sum"),
 		},
 	}
@@ -221,8 +221,8 @@ func goFiles(dirs ...string) []string {
 	return out
 }
 
-// Build makes every binary and image the node needs. The v1.37.2 set comes from hack/tools.sh
-// (`make tools`) and nodeops' manager and agent are always rebuilt (seconds when current).
+// Build makes every binary and image the node needs but nodeops' own: the v1.37.2 set comes from
+// hack/tools.sh (`make tools`), the manager and agent images from `make images` (Layout.Images).
 func Build(ctx context.Context, l Layout) error {
 	for _, n := range KubeBinaries {
 		if _, err := os.Stat(filepath.Join(l.KubeDir(ToVersion), n)); err != nil {
@@ -233,11 +233,6 @@ func Build(ctx context.Context, l Layout) error {
 		if err := b.run(ctx, l.Out()); err != nil {
 			return err
 		}
-	}
-	Logf("building nodeops manager and agent (static)")
-	if err := runGo(ctx, "nodeops", l.Repo, []string{"CGO_ENABLED=0"},
-		"build", "-v", "-trimpath", "-o", l.ToolOut()+"/", "./cmd/manager", "./cmd/agent"); err != nil {
-		return err
 	}
 	return BuildImages(ctx, l)
 }

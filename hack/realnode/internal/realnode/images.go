@@ -23,11 +23,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-// Local image references of nodeops itself; the manifests are rewritten to use them.
-const (
-	ManagerImage = "localhost/nodeops/manager:realnode"
-	AgentImage   = "localhost/nodeops/agent:realnode"
-)
+// InstallerTestImage is the stand-in installer a `pod` command runs on the node (cmd/installer-test).
+// nodeops' own manager and agent images come from `make images` instead (layouts.go).
+const InstallerTestImage = "localhost/nodeops/installer-test:realnode"
 
 // ImageSpec is one single-binary image built from scratch.
 type ImageSpec struct {
@@ -81,7 +79,8 @@ func ImageSpecs(list []string, kubeDir, toolDir string) ([]ImageSpec, error) {
 	return out, nil
 }
 
-// AllImageSpecs lists every image the node needs: both Kubernetes versions and nodeops.
+// AllImageSpecs lists every image the node needs built here: both Kubernetes versions and the
+// installer test image.
 func AllImageSpecs(ctx context.Context, l Layout) ([]ImageSpec, error) {
 	seen := map[string]bool{}
 	var all []ImageSpec
@@ -102,9 +101,7 @@ func AllImageSpecs(ctx context.Context, l Layout) ([]ImageSpec, error) {
 			}
 		}
 	}
-	all = append(all,
-		ImageSpec{Ref: ManagerImage, Binary: filepath.Join(l.ToolOut(), "manager"), Path: "/manager"},
-		ImageSpec{Ref: AgentImage, Binary: filepath.Join(l.ToolOut(), "agent"), Path: "/agent"})
+	all = append(all, ImageSpec{Ref: InstallerTestImage, Binary: filepath.Join(l.ToolOut(), "installer-test"), Path: "/installer-test"})
 	return all, nil
 }
 

@@ -8,60 +8,71 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strings"
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	images "github.com/nodeops/nodeops/hack/images"
 )
 
 // Workload is a Deployment or DaemonSet found in the manifests, waited for after applying.
 type Workload struct{ Kind, Namespace, Name string }
 
-// InstallNodeops installs nodeops with its Helm chart, as a user would (`helm install` of
-// charts/nodeops, the built helm), with nodeops' images replaced by the locally built ones
-// (imagePullPolicy Never) and, on this one node, one manager replica and no PodDisruptionBudget:
+// InstallNodeops installs nodeops with its Helm chart as a user installs the images `make images`
+// built (`helm install` of charts/nodeops with the built helm, -f the values.yaml beside the
+// layouts): each image by its index digest, imagePullPolicy Never since the layouts were imported
+// into containerd, not pushed. On this one node: one manager replica and no PodDisruptionBudget:
 // with two replicas and minAvailable 1 the upgrade's drain of the only node could never evict the
 // second manager pod (its replacement cannot schedule on the cordoned node).
 //
 // One change a user of this cluster would make too: it runs no kube-proxy (kubeadm's addon is
-// skipped, REALNODE.md), so the kubernetes Service address does not route; nodeops' pods are told
+// skipped, docs/realnode.md), so the kubernetes Service address does not route; nodeops' pods are told
 // to reach the API server at the node's address (KUBERNETES_SERVICE_HOST/PORT), as on any cluster
 // without kube-proxy. Helm's post-renderer (this program's post-render command, PostRender) does
-// that and the image change, so the chart itself is installed unchanged.
-func InstallNodeops(ctx context.Context, l Layout, apiHost string) error {
+// that, so the chart itself is installed unchanged.
+func InstallNodeops(ctx context.Context, l Layout, apiHost string, imgs []NodeopsImage) error {
 	start := time.Now()
-	chart := filepath.Join(l.Repo, "charts", "nodeops")
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("finding this program for helm's post-renderer: %w", err)
 	}
-	args := []string{"--kubeconfig", KubeconfigPath, "install", "nodeops", chart,
-		"--namespace", "nodeops-system", "--create-namespace", "--wait", "--timeout", "5m",
-		"--post-renderer", self, "--post-renderer-args", "post-render", "--post-renderer-args", apiHost,
-		"--set", "manager.replicas=1", "--set", "manager.podDisruptionBudget.enabled=false"}
-	for name, image := range map[string]string{"manager": ManagerImage, "agent": AgentImage} {
-		repo, tag, _ := strings.Cut(image, ":")
-		args = append(args, "--set", "image."+name+".repository="+repo, "--set", "image."+name+".tag="+tag,
-			"--set", "image."+name+".pullPolicy=Never")
-	}
+	args := HelmInstallArgs(filepath.Join(l.Repo, "charts", "nodeops"), filepath.Join(l.Images, images.HelmValuesFile), self, apiHost)
 	var out bytes.Buffer
 	if err := run(ctx, &out, filepath.Join(l.Bin, "helm"), args...); err != nil {
 		Diagnose(ctx, os.Stdout, "nodeops-system")
 		return fmt.Errorf("helm install nodeops: %w\n%s", err, out.String())
 	}
-	Logf("nodeops installed with its chart (helm install --wait) in %s", time.Since(start).Round(time.Second))
+	var refs []string
+	for _, img := range imgs {
+		refs = append(refs, img.Ref())
+	}
+	Logf("nodeops installed with its chart (helm install --wait -f %s: %s) in %s",
+		filepath.Join(l.Images, images.HelmValuesFile), strings.Join(refs, ", "), time.Since(start).Round(time.Second))
 	return nil
 }
 
-// PostRender is helm's post-renderer for the real node: the rendered chart on in, with nodeops'
-// images and API server address rewritten (RewriteManifests), on out.
+// HelmInstallArgs are the real node's helm install arguments (InstallNodeops): the values file
+// `make images` wrote, both images never pulled, one manager and no PDB, the post-renderer.
+func HelmInstallArgs(chart, valuesFile, postRenderer, apiHost string) []string {
+	args := []string{"--kubeconfig", KubeconfigPath, "install", "nodeops", chart,
+		"--namespace", "nodeops-system", "--create-namespace", "--wait", "--timeout", "5m",
+		"--post-renderer", postRenderer, "--post-renderer-args", "post-render", "--post-renderer-args", apiHost,
+		"-f", valuesFile, "--set", "manager.replicas=1", "--set", "manager.podDisruptionBudget.enabled=false"}
+	for _, img := range images.Images() {
+		args = append(args, "--set", "image."+img.Name+".pullPolicy=Never")
+	}
+	return args
+}
+
+// PostRender is helm's post-renderer for the real node: the rendered chart on in, with the API
+// server's address set in nodeops' pods (RewriteManifests), on out.
 func PostRender(in io.Reader, out io.Writer, apiHost string) error {
 	data, err := io.ReadAll(in)
 	if err != nil {
 		return fmt.Errorf("read the rendered chart: %w", err)
 	}
-	rewritten, _, err := RewriteManifests(data, map[string]string{"manager": ManagerImage, "agent": AgentImage}, apiHost, "6443")
+	rewritten, _, err := RewriteManifests(data, apiHost, "6443")
 	if err != nil {
 		return err
 	}
@@ -71,11 +82,10 @@ func PostRender(in io.Reader, out io.Writer, apiHost string) error {
 
 var docSep = regexp.MustCompile(`(?m)^---[ \t]*$`)
 
-// RewriteManifests points nodeops' Deployments and DaemonSets at local images: a container whose
-// image repository ends in one of images' keys ("manager", "agent") gets that image and
-// imagePullPolicy Never, and every container of those workloads gets the API server address.
-// Namespaces are moved to the front. It returns the Deployments and DaemonSets it saw.
-func RewriteManifests(in []byte, images map[string]string, apiHost, apiPort string) ([]byte, []Workload, error) {
+// RewriteManifests gives every container of the chart's Deployments and DaemonSets (nodeops' own:
+// the chart renders no other) the API server's address. Namespaces are moved to the front. It
+// returns the Deployments and DaemonSets it saw.
+func RewriteManifests(in []byte, apiHost, apiPort string) ([]byte, []Workload, error) {
 	var namespaces, rest [][]byte
 	var workloads []Workload
 	for _, doc := range docSep.Split(string(in), -1) {
@@ -94,7 +104,7 @@ func RewriteManifests(in []byte, images map[string]string, apiHost, apiPort stri
 		name, _ := meta["name"].(string)
 		ns, _ := meta["namespace"].(string)
 		if kind == "Deployment" || kind == "DaemonSet" {
-			if err := rewriteWorkload(obj, images, apiHost, apiPort); err != nil {
+			if err := rewriteWorkload(obj, apiHost, apiPort); err != nil {
 				return nil, nil, fmt.Errorf("%s %s: %w", kind, name, err)
 			}
 			if ns == "" {
@@ -112,6 +122,9 @@ func RewriteManifests(in []byte, images map[string]string, apiHost, apiPort stri
 			rest = append(rest, out)
 		}
 	}
+	if len(workloads) == 0 {
+		return nil, nil, fmt.Errorf("the rendered chart holds no Deployment or DaemonSet")
+	}
 	return bytes.Join(append(namespaces, rest...), []byte("---\n")), workloads, nil
 }
 
@@ -125,12 +138,11 @@ func stripComments(doc string) string {
 	return b.String()
 }
 
-func rewriteWorkload(obj map[string]any, images map[string]string, apiHost, apiPort string) error {
+func rewriteWorkload(obj map[string]any, apiHost, apiPort string) error {
 	spec, _ := dig(obj, "spec", "template", "spec").(map[string]any)
 	if spec == nil {
 		return fmt.Errorf("no pod template")
 	}
-	matched := false
 	for _, key := range []string{"initContainers", "containers"} {
 		list, _ := spec[key].([]any)
 		for _, c := range list {
@@ -138,19 +150,6 @@ func rewriteWorkload(obj map[string]any, images map[string]string, apiHost, apiP
 			if ctr == nil {
 				continue
 			}
-			image, _ := ctr["image"].(string)
-			repo := image
-			if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
-				repo = repo[:i]
-			}
-			base := repo[strings.LastIndex(repo, "/")+1:]
-			local, ok := images[base]
-			if !ok {
-				continue
-			}
-			matched = true
-			ctr["image"] = local
-			ctr["imagePullPolicy"] = "Never"
 			env, _ := ctr["env"].([]any)
 			var kept []any
 			for _, e := range env {
@@ -163,9 +162,6 @@ func rewriteWorkload(obj map[string]any, images map[string]string, apiHost, apiP
 				map[string]any{"name": "KUBERNETES_SERVICE_HOST", "value": apiHost},
 				map[string]any{"name": "KUBERNETES_SERVICE_PORT", "value": apiPort})
 		}
-	}
-	if !matched {
-		return fmt.Errorf("no container image named after %v", keys(images))
 	}
 	return nil
 }
@@ -180,15 +176,6 @@ func dig(obj map[string]any, path ...string) any {
 		cur = m[p]
 	}
 	return cur
-}
-
-func keys(m map[string]string) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // Diagnose prints what explains a workload that does not become ready, before the teardown

@@ -1,6 +1,6 @@
 // Package realnode builds and runs one real single-node kubeadm cluster on this machine (real
 // containerd, runc, kubelet and control plane from images built locally) and tears it down again.
-// The verified facts it follows are in shared/REALNODE.md.
+// The verified facts it follows are in docs/realnode.md.
 package realnode
 
 import "path/filepath"
@@ -74,8 +74,9 @@ var OwnedCandidates = []string{
 
 // Layout is where the builds of one checkout go (bin/realnode-build; bin/realnode is the driver itself).
 type Layout struct {
-	Repo string // checkout root
-	Bin  string // checkout's bin/, holding the v1.37.2 tools from hack/tools.sh
+	Repo   string // checkout root
+	Bin    string // checkout's bin/, holding the v1.37.2 tools from hack/tools.sh
+	Images string // what `make images` wrote: nodeops' OCI layouts, digests.env, values.yaml
 }
 
 // Out is the realnode build directory.
@@ -95,7 +96,7 @@ func (l Layout) RuntimeOut() string { return filepath.Join(l.Out(), "runtime") }
 // CNIOut holds the CNI plugins.
 func (l Layout) CNIOut() string { return filepath.Join(l.Out(), "cni") }
 
-// ToolOut holds pause, the systemctl stand-in and nodeops' static manager and agent.
+// ToolOut holds pause, the systemctl stand-in and the installer test binary.
 func (l Layout) ToolOut() string { return filepath.Join(l.Out(), "tools") }
 
 // ImageOut holds the image tarballs.

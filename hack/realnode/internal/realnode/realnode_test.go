@@ -1,6 +1,11 @@
 package realnode
 
 import (
+	"archive/tar"
+	"bytes"
+	"io"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -63,7 +68,7 @@ func TestImageSpecs(t *testing.T) {
 	}
 }
 
-func TestRewriteManifests(t *testing.T) {
+func TestRewriteManifestsSetsTheAPIAddressAndLeavesImages(t *testing.T) {
 	in := `# leading comment
 apiVersion: apps/v1
 kind: Deployment
@@ -73,12 +78,11 @@ spec:
     spec:
       containers:
       - name: manager
-        image: ghcr.io/nodeops/manager:latest
+        image: ghcr.io/nodeops/manager@sha256:cd65d7be9fadcd70f8ec5b640240a78f515621691b57b5c4753df466916e8687
+        imagePullPolicy: Never
         env:
         - {name: KUBERNETES_SERVICE_HOST, value: old}
         - {name: KEEP, value: "1"}
-      - name: sidecar
-        image: busybox:1
 ---
 apiVersion: v1
 kind: Namespace
@@ -91,9 +95,9 @@ spec:
   template:
     spec:
       containers:
-      - {name: agent, image: "nodeops/agent"}
+      - {name: agent, image: "ghcr.io/nodeops/agent:v1"}
 `
-	out, workloads, err := RewriteManifests([]byte(in), map[string]string{"manager": "local/manager:x", "agent": "local/agent:x"}, "192.0.2.2", "6443")
+	out, workloads, err := RewriteManifests([]byte(in), "192.0.2.2", "6443")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,14 +109,16 @@ spec:
 	if len(docs) != 3 || !strings.Contains(docs[0], "kind: Namespace") {
 		t.Fatalf("want the namespace first of 3 docs, got:\n%s", out)
 	}
-	var dep map[string]any
+	var dep, ds map[string]any
 	if err := yaml.Unmarshal([]byte(docs[1]), &dep); err != nil {
 		t.Fatal(err)
 	}
-	ctrs := dig(dep, "spec", "template", "spec", "containers").([]any)
-	mgr := ctrs[0].(map[string]any)
-	if mgr["image"] != "local/manager:x" || mgr["imagePullPolicy"] != "Never" {
-		t.Errorf("manager container = %v", mgr)
+	if err := yaml.Unmarshal([]byte(docs[2]), &ds); err != nil {
+		t.Fatal(err)
+	}
+	mgr := dig(dep, "spec", "template", "spec", "containers").([]any)[0].(map[string]any)
+	if mgr["image"] != "ghcr.io/nodeops/manager@sha256:cd65d7be9fadcd70f8ec5b640240a78f515621691b57b5c4753df466916e8687" || mgr["imagePullPolicy"] != "Never" {
+		t.Errorf("the chart's image and pull policy must be left as rendered: %v", mgr)
 	}
 	wantEnv := []any{map[string]any{"name": "KEEP", "value": "1"},
 		map[string]any{"name": "KUBERNETES_SERVICE_HOST", "value": "192.0.2.2"},
@@ -120,12 +126,137 @@ spec:
 	if !reflect.DeepEqual(mgr["env"], wantEnv) {
 		t.Errorf("env = %v, want %v", mgr["env"], wantEnv)
 	}
-	if side := ctrs[1].(map[string]any); side["image"] != "busybox:1" || side["env"] != nil {
-		t.Errorf("other containers must be left alone: %v", side)
+	agent := dig(ds, "spec", "template", "spec", "containers").([]any)[0].(map[string]any)
+	if agent["image"] != "ghcr.io/nodeops/agent:v1" || !reflect.DeepEqual(agent["env"], wantEnv[1:]) {
+		t.Errorf("agent container = %v", agent)
 	}
-	if _, _, err := RewriteManifests([]byte("kind: Deployment\nmetadata: {name: x}\nspec: {template: {spec: {containers: [{name: c, image: other}]}}}\n"),
-		map[string]string{"manager": "m"}, "h", "p"); err == nil {
-		t.Error("a workload without a nodeops image must be an error")
+	if _, _, err := RewriteManifests([]byte("kind: ConfigMap\nmetadata: {name: x}\n"), "h", "p"); err == nil {
+		t.Error("a rendered chart without nodeops' workloads must be an error")
+	}
+}
+
+const (
+	managerDigest = "sha256:cd65d7be9fadcd70f8ec5b640240a78f515621691b57b5c4753df466916e8687"
+	agentDigest   = "sha256:b2644544b37ec9ac1286b730f3030e56ea7e1b46c4b966eb6fff2f967cc172ac"
+)
+
+// digestsEnv is a digests.env as `make images` writes it (hack/images writeOutputs).
+const digestsEnv = `# Written by make images (hack/images) for revision 6351d04; digests of OCI image indexes.
+NODEOPS_IMAGE_VERSION=6351d04
+NODEOPS_MANAGER_IMAGE=ghcr.io/nodeops/manager@` + managerDigest + `
+NODEOPS_MANAGER_DIGEST=` + managerDigest + `
+NODEOPS_AGENT_IMAGE=registry.example/x/agent@` + agentDigest + `
+NODEOPS_AGENT_DIGEST=` + agentDigest + `
+`
+
+func TestParseDigests(t *testing.T) {
+	got, err := ParseDigests(digestsEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []NodeopsImage{
+		{Name: "manager", Repository: "ghcr.io/nodeops/manager", Digest: managerDigest},
+		{Name: "agent", Repository: "registry.example/x/agent", Digest: agentDigest},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("images = %+v\nwant %+v", got, want)
+	}
+	if got[1].Ref() != "registry.example/x/agent@"+agentDigest {
+		t.Errorf("Ref() = %s", got[1].Ref())
+	}
+	for name, content := range map[string]string{
+		"no agent":                  strings.Join(strings.Split(digestsEnv, "\n")[:4], "\n"),
+		"image and digest disagree": strings.Replace(digestsEnv, "NODEOPS_AGENT_DIGEST="+agentDigest, "NODEOPS_AGENT_DIGEST="+managerDigest, 1),
+		"image by tag":              strings.Replace(digestsEnv, "x/agent@"+agentDigest, "x/agent:v1", 1),
+		"not a digest":              strings.ReplaceAll(digestsEnv, agentDigest, "sha256:abc"),
+		"not KEY=VALUE":             digestsEnv + "garbage\n",
+	} {
+		if _, err := ParseDigests(content); err == nil {
+			t.Errorf("%s: want an error", name)
+		}
+	}
+}
+
+func TestReadNodeopsImagesChecksEachLayoutHoldsItsDigest(t *testing.T) {
+	dir := t.TempDir()
+	writeLayout := func(name, digest string) {
+		t.Helper()
+		if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+		index := `{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.oci.image.index.v1+json","size":927,"digest":"` + digest + `"}]}`
+		for file, content := range map[string]string{"index.json": index, "oci-layout": `{"imageLayoutVersion":"1.0.0"}`, "blobs/sha256/" + strings.TrimPrefix(digest, "sha256:"): "{}"} {
+			path := filepath.Join(dir, name, file)
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := ReadNodeopsImages(dir); err == nil || !strings.Contains(err.Error(), "make images") {
+		t.Errorf("without digests.env: %v, want an error that says to run make images", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "digests.env"), []byte(digestsEnv), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writeLayout("manager", managerDigest)
+	writeLayout("agent", managerDigest) // an older build's layout
+	if _, err := ReadNodeopsImages(dir); err == nil || !strings.Contains(err.Error(), agentDigest) {
+		t.Errorf("a layout holding another index: %v, want an error naming %s", err, agentDigest)
+	}
+	writeLayout("agent", agentDigest)
+	imgs, err := ReadNodeopsImages(dir)
+	if err != nil || len(imgs) != 2 {
+		t.Fatalf("images %v, %v", imgs, err)
+	}
+
+	// The oci-archive ctr imports: the layout's files, named relative to it.
+	var buf bytes.Buffer
+	if err := TarDir(&buf, filepath.Join(dir, "agent")); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	tr := tar.NewReader(&buf)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, hdr.Name)
+	}
+	wantNames := []string{"blobs/", "blobs/sha256/", "blobs/sha256/" + strings.TrimPrefix(agentDigest, "sha256:"), "index.json", "oci-layout"}
+	if !reflect.DeepEqual(names, wantNames) {
+		t.Errorf("archive entries %q, want %q", names, wantNames)
+	}
+}
+
+func TestTheChartIsInstalledWithTheValuesMakeImagesWrote(t *testing.T) {
+	img := NodeopsImage{Name: "agent", Repository: "ghcr.io/nodeops/agent", Digest: agentDigest}
+	wantImport := "--address " + ContainerdSock + " -n k8s.io images import --local --all-platforms --digests --base-name ghcr.io/nodeops/agent -"
+	if got := strings.Join(ImportArgs(img), " "); got != wantImport {
+		t.Errorf("ctr %s\nwant ctr %s", got, wantImport)
+	}
+	args := strings.Join(HelmInstallArgs("/repo/charts/nodeops", "/out/images/values.yaml", "/bin/realnode", "192.0.2.2"), " ")
+	for _, want := range []string{
+		"install nodeops /repo/charts/nodeops ", "-f /out/images/values.yaml",
+		"--set image.manager.pullPolicy=Never", "--set image.agent.pullPolicy=Never",
+		"--set manager.replicas=1", "--set manager.podDisruptionBudget.enabled=false",
+		"--post-renderer /bin/realnode --post-renderer-args post-render --post-renderer-args 192.0.2.2",
+	} {
+		if !strings.Contains(args, want) {
+			t.Errorf("helm %s\nlacks %q", args, want)
+		}
+	}
+	// The images come from the values file alone: no repository, tag or digest is set beside it.
+	for _, not := range []string{".repository=", ".tag=", ".digest="} {
+		if strings.Contains(args, not) {
+			t.Errorf("helm %s\nsets %s", args, not)
+		}
 	}
 }
 

@@ -39,6 +39,10 @@ func Up(ctx context.Context, l Layout) error {
 	if err != nil {
 		return err
 	}
+	nodeopsImages, err := ReadNodeopsImages(l.Images)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	if err := recordOwned(); err != nil {
 		return err
@@ -58,6 +62,9 @@ func Up(ctx context.Context, l Layout) error {
 		return err
 	}
 	if err := importImages(ctx, l); err != nil {
+		return err
+	}
+	if err := importLayouts(ctx, l.Images, nodeopsImages); err != nil {
 		return err
 	}
 	Logf("kubeadm init %s (advertise address %s)", FromVersion, addr)
@@ -80,7 +87,7 @@ func Up(ctx context.Context, l Layout) error {
 		return err
 	}
 	Logf("cluster %s up in %s", FromVersion, time.Since(start).Round(time.Second))
-	if err := InstallNodeops(ctx, l, addr); err != nil {
+	if err := InstallNodeops(ctx, l, addr, nodeopsImages); err != nil {
 		return err
 	}
 	Logf("ready: kubeconfig=%s (up in %s)", KubeconfigPath, time.Since(start).Round(time.Second))
@@ -338,27 +345,38 @@ func startSupervisor(l Layout) error {
 	}
 }
 
-// importImages loads every image tarball into containerd's k8s.io namespace, where the CRI finds them.
+// importImages loads the tarball of every image built here into containerd's k8s.io namespace,
+// where the CRI finds them (only those: a tarball left by an older build is not imported).
 func importImages(ctx context.Context, l Layout) error {
 	start := time.Now()
-	files, err := filepath.Glob(filepath.Join(l.ImageOut(), "*.tar"))
-	if err != nil || len(files) == 0 {
-		return fmt.Errorf("no image tarballs in %s: run `realnode build` first", l.ImageOut())
+	specs, err := AllImageSpecs(ctx, l)
+	if err != nil {
+		return err
 	}
-	for _, f := range files {
+	for _, s := range specs {
+		f := filepath.Join(l.ImageOut(), TarballName(s.Ref))
+		if _, err := os.Stat(f); err != nil {
+			return fmt.Errorf("image %s: %w: run `realnode build` first", s.Ref, err)
+		}
 		if err := run(ctx, io.Discard, filepath.Join(RuntimeBinDir, "ctr"), "--address", ContainerdSock,
 			"-n", "k8s.io", "images", "import", "--local", f); err != nil {
 			return fmt.Errorf("import %s: %w", filepath.Base(f), err)
 		}
 	}
-	Logf("imported %d images in %s", len(files), time.Since(start).Round(time.Second))
+	Logf("imported %d images in %s", len(specs), time.Since(start).Round(time.Second))
 	return nil
 }
 
 // run runs a command with its output to w, and in the error when it fails.
 func run(ctx context.Context, w io.Writer, name string, args ...string) error {
+	return runIn(ctx, w, nil, name, args...)
+}
+
+// runIn is run with stdin.
+func runIn(ctx context.Context, w io.Writer, stdin io.Reader, name string, args ...string) error {
 	var buf strings.Builder
 	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Stdin = stdin
 	cmd.Env = hostEnv()
 	cmd.Stdout = io.MultiWriter(w, &buf)
 	cmd.Stderr = io.MultiWriter(w, &buf)

@@ -1,0 +1,61 @@
+package commands_test
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/agent/commands"
+)
+
+// TestInstallerPod: the pod a pod command runs is bound to the task's node, reaches every node
+// (tolerates every taint), runs once, has no token, and mounts the host only when asked.
+func TestInstallerPod(t *testing.T) {
+	c := &v1alpha1.PodCommand{Image: "ghcr.io/kwasm/kwasm-node-installer:v0.3.1", Privileged: true, HostPID: true, MountHostRoot: true,
+		Env: []v1alpha1.PodEnvVar{{Name: "NODE_ROOT", Value: "/host"}}, ImagePullPolicy: corev1.PullIfNotPresent}
+	pod := commands.InstallerPod("agents", "worker-1", "kwasm-install-worker-1", 2, c)
+	s := pod.Spec
+	if pod.Namespace != "agents" || s.NodeName != "worker-1" || s.RestartPolicy != corev1.RestartPolicyNever {
+		t.Errorf("namespace %q node %q restartPolicy %q", pod.Namespace, s.NodeName, s.RestartPolicy)
+	}
+	if errs := validation.IsDNS1123Label(pod.Name); len(errs) > 0 {
+		t.Errorf("name %q: %v", pod.Name, errs)
+	}
+	if again := commands.InstallerPod("agents", "worker-1", "kwasm-install-worker-1", 2, c); again.Name != pod.Name {
+		t.Errorf("name not deterministic: %q then %q", pod.Name, again.Name)
+	}
+	if other := commands.InstallerPod("agents", "worker-1", "kwasm-install-worker-1", 3, c); other.Name == pod.Name {
+		t.Errorf("commands 2 and 3 share the pod name %q", pod.Name)
+	}
+	if pod.Labels[v1alpha1.LabelNode] != "worker-1" || pod.Labels[v1alpha1.LabelTask] != "kwasm-install-worker-1" {
+		t.Errorf("labels %v", pod.Labels)
+	}
+	if s.ServiceAccountName != commands.InstallerServiceAccount || s.AutomountServiceAccountToken == nil || *s.AutomountServiceAccountToken {
+		t.Errorf("serviceAccountName %q automountServiceAccountToken %v", s.ServiceAccountName, s.AutomountServiceAccountToken)
+	}
+	if len(s.Tolerations) != 1 || s.Tolerations[0].Operator != corev1.TolerationOpExists || s.Tolerations[0].Key != "" {
+		t.Errorf("tolerations %+v, want one tolerating every taint", s.Tolerations)
+	}
+	if !s.HostPID || s.HostNetwork {
+		t.Errorf("hostPID %v hostNetwork %v", s.HostPID, s.HostNetwork)
+	}
+	ctr := s.Containers[0]
+	if ctr.Image != c.Image || ctr.ImagePullPolicy != corev1.PullIfNotPresent || ctr.SecurityContext == nil || !*ctr.SecurityContext.Privileged {
+		t.Errorf("container %+v", ctr)
+	}
+	if len(ctr.Env) != 1 || ctr.Env[0] != (corev1.EnvVar{Name: "NODE_ROOT", Value: "/host"}) {
+		t.Errorf("env %+v", ctr.Env)
+	}
+	if len(s.Volumes) != 1 || s.Volumes[0].HostPath == nil || s.Volumes[0].HostPath.Path != "/" ||
+		len(ctr.VolumeMounts) != 1 || ctr.VolumeMounts[0].MountPath != "/host" {
+		t.Errorf("volumes %+v mounts %+v, want the host's / at /host", s.Volumes, ctr.VolumeMounts)
+	}
+
+	plain := commands.InstallerPod("agents", "worker-1", "t", 0, &v1alpha1.PodCommand{Image: "busybox"})
+	if len(plain.Spec.Volumes) != 0 || plain.Spec.Containers[0].SecurityContext != nil || plain.Spec.HostPID {
+		t.Errorf("a pod command asking for nothing got volumes %+v, securityContext %+v, hostPID %v",
+			plain.Spec.Volumes, plain.Spec.Containers[0].SecurityContext, plain.Spec.HostPID)
+	}
+}
