@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
@@ -33,6 +34,7 @@ import (
 	"github.com/nodeops/nodeops/internal/controller/nodetask"
 	"github.com/nodeops/nodeops/internal/host"
 	"github.com/nodeops/nodeops/internal/host/hosttest"
+	"github.com/nodeops/nodeops/internal/nodelock"
 	"github.com/nodeops/nodeops/internal/taskpolicy"
 	"github.com/nodeops/nodeops/internal/testutil"
 )
@@ -79,26 +81,9 @@ func startDrainController(cfg *rest.Config) (stop func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	return testutil.StartManager(cfg, scheme, func(mgr manager.Manager, _ *nodelock.Table) error {
+		return nodetask.SetupDrainWithManager(mgr, nodetask.DrainOptions{Poll: 100 * time.Millisecond})
 	})
-	if err != nil {
-		return nil, err
-	}
-	if err := nodetask.SetupDrainWithManager(mgr, nodetask.DrainOptions{Poll: 100 * time.Millisecond}); err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := mgr.Start(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "drain controller:", err)
-		}
-	})
-	return func() { cancel(); wg.Wait() }, nil
 }
 
 // startAgent runs an agent for one node (or, with a prefix, a noop agent) until stopped.
