@@ -315,6 +315,9 @@ func (*DrainCommand) KindName() string { return "drain" }
 
 func (*DrainCommand) IsIdempotent() bool { return true }
 
+// Drains is the drain itself, which the manager performs.
+func (c *DrainCommand) Drains() *DrainCommand { return c }
+
 func (c *DrainCommand) Description() string {
 	return "drain the node" + drainText(c)
 }
@@ -584,6 +587,14 @@ type ContainerdRestart struct {
 func (*ContainerdRuntimeCommand) KindName() string { return "containerdRuntime" }
 
 func (*ContainerdRuntimeCommand) IsIdempotent() bool { return true }
+
+// Drains is the drain (with the drain command's defaults) before a restart with restart.drain.
+func (c *ContainerdRuntimeCommand) Drains() *DrainCommand {
+	if c.SkipRestart || c.Restart == nil || !c.Restart.Drain {
+		return nil
+	}
+	return &DrainCommand{}
+}
 
 func (c *ContainerdRuntimeCommand) Description() string {
 	s := fmt.Sprintf("add containerd runtime %s (%s)", c.Name, c.RuntimeType)
@@ -867,6 +878,16 @@ func (c *Command) EffectiveTimeout() time.Duration {
 		return k.DefaultTimeout()
 	}
 	return time.Minute
+}
+
+// Drains is the drain this command has the manager do for it (docs/design.md, safety rule 10): a
+// drain command's own, or the drain with its defaults that containerdRuntime's restart.drain makes;
+// nil for a command that drains nothing. A kind that drains says so with a Drains method.
+func (c *Command) Drains() *DrainCommand {
+	if k, ok := c.Spec().(interface{ Drains() *DrainCommand }); ok {
+		return k.Drains()
+	}
+	return nil
 }
 
 // Idempotent reports whether the command is safe to run again after an interruption.

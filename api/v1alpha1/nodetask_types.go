@@ -1,6 +1,9 @@
 package v1alpha1
 
 import (
+	"fmt"
+	"strings"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -120,6 +123,30 @@ const (
 	ReasonLostSkipped = "Skipped"
 )
 
+// ConditionDrained is the manager's outcome of a drain that a command's agent asked for (its
+// status.commands[i].drain; docs/design.md, safety rules 6 and 10): the manager evicts, since no
+// agent may, and the agent ends the command with this outcome. True with reason Drained, False with
+// reason DrainFailed. Its message begins with the key of the run it answers (DrainKey), so a retried
+// or rerun command never takes an earlier run's outcome; then the outcome, and on the lines after it
+// what the drain did with each pod.
+const ConditionDrained = "Drained"
+
+// Reasons of the Drained condition.
+const (
+	ReasonDrained     = "Drained"
+	ReasonDrainFailed = "DrainFailed"
+)
+
+// DrainRequest is the agent's request, on a running command that drains (Command.Drains), that the
+// manager drain the node now.
+type DrainRequest struct {
+	// AgentPod is the requesting agent's own pod, as namespace/name, which the drain spares; empty
+	// when the agent runs outside a pod.
+	// +optional
+	// +kubebuilder:validation:MaxLength=317
+	AgentPod string `json:"agentPod,omitempty"`
+}
+
 // CommandStatus is what happened to one command.
 type CommandStatus struct {
 	Name  string       `json:"name"`
@@ -138,6 +165,10 @@ type CommandStatus struct {
 	// OutputTail is the last 4 KiB of the command's output.
 	// +optional
 	OutputTail string `json:"outputTail,omitempty"`
+	// Drain is set by the agent while this run of the command waits for the manager to drain the
+	// node (ConditionDrained).
+	// +optional
+	Drain *DrainRequest `json:"drain,omitempty"`
 }
 
 // CertificateExpiry is one certificate's expiry as kubeadm reports it.
@@ -181,7 +212,7 @@ type NodeTaskStatus struct {
 	// +optional
 	CompletionTime *metav1.MicroTime `json:"completionTime,omitempty"`
 	// Conditions are written by the manager alone (the agent keeps them in its writes):
-	// AgentLost (safety rule 9).
+	// AgentLost (safety rule 9), Drained (safety rules 6 and 10).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -242,4 +273,90 @@ type NodeTaskList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []NodeTask `json:"items"`
+}
+
+// DrainKey names one run of a command in the Drained condition's message.
+func DrainKey(command string, attempt int32) string {
+	return fmt.Sprintf("command %s, attempt %d", command, attempt)
+}
+
+// DrainOutcome is the manager's answer to one drain request.
+type DrainOutcome struct {
+	Succeeded bool
+	// Message is the drain's result or error, naming the pods refused or held up and the budgets.
+	Message string
+	// Log is a line for each pod left, evicted or held up.
+	Log string
+}
+
+// Bounds on the parts of the Drained condition's message (a condition message holds 32768 bytes).
+const (
+	maxDrainMessage = 8 << 10
+	maxDrainLog     = 16 << 10
+)
+
+// DrainedCondition is the Drained condition answering the run key of a command with o.
+func DrainedCondition(key string, o DrainOutcome, generation int64) metav1.Condition {
+	c := metav1.Condition{Type: ConditionDrained, Status: metav1.ConditionTrue, Reason: ReasonDrained, ObservedGeneration: generation}
+	if !o.Succeeded {
+		c.Status, c.Reason = metav1.ConditionFalse, ReasonDrainFailed
+	}
+	msg := strings.ReplaceAll(o.Message, "\n", " ")
+	if len(msg) > maxDrainMessage {
+		msg = msg[:maxDrainMessage] + "..."
+	}
+	log := strings.TrimRight(o.Log, "\n")
+	if len(log) > maxDrainLog {
+		log = "...\n" + log[len(log)-maxDrainLog:]
+	}
+	c.Message = key + ": " + msg
+	if log != "" {
+		c.Message += "\n" + log
+	}
+	return c
+}
+
+// DrainAnswer is the manager's outcome for the current run of command i, if the Drained
+// condition answers that run: an outcome recorded for an earlier attempt is no answer.
+func (t *NodeTask) DrainAnswer(i int) (DrainOutcome, bool) {
+	if i < 0 || i >= len(t.Status.Commands) {
+		return DrainOutcome{}, false
+	}
+	return t.DrainAnswerFor(DrainKey(t.Status.Commands[i].Name, t.Status.Commands[i].Attempt))
+}
+
+// DrainAnswerFor is the manager's outcome for the run named key (DrainKey), if the Drained
+// condition answers that run.
+func (t *NodeTask) DrainAnswerFor(key string) (DrainOutcome, bool) {
+	c := meta.FindStatusCondition(t.Status.Conditions, ConditionDrained)
+	if c == nil {
+		return DrainOutcome{}, false
+	}
+	first, log, _ := strings.Cut(c.Message, "\n")
+	msg, ok := strings.CutPrefix(first, key+": ")
+	if !ok {
+		return DrainOutcome{}, false
+	}
+	return DrainOutcome{Succeeded: c.Status == metav1.ConditionTrue, Message: msg, Log: log}, true
+}
+
+// DrainPending is the command whose run waits for the manager's drain: the task's current command,
+// running, carrying its agent's request, draining by its spec (so an agent cannot ask a drain its
+// task does not have), and not yet answered. ok is false when there is none, or the task is lost.
+func (t *NodeTask) DrainPending() (i int, d *DrainCommand, ok bool) {
+	i = int(t.Status.CurrentCommand)
+	if t.Status.Phase != TaskRunning || i < 0 || i >= len(t.Spec.Commands) || i >= len(t.Status.Commands) || t.Lost() != nil {
+		return 0, nil, false
+	}
+	cs := t.Status.Commands[i]
+	if cs.Phase != CommandRunning || cs.Drain == nil {
+		return 0, nil, false
+	}
+	if d = t.Spec.Commands[i].Drains(); d == nil {
+		return 0, nil, false
+	}
+	if _, answered := t.DrainAnswer(i); answered {
+		return 0, nil, false
+	}
+	return i, d, true
 }

@@ -12,6 +12,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
@@ -59,6 +60,8 @@ type options struct {
 	leaseDuration          time.Duration
 	renewDeadline          time.Duration
 	retryPeriod            time.Duration
+	// podName and podNamespace name the manager's own pod, which its drains leave; empty outside a pod.
+	podName, podNamespace string
 }
 
 func main() {
@@ -75,6 +78,8 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster config when empty")
 	fs.StringVar(&o.agentMode, "agent-mode", "DaemonSet", "how agents run: DaemonSet (deployed beside the manager) or Job (a Job per node with pending tasks)")
 	fs.DurationVar(&o.agentLostAfter, "agent-lost-after", nodetask.DefaultAgentLostAfter, "a running command whose agent renewed no heartbeat for this long fails its task with reason AgentLost (the agent renews every 15s)")
+	fs.StringVar(&o.podName, "pod-name", os.Getenv("POD_NAME"), "the manager's own pod, which the drains it makes never evict (default: $POD_NAME, from the downward API)")
+	fs.StringVar(&o.podNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "the namespace of --pod-name (default: $POD_NAMESPACE)")
 	fs.StringVar(&o.agentImage, "agent-image", "ghcr.io/nodeops/agent:latest", "agent image for --agent-mode=Job")
 	// Deliberately high: a 1,000-node operation needs about 1,000 creates in a second or two, and
 	// client-go's defaults (5/10) would make the manager, not the API server, the bottleneck.
@@ -184,6 +189,10 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 	}
 	if err := nodetask.SetupWithOptions(mgr, nodetask.Options{AgentLostAfter: o.agentLostAfter}); err != nil {
 		return fmt.Errorf("set up the NodeTask controller: %w", err)
+	}
+	self := types.NamespacedName{Namespace: o.podNamespace, Name: o.podName}
+	if err := nodetask.SetupDrainWithManager(mgr, nodetask.DrainOptions{Self: self}); err != nil {
+		return fmt.Errorf("set up the drain controller: %w", err)
 	}
 	if err := nodeprofile.SetupWithManager(mgr, locks); err != nil {
 		return fmt.Errorf("set up the NodeProfile controller: %w", err)

@@ -59,7 +59,7 @@ type Reconciler struct {
 	// RecordRunningAfter: an idempotent command is recorded Running only once it has run this
 	// long; zero for DefaultRecordRunningAfter.
 	RecordRunningAfter time.Duration
-	// AgentPod is the agent's own pod, which drain spares.
+	// AgentPod is the agent's own pod, which the manager's drain spares when it asks for one.
 	AgentPod types.NamespacedName
 	// DefaultTimeout is the timeout of a command that sets none; nil for its kind's DefaultTimeout.
 	DefaultTimeout func(v1alpha1.CommandKind) time.Duration
@@ -244,7 +244,13 @@ func (r *Reconciler) execute(ctx context.Context, task *v1alpha1.NodeTask) (wait
 			// Shown by the CLI with the task; the Running record that follows clears it.
 			next.Message = busy
 		}
-		late := act.Kind == taskpolicy.ActStart && !dirty && task.Spec.Commands[act.Index].Idempotent()
+		if act.Kind == taskpolicy.ActStart && task.Spec.Commands[act.Index].Drain != nil && !r.Noop {
+			// A drain is the manager's (safety rule 10): the Running record asks for it.
+			next.Commands[act.Index].Drain = r.drainRequest()
+		}
+		// A command that drains is recorded Running first: the manager drains only for a recorded run.
+		late := act.Kind == taskpolicy.ActStart && !dirty && task.Spec.Commands[act.Index].Idempotent() &&
+			task.Spec.Commands[act.Index].Drains() == nil
 		if !late {
 			err := r.writeStatus(ctx, task, next)
 			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
@@ -417,8 +423,11 @@ func (r *Reconciler) run(ctx context.Context, task *v1alpha1.NodeTask, a taskpol
 		HTTP:           r.HTTP,
 		Out:            tail,
 		Poll:           r.Poll,
-		AgentPod:       r.AgentPod,
 		Secrets:        secrets,
+	}
+	if cmd.Drains() != nil {
+		// Such a command is never run before its Running record, so task.Status is this run's.
+		env.Drainer = r.drainerFor(task, a.Index)
 	}
 	res, err := commands.Run(cctx, env, cmd)
 	stop()

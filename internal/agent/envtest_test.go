@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
@@ -33,6 +34,7 @@ import (
 	"github.com/nodeops/nodeops/internal/controller/nodetask"
 	"github.com/nodeops/nodeops/internal/host"
 	"github.com/nodeops/nodeops/internal/host/hosttest"
+	"github.com/nodeops/nodeops/internal/nodelock"
 	"github.com/nodeops/nodeops/internal/taskpolicy"
 	"github.com/nodeops/nodeops/internal/testutil"
 )
@@ -63,7 +65,25 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	stop, err := startDrainController(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer stop()
 	return m.Run()
+}
+
+// startDrainController runs the manager's drain controller for every test: the agent asks it to
+// drain (docs/design.md, safety rule 10), as the manager beside it does in a cluster.
+func startDrainController(cfg *rest.Config) (stop func(), err error) {
+	scheme, err := testutil.NewScheme()
+	if err != nil {
+		return nil, err
+	}
+	return testutil.StartManager(cfg, scheme, func(mgr manager.Manager, _ *nodelock.Table) error {
+		return nodetask.SetupDrainWithManager(mgr, nodetask.DrainOptions{Poll: 100 * time.Millisecond})
+	})
 }
 
 // startAgent runs an agent for one node (or, with a prefix, a noop agent) until stopped.

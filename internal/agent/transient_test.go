@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/agent/commands"
+	"github.com/nodeops/nodeops/internal/drain"
 )
 
 // unavailable answers the first n calls of the kind it wraps with a 503, as an API server that is
@@ -55,7 +56,8 @@ func TestNodeWritesWaitOutAMomentOf503s(t *testing.T) {
 	if err := cl.Get(ctx, client.ObjectKey{Name: "transient-1"}, &n); err != nil || !n.Spec.Unschedulable {
 		t.Fatalf("node not cordoned (%v): %+v", err, n.Spec)
 	}
-	if _, err := commands.Run(ctx, env, &v1alpha1.Command{Drain: &v1alpha1.DrainCommand{}}); err != nil {
+	// The manager's drain (internal/drain), which no longer runs in the agent.
+	if _, err := drain.Run(ctx, drain.Target{Node: "transient-1", Client: flaky, Reader: flaky}, &v1alpha1.DrainCommand{}); err != nil {
 		t.Fatalf("drain after two 503s on its pod list: %v", err)
 	}
 	if _, err := commands.Run(ctx, env, &v1alpha1.Command{Uncordon: &v1alpha1.UncordonCommand{}}); err != nil {

@@ -54,7 +54,7 @@ func Apply(s *v1alpha1.NodeTaskStatus, spec *v1alpha1.NodeTaskSpec, a Action, no
 		c.Phase = v1alpha1.CommandRunning
 		c.Attempt++
 		c.StartTime, c.CompletionTime, c.ExitCode = &now, nil, nil
-		c.OutputTail = ""
+		c.OutputTail, c.Drain = "", nil
 		if !a.Rerun {
 			c.Message = ""
 		} else {
@@ -113,6 +113,7 @@ func ApplyResult(s *v1alpha1.NodeTaskStatus, spec *v1alpha1.NodeTaskSpec, i int,
 	c.CompletionTime = &now
 	c.OutputTail = o.Tail
 	c.Message = o.Message
+	c.Drain = nil
 	if len(o.Certs) > 0 {
 		s.Certificates = o.Certs
 	}

@@ -13,7 +13,6 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,8 +30,10 @@ import (
 )
 
 const (
-	ns           = "nodeops-system"
-	agentSA      = "nodeops-agent"
+	ns      = "nodeops-system"
+	agentSA = "nodeops-agent"
+	// workloadNS holds a workload pod on each node, which no agent may evict.
+	workloadNS   = "default"
 	managerUser  = "system:serviceaccount:nodeops-system:nodeops-manager"
 	nodeNameKey  = "authentication.kubernetes.io/node-name"
 	taskA, taskB = "task-a", "task-b"
@@ -104,6 +105,13 @@ func setUp(ctx context.Context) error {
 				Containers: []corev1.Container{{Name: "agent", Image: "agent"}}},
 		}
 		if err := admin.Create(ctx, pod); err != nil {
+			return err
+		}
+		workload := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "workload-" + n, Namespace: workloadNS},
+			Spec:       corev1.PodSpec{NodeName: n, Containers: []corev1.Container{{Name: "c", Image: "pause"}}},
+		}
+		if err := admin.Create(ctx, workload); err != nil {
 			return err
 		}
 	}
@@ -218,7 +226,7 @@ func node(t *testing.T, name string) *corev1.Node {
 
 // cluster is what the shared refusal table (internal/testutil/confine) acts on here.
 func cluster() confine.Cluster {
-	return confine.Cluster{Admin: admin, Namespace: ns, NodeA: "node-a", NodeB: "node-b", TaskA: taskA, TaskB: taskB}
+	return confine.Cluster{Admin: admin, Namespace: ns, NodeA: "node-a", NodeB: "node-b", TaskA: taskA, TaskB: taskB, WorkloadNamespace: workloadNS}
 }
 
 // installerPod is the pod node's agent creates for task-a's first command, a pod command asking for
@@ -464,7 +472,8 @@ func TestSafetyRule10_TokenWithoutANodeIsRefused(t *testing.T) {
 	want := []string{"writes only with a token bound to its pod on a node"}
 	confine.Refused(t, "status of node-a's task", cluster().StatusOf(taskA, v1alpha1.TaskSucceeded)(ctx, c), append(want, "UPDATE nodetasks/status task-a"))
 	confine.Refused(t, "cordon node-a", confine.Cordon("node-a")(ctx, c), append(want, "UPDATE nodes node-a"))
-	confine.Refused(t, "evict the agent pod on node-b", evict(ctx, c, "agent-node-b"), append(want, "CREATE pods/eviction agent-node-b"))
+	// An eviction the shipped RBAC refuses before admission (TestSafetyRule10_AgentEvictsNoPod).
+	confine.Refused(t, "evict the agent pod on node-b", confine.Evict(ctx, c, ns, "agent-node-b"), []string{`cannot create resource "pods/eviction"`})
 }
 
 // TestAgentGroupIsConfined: any user in the group nodeops.io:agents is an agent, with the node its
@@ -493,25 +502,29 @@ func TestSafetyRule10_OnlyTheManagerCreatesTasks(t *testing.T) {
 	tasks(t) // the manager can
 }
 
-// TestEvictionIsNotConfined records what admission cannot do: an Eviction names a pod, not its
-// node, so node-a's agent can evict a pod on node-b. When drain moves out of the agent (or behind a
-// manager-side proxy), this test is to turn into a refusal.
-func TestEvictionIsNotConfined(t *testing.T) {
+// TestSafetyRule10_AgentEvictsNoPod: an Eviction names a pod, not its node, so no admission policy
+// can confine evictions to the agent's node; the manager drains instead (internal/controller/nodetask,
+// drain.go), and node-a's agent token evicts nothing: not a pod on node-b, not one on node-a, and it
+// lists no pods. (Refused by admission alone too: the evictions in TestSafetyRule10_AgentOnNodeAIsRefused.)
+func TestSafetyRule10_AgentEvictsNoPod(t *testing.T) {
 	ctx := context.Background()
 	c, _ := as(t, token(t, "node-a"))
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "workload-b", Namespace: "default"},
-		Spec:       corev1.PodSpec{NodeName: "node-b", Containers: []corev1.Container{{Name: "c", Image: "pause"}}},
+	// A cluster-admin binding of an earlier test may linger in the RBAC informer.
+	testutil.Eventually(t, 10*time.Second, "the agent's shipped RBAC alone", func() error {
+		if err := c.List(ctx, &corev1.SecretList{}, client.InNamespace(ns)); !apierrors.IsForbidden(err) {
+			return fmt.Errorf("listing Secrets: %w, want Forbidden", err)
+		}
+		return nil
+	})
+	for _, n := range []string{"node-b", "node-a"} {
+		confine.Refused(t, "node-a's agent evicting a pod on "+n, confine.Evict(ctx, c, workloadNS, "workload-"+n), []string{`cannot create resource "pods/eviction"`})
+		if err := admin.Get(ctx, client.ObjectKey{Namespace: workloadNS, Name: "workload-" + n}, &corev1.Pod{}); err != nil {
+			t.Errorf("the pod on %s after the agent's eviction: %v", n, err)
+		}
 	}
-	if err := admin.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
+	confine.Refused(t, "node-a's agent listing pods", c.List(ctx, &corev1.PodList{}), []string{`cannot list resource "pods"`})
+	// What it still needs: a control plane's mirror pods, by name.
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "agent-node-a"}, &corev1.Pod{}); err != nil {
+		t.Errorf("node-a's agent reading a pod by name: %v", err)
 	}
-	if err := c.SubResource("eviction").Create(ctx, pod, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace}}); err != nil {
-		t.Fatalf("node-a's agent evicting a pod on node-b: %v (if this is now refused, the hole is closed: make this test say so)", err)
-	}
-}
-
-func evict(ctx context.Context, c client.Client, pod string) error {
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: ns}}
-	return c.SubResource("eviction").Create(ctx, p, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: ns}})
 }

@@ -124,9 +124,8 @@ func TestPodBoundAgents(t *testing.T) {
 		confine.Refused(t, "an administrator creating a NodeTask", err, []string{confine.NodeTaskCreationMessage, "creating NodeTask by-hand"})
 	})
 
-	// Refused only once the drain's evictions are the manager's (branch drain-mgr): on main an
-	// agent's token may evict any pod (test/confinement's TestEvictionIsNotConfined), so this
-	// subtest fails there, and only this one.
+	// Refused since the manager drains for the agents, whose RBAC has no evictions
+	// (test/confinement's TestSafetyRule10_AgentEvictsNoPod).
 	t.Run("worker-1's agent token is refused evicting a pod on worker-2", func(t *testing.T) {
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "workload-on-b", Namespace: "default"},

@@ -1,6 +1,7 @@
 // Package commands runs one NodeTask command on its own node: each kind in its own file, each touching
-// only its node (its host root, its Node object and the pods on it). A kind declares itself on its API
-// type, its handler has one entry in Handlers, and TestEveryCommandKindIsComplete fails for a gap.
+// only its node (its host root, its Node object, its mirror pods; a drain it asks of the manager through
+// Env.Drainer). A kind declares itself on its API type, its handler has one entry in Handlers, and
+// TestEveryCommandKindIsComplete fails for a gap.
 package commands
 
 import (
@@ -11,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -39,7 +39,7 @@ type Env struct {
 	// handlers a Host and Client that do so, so handlers need not ask.
 	DryRun bool
 	Host   *host.Host
-	// Client reads and writes the cluster directly (no cache): the node, its pods, evictions.
+	// Client reads and writes the cluster directly (no cache): the node, its mirror pods.
 	Client client.Client
 	// API makes raw requests to the API server the agent uses (/readyz and an authorized read,
 	// which write nothing and so are sent as they are in a DryRun too); nil when the agent has none.
@@ -51,8 +51,8 @@ type Env struct {
 	Arch string
 	// Poll is how often waiting commands look again; 2s when zero.
 	Poll time.Duration
-	// AgentPod is the agent's own pod, which drain never evicts; empty when the agent runs outside a pod.
-	AgentPod types.NamespacedName
+	// Drainer drains the node (the drain command, containerdRuntime's restart.drain); nil: no drain.
+	Drainer Drainer
 	// DownloadIdleTimeout fails a download whose server sends nothing for this long; zero for
 	// DefaultDownloadIdleTimeout.
 	DownloadIdleTimeout time.Duration

@@ -3,11 +3,13 @@ package commands
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/drain"
 	"github.com/nodeops/nodeops/internal/host"
 	"github.com/nodeops/nodeops/internal/host/hosttest"
 )
@@ -193,6 +196,16 @@ func (o *observingServices) Restart(ctx context.Context, name string) error {
 	return nil
 }
 
+// clientDrainer drains through c, as the manager does for the agent (internal/controller/nodetask).
+type clientDrainer struct {
+	c    client.Client
+	node string
+}
+
+func (d clientDrainer) Drain(ctx context.Context, spec *v1alpha1.DrainCommand, out io.Writer) (string, error) {
+	return drain.Run(ctx, drain.Target{Node: d.node, Client: d.c, Reader: d.c, Poll: 10 * time.Millisecond, Out: out}, spec)
+}
+
 // restart.drain: the node is cordoned and its pods evicted when containerd restarts, and schedulable again after.
 func TestContainerdRestartDrains(t *testing.T) {
 	env, _, out := localEnv(t, map[string]string{defaultContainerdConfig: v3Config}, false)
@@ -202,6 +215,7 @@ func TestContainerdRestartDrains(t *testing.T) {
 		Spec: corev1.PodSpec{NodeName: "node-a"}}
 	env.Client = fake.NewClientBuilder().WithObjects(node, pod).
 		WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).Build()
+	env.Drainer = clientDrainer{c: env.Client, node: env.NodeName}
 	obs := &observingServices{env: env}
 	env.Host.Services = obs
 	c := &v1alpha1.ContainerdRuntimeCommand{Name: "spin", RuntimeType: "io.containerd.spin.v2", Restart: &v1alpha1.ContainerdRestart{Drain: true}}
@@ -227,6 +241,7 @@ func TestContainerdRestartDrainKeepsAnEarlierCordon(t *testing.T) {
 	env, _, out := localEnv(t, map[string]string{defaultContainerdConfig: v3Config}, false)
 	env.Client = fake.NewClientBuilder().WithObjects(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}).
 		WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).Build()
+	env.Drainer = clientDrainer{c: env.Client, node: env.NodeName}
 	ctx := context.Background()
 	if _, err := Run(ctx, env, &v1alpha1.Command{Cordon: &v1alpha1.CordonCommand{}}); err != nil {
 		t.Fatal(err)

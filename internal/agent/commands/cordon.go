@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/taskpolicy"
+	"github.com/nodeops/nodeops/internal/transient"
 )
 
 // AnnotationWasUnschedulable is nodeops' record of a node's schedulability before it cordoned it,
@@ -19,7 +20,7 @@ const AnnotationWasUnschedulable = taskpolicy.AnnotationWasUnschedulable
 func patchNode(ctx context.Context, env *Env, verb string, change func(*corev1.Node) *corev1.Node) (Result, error) {
 	var res Result
 	// A conflict rereads the node; a moment's API server failure (a 503) is waited out.
-	err := retryTransient(ctx, func() error {
+	err := transient.Retry(ctx, func() error {
 		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			var err error
 			res, err = patchNodeOnce(ctx, env, verb, change)

@@ -19,6 +19,7 @@ import (
 	"github.com/nodeops/nodeops/internal/clock"
 	"github.com/nodeops/nodeops/internal/host"
 	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/transient"
 )
 
 const (
@@ -146,7 +147,7 @@ func ensurePod(ctx context.Context, env *Env, want *corev1.Pod) (*corev1.Pod, er
 	ref := want.Namespace + "/" + want.Name
 	for {
 		pod := want.DeepCopy()
-		err := retryTransient(ctx, func() error { return env.Client.Create(ctx, pod) })
+		err := transient.Retry(ctx, func() error { return env.Client.Create(ctx, pod) })
 		if err == nil {
 			env.printf("created pod %s on node %s\n", ref, env.NodeName)
 			return pod, nil
@@ -155,7 +156,7 @@ func ensurePod(ctx context.Context, env *Env, want *corev1.Pod) (*corev1.Pod, er
 			return nil, fmt.Errorf("creating pod %s: %w", ref, err)
 		}
 		found := &corev1.Pod{}
-		if err := retryTransient(ctx, func() error { return env.Client.Get(ctx, client.ObjectKeyFromObject(want), found) }); err != nil {
+		if err := transient.Retry(ctx, func() error { return env.Client.Get(ctx, client.ObjectKeyFromObject(want), found) }); err != nil {
 			if apierrors.IsNotFound(err) {
 				continue // deleted meanwhile: create it
 			}
@@ -192,7 +193,7 @@ func waitPodEnd(ctx context.Context, env *Env, pod *corev1.Pod, image string) (*
 	lastPhase := corev1.PodPhase("")
 	for {
 		cur := &corev1.Pod{}
-		err := retryTransient(ctx, func() error { return env.Client.Get(ctx, client.ObjectKeyFromObject(pod), cur) })
+		err := transient.Retry(ctx, func() error { return env.Client.Get(ctx, client.ObjectKeyFromObject(pod), cur) })
 		switch {
 		case apierrors.IsNotFound(err):
 			return nil, fmt.Errorf("pod %s was deleted before it ended", ref)
@@ -319,7 +320,7 @@ func deletePod(env *Env, pod *corev1.Pod) {
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		opts = append(opts, client.GracePeriodSeconds(0))
 	}
-	err := retryTransient(ctx, func() error { return env.Client.Delete(ctx, pod, opts...) })
+	err := transient.Retry(ctx, func() error { return env.Client.Delete(ctx, pod, opts...) })
 	switch {
 	case err == nil:
 		env.printf("deleted pod %s/%s\n", pod.Namespace, pod.Name)

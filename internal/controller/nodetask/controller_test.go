@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -21,6 +22,9 @@ import (
 )
 
 var cl client.Client
+
+// managerPod is the manager's own pod in these tests (its --pod-name), which its drains leave.
+var managerPod = types.NamespacedName{Namespace: "real-drain", Name: "nodeops-manager-x"}
 
 // lostAfter is the manager's --agent-lost-after in these tests.
 const lostAfter = 2 * time.Second
@@ -39,7 +43,10 @@ func run(m *testing.M) int {
 	defer func() { _ = env.Stop() }()
 	cl = env.Client
 	stop, err := testutil.StartManager(env.Config, env.Scheme, func(mgr manager.Manager, _ *nodelock.Table) error {
-		return nodetask.SetupWithOptions(mgr, nodetask.Options{AgentLostAfter: lostAfter})
+		if err := nodetask.SetupWithOptions(mgr, nodetask.Options{AgentLostAfter: lostAfter}); err != nil {
+			return err
+		}
+		return nodetask.SetupDrainWithManager(mgr, nodetask.DrainOptions{Poll: 100 * time.Millisecond, Self: managerPod})
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -31,6 +32,9 @@ type Cluster struct {
 	Namespace    string
 	NodeA, NodeB string
 	TaskA, TaskB string
+	// WorkloadNamespace holds a pod named workload-<node> on each of NodeA and NodeB, which the agent
+	// may not evict (the manager drains for it); empty: no eviction attempts.
+	WorkloadNamespace string
 }
 
 // Attempt is one write the agent on NodeA must not make; the slices are parts of the refusal's message.
@@ -57,7 +61,7 @@ const absentNode = "node-c"
 // Attempts lists every write the agent on k.NodeA must not make.
 func (k Cluster) Attempts() []Attempt {
 	a, b := k.NodeA, k.NodeB
-	return []Attempt{
+	attempts := []Attempt{
 		{Name: "status of " + b + "'s task", Do: k.StatusOf(k.TaskB, v1alpha1.TaskSucceeded),
 			Policy: []string{"agent on node " + a + " writes only the status of its own node's NodeTasks", "UPDATE nodetasks/status " + k.TaskB, "spec.nodeName " + b}},
 		{Name: "approvedCommands of its own task", Do: PatchTask(k.TaskA, `{"spec":{"approvedCommands":1}}`),
@@ -115,8 +119,25 @@ func (k Cluster) Attempts() []Attempt {
 		}, Policy: []string{"deletes none", "DELETE leases node-" + b}, RBAC: []string{`cannot delete resource "leases"`}},
 		{Name: "a ConfigMap", Do: func(ctx context.Context, c client.Client) error {
 			return c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "by-agent", Namespace: k.Namespace}})
-		}, Policy: []string{"writes only NodeTask status, its own Node, its node's Lease, its node's installer pods and evictions", "CREATE configmaps by-agent"}, RBAC: []string{`cannot create resource "configmaps"`}},
+		}, Policy: []string{"writes only NodeTask status, its own Node, its node's Lease and its node's installer pods", "CREATE configmaps by-agent"}, RBAC: []string{`cannot create resource "configmaps"`}},
 	}
+	if k.WorkloadNamespace == "" {
+		return attempts
+	}
+	// The manager drains for the agent, so the agent evicts nothing: not elsewhere, not on its own node.
+	for _, n := range []string{b, a} {
+		pod := "workload-" + n
+		attempts = append(attempts, Attempt{Name: "evict a pod on " + n, Do: func(ctx context.Context, c client.Client) error {
+			return Evict(ctx, c, k.WorkloadNamespace, pod)
+		}, Policy: []string{"writes only NodeTask status, its own Node, its node's Lease and its node's installer pods", "CREATE pods/eviction " + pod}, RBAC: []string{`cannot create resource "pods/eviction"`}})
+	}
+	return attempts
+}
+
+// Evict asks, with c, for the eviction of the pod namespace/name.
+func Evict(ctx context.Context, c client.Client, namespace, name string) error {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
+	return c.SubResource("eviction").Create(ctx, p, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}})
 }
 
 // NodeTaskCreationMessage is how config/admission/nodetask-creation.yaml refuses a NodeTask made by

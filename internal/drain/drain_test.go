@@ -1,0 +1,84 @@
+package drain
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+)
+
+func TestPlanDrain(t *testing.T) {
+	no := false
+	ctrl := func(kind string) []metav1.OwnerReference {
+		yes := true
+		return []metav1.OwnerReference{{Kind: kind, Name: "x", Controller: &yes, APIVersion: "apps/v1", UID: "u"}}
+	}
+	pod := func(name string, mut func(*corev1.Pod)) corev1.Pod {
+		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, Labels: map[string]string{"app": name}}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+		if mut != nil {
+			mut(&p)
+		}
+		return p
+	}
+	pods := []corev1.Pod{
+		pod("web", func(p *corev1.Pod) { p.OwnerReferences = ctrl("ReplicaSet") }),
+		pod("ds", func(p *corev1.Pod) { p.OwnerReferences = ctrl("DaemonSet") }),
+		pod("mirror", func(p *corev1.Pod) { p.Annotations = map[string]string{mirrorPodAnnotation: "h"} }),
+		pod("cache", func(p *corev1.Pod) {
+			p.OwnerReferences = ctrl("ReplicaSet")
+			p.Spec.Volumes = []corev1.Volume{{Name: "c", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+		}),
+	}
+	names := func(ps []corev1.Pod) (out []string) {
+		for _, p := range ps {
+			out = append(out, p.Name)
+		}
+		return out
+	}
+	spared := Spared{Agent: types.NamespacedName{Namespace: "ns", Name: "agent"}, Manager: types.NamespacedName{Namespace: "ns", Name: "manager"}}
+	withAgents := append(slices.Clone(pods),
+		pod("agent", func(p *corev1.Pod) { p.OwnerReferences = ctrl("Job") }),
+		pod("agent-2", func(p *corev1.Pod) {
+			p.OwnerReferences = ctrl("Job")
+			p.Labels = map[string]string{"app.kubernetes.io/name": "nodeops-agent"}
+		}),
+		pod("manager", func(p *corev1.Pod) { p.OwnerReferences = ctrl("ReplicaSet") }),
+		pod("bare", nil),
+		pod("bare-done", func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }),
+	)
+	tests := []struct {
+		name        string
+		pods        []corev1.Pod
+		d           v1alpha1.DrainCommand
+		evict       string
+		left, refus int
+	}{
+		{name: "emptyDir refused by default", d: v1alpha1.DrainCommand{}, evict: "web", left: 2, refus: 1},
+		{name: "emptyDir data deleted when asked", d: v1alpha1.DrainCommand{DeleteEmptyDirData: true}, evict: "web,cache", left: 2},
+		{name: "DaemonSet refused when not ignored", d: v1alpha1.DrainCommand{IgnoreDaemonSets: &no, DeleteEmptyDirData: true}, evict: "web,cache", left: 1, refus: 1},
+		{name: "pod selector", d: v1alpha1.DrainCommand{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}, evict: "web"},
+		// docs/design.md, safety rule 6.
+		{name: "agents left, a pod without a controller refused", pods: withAgents, d: v1alpha1.DrainCommand{DeleteEmptyDirData: true}, evict: "web,cache,bare-done", left: 5, refus: 1},
+		{name: "a pod without a controller evicted with force", pods: withAgents, d: v1alpha1.DrainCommand{DeleteEmptyDirData: true, Force: true}, evict: "web,cache,bare,bare-done", left: 5},
+		{name: "force does not evict emptyDir data", pods: withAgents, d: v1alpha1.DrainCommand{Force: true}, evict: "web,bare,bare-done", left: 5, refus: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.pods == nil {
+				tt.pods = pods
+			}
+			p, err := PlanFor(tt.pods, &tt.d, spared)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Join(names(p.Evict), ","); got != tt.evict || len(p.Left) != tt.left || len(p.Refused) != tt.refus {
+				t.Errorf("evict=%s left=%v refused=%v", got, p.Left, p.Refused)
+			}
+		})
+	}
+}

@@ -1,0 +1,47 @@
+// Package transient tells an API server's passing failure from a refusal and waits the former out;
+// the agent's node writes and the manager's drain share it.
+package transient
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/nodeops/nodeops/internal/clock"
+)
+
+// How long an API write the API server failed for a moment is tried again: waits from
+// first, doubling up to maxWait, until retryFor has passed, inside the
+// command's own timeout.
+const (
+	first    = 250 * time.Millisecond
+	maxWait  = 5 * time.Second
+	retryFor = 45 * time.Second
+)
+
+// Is reports whether an API error says the API server could not answer just now (503,
+// 500, 504, a server-side timeout) rather than that the request was wrong: the same request may
+// well succeed in a moment, as the fault suite's 503 windows show (test/faults, README "Safety").
+func Is(err error) bool {
+	return apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) || apierrors.IsServerTimeout(err) ||
+		apierrors.IsTimeout(err) || apierrors.IsUnexpectedServerError(err)
+}
+
+// Retry runs do until it succeeds, fails with an error that is not transient,
+// retryFor has passed or ctx ends; it returns do's last error.
+func Retry(ctx context.Context, do func() error) error {
+	give := time.Now().Add(retryFor)
+	wait := first
+	for {
+		err := do()
+		if err == nil || !Is(err) || ctx.Err() != nil || time.Now().Add(wait).After(give) {
+			return err
+		}
+		if cerr := clock.Sleep(ctx, wait); cerr != nil {
+			return errors.Join(err, cerr)
+		}
+		wait = min(2*wait, maxWait)
+	}
+}
