@@ -98,6 +98,11 @@ func (o *Options) runWatch(ctx context.Context, c Client, name string, timeout t
 	for {
 		op, tasks := src.snapshot()
 		if res := operationOutcome(op, tasks); res != nil {
+			// The operation's last event can arrive before its tasks' (two watches): read the tasks
+			// once more so the last lines show the node that failed, not the moment before.
+			if src.relistTasks(ctx) == nil {
+				op, tasks = src.snapshot()
+			}
 			draw()
 			if tty != nil {
 				tty.stop()
