@@ -36,6 +36,7 @@ import (
 	"github.com/nodeops/nodeops/internal/controller/nodetask"
 	"github.com/nodeops/nodeops/internal/metrics"
 	"github.com/nodeops/nodeops/internal/nodelock"
+	"github.com/nodeops/nodeops/internal/version"
 )
 
 // leaderElectionID names the Lease the managers elect their leader with.
@@ -59,6 +60,7 @@ type options struct {
 	leaseDuration          time.Duration
 	renewDeadline          time.Duration
 	retryPeriod            time.Duration
+	version                bool
 }
 
 func main() {
@@ -91,10 +93,15 @@ func run(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a standby waits, after the leader's last renewal, before taking the Lease")
 	fs.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader retries renewing before it gives up leadership and exits")
 	fs.DurationVar(&o.retryPeriod, "leader-elect-retry-period", 2*time.Second, "how often each manager tries to acquire or renew the Lease")
+	fs.BoolVar(&o.version, "version", false, "print the manager's version and exit")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if o.version {
+		fmt.Println(version.Get())
+		return nil
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	if o.agentMode != "DaemonSet" && o.agentMode != "Job" {

@@ -3,12 +3,12 @@ package metrics
 import (
 	"context"
 	"fmt"
-	"runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/version"
 )
 
 // Names of the agent's series.
@@ -46,8 +46,8 @@ func (a *Agent) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (a *Agent) Collect(ch chan<- prometheus.Metric) {
-	version, revision := buildVersion()
-	ch <- prometheus.MustNewConstMetric(a.build, prometheus.GaugeValue, 1, version, revision, runtime.Version())
+	v := version.Get()
+	ch <- prometheus.MustNewConstMetric(a.build, prometheus.GaugeValue, 1, v.Version, v.Revision, v.GoVersion)
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
 	var tasks v1alpha1.NodeTaskList

@@ -7,8 +7,6 @@ package metrics
 import (
 	"context"
 	"fmt"
-	"runtime"
-	"runtime/debug"
 	"sort"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/version"
 )
 
 // The manager's metrics server authenticates and authorizes each scrape
@@ -95,8 +94,8 @@ func (m *Manager) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector: it lists from the reader and computes every series.
 func (m *Manager) Collect(ch chan<- prometheus.Metric) {
-	version, revision := buildVersion()
-	ch <- prometheus.MustNewConstMetric(m.build, prometheus.GaugeValue, 1, version, revision, runtime.Version())
+	v := version.Get()
+	ch <- prometheus.MustNewConstMetric(m.build, prometheus.GaugeValue, 1, v.Version, v.Revision, v.GoVersion)
 
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
@@ -281,22 +280,3 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 func unix(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
-
-// buildVersion is the main module's version and VCS revision as Go recorded them ("unknown"
-// where it recorded none, as with -buildvcs=false).
-func buildVersion() (version, revision string) {
-	version, revision = "unknown", "unknown"
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return version, revision
-	}
-	if bi.Main.Version != "" {
-		version = bi.Main.Version
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" {
-			revision = s.Value
-		}
-	}
-	return version, revision
-}
