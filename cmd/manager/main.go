@@ -198,8 +198,12 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 	if err := clustertarget.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the ClusterTarget controller: %w", err)
 	}
+	collector := metrics.NewManager(mgr.GetCache())
+	if err := collector.Start(ctx, mgr.GetCache()); err != nil {
+		return err
+	}
 	// controller-runtime serves its one registry; registering there is the only global state.
-	if err := ctrlmetrics.Registry.Register(metrics.NewManager(mgr.GetCache())); err != nil {
+	if err := ctrlmetrics.Registry.Register(collector); err != nil {
 		return fmt.Errorf("register nodeops' metrics: %w", err)
 	}
 	if o.agentMode == "Job" {

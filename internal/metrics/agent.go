@@ -66,11 +66,7 @@ func (a *Agent) Collect(ch chan<- prometheus.Metric) {
 			if cs.Phase != v1alpha1.CommandSucceeded && cs.Phase != v1alpha1.CommandFailed && cs.Phase != v1alpha1.CommandSkipped {
 				continue
 			}
-			kind := "unknown"
-			if j < len(t.Spec.Commands) {
-				kind = t.Spec.Commands[j].Kind()
-			}
-			k := [2]string{kind, string(cs.Phase)}
+			k := [2]string{commandKind(t, j), string(cs.Phase)}
 			counts[k]++
 			if cs.CompletionTime != nil {
 				last[k] = max(last[k], unix(cs.CompletionTime.Time))
