@@ -26,12 +26,12 @@ tools: ## Build the pinned Kubernetes, etcd, kwok and tool binaries into bin/ (s
 	@hack/tools.sh
 
 tools-run: ## Only what a local cluster needs (Kubernetes, etcd, kwok): the demo does not lint or use helm.
-	@hack/install-deps.sh
+	@hack/install-deps.sh run
 	@hack/tools.sh kubernetes kwok
 
 build: ## Build nodeops' own binaries into bin/.
-	@echo "build: nodeops' binaries into bin/ (on an empty Go cache about 90 s with no output from go build)"
-	@start=$$SECONDS; go build -ldflags "$(VERSION_LDFLAGS)" -o $(BIN)/ ./cmd/... && echo "build: done in $$((SECONDS - start))s"
+	@echo "build: nodeops' binaries (manager, agent, kubectl-nodeops, nodeops-local) into bin/, version $(or $(VERSION),unknown); on an empty Go cache minutes, progress follows"
+	@hack/progress.sh build go build -v -ldflags "$(VERSION_LDFLAGS)" -o $(BIN)/ ./cmd/...
 
 images: ## OCI layouts of the manager and agent (linux/amd64 and linux/arm64) in $(IMAGES_OUT), by hack/images; no container daemon.
 	@echo "images: cross-compiling the manager and agent for linux/amd64 and linux/arm64 (CGO off); on an empty Go cache about 4 minutes on 2 cores, seconds afterwards"
