@@ -43,6 +43,7 @@ import (
 const leaderElectionID = "nodeops-manager.nodeops.io"
 
 type options struct {
+	version          bool
 	kubeconfig       string
 	agentMode        string
 	agentImage       string
@@ -60,7 +61,6 @@ type options struct {
 	leaseDuration          time.Duration
 	renewDeadline          time.Duration
 	retryPeriod            time.Duration
-	version                bool
 }
 
 func main() {
