@@ -7,6 +7,11 @@ export KUBEBUILDER_ASSETS := $(BIN)
 export NODEOPS_BIN := $(BIN)
 GO_TEST_FLAGS ?=
 DEMO_ARGS ?=
+# The version and commit stamped into nodeops' binaries (internal/version), the same `make images` labels
+# its images with; empty outside a git checkout (a tarball), where the binaries report what Go recorded.
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+VERSION_LDFLAGS = -X github.com/nodeops/nodeops/internal/version.version=$(VERSION) -X github.com/nodeops/nodeops/internal/version.revision=$(REVISION)
 # `make images`: where the OCI layouts go and the repository prefix they are named under.
 IMAGES_OUT ?= $(BIN)/images
 IMAGE_REGISTRY ?= ghcr.io/nodeops
@@ -21,16 +26,16 @@ tools: ## Build the pinned Kubernetes, etcd, kwok and tool binaries into bin/ (s
 	@hack/tools.sh
 
 tools-run: ## Only what a local cluster needs (Kubernetes, etcd, kwok): the demo does not lint or use helm.
-	@hack/install-deps.sh
+	@hack/install-deps.sh run
 	@hack/tools.sh kubernetes kwok
 
 build: ## Build nodeops' own binaries into bin/.
-	@echo "build: nodeops' binaries into bin/ (on an empty Go cache about 90 s with no output from go build)"
-	@start=$$SECONDS; go build -ldflags "-X github.com/nodeops/nodeops/internal/cli.buildVersion=$$(git describe --always --dirty 2>/dev/null || echo unknown)" -o $(BIN)/ ./cmd/... && echo "build: done in $$((SECONDS - start))s"
+	@echo "build: nodeops' binaries (manager, agent, kubectl-nodeops, nodeops-local) into bin/, version $(or $(VERSION),unknown); on an empty Go cache minutes, progress follows"
+	@hack/progress.sh build go build -v -ldflags "$(VERSION_LDFLAGS)" -o $(BIN)/ ./cmd/...
 
 images: ## OCI layouts of the manager and agent (linux/amd64 and linux/arm64) in $(IMAGES_OUT), by hack/images; no container daemon.
 	@echo "images: cross-compiling the manager and agent for linux/amd64 and linux/arm64 (CGO off); on an empty Go cache about 4 minutes on 2 cores, seconds afterwards"
-	@start=$$SECONDS; cd hack/images && go run ./cmd/images --repo $(CURDIR) --out $(IMAGES_OUT) --registry $(IMAGE_REGISTRY) && echo "images: done in $$((SECONDS - start))s"
+	@start=$$SECONDS; cd hack/images && go run ./cmd/images --repo $(CURDIR) --out $(IMAGES_OUT) --registry $(IMAGE_REGISTRY) --version "$(VERSION)" --revision "$(REVISION)" && echo "images: done in $$((SECONDS - start))s"
 
 generate: tools ## Regenerate deepcopy and CRDs.
 	$(BIN)/controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...

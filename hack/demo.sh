@@ -10,5 +10,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${NODEOPS_BIN:-$PWD/bin}
-go build -o "$bin/nodeops-demo" ./hack/demo
+echo "demo: building the walk-through (hack/demo) into $bin/nodeops-demo"
+hack/progress.sh demo go build -v -o "$bin/nodeops-demo" ./hack/demo
 exec "$bin/nodeops-demo" --bin "$bin" "$@"

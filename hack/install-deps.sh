@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian packages nodeops' set-up needs when they are missing. Go modules come
 # from the Go module proxy through the go command itself (hack/tools.sh).
+#   hack/install-deps.sh            what make test needs
+#   hack/install-deps.sh run        what a local cluster needs (make demo)
+#   hack/install-deps.sh realnode   make test's and the real node's
 set -euo pipefail
 need=()
 [ -x /bin/busybox ] || need+=(busybox-static)   # /bin/sh and applets inside local node roots
-command -v tmux >/dev/null || need+=(tmux)      # the CLI's live display is checked in a real terminal
+# the CLI's live display is checked in a real terminal (tests); `make demo` (install-deps.sh run) needs none
+[ "${1:-}" = run ] || command -v tmux >/dev/null || need+=(tmux)
 command -v git >/dev/null || need+=(git)
 if [ "${1:-}" = realnode ]; then
 	# `make realnode` builds runc with seccomp (cgo) and runs the node's network with iproute2.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodeops/nodeops/internal/agent"
 	"github.com/nodeops/nodeops/internal/host"
+	"github.com/nodeops/nodeops/internal/version"
 )
 
 func main() {
@@ -25,10 +26,11 @@ func main() {
 
 func run() error {
 	var (
-		o          agent.Options
-		kubeconfig string
-		qps        float64
-		burst      int
+		o            agent.Options
+		kubeconfig   string
+		qps          float64
+		burst        int
+		printVersion bool
 	)
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	fs.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "node whose NodeTasks to execute (default: $NODE_NAME, set from the downward API)")
@@ -48,10 +50,15 @@ func run() error {
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", "0", "address of the agent's metrics (plain HTTP: nodeops_agent_commands by kind and result, the last result's time, Go and client metrics); 0 disables")
 	fs.Float64Var(&qps, "kube-api-qps", 500, "client requests per second to the API server")
 	fs.IntVar(&burst, "kube-api-burst", 1000, "client request burst to the API server")
+	fs.BoolVar(&printVersion, "version", false, "print the agent's version and exit")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err
+	}
+	if printVersion {
+		fmt.Println(version.Get())
+		return nil
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	if o.Workers == 0 {

@@ -37,12 +37,14 @@ import (
 	"github.com/nodeops/nodeops/internal/controller/nodetask"
 	"github.com/nodeops/nodeops/internal/metrics"
 	"github.com/nodeops/nodeops/internal/nodelock"
+	"github.com/nodeops/nodeops/internal/version"
 )
 
 // leaderElectionID names the Lease the managers elect their leader with.
 const leaderElectionID = "nodeops-manager.nodeops.io"
 
 type options struct {
+	version          bool
 	kubeconfig       string
 	agentMode        string
 	agentImage       string
@@ -96,10 +98,15 @@ func run(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a standby waits, after the leader's last renewal, before taking the Lease")
 	fs.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader retries renewing before it gives up leadership and exits")
 	fs.DurationVar(&o.retryPeriod, "leader-elect-retry-period", 2*time.Second, "how often each manager tries to acquire or renew the Lease")
+	fs.BoolVar(&o.version, "version", false, "print the manager's version and exit")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if o.version {
+		fmt.Println(version.Get())
+		return nil
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	if o.agentMode != "DaemonSet" && o.agentMode != "Job" {
@@ -200,8 +207,12 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 	if err := clustertarget.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the ClusterTarget controller: %w", err)
 	}
+	collector := metrics.NewManager(mgr.GetCache())
+	if err := collector.Start(ctx, mgr.GetCache()); err != nil {
+		return err
+	}
 	// controller-runtime serves its one registry; registering there is the only global state.
-	if err := ctrlmetrics.Registry.Register(metrics.NewManager(mgr.GetCache())); err != nil {
+	if err := ctrlmetrics.Registry.Register(collector); err != nil {
 		return fmt.Errorf("register nodeops' metrics: %w", err)
 	}
 	if o.agentMode == "Job" {

@@ -113,11 +113,11 @@ func TestMetricsEndpointIsAuthenticatedAndFollowsAnOperation(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := waitForSeries(t, url, reader, "the second task failed and the operation is Blocked", map[string]float64{
-		`nodeops_operations{phase="Blocked"}`:                         1,
-		`nodeops_operations{phase="Running"}`:                         0,
-		`nodeops_tasks{phase="Failed"}`:                               1,
-		`nodeops_commands_failed{kind="wait",reason="CommandFailed"}`: 1,
-		"nodeops_group_unavailable_nodes" + group:                     1,
+		`nodeops_operations{phase="Blocked"}`:                               1,
+		`nodeops_operations{phase="Running"}`:                               0,
+		`nodeops_tasks{phase="Failed"}`:                                     1,
+		`nodeops_commands_failed_total{kind="wait",reason="CommandFailed"}`: 1,
+		"nodeops_group_unavailable_nodes" + group:                           1,
 	})
 	since, ok := got[`nodeops_operation_blocked_since_timestamp_seconds{operation="metrics-op"}`]
 	if !ok || since < float64(time.Now().Add(-time.Hour).Unix()) || since > float64(time.Now().Add(time.Minute).Unix()) {

@@ -86,6 +86,14 @@ func (o Options) Ref(img Image) string {
 	return o.Registry + "/" + img.Name + ":" + o.Version
 }
 
+// versionPackage is where nodeops' binaries keep their version (internal/version, of the main
+// module, which this module cannot import).
+const versionPackage = "github.com/nodeops/nodeops/internal/version"
+
+func (o Options) versionLDFlags() string {
+	return fmt.Sprintf("-X %s.version=%s -X %s.revision=%s", versionPackage, o.Version, versionPackage, o.Revision)
+}
+
 // Labels are the OCI labels of every image, on each config and as annotations on each manifest and index.
 func (o Options) Labels(img Image) map[string]string {
 	return map[string]string{
@@ -102,7 +110,9 @@ type Binaries map[string]map[string]string
 
 // Compile cross-compiles every image's binary for every platform into dir, one go build per
 // platform. CGO is off, so each binary is static and runs on scratch; -trimpath and no VCS stamp
-// keep the output independent of where the repository is checked out and of its git state.
+// keep the output independent of where the repository is checked out and of its git state. The
+// version and revision the images are labelled with are stamped into the binaries as `make build`
+// stamps them, so the image label, `manager --version` and nodeops_build_info agree.
 func Compile(ctx context.Context, o Options, dir string) (Binaries, error) {
 	bins := Binaries{}
 	for _, p := range o.Platforms {
@@ -110,7 +120,7 @@ func Compile(ctx context.Context, o Options, dir string) (Binaries, error) {
 		if err := os.MkdirAll(out, 0o755); err != nil {
 			return nil, fmt.Errorf("binary dir: %w", err)
 		}
-		args := []string{"build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", out + "/"}
+		args := []string{"build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w " + o.versionLDFlags(), "-o", out + "/"}
 		names := make([]string, 0, len(o.Images))
 		for _, img := range o.Images {
 			args = append(args, img.Package)

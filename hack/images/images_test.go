@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -44,6 +45,7 @@ func TestMakeImagesTwiceGivesTheSameDigests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkStampedVersion(t, o, bins)
 	a, err := Write(o, bins, first)
 	if err != nil {
 		t.Fatal(err)
@@ -90,6 +92,23 @@ func TestMakeImagesTwiceGivesTheSameDigests(t *testing.T) {
 	}
 	t.Run("kustomize", func(t *testing.T) { checkKustomize(t, a, first) })
 	t.Run("helm", func(t *testing.T) { checkHelmValues(t, repo, a, first) })
+}
+
+// checkStampedVersion runs the binaries built for this machine's platform: each reports the
+// version and revision its image is labelled with.
+func checkStampedVersion(t *testing.T, o Options, bins Binaries) {
+	here := bins[runtime.GOOS+"/"+runtime.GOARCH]
+	if here == nil {
+		t.Logf("no image binary runs on %s/%s; their versions are not checked", runtime.GOOS, runtime.GOARCH)
+		return
+	}
+	want := o.Version + " (commit " + o.Revision[:12]
+	for _, img := range o.Images {
+		out, err := exec.Command(here[img.Name], "--version").CombinedOutput()
+		if err != nil || !strings.HasPrefix(string(out), want) {
+			t.Errorf("%s --version printed %q (%v), want it to start with %q, as the image's labels say", img.Name, out, err, want)
+		}
+	}
 }
 
 // checkLayout reads the layout back with go-containerregistry and checks what a runtime would use.

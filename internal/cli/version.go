@@ -3,13 +3,14 @@ package cli
 import (
 	"context"
 	"fmt"
-	"runtime/debug"
 	"strings"
 
 	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nodeops/nodeops/internal/version"
 )
 
 // The manager's Deployment as config/manager and the chart install it.
@@ -23,14 +24,14 @@ func newVersionCommand(o *Options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print this plugin's version and the version of the nodeops manager the cluster runs",
-		Long: `Print the plugin's version (its Go module version and the commit it was built from) and,
-unless --client, the image of the nodeops manager Deployment in nodeops-system and how many of its
-replicas are ready.`,
+		Long: `Print the plugin's version and the commit it was built from (as make build stamps them, else as Go
+recorded them) and, unless --client, the image of the nodeops manager Deployment in nodeops-system and
+how many of its replicas are ready.`,
 		Example: `  kubectl nodeops version
   kubectl nodeops version --client`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			fmt.Fprintf(o.Out, "client: %s\n", clientVersion())
+			fmt.Fprintf(o.Out, "client: %s\n", version.Get())
 			if clientOnly {
 				return nil
 			}
@@ -48,37 +49,6 @@ replicas are ready.`,
 	}
 	cmd.Flags().BoolVar(&clientOnly, "client", false, "Print only the plugin's version; do not ask the cluster")
 	return cmd
-}
-
-// buildVersion is stamped by `make build` (-ldflags -X ...cli.buildVersion=$(git describe)), for
-// builds where Go records no VCS information (-buildvcs=false); it is never set at run time.
-var buildVersion string
-
-// clientVersion is the stamped version, or the module version and VCS revision Go recorded.
-func clientVersion() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown (no build information in the binary)"
-	}
-	v := bi.Main.Version
-	if buildVersion != "" {
-		return buildVersion + ", " + bi.GoVersion
-	}
-	var rev, modified string
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				modified = ", modified"
-			}
-		}
-	}
-	if rev != "" {
-		v += fmt.Sprintf(" (commit %s%s)", rev[:min(12, len(rev))], modified)
-	}
-	return v + ", " + bi.GoVersion
 }
 
 // serverVersion describes the manager Deployment: its images and ready replicas.

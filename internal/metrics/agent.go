@@ -3,12 +3,12 @@ package metrics
 import (
 	"context"
 	"fmt"
-	"runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/version"
 )
 
 // Names of the agent's series.
@@ -46,8 +46,8 @@ func (a *Agent) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (a *Agent) Collect(ch chan<- prometheus.Metric) {
-	version, revision := buildVersion()
-	ch <- prometheus.MustNewConstMetric(a.build, prometheus.GaugeValue, 1, version, revision, runtime.Version())
+	v := version.Get()
+	ch <- prometheus.MustNewConstMetric(a.build, prometheus.GaugeValue, 1, v.Version, v.Revision, v.GoVersion)
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
 	var tasks v1alpha1.NodeTaskList
@@ -66,11 +66,7 @@ func (a *Agent) Collect(ch chan<- prometheus.Metric) {
 			if cs.Phase != v1alpha1.CommandSucceeded && cs.Phase != v1alpha1.CommandFailed && cs.Phase != v1alpha1.CommandSkipped {
 				continue
 			}
-			kind := "unknown"
-			if j < len(t.Spec.Commands) {
-				kind = t.Spec.Commands[j].Kind()
-			}
-			k := [2]string{kind, string(cs.Phase)}
+			k := [2]string{commandKind(t, j), string(cs.Phase)}
 			counts[k]++
 			if cs.CompletionTime != nil {
 				last[k] = max(last[k], unix(cs.CompletionTime.Time))

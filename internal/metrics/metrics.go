@@ -1,14 +1,13 @@
 // Package metrics computes nodeops' Prometheus series from the objects in a controller's cache at
-// each scrape, as kube-state-metrics does. Nothing is counted in memory: a restarted manager, or a
-// second replica, reports the same values from the same objects, so nothing is counted twice
-// (docs/architecture.md, "Metrics").
+// each scrape, as kube-state-metrics does: a restarted manager, or a second replica, reports the
+// same values from the same objects, so nothing is counted twice. The one exception is the
+// failure counter, counted from the NodeTask changes the manager observes (failures.go;
+// docs/architecture.md, "Metrics").
 package metrics
 
 import (
 	"context"
 	"fmt"
-	"runtime"
-	"runtime/debug"
 	"sort"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/version"
 )
 
 // The manager's metrics server authenticates and authorizes each scrape
@@ -34,7 +34,7 @@ const (
 	GroupUnavailableNodes = "nodeops_group_unavailable_nodes"
 	GroupMaxUnavailable   = "nodeops_group_max_unavailable"
 	CommandDuration       = "nodeops_command_duration_seconds"
-	CommandsFailed        = "nodeops_commands_failed"
+	CommandsFailed        = "nodeops_commands_failed_total"
 	OperationBlockedSince = "nodeops_operation_blocked_since_timestamp_seconds"
 	CertificateExpiry     = "nodeops_certificate_expiry_timestamp_seconds"
 	BuildInfo             = "nodeops_build_info"
@@ -56,7 +56,8 @@ var (
 
 // Manager is the manager's collector: operations, tasks, budgets, commands, certificates.
 type Manager struct {
-	reader client.Reader
+	reader   client.Reader
+	failures *failures
 
 	operations, tasks, unavailable, maxUnavailable, duration, failed, blockedSince, certExpiry, build *prometheus.Desc
 }
@@ -64,7 +65,8 @@ type Manager struct {
 // NewManager reads the cluster through reader (the manager's cache) at every scrape.
 func NewManager(reader client.Reader) *Manager {
 	return &Manager{
-		reader: reader,
+		reader:   reader,
+		failures: newFailures(),
 		operations: prometheus.NewDesc(Operations, "NodeOperations by phase.",
 			[]string{"phase"}, nil),
 		tasks: prometheus.NewDesc(Tasks, "NodeTasks by phase (a task whose agent was lost counts as Failed).",
@@ -75,7 +77,7 @@ func NewManager(reader client.Reader) *Manager {
 			[]string{"operation", "group"}, nil),
 		duration: prometheus.NewDesc(CommandDuration, "Duration of the succeeded commands the NodeTasks in the cluster record, by command kind.",
 			[]string{"kind"}, nil),
-		failed: prometheus.NewDesc(CommandsFailed, "Commands failed now (their task waits for retry, skip or abort), by command kind and the task's failure reason.",
+		failed: prometheus.NewDesc(CommandsFailed, "Command runs this manager saw fail since it started, by command kind and the task's failure reason (CommandFailed, Interrupted, AgentLost, NodeDeleted).",
 			[]string{"kind", "reason"}, nil),
 		blockedSince: prometheus.NewDesc(OperationBlockedSince, "When a Blocked NodeOperation became Blocked, in Unix seconds.",
 			[]string{"operation"}, nil),
@@ -95,8 +97,11 @@ func (m *Manager) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector: it lists from the reader and computes every series.
 func (m *Manager) Collect(ch chan<- prometheus.Metric) {
-	version, revision := buildVersion()
-	ch <- prometheus.MustNewConstMetric(m.build, prometheus.GaugeValue, 1, version, revision, runtime.Version())
+	v := version.Get()
+	ch <- prometheus.MustNewConstMetric(m.build, prometheus.GaugeValue, 1, v.Version, v.Revision, v.GoVersion)
+	for k, n := range m.failures.snapshot() {
+		ch <- prometheus.MustNewConstMetric(m.failed, prometheus.CounterValue, n, k[0], k[1])
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
@@ -195,28 +200,20 @@ func downNodes(tasks []v1alpha1.NodeTask, nodes []corev1.Node) map[string]bool {
 func (m *Manager) collectTasks(ch chan<- prometheus.Metric, tasks []v1alpha1.NodeTask) {
 	byPhase := map[v1alpha1.TaskPhase]int{}
 	durations := map[string]*histogram{}
-	failed := map[[2]string]int{}
 	for i := range tasks {
 		t := &tasks[i]
 		byPhase[t.EffectivePhase()]++
-		reason := failureReason(t)
 		for j, cs := range t.Status.Commands {
-			kind := "unknown"
-			if j < len(t.Spec.Commands) {
-				kind = t.Spec.Commands[j].Kind()
+			if cs.Phase != v1alpha1.CommandSucceeded || cs.StartTime == nil || cs.CompletionTime == nil {
+				continue
 			}
-			switch {
-			case cs.Phase == v1alpha1.CommandSucceeded && cs.StartTime != nil && cs.CompletionTime != nil:
-				h := durations[kind]
-				if h == nil {
-					h = newHistogram()
-					durations[kind] = h
-				}
-				h.observe(cs.CompletionTime.Sub(cs.StartTime.Time).Seconds())
-			case reason != "" && (cs.Phase == v1alpha1.CommandFailed || cs.Phase == v1alpha1.CommandRunning):
-				// A lost agent leaves its command Running; the task has failed all the same.
-				failed[[2]string{kind, reason}]++
+			kind := commandKind(t, j)
+			h := durations[kind]
+			if h == nil {
+				h = newHistogram()
+				durations[kind] = h
 			}
+			h.observe(cs.CompletionTime.Sub(cs.StartTime.Time).Seconds())
 		}
 	}
 	for _, p := range taskPhases {
@@ -226,9 +223,14 @@ func (m *Manager) collectTasks(ch chan<- prometheus.Metric, tasks []v1alpha1.Nod
 		h := durations[kind]
 		ch <- prometheus.MustNewConstHistogram(m.duration, h.count, h.sum, h.buckets, kind)
 	}
-	for k, n := range failed {
-		ch <- prometheus.MustNewConstMetric(m.failed, prometheus.GaugeValue, float64(n), k[0], k[1])
+}
+
+// commandKind is the kind of t's command j as its spec names it, "unknown" past the spec's end.
+func commandKind(t *v1alpha1.NodeTask, j int) string {
+	if j < len(t.Spec.Commands) {
+		return t.Spec.Commands[j].Kind()
 	}
+	return "unknown"
 }
 
 // failureReason is why a failed task failed (CommandFailed, Interrupted, AgentLost, NodeDeleted),
@@ -281,22 +283,3 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 func unix(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
-
-// buildVersion is the main module's version and VCS revision as Go recorded them ("unknown"
-// where it recorded none, as with -buildvcs=false).
-func buildVersion() (version, revision string) {
-	version, revision = "unknown", "unknown"
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return version, revision
-	}
-	if bi.Main.Version != "" {
-		version = bi.Main.Version
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" {
-			revision = s.Value
-		}
-	}
-	return version, revision
-}

@@ -14,7 +14,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
@@ -88,12 +90,84 @@ func TestGroupBudgetCountsEveryUnavailableNode(t *testing.T) {
 	}
 }
 
-// The failure reason of a task whose agent was lost is the manager's (AgentLost), though the
-// agent left its command Running; blocked-since is the Blocked condition's transition; the
-// certificate expiry is the ClusterTarget's observation.
-func TestFailuresBlockedSinceAndCertificates(t *testing.T) {
-	ctx := context.Background()
+// nodeops_commands_failed_total counts each failed run of a command the manager sees once, by kind
+// and reason: it never goes down when a failed task is deleted, goes up on each new failure (a
+// retried command's second failure included), and leaves out what had failed before the manager
+// started. The failure reason of a task whose agent was lost is the manager's (AgentLost), though
+// the agent left its command Running.
+func TestCommandsFailedOnlyGrows(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	agent := testutil.FakeAgent{Client: env.Client}
+	fail := func(name string) {
+		t.Helper()
+		if err := agent.Begin(ctx, name, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := agent.End(ctx, name, 0, false, "exit status 1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	task(t, "counted-before", "counted-node-0")
+	fail("counted-before")
+
+	c, err := cache.New(env.Config, cache.Options{Scheme: env.Client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := metrics.NewManager(c)
+	if err := m.Start(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = c.Start(ctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		t.Fatal("cache did not sync")
+	}
+	failed := metrics.CommandsFailed + `{kind="wait",reason="CommandFailed"}`
+	lost := metrics.CommandsFailed + `{kind="wait",reason="AgentLost"}`
+	expect := func(what string, want map[string]float64) {
+		t.Helper()
+		testutil.Eventually(t, 30*time.Second, what, func() error {
+			got := gather(t, m)
+			for k, v := range want {
+				if g, ok := got[k]; v < 0 && ok || v >= 0 && g != v {
+					return fmt.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
+				}
+			}
+			return nil
+		})
+	}
+	expect("a failure from before the start is not counted", map[string]float64{failed: -1, lost: -1})
+
+	task(t, "counted-1", "counted-node-1")
+	fail("counted-1")
+	expect("a new failure is counted", map[string]float64{failed: 1})
+
+	if err := env.Client.Delete(ctx, &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: "counted-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	task(t, "counted-2", "counted-node-2")
+	testutil.Eventually(t, 30*time.Second, "the cache sees counted-1 deleted and counted-2 created", func() error {
+		var tk v1alpha1.NodeTask
+		if err := c.Get(ctx, client.ObjectKey{Name: "counted-1"}, &tk); err == nil {
+			return fmt.Errorf("counted-1 is still cached")
+		}
+		return c.Get(ctx, client.ObjectKey{Name: "counted-2"}, &tk)
+	})
+	expect("deleting the failed task does not lower the count", map[string]float64{failed: 1})
+
+	fail("counted-2")
+	expect("a second failure is counted", map[string]float64{failed: 2})
+	if err := env.Client.Patch(ctx, &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: "counted-2"}},
+		client.RawPatch(types.MergePatchType, []byte(`{"spec":{"recoveryMode":"Retry"}}`))); err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.Recover(ctx, "counted-2"); err != nil {
+		t.Fatal(err)
+	}
+	fail("counted-2")
+	expect("the retried command's second failure is counted", map[string]float64{failed: 3})
+
 	task(t, "lost-task", "lost-node")
 	if err := agent.Begin(ctx, "lost-task", 0); err != nil {
 		t.Fatal(err)
@@ -104,7 +178,13 @@ func TestFailuresBlockedSinceAndCertificates(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	expect("a lost agent's running command is counted as AgentLost", map[string]float64{failed: 3, lost: 1})
+}
 
+// Blocked-since is the Blocked condition's transition; the certificate expiry is the
+// ClusterTarget's observation.
+func TestBlockedSinceAndCertificates(t *testing.T) {
+	ctx := context.Background()
 	blockedAt := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	op := operation(t, "blocked", nil, nil)
 	op.Status.Phase = v1alpha1.OperationBlocked
@@ -128,7 +208,6 @@ func TestFailuresBlockedSinceAndCertificates(t *testing.T) {
 
 	got := gather(t, metrics.NewManager(env.Client))
 	for k, want := range map[string]float64{
-		metrics.CommandsFailed + `{kind="wait",reason="AgentLost"}`:         1,
 		metrics.OperationBlockedSince + `{operation="blocked"}`:             float64(blockedAt.Unix()),
 		metrics.CertificateExpiry + `{certificate="apiserver",node="cp-1"}`: float64(expiry.Unix()),
 	} {
@@ -241,6 +320,8 @@ func gather(t *testing.T, c prometheus.Collector) map[string]float64 {
 			switch f.GetType() {
 			case dto.MetricType_HISTOGRAM:
 				out[f.GetName()+"_count"+strings.TrimPrefix(k, f.GetName())] = float64(m.GetHistogram().GetSampleCount())
+			case dto.MetricType_COUNTER:
+				out[k] = m.GetCounter().GetValue()
 			default:
 				out[k] = m.GetGauge().GetValue()
 			}

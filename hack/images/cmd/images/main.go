@@ -20,7 +20,8 @@ func main() {
 	flag.StringVar(&out, "out", "bin/images", "directory for the layouts, digests.env, values.yaml and kustomization.yaml")
 	flag.StringVar(&o.Registry, "registry", "ghcr.io/nodeops", "repository prefix the images are named under")
 	flag.StringVar(&o.Source, "source", "https://github.com/nodeops/nodeops", "org.opencontainers.image.source")
-	flag.StringVar(&o.Version, "version", "", "org.opencontainers.image.version and tag (default: git describe --always --dirty)")
+	flag.StringVar(&o.Version, "version", "", "org.opencontainers.image.version and tag, stamped into the binaries too (default: git describe --always --dirty)")
+	flag.StringVar(&o.Revision, "revision", "", "org.opencontainers.image.revision, stamped into the binaries too (default: git rev-parse HEAD)")
 	flag.Parse()
 	o.Logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
