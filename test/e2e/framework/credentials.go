@@ -47,14 +47,7 @@ func WhoAmI(t testing.TB, cs kubernetes.Interface) authenticationv1.UserInfo {
 // ProcessArgs are the command-line arguments of nodeops-local's child name, read from /proc.
 func ProcessArgs(t testing.TB, l *Local, name string) []string {
 	t.Helper()
-	procs, err := l.Processes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, ok := procs[name]
-	if !ok {
-		t.Fatalf("no %s among %v", name, procs)
-	}
+	pid := processPID(t, l, name)
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
 	if err != nil {
 		t.Fatalf("reading the arguments of %s: %v", name, err)

@@ -37,6 +37,16 @@ func ManagerLeader(ctx context.Context, l *Local) (identity, process string, err
 // nodeops-local starts it again after a back-off, as a kubelet restarts a crashed pod.
 func KillProcess(t testing.TB, l *Local, name string) int {
 	t.Helper()
+	pid := processPID(t, l, name)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("killing %s (pid %d): %v", name, pid, err)
+	}
+	return pid
+}
+
+// processPID is the PID of nodeops-local's child name; the test fails when there is none.
+func processPID(t testing.TB, l *Local, name string) int {
+	t.Helper()
 	procs, err := l.Processes()
 	if err != nil {
 		t.Fatal(err)
@@ -44,9 +54,6 @@ func KillProcess(t testing.TB, l *Local, name string) int {
 	pid, ok := procs[name]
 	if !ok {
 		t.Fatalf("no %s among %v", name, procs)
-	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatalf("killing %s (pid %d): %v", name, pid, err)
 	}
 	return pid
 }
