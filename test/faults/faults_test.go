@@ -175,7 +175,7 @@ func TestFaults(t *testing.T) {
 		Spec: v1alpha1.NodeProfileSpec{
 			NodeSelector:  pool,
 			AutoProvision: true,
-			// Above the operations' 1, so that it races them for the nodes they do not hold (docs/design.md rule 11).
+			// The operations' 2 as well: it races them for the same budget of free nodes (docs/design.md rule 11).
 			MaxUnavailable: ptr.To(intstr.FromInt32(2)),
 			Install:        []v1alpha1.Command{{Name: "install", Script: &v1alpha1.ScriptCommand{Inline: JournalScript(profile, "install", "sleep 2")}}},
 			Uninstall:      []v1alpha1.Command{{Name: "uninstall", Script: &v1alpha1.ScriptCommand{Inline: "true", Idempotent: true}}},

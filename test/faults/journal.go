@@ -63,7 +63,8 @@ func ParseJournal(r io.Reader) ([]Entry, error) {
 
 // Spec is what the checks need to know about the work: which (operation, command) pairs are
 // idempotent (v1alpha1.CommandKind.IsIdempotent of the scripts), the last command of each
-// operation's task, and each operation's maxUnavailable.
+// operation's task, and each operation's maxUnavailable. Every operation and the profile select the
+// same nodes, so each one's budget counts what the others hold too (docs/design.md rule 11).
 type Spec struct {
 	Idempotent     map[string]bool // key "operation/command"
 	LastCommand    map[string]string
@@ -84,7 +85,8 @@ type Result struct {
 	// MostCommandsAtOnce is the most operations with a command running on one node at once, and where.
 	MostCommandsAtOnce int
 	MostCommandsAt     string
-	// MaxUnavailable: each time an operation had more nodes in its tasks at once than its maxUnavailable.
+	// MaxUnavailable: each time an operation had more nodes unavailable at once than its maxUnavailable:
+	// the nodes its tasks hold and those where another operation or the profile runs a command.
 	MaxUnavailable []string
 }
 
@@ -126,6 +128,11 @@ func Check(entries []Entry, spec Spec) Result {
 			delete(running[e.Node], e.Operation+"/"+e.Command)
 			if spec.LastCommand[e.Operation] == e.Command {
 				delete(holding[e.Operation], e.Node)
+				for key := range running[e.Node] { // the task ended: nothing of it runs on
+					if strings.HasPrefix(key, e.Operation+"/") {
+						delete(running[e.Node], key)
+					}
+				}
 			}
 		}
 		ops := map[string]bool{}
@@ -136,10 +143,27 @@ func Check(entries []Entry, spec Spec) Result {
 			r.MostCommandsAtOnce, r.MostCommandsAt = len(ops), fmt.Sprintf("%s at journal entry %d: %s", e.Node, i+1, strings.Join(sortedKeys(running[e.Node]), ", "))
 		}
 		if limit, ok := spec.MaxUnavailable[e.Operation]; ok {
-			n := len(holding[e.Operation])
+			// Its budget counts the nodes its own tasks hold and every node where another
+			// operation or the profile runs a command (they all select the same nodes; rule 11).
+			unavailable := map[string]string{}
+			for n := range holding[e.Operation] {
+				unavailable[n] = e.Operation
+			}
+			for n, keys := range running {
+				for key := range keys {
+					if op := strings.SplitN(key, "/", 2)[0]; op != e.Operation && unavailable[n] == "" {
+						unavailable[n] = op
+					}
+				}
+			}
+			n := len(unavailable)
 			if n > limit && !over[e.Operation] {
-				r.MaxUnavailable = append(r.MaxUnavailable, fmt.Sprintf("%s held %d nodes (maxUnavailable %d) at journal entry %d: %s",
-					e.Operation, n, limit, i+1, strings.Join(sortedKeys(holding[e.Operation]), ", ")))
+				var who []string
+				for _, node := range sortedKeys(unavailable) {
+					who = append(who, node+" ("+unavailable[node]+")")
+				}
+				r.MaxUnavailable = append(r.MaxUnavailable, fmt.Sprintf("%s had %d nodes unavailable (maxUnavailable %d) at journal entry %d: %s",
+					e.Operation, n, limit, i+1, strings.Join(who, ", ")))
 			}
 			over[e.Operation] = n > limit
 		}
@@ -216,7 +240,7 @@ func mostTasksAtOnce(entries []Entry) (int, string) {
 	return most, at
 }
 
-func sortedKeys(m map[string]bool) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)
