@@ -210,7 +210,7 @@ func TestSystemdDBusFallsBackWithoutSocket(t *testing.T) {
 	if err := sm.Restart(context.Background(), "kubelet"); err != nil {
 		t.Fatal(err)
 	}
-	if got := hosttest.ReadFile(t, root, "/systemctl.log"); got != "restart kubelet.service\n" {
+	if got := hosttest.ReadFile(t, root, "/systemctl.log"); got != "restart -- kubelet.service\n" {
 		t.Fatalf("systemctl called with %q", got)
 	}
 }

@@ -206,16 +206,16 @@ func idleTask(t *testing.T, name string, mode v1alpha1.ExecutionMode) {
 	if err := a.Begin(ctx, name, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.End(ctx, name, 0, true, ""); err != nil {
-		t.Fatal(err)
-	}
-	if mode == v1alpha1.ExecutionControlled {
-		// The agent records that the next command awaits a person, and then nothing is due.
-		if err := a.Write(ctx, name, func(tk *v1alpha1.NodeTask) {
-			taskpolicy.Apply(&tk.Status, &tk.Spec, taskpolicy.Action{Kind: taskpolicy.ActAwaitApproval, Index: 1}, metav1.NowMicro())
-		}); err != nil {
-			t.Fatal(err)
+	// The first command's result alone, as a stopping agent writes it: the next one stays Pending
+	// (a controlled task records it awaiting a person, and then nothing is due from its agent).
+	if err := a.Write(ctx, name, func(tk *v1alpha1.NodeTask) {
+		now := metav1.NowMicro()
+		taskpolicy.ApplyResult(&tk.Status, &tk.Spec, 0, taskpolicy.Outcome{}, now)
+		if mode == v1alpha1.ExecutionControlled {
+			taskpolicy.Apply(&tk.Status, &tk.Spec, taskpolicy.Action{Kind: taskpolicy.ActAwaitApproval, Index: 1}, now)
 		}
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
 
