@@ -212,7 +212,7 @@ func TestSafetyRule13_WaitNodeReadyWaitsForReadyzAndAnAuthorizedRead(t *testing.
 	}
 
 	faults.set(true, false)
-	failsWith("cp-readyz-never", "kube-apiserver: /readyz")
+	failsWith("cp-readyz-never", "kube-apiserver: /readyz: the server is currently unable to handle the request ([-]etcd failed: reason withheld)")
 	faults.set(false, true)
 	failsWith("cp-read-never", "does not authorize the agent to get node "+n.name)
 
