@@ -68,6 +68,7 @@ test-unit: ## Unit and envtest (controller) tests.
 FUZZ_TIME ?= 15s
 
 test-fuzz: ## Short fuzz runs: the planner's name hashing, the containerd TOML editor, the host path resolver.
+	@echo "test-fuzz: each target is built with fuzzing instrumentation first (silent; minutes on an empty Go cache, seconds after), then fuzzed for $(FUZZ_TIME)"
 	@start=$$SECONDS; \
 	for t in ./internal/plan:FuzzTaskName ./internal/agent/commands:FuzzContainerdConfig ./internal/host:FuzzResolve; do \
 		go test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZ_TIME) -parallel 2 "$${t%%:*}" || exit 1; \
