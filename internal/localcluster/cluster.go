@@ -104,10 +104,7 @@ func Up(ctx context.Context, o Options, out io.Writer) (retErr error) {
 		go creds.run(ctx, logf)
 	}
 	if err == nil && o.jobMode() {
-		var rooted []string
-		for _, s := range NodeSpecs(o.ControlPlanes, o.Workers, 0) {
-			rooted = append(rooted, s.Name)
-		}
+		rooted := rootedNodes(o)
 		logf("agents run as the manager's Jobs (--agent-mode=Job): playing the kubelet of their pods on %d local nodes", len(rooted))
 		go runAgentPods(ctx, c, sup, creds, o, rooted, logf)
 	}
@@ -143,12 +140,17 @@ func startStandIns(ctx, startCtx context.Context, o Options, c client.Client, et
 	}
 	logf("mirroring the control planes' static pod manifests into kube-system (the local stand-in for their kubelets)")
 	go runMirrorPods(ctx, c, o.Dir, cps, etcdURL, logf)
+	go runKubeletVersions(ctx, c, o.Dir, rootedNodes(o), logf)
+	return nil
+}
+
+// rootedNodes names the control planes and workers, the nodes with host roots.
+func rootedNodes(o Options) []string {
 	var rooted []string
 	for _, s := range NodeSpecs(o.ControlPlanes, o.Workers, 0) {
 		rooted = append(rooted, s.Name)
 	}
-	go runKubeletVersions(ctx, c, o.Dir, rooted, logf)
-	return nil
+	return rooted
 }
 
 func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, logf func(string, ...any)) (client.Client, clusterLayout, *credentials, error) {

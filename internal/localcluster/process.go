@@ -41,8 +41,9 @@ type child struct {
 	name string
 	path string
 	args []string
-	// env is added to nodeops-local's environment; once children (runOnce) are never restarted.
-	env  []string
+	// env is added to nodeops-local's environment.
+	env []string
+	// once children (runOnce) are never started again.
 	once bool
 
 	// guarded by supervisor.mu
