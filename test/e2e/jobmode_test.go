@@ -28,7 +28,8 @@ import (
 // Jobs (--agent-mode=Job; nodeops-local plays the kubelet of their pods and binds each agent's token
 // to its pod): worker-1's drain, made by the manager while the agent in the Job's pod waits on it,
 // must leave that pod, or the task that drains would stop with it (docs/design.md, safety rule 6).
-// The worker is cordoned, drained, upgraded and uncordoned, and its agent's Job completes.
+// The worker is cordoned, drained, upgraded and uncordoned, and its agent's Job completes. Then
+// an agent Job's pod deleted mid-command stops its agent as a kubelet would.
 func TestSafetyRule6_JobModeWorkerUpgradeFinishes(t *testing.T) {
 	l := framework.StartLocal(t, "--control-planes=1", "--workers=1", "--agent-mode=Job")
 	l.WaitNodesReady(t, 2, 3*time.Minute)
@@ -180,6 +181,48 @@ func TestSafetyRule6_JobModeWorkerUpgradeFinishes(t *testing.T) {
 			if c.Phase != v1alpha1.CommandSucceeded {
 				t.Errorf("%s: %s is %s: %s", task.Name, c.Name, c.Phase, c.Message)
 			}
+		}
+	})
+
+	// As a kubelet does: SIGTERM, and the agent finishes its running command before it exits
+	// (safety rule 12); the Job then makes a new pod, whose agent finds nothing left and exits.
+	t.Run("deleting an agent Job's pod stops its agent once its running command finished", func(t *testing.T) {
+		op := customOp("jobmode-deleted-pod", onNode(node), v1alpha1.Command{Script: &v1alpha1.ScriptCommand{Inline: "sleep 8; echo slept"}})
+		framework.Create(t, l, op)
+		framework.WaitForTask(t, l, op.Name, func(tk *v1alpha1.NodeTask) bool {
+			return len(tk.Status.Commands) == 1 && tk.Status.Commands[0].Phase == v1alpha1.CommandRunning
+		})
+		var running *corev1.Pod
+		testutil.EventuallyEvery(t, time.Minute, framework.PollInterval, "a Running agent pod on "+node, func(ctx context.Context) error {
+			var list corev1.PodList
+			if err := l.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{localcluster.AgentLabel: localcluster.AgentLabelValue}); err != nil {
+				return err
+			}
+			for i, p := range list.Items {
+				if p.Spec.NodeName == node && p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+					running = &list.Items[i]
+					return nil
+				}
+			}
+			return fmt.Errorf("%d agent pods, none Running on %s", len(list.Items), node)
+		})
+		if err := l.Client.Delete(ctx, running); err != nil {
+			t.Fatal(err)
+		}
+		framework.WaitForOperation(t, l, framework.WaitForOperationInput{Name: op.Name, Phase: v1alpha1.OperationSucceeded, FailIfBlocked: true})
+		task := framework.OperationTasks(t, l, op.Name)[0]
+		if c := task.Status.Commands[0]; c.Phase != v1alpha1.CommandSucceeded || !strings.Contains(c.OutputTail, "slept") {
+			t.Errorf("the script: %s %q", c.Phase, c.OutputTail)
+		}
+		testutil.EventuallyEvery(t, time.Minute, framework.PollInterval, "pod "+running.Name+" removed", func(ctx context.Context) error {
+			err := l.Client.Get(ctx, client.ObjectKeyFromObject(running), &corev1.Pod{})
+			if err == nil {
+				return fmt.Errorf("still there")
+			}
+			return client.IgnoreNotFound(err)
+		})
+		if log := framework.ReadFile(t, filepath.Join(l.Dir, "logs", "agent-"+running.Name+".log")); !strings.Contains(log, "stopping: the running command ended and its result is recorded") {
+			t.Errorf("the agent of the deleted pod did not finish its command before it stopped:\n%s", log)
 		}
 	})
 }
