@@ -2,7 +2,7 @@
 // a real control plane, kwok for the kubelets, local nodes with host-root directories, and the
 // nodeops manager and agents, all as child processes.
 //
-//	nodeops-local up --dir DIR [--control-planes N] [--workers M] [--sim-nodes K] [--no-manager] [--managers N] [--no-agents] [--agent-credentials pod-bound|admin]
+//	nodeops-local up --dir DIR [--control-planes N] [--workers M] [--sim-nodes K] [--no-manager] [--managers N] [--no-agents] [--agent-credentials pod-bound|admin] [--agent-mode DaemonSet|Job]
 //	nodeops-local down --dir DIR
 package main
 
@@ -27,7 +27,7 @@ func main() {
 }
 
 const usage = `usage:
-  nodeops-local up --dir DIR [--control-planes N] [--workers M] [--sim-nodes K] [--no-manager] [--managers N] [--no-agents] [--agent-credentials pod-bound|admin]
+  nodeops-local up --dir DIR [--control-planes N] [--workers M] [--sim-nodes K] [--no-manager] [--managers N] [--no-agents] [--agent-credentials pod-bound|admin] [--agent-mode DaemonSet|Job]
   nodeops-local down --dir DIR
 `
 
@@ -88,6 +88,7 @@ func upOptions(args []string, stderr io.Writer) (localcluster.Options, error) {
 	fs.DurationVar(&o.ReadyTimeout, "timeout", 10*time.Minute, "how long start-up may take")
 	fs.StringVar(&o.ComponentKubeconfig, "component-kubeconfig", "", "kubeconfig for the manager and agents instead of DIR/kubeconfig (a fault proxy in front of the API server, as test/faults does); needs --agent-credentials=admin")
 	fs.StringVar(&o.AgentCredentials, "agent-credentials", localcluster.CredentialsPodBound, "pod-bound: a real install's RBAC and admission policies, each local node's agent with a token bound to a stand-in pod on its node and the manager with its ServiceAccount's token (DIR/credentials); admin: both with DIR/kubeconfig and no nodeops RBAC or policies")
+	fs.StringVar(&o.AgentMode, "agent-mode", localcluster.AgentModeDaemonSet, "DaemonSet: nodeops-local runs one agent process per local node, as config/agent's DaemonSet would; Job: the manager runs with --agent-mode=Job, making a Job per node with pending tasks in nodeops-system, and nodeops-local plays the kubelet of those Jobs' pods on the local nodes: for each it runs bin/agent with the pod's args and env on the node's root and a token bound to that pod (DIR/credentials/agent-<pod>.*, log DIR/logs/agent-<pod>.log), and writes the pod Running, then Succeeded or Failed with the agent's exit code; needs --agent-credentials=pod-bound, and no --sim-nodes, --no-manager or --no-agents")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

@@ -64,6 +64,9 @@ func Up(ctx context.Context, o Options, out io.Writer) (retErr error) {
 	if err := prepareDir(dir); err != nil {
 		return err
 	}
+	if stages, err = kwokStages(dir, stages); err != nil {
+		return err
+	}
 	if err := os.WriteFile(filepath.Join(dir, PIDFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
 		return fmt.Errorf("writing pid file: %w", err)
 	}
@@ -100,6 +103,11 @@ func Up(ctx context.Context, o Options, out io.Writer) (retErr error) {
 	if err == nil && creds != nil {
 		go creds.run(ctx, logf)
 	}
+	if err == nil && o.jobMode() {
+		rooted := rootedNodes(o)
+		logf("agents run as the manager's Jobs (--agent-mode=Job): playing the kubelet of their pods on %d local nodes", len(rooted))
+		go runAgentPods(ctx, c, sup, creds, o, rooted, logf)
+	}
 	if err != nil {
 		if cause := context.Cause(startCtx); cause != nil && ctx.Err() == nil {
 			return cause
@@ -132,12 +140,17 @@ func startStandIns(ctx, startCtx context.Context, o Options, c client.Client, et
 	}
 	logf("mirroring the control planes' static pod manifests into kube-system (the local stand-in for their kubelets)")
 	go runMirrorPods(ctx, c, o.Dir, cps, etcdURL, logf)
+	go runKubeletVersions(ctx, c, o.Dir, rootedNodes(o), logf)
+	return nil
+}
+
+// rootedNodes names the control planes and workers, the nodes with host roots.
+func rootedNodes(o Options) []string {
 	var rooted []string
 	for _, s := range NodeSpecs(o.ControlPlanes, o.Workers, 0) {
 		rooted = append(rooted, s.Name)
 	}
-	go runKubeletVersions(ctx, c, o.Dir, rooted, logf)
-	return nil
+	return rooted
 }
 
 func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, logf func(string, ...any)) (client.Client, clusterLayout, *credentials, error) {
@@ -147,7 +160,7 @@ func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, l
 		return nil, clusterLayout{}, nil, err
 	}
 	l := clusterLayout{Dir: o.Dir, EtcdClientPort: ports[0], EtcdPeerPort: ports[1], APIPort: ports[2], ComponentKubeconfig: o.ComponentKubeconfig,
-		PodBound: o.AgentCredentials == CredentialsPodBound}
+		PodBound: o.AgentCredentials == CredentialsPodBound, JobMode: o.jobMode()}
 	logf("making the cluster PKI with kubeadm (apiserver on https://%s)", l.endpoint())
 	if err := makeClusterPKI(ctx, bin, l, o.KubernetesVersion); err != nil {
 		return nil, clusterLayout{}, nil, err
@@ -242,11 +255,15 @@ func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, l
 	if l.PodBound {
 		var agents []string
 		for _, s := range specs {
-			if s.HasRoot() && !o.NoAgents {
+			if s.HasRoot() && !o.NoAgents && !o.jobMode() {
 				agents = append(agents, s.Name)
 			}
 		}
-		logf("minting tokens: the manager's ServiceAccount, and each agent's bound to its stand-in pod (in %s)", filepath.Join(o.Dir, CredentialsDir))
+		if o.jobMode() {
+			logf("minting tokens: the manager's ServiceAccount now, each agent Job pod's bound to that pod when it starts (in %s)", filepath.Join(o.Dir, CredentialsDir))
+		} else {
+			logf("minting tokens: the manager's ServiceAccount, and each agent's bound to its stand-in pod (in %s)", filepath.Join(o.Dir, CredentialsDir))
+		}
 		if creds, err = newCredentials(ctx, l, cfg, c, agents, !o.NoManager); err != nil {
 			return nil, clusterLayout{}, nil, err
 		}
@@ -277,8 +294,8 @@ func startNodeops(o Options, l clusterLayout, sup *supervisor, specs []NodeSpec)
 			}
 		}
 	}
-	if o.NoAgents {
-		return nil
+	if o.NoAgents || o.jobMode() {
+		return nil // in Job mode runAgentPods starts them
 	}
 	for _, s := range specs {
 		if s.HasRoot() {

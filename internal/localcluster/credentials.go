@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -194,22 +195,50 @@ func refreshTime(issued, expiry time.Time) time.Time {
 	return issued.Add(expiry.Sub(issued) / 2)
 }
 
-// run mints each token again once it is half through its life, until ctx ends. A stand-in pod
-// that is gone (its node deleted) ends its token; it is left so.
-func (m *credentials) run(ctx context.Context, logf func(string, ...any)) {
-	if len(m.creds) == 0 {
-		return
+// addPod mints, as component, a token of pod's ServiceAccount bound to pod (an agent Job's pod),
+// and keeps it fresh until removePod.
+func (m *credentials) addPod(ctx context.Context, component string, pod *corev1.Pod) error {
+	cr := &credential{component: component, serviceAccount: pod.Spec.ServiceAccountName, pod: pod}
+	if err := m.mint(ctx, cr); err != nil {
+		return err
 	}
+	m.mu.Lock()
+	m.creds = append(m.creds, cr)
+	m.mu.Unlock()
+	return nil
+}
+
+// removePod stops renewing component's token; the pod it is bound to is gone or done.
+func (m *credentials) removePod(component string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.creds = slices.DeleteFunc(m.creds, func(cr *credential) bool { return cr.component == component })
+}
+
+// run mints each token again once it is half through its life, until ctx ends. A stand-in pod
+// that is gone (its node deleted) ends its token; it is left so. Tokens added later (addPod) are
+// seen within a minute.
+func (m *credentials) run(ctx context.Context, logf func(string, ...any)) {
 	for {
 		m.mu.Lock()
 		sort.Slice(m.creds, func(i, j int) bool { return m.creds[i].refreshAt.Before(m.creds[j].refreshAt) })
-		next := m.creds[0]
-		wait := time.Until(next.refreshAt)
+		var next *credential
+		wait := time.Minute
+		if len(m.creds) > 0 {
+			next = m.creds[0]
+			wait = min(wait, time.Until(next.refreshAt))
+		}
 		m.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
+		}
+		m.mu.Lock()
+		due := next != nil && slices.Contains(m.creds, next) && !time.Now().Before(next.refreshAt)
+		m.mu.Unlock()
+		if !due {
+			continue
 		}
 		err := m.mint(ctx, next)
 		switch {

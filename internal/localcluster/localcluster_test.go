@@ -234,6 +234,13 @@ func TestOptionsValidate(t *testing.T) {
 		{"admin with a proxy", func(o *Options) { o.AgentCredentials, o.ComponentKubeconfig = CredentialsAdmin, "/p" }, true},
 		{"pod-bound with a proxy", func(o *Options) { o.AgentCredentials, o.ComponentKubeconfig = CredentialsPodBound, "/p" }, false},
 		{"unknown credentials", func(o *Options) { o.AgentCredentials = "root" }, false},
+		{"Job mode", func(o *Options) { o.AgentMode, o.AgentCredentials = AgentModeJob, CredentialsPodBound }, true},
+		{"Job mode as admin", func(o *Options) { o.AgentMode = AgentModeJob }, false},
+		{"Job mode with sim nodes", func(o *Options) { o.AgentMode, o.AgentCredentials, o.SimNodes = AgentModeJob, CredentialsPodBound, 3 }, false},
+		{"Job mode without a manager", func(o *Options) {
+			o.AgentMode, o.AgentCredentials, o.NoManager = AgentModeJob, CredentialsPodBound, true
+		}, false},
+		{"unknown agent mode", func(o *Options) { o.AgentMode = "Pod" }, false},
 	}
 	for _, tt := range tests {
 		o := ok
@@ -332,6 +339,34 @@ func TestSupervisorRestartsAfterStartUp(t *testing.T) {
 	})
 }
 
+// TestSupervisorRunOnce: a once child is not started again when it exits; its exit code is kept
+// and the process table forgets it.
+func TestSupervisorRunOnce(t *testing.T) {
+	dir := t.TempDir()
+	s := newSupervisor(dir, t.Logf)
+	defer s.stopAll(5 * time.Second)
+	s.setKeepAlive()
+	cmd, done, err := s.runOnce("once", "/bin/busybox", []string{"sh", "-c", `[ "$GREETING" = hello ] && exit 3`}, []string{"GREETING=hello"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the once child did not exit")
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 3 {
+		t.Errorf("exit code %d, want 3 (the env reached it)", code)
+	}
+	// Forgotten means exited() took the once path, which schedules no restart.
+	testutil.EventuallyEvery(t, 5*time.Second, 50*time.Millisecond, "once out of the process table", func(context.Context) error {
+		if procs, _ := ReadProcesses(dir); procs["once"] != 0 {
+			return fmt.Errorf("process table %v", procs)
+		}
+		return nil
+	})
+}
+
 func TestComponentKubeconfig(t *testing.T) {
 	l := clusterLayout{Dir: "/d"}
 	if got := l.managerArgs("manager", false)[0]; got != "--kubeconfig=/d/kubeconfig" {
@@ -361,6 +396,13 @@ func TestPodBoundKubeconfigs(t *testing.T) {
 	}
 	if got := l.simAgentArgs()[0]; got != "--kubeconfig=/d/kubeconfig" {
 		t.Errorf("the simulated nodes' agent gets %s", got)
+	}
+	if args := l.managerArgs("manager", false); slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--agent-mode") }) {
+		t.Errorf("without Job mode the manager gets %v", args)
+	}
+	l.JobMode = true
+	if args := l.managerArgs("manager", false); !slices.Contains(args, "--agent-mode=Job") {
+		t.Errorf("in Job mode the manager gets %v", args)
 	}
 }
 

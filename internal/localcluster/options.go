@@ -41,7 +41,20 @@ type Options struct {
 	// manager and the local nodes' agents authenticate as, and whether a real install's RBAC and
 	// admission policies are installed.
 	AgentCredentials string
+	// AgentMode is AgentModeDaemonSet (also when empty) or AgentModeJob: whether nodeops-local runs
+	// one agent per local node, or the manager runs with --agent-mode=Job and nodeops-local plays the
+	// kubelet of the agent Jobs' pods (see runAgentJobPods).
+	AgentMode string
 }
+
+// Options.AgentMode values, the manager's --agent-mode.
+const (
+	AgentModeDaemonSet = "DaemonSet"
+	AgentModeJob       = "Job"
+)
+
+// jobMode reports whether the manager runs agents as Jobs.
+func (o *Options) jobMode() bool { return o.AgentMode == AgentModeJob }
 
 // Validate reports the first problem with o.
 func (o *Options) Validate() error {
@@ -62,6 +75,14 @@ func (o *Options) Validate() error {
 		// A proxy behind that kubeconfig (test/faults') talks to the API server as an administrator,
 		// whatever token reaches it.
 		return fmt.Errorf("--component-kubeconfig needs --agent-credentials=%s", CredentialsAdmin)
+	case o.AgentMode != "" && o.AgentMode != AgentModeDaemonSet && o.AgentMode != AgentModeJob:
+		return fmt.Errorf("--agent-mode must be %s or %s, not %q", AgentModeDaemonSet, AgentModeJob, o.AgentMode)
+	case o.jobMode() && o.AgentCredentials != CredentialsPodBound:
+		// Each Job pod's agent runs with a token bound to that pod, as in a cluster.
+		return fmt.Errorf("--agent-mode=%s needs --agent-credentials=%s", AgentModeJob, CredentialsPodBound)
+	case o.jobMode() && (o.SimNodes > 0 || o.NoManager || o.NoAgents):
+		// The manager makes the agents' Jobs; simulated nodes have no root to run their pods' agents on.
+		return fmt.Errorf("--agent-mode=%s runs without --sim-nodes, --no-manager and --no-agents", AgentModeJob)
 	case !strings.HasPrefix(o.KubernetesVersion, "v"):
 		return fmt.Errorf("--kubernetes-version %q must look like v1.36.4", o.KubernetesVersion)
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -40,6 +41,10 @@ type child struct {
 	name string
 	path string
 	args []string
+	// env is added to nodeops-local's environment.
+	env []string
+	// once children (runOnce) are never started again.
+	once bool
 
 	// guarded by supervisor.mu
 	cmd  *exec.Cmd
@@ -65,6 +70,23 @@ func (s *supervisor) start(name, bin string, args ...string) error {
 	return s.writePIDsLocked()
 }
 
+// runOnce launches bin with args and env as child name and returns it: it is not started again
+// when it exits (its exit ends it, as a container's ends a pod that does not restart), and stopAll
+// stops it while it runs. done is closed once it exited; cmd.ProcessState then holds its exit code.
+func (s *supervisor) runOnce(name, bin string, args, env []string) (cmd *exec.Cmd, done <-chan struct{}, err error) {
+	c := &child{name: name, path: bin, args: args, env: env, once: true}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopping {
+		return nil, nil, errors.New("stopping")
+	}
+	if err := s.launchLocked(c); err != nil {
+		return nil, nil, err
+	}
+	s.procs = append(s.procs, c)
+	return c.cmd, c.done, s.writePIDsLocked()
+}
+
 func (s *supervisor) launchLocked(c *child) error {
 	if err := os.MkdirAll(filepath.Join(s.dir, "logs"), 0o755); err != nil {
 		return fmt.Errorf("creating log directory: %w", err)
@@ -78,6 +100,9 @@ func (s *supervisor) launchLocked(c *child) error {
 	cmd := exec.Command(c.path, c.args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Dir = s.dir
+	if c.env != nil {
+		cmd.Env = append(os.Environ(), c.env...)
+	}
 	// Own process group: a terminal's Ctrl-C reaches only nodeops-local, which stops children in order;
 	// Pdeathsig: if nodeops-local itself is killed, the children do not outlive it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -101,6 +126,13 @@ func (s *supervisor) exited(c *child, cmd *exec.Cmd, err error, ran time.Duratio
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopping || c.cmd != cmd {
+		return
+	}
+	if c.once {
+		s.procs = slices.DeleteFunc(s.procs, func(p *child) bool { return p == c })
+		if err := s.writePIDsLocked(); err != nil {
+			s.logf("%v", err)
+		}
 		return
 	}
 	if !s.keepAlive {

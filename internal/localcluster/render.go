@@ -176,6 +176,8 @@ type clusterLayout struct {
 	// PodBound gives the manager and each local node's agent their own kubeconfig in
 	// DIR/credentials (Options.AgentCredentials CredentialsPodBound).
 	PodBound bool
+	// JobMode runs the manager with --agent-mode=Job (Options.AgentMode AgentModeJob).
+	JobMode bool
 }
 
 func (l clusterLayout) pki(name string) string { return filepath.Join(l.Dir, "pki", name) }
@@ -307,6 +309,9 @@ const (
 	managerRetryPeriod    = 1 * time.Second
 )
 
+// localAgentImage names the agent image in the manager's agent Jobs on nodeops-local.
+const localAgentImage = "nodeops-local/agent:job"
+
 // managerArgs are the flags of manager process name; elect turns leader election on, with name
 // starting the holder identity in the Lease (name_UUID), so a test can tell which process leads.
 func (l clusterLayout) managerArgs(name string, elect bool) []string {
@@ -316,6 +321,10 @@ func (l clusterLayout) managerArgs(name string, elect bool) []string {
 		"--kube-api-burst=1600",
 		"--metrics-bind-address=0",
 		"--health-probe-bind-address=0",
+	}
+	if l.JobMode {
+		// Never pulled: nodeops-local runs bin/agent for the Jobs' pods (runAgentPods).
+		args = append(args, "--agent-mode="+AgentModeJob, "--agent-image="+localAgentImage)
 	}
 	if !elect {
 		return append(args, "--leader-elect=false")

@@ -8,8 +8,16 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodeops/nodeops/internal/controller/agentjob"
 )
 
 func TestBinarySource(t *testing.T) {
@@ -137,4 +145,96 @@ func TestKubeletStandIn(t *testing.T) {
 	if n, err := kubeletRestarts(root); n != 2 || err != nil {
 		t.Fatalf("%d kubelet restarts, %v; want 2", n, err)
 	}
+}
+
+// TestAgentJobPodStandIn: the process run for an agent Job's pod is bin/agent with the Job's args,
+// /host translated into the node's root, the downward API's env resolved from the pod, and the
+// pod-bound kubeconfig; its statuses are a kubelet's.
+func TestAgentJobPodStandIn(t *testing.T) {
+	job := agentjob.BuildJob("worker-1", agentjob.Options{})
+	pod := &corev1.Pod{ObjectMeta: *job.Spec.Template.ObjectMeta.DeepCopy(), Spec: *job.Spec.Template.Spec.DeepCopy()}
+	pod.Name, pod.Namespace = "nodeops-agent-worker-1-x7k2p", job.Namespace
+	pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: job.Name, UID: "u"}}
+	if !agentJobPod(pod) {
+		t.Fatal("the Job's pod is not taken for an agent Job's pod")
+	}
+	if agentJobPod(StandInAgentPod("worker-1")) {
+		t.Error("the stand-in agent pod is taken for an agent Job's pod")
+	}
+
+	args, env, err := AgentCommand(pod, "/d/nodes/worker-1", "/d/credentials/agent-x.kubeconfig")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantArgs := []string{"--host-root=/d/nodes/worker-1", "--exit-when-idle", "--kubeconfig=/d/credentials/agent-x.kubeconfig", "--service-manager=local"}
+	if !slices.Equal(args, wantArgs) {
+		t.Errorf("args %v, want %v", args, wantArgs)
+	}
+	wantEnv := []string{"NODE_NAME=worker-1", "POD_NAME=nodeops-agent-worker-1-x7k2p", "POD_NAMESPACE=nodeops-system"}
+	if !slices.Equal(env, wantEnv) {
+		t.Errorf("env %v, want %v", env, wantEnv)
+	}
+	other := pod.DeepCopy()
+	other.Spec.Containers[0].Command = []string{"/bin/sh"}
+	if _, _, err := AgentCommand(other, "/r", "/k"); err == nil {
+		t.Error("a pod running /bin/sh is run as the agent")
+	}
+
+	start, end := time.Unix(100, 0), time.Unix(160, 0)
+	if s := RunningStatus(pod, start); s.Phase != corev1.PodRunning || !s.ContainerStatuses[0].Ready || s.ContainerStatuses[0].State.Running == nil {
+		t.Errorf("running status %+v", s)
+	}
+	for code, want := range map[int]corev1.PodPhase{0: corev1.PodSucceeded, 1: corev1.PodFailed, 137: corev1.PodFailed} {
+		s := FinishedStatus(pod, start, end, code)
+		term := s.ContainerStatuses[0].State.Terminated
+		if s.Phase != want || term == nil || term.ExitCode != int32(code) || !term.FinishedAt.Time.Equal(end) {
+			t.Errorf("exit %d: phase %s, terminated %+v", code, s.Phase, term)
+		}
+	}
+}
+
+// TestKwokStagesLeaveAgentJobPods: each pod stage kwok loads requires agentJobPodKey NotIn [Job];
+// node stages are copied unchanged.
+func TestKwokStagesLeaveAgentJobPods(t *testing.T) {
+	src, dir := t.TempDir(), t.TempDir()
+	pod := "apiVersion: kwok.x-k8s.io/v1alpha1\nkind: Stage\nmetadata:\n  name: pod-ready\nspec:\n  resourceRef:\n    apiGroup: v1\n    kind: Pod\n  selector:\n    matchExpressions:\n    - key: .status.phase\n      operator: In\n      values: [Pending]\n"
+	node := "apiVersion: kwok.x-k8s.io/v1alpha1\nkind: Stage\nmetadata:\n  name: node-initialize\nspec:\n  resourceRef:\n    apiGroup: v1\n    kind: Node\n"
+	for name, data := range map[string]string{"pod.yaml": pod, "node.yaml": node} {
+		if err := os.WriteFile(filepath.Join(src, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := kwokStages(dir, []string{filepath.Join(src, "pod.yaml"), filepath.Join(src, "node.yaml")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stage struct {
+		Spec struct {
+			Selector struct {
+				MatchExpressions []struct {
+					Key, Operator string
+					Values        []string
+				} `json:"matchExpressions"`
+			} `json:"selector"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal([]byte(readFile(t, out[0])), &stage); err != nil {
+		t.Fatal(err)
+	}
+	exprs := stage.Spec.Selector.MatchExpressions
+	if len(exprs) != 2 || exprs[0].Key != ".status.phase" || exprs[1].Key != agentJobPodKey || exprs[1].Operator != "NotIn" || !slices.Equal(exprs[1].Values, []string{"Job"}) {
+		t.Errorf("pod stage's expressions %+v", exprs)
+	}
+	if got := readFile(t, out[1]); got != node {
+		t.Errorf("node stage changed:\n%s", got)
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
 }

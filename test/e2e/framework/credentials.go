@@ -21,8 +21,20 @@ import (
 // pod) and keeps in DIR/credentials.
 func AsAgent(t testing.TB, l *Local, node string) (client.Client, *kubernetes.Clientset) {
 	t.Helper()
+	return asComponent(t, l, "agent-"+node)
+}
+
+// AsAgentPod is a client and clientset that authenticate as the agent of an agent Job's pod does
+// with --agent-mode=Job: with the token nodeops-local minted bound to that pod.
+func AsAgentPod(t testing.TB, l *Local, pod string) (client.Client, *kubernetes.Clientset) {
+	t.Helper()
+	return asComponent(t, l, "agent-"+pod)
+}
+
+func asComponent(t testing.TB, l *Local, component string) (client.Client, *kubernetes.Clientset) {
+	t.Helper()
 	cfg := rest.AnonymousClientConfig(l.RESTConfig)
-	cfg.BearerTokenFile = localcluster.TokenFile(l.Dir, "agent-"+node)
+	cfg.BearerTokenFile = localcluster.TokenFile(l.Dir, component)
 	c, err := client.New(cfg, client.Options{Scheme: l.Client.Scheme()})
 	if err != nil {
 		t.Fatal(err)

@@ -20,7 +20,8 @@
 //	l.MustKubectl(t, args...) string   the same, failing the test on error
 //	l.Processes() (map[string]int, error)  name -> PID of the children: etcd, kube-apiserver,
 //	                                   kube-controller-manager, kube-scheduler, kwok, manager (manager-1..manager-N
-//	                                   with --managers=N), agent-<node>, agent-sim
+//	                                   with --managers=N), agent-<node>, agent-sim; with --agent-mode=Job,
+//	                                   agent-<pod> while an agent Job's pod runs (log DIR/logs/agent-<pod>.log)
 //	l.Stop() error                     SIGTERM, wait (idempotent; the cleanup calls it)
 //	l.Exited() <-chan struct{}         closed once nodeops-local exited (after `nodeops-local down`, say)
 //	l.PID()                            nodeops-local's own PID
@@ -52,6 +53,9 @@
 //	ParseCertificate, KubeconfigClientCertificate
 //	BinDir(t, names...), LocalPreflightIgnores, l.BinarySourceURL(t)
 //	AsAgent(t, l, node) (client, clientset)   node's agent's pod-bound token (--agent-credentials=pod-bound)
+//	AsAgentPod(t, l, pod) (client, clientset) an agent Job pod's agent's token (--agent-mode=Job)
+//	WatchAgentPods(t, l) *PodWatch            every event of the agents' pods from now on; .Stop(t)
+//	Disruptions(events, node)                 each eviction or deletion of an unfinished agent pod on node
 //	WhoAmI(t, clientset), ProcessArgs(t, l, name)
 //
 // Waiting: never sleep for a fixed time; wait on a condition with a deadline, with the one polling
