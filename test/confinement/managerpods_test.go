@@ -59,7 +59,9 @@ func TestManagerCreatesOnlySecretHolderPods(t *testing.T) {
 			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "T", ValueFrom: &corev1.EnvVarSource{
 				SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "kept"}, Key: "k"}}}}
 		}, "take no env from Secrets or ConfigMaps"},
-		{"privileged", func(p *corev1.Pod) { p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)} }, "containers are not privileged"},
+		{"privileged", func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+		}, "containers are not privileged"},
 		{"on the host's network", func(p *corev1.Pod) { p.Spec.HostNetwork = true }, "without spec.hostNetwork, spec.hostPID or spec.hostIPC"},
 		{"in the host's PID namespace", func(p *corev1.Pod) { p.Spec.HostPID = true }, "without spec.hostNetwork, spec.hostPID or spec.hostIPC"},
 	} {
