@@ -196,7 +196,7 @@ func TestScriptSecretOfAPodNotItsTasksIsRefused(t *testing.T) {
 				_ = cl.Delete(ctx, pod, client.GracePeriodSeconds(0))
 				testutil.Eventually(t, 10*time.Second, "pod deleted", func() error {
 					if err := cl.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{}); !apierrors.IsNotFound(err) {
-						return fmt.Errorf("still there: %v", err)
+						return fmt.Errorf("still there: %w", err)
 					}
 					return nil
 				})
