@@ -16,7 +16,7 @@ VERSION_LDFLAGS = -X github.com/nodeops/nodeops/internal/version.version=$(VERSI
 IMAGES_OUT ?= $(BIN)/images
 IMAGE_REGISTRY ?= ghcr.io/nodeops
 
-.PHONY: all tools tools-run build images generate verify-generate lint test test-unit test-e2e test-faults demo bench clean \
+.PHONY: all tools tools-run build images generate verify-generate lint test test-unit test-fuzz test-e2e test-faults demo bench clean \
 	realnode realnode-down e2e-realnode realnode-bin
 
 all: build
@@ -58,11 +58,21 @@ lint: tools ## gofmt, go mod tidy, go vet and golangci-lint.
 	go vet ./...
 	$(BIN)/golangci-lint run --allow-parallel-runners ./...
 
-test: tools verify-generate build test-unit test-e2e test-faults ## All tests: unit, envtest, end to end, then the fault suite (make test-faults, at most 10 minutes).
+test: tools verify-generate build test-unit test-fuzz test-e2e test-faults ## All tests: unit, envtest, fuzz (short), end to end, then the fault suite (make test-faults, at most 10 minutes).
 
 test-unit: ## Unit and envtest (controller) tests.
 	go test $(GO_TEST_FLAGS) -timeout 30m $$(go list ./... | grep -v /test/e2e)
 	cd hack/images && go test $(GO_TEST_FLAGS) -timeout 30m ./...
+
+# Each fuzz target runs this long on top of its committed seeds (testdata/fuzz), which test-unit replays.
+FUZZ_TIME ?= 15s
+
+test-fuzz: ## Short fuzz runs: the planner's name hashing, the containerd TOML editor, the host path resolver.
+	@echo "test-fuzz: each target is built with fuzzing instrumentation first (silent; minutes on an empty Go cache, seconds after), then fuzzed for $(FUZZ_TIME)"
+	@start=$$SECONDS; \
+	for t in ./internal/plan:FuzzTaskName ./internal/agent/commands:FuzzContainerdConfig ./internal/host:FuzzResolve; do \
+		go test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZ_TIME) -parallel 2 "$${t%%:*}" || exit 1; \
+	done; echo "test-fuzz: $$((SECONDS - start))s"
 
 test-e2e: tools build ## End-to-end tests on nodeops-local, one package at a time.
 	go test $(GO_TEST_FLAGS) -p 1 -timeout 60m ./test/e2e/...

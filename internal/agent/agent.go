@@ -221,8 +221,9 @@ func (r *Reconciler) execute(ctx context.Context, task *v1alpha1.NodeTask) (wait
 				return 0, lerr
 			case lerr != nil:
 				logger.Error(lerr, "the node's lease; writing the result held", "task", task.Name)
-			case ans.stale || (ans.took && !dirty):
+			case ans.stale || (ans.took && !ans.created && !dirty):
 				// The Lease's last holder wrote before it let go: read the task as it now stands.
+				// A Lease just created had no holder (agents cannot delete one), so nothing to read.
 				fresh, gerr := r.fresh(ctx, task)
 				if gerr != nil || fresh == nil {
 					return 0, gerr

@@ -49,6 +49,9 @@ type leaseAnswer struct {
 	held bool
 	// took: written to the API just now (not held from before).
 	took bool
+	// created: took by creating the Lease, so no agent held the node before: nothing the task
+	// records can have been written by another holder, and the cache needs no second look.
+	created bool
 	// stale: the task read from the API is already finished; the caller reads it again.
 	stale bool
 	// message, when not held: why, for the task's status; empty when another agent runs this same
@@ -202,7 +205,8 @@ func (r *Reconciler) takeLease(ctx context.Context, task *v1alpha1.NodeTask) (le
 		}
 		r.fillLease(l, task.Name, now)
 		var err error
-		if l.ResourceVersion == "" {
+		created := l.ResourceVersion == ""
+		if created {
 			err = r.Direct.Create(ctx, l)
 		} else {
 			err = r.Direct.Update(ctx, l)
@@ -215,7 +219,7 @@ func (r *Reconciler) takeLease(ctx context.Context, task *v1alpha1.NodeTask) (le
 			return leaseAnswer{}, fmt.Errorf("taking the lease of node %s: %w", node, err)
 		}
 		r.recordLease(node, task.Name, l, now)
-		return leaseAnswer{held: true, took: true}, nil
+		return leaseAnswer{held: true, took: true, created: created}, nil
 	}
 	return leaseAnswer{message: "node busy: its lease " + key.Name + " changed while being taken"}, nil
 }

@@ -188,7 +188,14 @@ func TestSystemctlRunsInsideRoot(t *testing.T) {
 	if err := sm.Restart(context.Background(), "containerd"); err != nil {
 		t.Fatal(err)
 	}
-	if got := hosttest.ReadFile(t, root, "/systemctl.log"); got != "restart containerd.service\n" {
+	if got := hosttest.ReadFile(t, root, "/systemctl.log"); got != "restart -- containerd.service\n" {
+		t.Fatalf("systemctl called with %q", got)
+	}
+	// A name that looks like an option stays a unit name (admission refuses it; the agent too guards).
+	if err := sm.Restart(context.Background(), "--force"); err != nil {
+		t.Fatal(err)
+	}
+	if got := hosttest.ReadFile(t, root, "/systemctl.log"); !strings.HasSuffix(got, "restart -- --force.service\n") {
 		t.Fatalf("systemctl called with %q", got)
 	}
 }
@@ -203,7 +210,7 @@ func TestSystemdDBusFallsBackWithoutSocket(t *testing.T) {
 	if err := sm.Restart(context.Background(), "kubelet"); err != nil {
 		t.Fatal(err)
 	}
-	if got := hosttest.ReadFile(t, root, "/systemctl.log"); got != "restart kubelet.service\n" {
+	if got := hosttest.ReadFile(t, root, "/systemctl.log"); got != "restart -- kubelet.service\n" {
 		t.Fatalf("systemctl called with %q", got)
 	}
 }

@@ -63,7 +63,8 @@ func (s *Systemctl) Name() string { return "systemctl" }
 // Restart implements ServiceManager.
 func (s *Systemctl) Restart(ctx context.Context, name string) error {
 	var out strings.Builder
-	err := s.Runner.Run(ctx, Cmd{Path: "/bin/systemctl", Args: []string{"restart", unitName(name)}, Output: &out})
+	// "--": a unit name is never read as an option, even from a task admitted before the name rules.
+	err := s.Runner.Run(ctx, Cmd{Path: "/bin/systemctl", Args: []string{"restart", "--", unitName(name)}, Output: &out})
 	if err != nil {
 		return fmt.Errorf("systemctl restart %s: %w: %s", name, err, strings.TrimSpace(out.String()))
 	}

@@ -28,6 +28,11 @@ const (
 	// Created is the fault proxy's marker "- create <task> on <node> by <manager>: 201 <unix>": a NodeTask
 	// the API server accepted (Command holds the task's name, Operation the manager).
 	Created = "create"
+	// Deleted is the test's marker "- deleted <node> <unix>": the node's object is gone, so it is in
+	// no operation's selection any more (its agent may still end a command there).
+	Deleted = "deleted"
+	// Managers is the test's marker "- second-manager started|stopped <unix>" (Command holds which).
+	Managers = "second-manager"
 )
 
 // Entry is one journal line: "<node> <operation> <command> start|end <unix-seconds>", or a marker.
@@ -44,8 +49,10 @@ func ParseJournal(r io.Reader) ([]Entry, error) {
 		switch {
 		case len(f) == 0:
 			continue
-		case len(f) == 4 && f[0] == "-" && f[1] == Killed:
-			out = append(out, Entry{Node: f[2], Kind: Killed})
+		case len(f) == 4 && f[0] == "-" && (f[1] == Killed || f[1] == Deleted):
+			out = append(out, Entry{Node: f[2], Kind: f[1]})
+		case len(f) == 4 && f[0] == "-" && f[1] == Managers:
+			out = append(out, Entry{Command: f[2], Kind: Managers})
 		case len(f) == 9 && f[0] == "-" && f[1] == Created:
 			if f[7] == "201" {
 				out = append(out, Entry{Node: f[4], Operation: strings.TrimSuffix(f[6], ":"), Command: f[2], Kind: Created})
@@ -63,7 +70,8 @@ func ParseJournal(r io.Reader) ([]Entry, error) {
 
 // Spec is what the checks need to know about the work: which (operation, command) pairs are
 // idempotent (v1alpha1.CommandKind.IsIdempotent of the scripts), the last command of each
-// operation's task, and each operation's maxUnavailable.
+// operation's task, and each operation's maxUnavailable. Every operation and the profile select the
+// same nodes, so each one's budget counts what the others hold too (docs/design.md rule 11).
 type Spec struct {
 	Idempotent     map[string]bool // key "operation/command"
 	LastCommand    map[string]string
@@ -84,8 +92,14 @@ type Result struct {
 	// MostCommandsAtOnce is the most operations with a command running on one node at once, and where.
 	MostCommandsAtOnce int
 	MostCommandsAt     string
-	// MaxUnavailable: each time an operation had more nodes in its tasks at once than its maxUnavailable.
+	// MaxUnavailable: each time an operation had more nodes unavailable at once than its maxUnavailable:
+	// the nodes its tasks hold and those where another operation or the profile runs a command.
 	MaxUnavailable []string
+	// TwoManagersExcess: the same, from other operations' nodes, while a second manager without
+	// leader election ran: each manager's budget counts the other's new tasks only once its cache has
+	// them, and no API object orders the two (README, Safety: a known limit). An operation's own
+	// nodes over its budget are in MaxUnavailable whenever they happen.
+	TwoManagersExcess []string
 }
 
 // Check computes the journal's findings.
@@ -100,10 +114,20 @@ func Check(entries []Entry, spec Spec) Result {
 	running := map[string]map[string]bool{} // node -> "operation/command" running
 	holding := map[string]map[string]bool{} // operation -> nodes its tasks hold
 	over := map[string]bool{}
+	twoManagers := false
 	for i, e := range entries {
 		switch e.Kind {
 		case Killed:
 			delete(running, e.Node)
+			continue
+		case Deleted:
+			delete(running, e.Node)
+			for _, nodes := range holding {
+				delete(nodes, e.Node)
+			}
+			continue
+		case Managers:
+			twoManagers = e.Command == "started"
 			continue
 		case Created:
 			continue
@@ -126,6 +150,11 @@ func Check(entries []Entry, spec Spec) Result {
 			delete(running[e.Node], e.Operation+"/"+e.Command)
 			if spec.LastCommand[e.Operation] == e.Command {
 				delete(holding[e.Operation], e.Node)
+				for key := range running[e.Node] { // the task ended: nothing of it runs on
+					if strings.HasPrefix(key, e.Operation+"/") {
+						delete(running[e.Node], key)
+					}
+				}
 			}
 		}
 		ops := map[string]bool{}
@@ -136,10 +165,32 @@ func Check(entries []Entry, spec Spec) Result {
 			r.MostCommandsAtOnce, r.MostCommandsAt = len(ops), fmt.Sprintf("%s at journal entry %d: %s", e.Node, i+1, strings.Join(sortedKeys(running[e.Node]), ", "))
 		}
 		if limit, ok := spec.MaxUnavailable[e.Operation]; ok {
-			n := len(holding[e.Operation])
+			// Its budget counts the nodes its own tasks hold and every node where another
+			// operation or the profile runs a command (they all select the same nodes; rule 11).
+			unavailable := map[string]string{}
+			for n := range holding[e.Operation] {
+				unavailable[n] = e.Operation
+			}
+			for n, keys := range running {
+				for key := range keys {
+					if op := strings.SplitN(key, "/", 2)[0]; op != e.Operation && unavailable[n] == "" {
+						unavailable[n] = op
+					}
+				}
+			}
+			n := len(unavailable)
 			if n > limit && !over[e.Operation] {
-				r.MaxUnavailable = append(r.MaxUnavailable, fmt.Sprintf("%s held %d nodes (maxUnavailable %d) at journal entry %d: %s",
-					e.Operation, n, limit, i+1, strings.Join(sortedKeys(holding[e.Operation]), ", ")))
+				var who []string
+				for _, node := range sortedKeys(unavailable) {
+					who = append(who, node+" ("+unavailable[node]+")")
+				}
+				finding := fmt.Sprintf("%s had %d nodes unavailable (maxUnavailable %d) at journal entry %d: %s",
+					e.Operation, n, limit, i+1, strings.Join(who, ", "))
+				if twoManagers && len(holding[e.Operation]) <= limit {
+					r.TwoManagersExcess = append(r.TwoManagersExcess, finding)
+				} else {
+					r.MaxUnavailable = append(r.MaxUnavailable, finding)
+				}
 			}
 			over[e.Operation] = n > limit
 		}
@@ -216,7 +267,7 @@ func mostTasksAtOnce(entries []Entry) (int, string) {
 	return most, at
 }
 
-func sortedKeys(m map[string]bool) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)

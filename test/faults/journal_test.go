@@ -62,6 +62,39 @@ w2 a begin start 2
 w2 a begin end 2
 w3 a begin start 2
 `, 0, 1, 1, 1, 0},
+		{"two operations on two nodes at once: each budget counts the other's node", `
+w1 a work start 1
+w2 b begin start 1
+w2 b begin end 2
+w1 a work end 2
+`, 0, 1, 1, 1, 0},
+		{"the other operation's node is free again once its task ended", `
+w1 a begin start 1
+w1 a finish start 1
+w1 a finish end 1
+w2 b begin start 2
+w2 b begin end 2
+`, 0, 1, 0, 1, 0},
+		{"a deleted node is in no operation's selection", `
+w1 a work start 1
+- deleted w1 2
+w2 b begin start 3
+w2 b begin end 3
+`, 0, 1, 0, 1, 0},
+		{"while two managers run, another operation's node over the budget is reported apart", `
+- second-manager started 1
+w1 a work start 1
+w2 b begin start 1
+w2 b begin end 2
+w1 a work end 2
+- second-manager stopped 3
+`, 0, 1, 0, 1, 0},
+		{"while two managers run, an operation's own nodes over its budget still count", `
+- second-manager started 1
+w1 a begin start 1
+w1 a begin end 1
+w2 a begin start 2
+`, 0, 1, 1, 1, 0},
 		{"two tasks created for one node, run one after the other", `
 - create a-w-w1 on w1 by manager: 201 1
 - create b-w-w1 on w1 by manager-2: 201 1

@@ -9,15 +9,14 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"regexp"
 	"sync"
 	"time"
 
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/nodeops/nodeops/internal/testutil"
 )
 
 // proxy stands between nodeops' manager and agents and the API server (nodeops-local
@@ -177,22 +176,10 @@ func (p *proxy) upstreamLocked() (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fault proxy: no upstream yet: %w", err)
 	}
-	rt, err := rest.TransportFor(cfg)
+	up, err := testutil.ForwardTo(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("fault proxy: %w", err)
 	}
-	u, err := url.Parse(cfg.Host)
-	if err != nil {
-		return nil, fmt.Errorf("fault proxy: %w", err)
-	}
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.Transport = rt
-	// Watches stream: pass every chunk on at once.
-	rp.FlushInterval = -1
-	// While kube-apiserver is down every request fails: answer 502 without a log line each.
-	rp.ErrorHandler = func(w http.ResponseWriter, _ *http.Request, err error) {
-		http.Error(w, "fault proxy: "+err.Error(), http.StatusBadGateway)
-	}
-	p.upstream = rp
-	return rp, nil
+	p.upstream = up
+	return up, nil
 }

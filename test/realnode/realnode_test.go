@@ -116,9 +116,11 @@ func TestRealNode1RenewCertificates(t *testing.T) {
 	fileBefore := certNotBefore(t, framework.ParseCertificate(t, apiCertFile, []byte(framework.ReadFile(t, apiCertFile))))
 	time.Sleep(2 * time.Second) // notBefore has second precision: a renewal must be seen to move it
 	e.nodeops("plan", "renew-certs")
-	e.operationSucceeded(e.runOperation("renew-certs"))
-	// The moment the watch says Succeeded, the restarted API server serves the cluster admin.
+	name := e.runOperation("renew-certs")
+	// The moment the watch exits Succeeded, before any other request, the restarted API server
+	// serves the cluster admin.
 	e.controlPlaneServesAtOnce("kubectl nodeops renew-certs --watch")
+	e.operationSucceeded(name)
 	fileAfterRenew := certNotBefore(t, framework.ParseCertificate(t, apiCertFile, []byte(framework.ReadFile(t, apiCertFile))))
 	if !fileAfterRenew.After(fileBefore) {
 		t.Fatalf("%s notBefore did not move: %s before, %s after renewCertificates", apiCertFile, fileBefore, fileAfterRenew)
@@ -392,6 +394,27 @@ func (e *env) upgradeThroughClusterTarget(source, ignore string) *nodeopsv1.Node
 	e.nodeops("target")
 	begin := time.Now()
 	e.nodeops("target", "set", "--version", toVersion, "--binary-source", source, "--insecure-http", "--ignore-preflight-errors", ignore)
+	// The person watches the upgrade the target generated, as `kubectl nodeops upgrade --watch`
+	// would show it: the moment the watch exits Succeeded, before any other request, the upgraded
+	// API server serves the cluster admin.
+	generated := ""
+	testutil.EventuallyEvery(e.t, 2*time.Minute, realnodePoll, "the ClusterTarget's generated upgrade", func(context.Context) error {
+		ct := &nodeopsv1.ClusterTarget{}
+		if err := e.c.Get(e.ctx, client.ObjectKey{Name: nodeopsv1.ClusterTargetName}, ct); err != nil {
+			return err
+		}
+		for _, g := range ct.Status.Operations {
+			if g.Kind == nodeopsv1.GeneratedUpgrade {
+				generated = g.Name
+				return nil
+			}
+		}
+		return fmt.Errorf("status.operations %+v has no upgrade yet", ct.Status.Operations)
+	})
+	if _, code, err := e.nodeopsCode("watch", generated); err != nil || code != 0 {
+		e.t.Fatalf("kubectl nodeops watch %s: exit %d %v, want 0 (Succeeded)", generated, code, err)
+	}
+	e.controlPlaneServesAtOnce("kubectl nodeops watch " + generated + " exited Succeeded")
 	cmd := exec.CommandContext(e.ctx, filepath.Join(e.bin, "kubectl"), "wait", "clustertarget/cluster",
 		"--for=condition=UpToDate", "--timeout=20m")
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
@@ -401,8 +424,6 @@ func (e *env) upgradeThroughClusterTarget(source, ignore string) *nodeopsv1.Node
 	if err != nil {
 		e.t.Fatalf("kubectl wait clustertarget/cluster --for=condition=UpToDate: %v after %s", err, wall.Round(time.Second))
 	}
-	// The moment kubectl wait returns, the upgraded API server serves the cluster admin.
-	e.controlPlaneServesAtOnce("kubectl wait clustertarget/cluster --for=condition=UpToDate")
 	e.nodeops("target")
 
 	ct := &nodeopsv1.ClusterTarget{}

@@ -129,7 +129,7 @@ func apiServerHealthy(ctx context.Context, env *Env) error {
 	}
 	body, err := env.API.Get().AbsPath("/readyz").DoRaw(ctx)
 	if err != nil {
-		return fmt.Errorf("kube-apiserver: /readyz: %w", err)
+		return fmt.Errorf("kube-apiserver: /readyz: %w%s", err, failedChecks(body))
 	}
 	if strings.TrimSpace(string(body)) != "ok" {
 		return fmt.Errorf("kube-apiserver: /readyz answered %q", body)
@@ -138,4 +138,18 @@ func apiServerHealthy(ctx context.Context, env *Env) error {
 		return fmt.Errorf("kube-apiserver: does not authorize the agent to get node %s yet: %w", env.NodeName, err)
 	}
 	return nil
+}
+
+// failedChecks are the "[-]name failed: ..." lines of a /readyz answer, which say what is not ready.
+func failedChecks(body []byte) string {
+	var failed []string
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "[-]") {
+			failed = append(failed, strings.TrimSpace(line))
+		}
+	}
+	if len(failed) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(failed, "; ") + ")"
 }

@@ -34,7 +34,7 @@ import (
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // The manager's leader election, declared here so that `make generate` sees it:
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete,namespace=nodeops-system
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update,namespace=nodeops-system
 
 // kind is the NodeOperation kind, as owner references and the owner index name it.
 const kind = "NodeOperation"

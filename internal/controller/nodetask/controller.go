@@ -80,6 +80,7 @@ type Reconciler struct {
 // time when that sign was new to it.
 type sighting struct {
 	uid  types.UID
+	gen  int64 // a spec change (an approval, a resume) is news to the agent, too
 	sign time.Time
 	at   time.Time
 }
@@ -100,8 +101,8 @@ func (r *Reconciler) silentSince(task *v1alpha1.NodeTask, sign, now time.Time) t
 		r.seen = map[string]sighting{}
 	}
 	s, ok := r.seen[task.Name]
-	if !ok || s.uid != task.UID || !s.sign.Equal(sign) {
-		s = sighting{uid: task.UID, sign: sign, at: now}
+	if !ok || s.uid != task.UID || s.gen != task.Generation || !s.sign.Equal(sign) {
+		s = sighting{uid: task.UID, gen: task.Generation, sign: sign, at: now}
 		r.seen[task.Name] = s
 	}
 	return s.at
@@ -205,6 +206,23 @@ func lastSign(t *v1alpha1.NodeTask) time.Time {
 	return last
 }
 
+// lastStep is when the agent last recorded a step of a task it holds with nothing running: the
+// latest start or end of a command, or of the task.
+func lastStep(t *v1alpha1.NodeTask) time.Time {
+	var last time.Time
+	later := func(ts *metav1.MicroTime) {
+		if ts != nil && ts.After(last) {
+			last = ts.Time
+		}
+	}
+	later(t.Status.StartTime)
+	for i := range t.Status.Commands {
+		later(t.Status.Commands[i].StartTime)
+		later(t.Status.Commands[i].CompletionTime)
+	}
+	return last
+}
+
 // errStale: the task changed since it was read; the next reconcile reads it again.
 var errStale = errors.New("the task changed since it was read")
 
@@ -296,9 +314,27 @@ func (r *Reconciler) liveness(ctx context.Context, task *v1alpha1.NodeTask) (ctr
 				msg += fmt.Sprintf("; last heartbeat %s ago", now.Sub(last).Round(time.Second))
 			}
 			r.mark(task, v1alpha1.ReasonNodeDeleted, msg)
-		case last.IsZero():
+		case last.IsZero() && !taskpolicy.NeedsAgent(task):
 			r.forget(task.Name)
-			return ctrl.Result{}, nil // no command running: no heartbeat is due
+			return ctrl.Result{}, nil // nothing running, nothing due (a person's approval or resume): no heartbeat is due
+		case last.IsZero():
+			// Held with nothing running and a step due (the next command, the end): a live agent
+			// takes it within a second. One that stopped between commands (SIGTERM, its node
+			// switched off but not deleted) never does, and an abort would wait for it forever.
+			step := lastStep(task)
+			since := r.silentSince(task, step, now)
+			if now.Sub(since) <= r.AgentLostAfter {
+				return ctrl.Result{RequeueAfter: since.Add(r.AgentLostAfter).Sub(now) + 100*time.Millisecond}, nil
+			}
+			msg := fmt.Sprintf("the agent of node %s stopped between commands: nothing ran for %s while a step was due (lost after %s)",
+				task.Spec.NodeName, now.Sub(since).Round(time.Second), r.AgentLostAfter)
+			if !step.IsZero() {
+				msg += "; its last step is from " + step.UTC().Format(time.RFC3339)
+			}
+			if task.Status.Message != "" {
+				msg += "; its last note: " + task.Status.Message
+			}
+			r.mark(task, v1alpha1.ReasonAgentLost, msg)
 		default:
 			since := r.silentSince(task, last, now)
 			if now.Sub(since) <= r.AgentLostAfter {

@@ -184,3 +184,66 @@ func TestSafetyRule9_DeletedNodeMarksUnstartedAndFailedTasks(t *testing.T) {
 		return nil
 	})
 }
+
+// idleTask creates a node and a two-command task on it whose first command the (fake) agent ran
+// and recorded Succeeded, so that the agent holds the task with nothing running; controlled tasks
+// have only that first command approved.
+func idleTask(t *testing.T, name string, mode v1alpha1.ExecutionMode) {
+	t.Helper()
+	ctx := context.Background()
+	if err := cl.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	task := &v1alpha1.NodeTask{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelNode: name}},
+		Spec: v1alpha1.NodeTaskSpec{NodeName: name, ExecutionMode: mode, ApprovedCommands: 1,
+			Commands: []v1alpha1.Command{{Wait: &v1alpha1.WaitCommand{}}, {Wait: &v1alpha1.WaitCommand{}}}},
+	}
+	if err := cl.Create(ctx, task); err != nil {
+		t.Fatal(err)
+	}
+	a := testutil.FakeAgent{Client: cl}
+	if err := a.Begin(ctx, name, 0); err != nil {
+		t.Fatal(err)
+	}
+	// The first command's result alone, as a stopping agent writes it: the next one stays Pending
+	// (a controlled task records it awaiting a person, and then nothing is due from its agent).
+	if err := a.Write(ctx, name, func(tk *v1alpha1.NodeTask) {
+		now := metav1.NowMicro()
+		taskpolicy.ApplyResult(&tk.Status, &tk.Spec, 0, taskpolicy.Outcome{}, now)
+		if mode == v1alpha1.ExecutionControlled {
+			taskpolicy.Apply(&tk.Status, &tk.Spec, taskpolicy.Action{Kind: taskpolicy.ActAwaitApproval, Index: 1}, now)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Safety rule 9: an agent that stops between two commands (SIGTERM leaves the next one Pending
+// and frees the node's Lease) and never comes back gets its task marked AgentLost, so that the
+// operation goes Blocked and an abort ends it; a task waiting for a person's approval is not
+// marked, as nothing is due from its agent.
+func TestSafetyRule9_AgentStoppedBetweenCommandsFailsItsTask(t *testing.T) {
+	idleTask(t, "between-1", v1alpha1.ExecutionAuto)
+	idleTask(t, "awaiting-1", v1alpha1.ExecutionControlled)
+	if tk := get(t, "between-1"); !tk.Status.Phase.Unfinished() || tk.Status.StartTime == nil {
+		t.Fatalf("the fake agent left the task %s, not held and unfinished", tk.Status.Phase)
+	}
+	testutil.Eventually(t, 30*time.Second, "the idle task of a stopped agent marked AgentLost", func() error {
+		tk := get(t, "between-1")
+		if c := tk.Lost(); c == nil || c.Reason != v1alpha1.ReasonAgentLost || !strings.Contains(c.Message, "stopped between commands") {
+			return fmt.Errorf("conditions %+v", tk.Status.Conditions)
+		}
+		if tk.EffectivePhase() != v1alpha1.TaskFailed {
+			return fmt.Errorf("effective phase %s", tk.EffectivePhase())
+		}
+		return nil
+	})
+	// It has been idle as long as between-1: only a due step makes silence a loss.
+	testutil.Consistently(t, 2*lostAfter, "the task awaiting an approval unmarked", func() error {
+		if tk := get(t, "awaiting-1"); tk.Lost() != nil {
+			return fmt.Errorf("marked: %+v", tk.Status.Conditions)
+		}
+		return nil
+	})
+}

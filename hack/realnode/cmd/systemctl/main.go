@@ -87,11 +87,16 @@ func run(args []string) int {
 func parse(args []string) (string, []string, bool) {
 	verb, quiet := "", false
 	var units []string
+	positional := false // after "--", as systemctl reads it (nodeops' agent passes one before the unit)
 	for _, a := range args {
 		switch {
-		case a == "-q" || a == "--quiet":
+		case !positional && a == "--":
+			positional = true
+		case positional && verb != "":
+			units = append(units, strings.TrimSuffix(a, ".service"))
+		case !positional && (a == "-q" || a == "--quiet"):
 			quiet = true
-		case strings.HasPrefix(a, "-"):
+		case !positional && strings.HasPrefix(a, "-"):
 		case verb == "":
 			verb = a
 		default:
