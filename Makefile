@@ -43,7 +43,7 @@ generate: tools ## Regenerate deepcopy and CRDs.
 	$(BIN)/controller-gen rbac:roleName=nodeops-manager paths="./internal/controller/...;./internal/metrics/..." output:rbac:artifacts:config=config/rbac
 	rm -f charts/nodeops/crds/*.yaml && cp config/crd/nodeops.io_*.yaml charts/nodeops/crds/
 	cp config/rbac/role.yaml charts/nodeops/files/manager-role.yaml
-	cp config/admission/agent-confinement.yaml config/admission/nodetask-creation.yaml charts/nodeops/files/
+	cp config/admission/agent-confinement.yaml config/admission/nodetask-creation.yaml config/admission/manager-pods.yaml charts/nodeops/files/
 	cp config/rbac/people.yaml charts/nodeops/files/people-rbac.yaml
 	cp config/rbac/metrics-reader.yaml charts/nodeops/files/metrics-reader.yaml
 

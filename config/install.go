@@ -72,7 +72,7 @@ func RBAC() ([]*unstructured.Unstructured, error) {
 }
 
 // InstallAdmission creates config/admission's policies and bindings, then waits until the API
-// server enforces both: it loads them asynchronously, so a test that wrote right after creating
+// server enforces each: it loads them asynchronously, so a test that wrote right after creating
 // them could pass unconfined. cfg reaches the API server as an administrator.
 func InstallAdmission(ctx context.Context, cfg *rest.Config, c client.Client) error {
 	objs, err := Manifests(Admission, "admission/*.yaml")
@@ -85,14 +85,29 @@ func InstallAdmission(ctx context.Context, cfg *rest.Config, c client.Client) er
 		}
 	}
 	// Probes, each a dry-run create that the policy refuses once enforced: a NodeTask made by an
-	// administrator; a ConfigMap written by a member of the agent group whose credentials name no node.
+	// administrator; a ConfigMap written by a member of the agent group whose credentials name no node;
+	// a pod in default made by the manager.
 	probe := rest.CopyConfig(cfg)
 	probe.Impersonate = rest.ImpersonationConfig{UserName: "nodeops-admission-probe", Groups: []string{"system:masters", "nodeops.io:agents"}}
 	pc, err := client.New(probe, client.Options{Scheme: c.Scheme()})
 	if err != nil {
 		return fmt.Errorf("probe client: %w", err)
 	}
+	asManager := rest.CopyConfig(cfg)
+	asManager.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:nodeops-system:nodeops-manager", Groups: []string{"system:masters"}}
+	mc, err := client.New(asManager, client.Options{Scheme: c.Scheme()})
+	if err != nil {
+		return fmt.Errorf("probe client: %w", err)
+	}
 	probes := map[string]func() error{
+		"nodeops-manager-pods": func() error {
+			// Annotated as a mirror pod (which must name a node), which the ServiceAccount admission
+			// plugin leaves without a ServiceAccount to look up: the namespace may have none yet.
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "nodeops-admission-probe", Namespace: "default",
+				Annotations: map[string]string{"kubernetes.io/config.mirror": "nodeops-admission-probe"}},
+				Spec: corev1.PodSpec{NodeName: "nodeops-admission-probe", Containers: []corev1.Container{{Name: "c", Image: "probe"}}}}
+			return mc.Create(ctx, pod, client.DryRunAll)
+		},
 		"nodeops-nodetask-creation": func() error {
 			t := &unstructured.Unstructured{Object: map[string]any{
 				"apiVersion": "nodeops.io/v1alpha1", "kind": "NodeTask",

@@ -189,9 +189,13 @@ spec:
 
 		// Script env from Secrets.
 		{"secretKeyRef without a name", op("e1", "- script:\n    inline: echo\n    env:\n    - name: TOKEN\n      valueFrom: {secretKeyRef: {key: token}}"), cmdPath + ".script.env[0].valueFrom.secretKeyRef.name", "Required value"},
-		{"secretKeyRef without a key", task("e2", "- script:\n    inline: echo\n    env:\n    - name: TOKEN\n      valueFrom: {secretKeyRef: {name: creds}}"), taskPath + ".script.env[0].valueFrom.secretKeyRef.key", "Required value"},
-		{"value and valueFrom together", op("e3", "- script:\n    inline: echo\n    env:\n    - name: TOKEN\n      value: plain\n      valueFrom: {secretKeyRef: {name: creds, key: token}}"), cmdPath + ".script.env[0].valueFrom", "value and valueFrom are exclusive"},
+		{"secretKeyRef without a key", task("e2", "- script:\n    inline: echo\n    env:\n    - name: TOKEN\n      valueFrom: {secretKeyRef: {name: nodeops-script-creds}}"), taskPath + ".script.env[0].valueFrom.secretKeyRef.key", "Required value"},
+		{"value and valueFrom together", op("e3", "- script:\n    inline: echo\n    env:\n    - name: TOKEN\n      value: plain\n      valueFrom: {secretKeyRef: {name: nodeops-script-creds, key: token}}"), cmdPath + ".script.env[0].valueFrom", "value and valueFrom are exclusive"},
 		{"envFrom secretRef without a name", profile("e4", "- script:\n    inline: echo\n    envFrom:\n    - secretRef: {}"), profPath + ".script.envFrom[0].secretRef.name", "Required value"},
+		// Only Secrets named nodeops-script-* reach a script: not Helm's release Secrets, nor any other in nodeops-system.
+		{"secretKeyRef name without the prefix", op("e6", "- script:\n    inline: echo\n    env:\n    - name: RELEASE\n      valueFrom: {secretKeyRef: {name: sh.helm.release.v1.nodeops.v1, key: release}}"), cmdPath + ".script.env[0].valueFrom.secretKeyRef.name", "secretKeyRef.name must start with nodeops-script-"},
+		{"envFrom secretRef name without the prefix", task("e7", "- script:\n    inline: echo\n    envFrom:\n    - secretRef: {name: db-creds}"), taskPath + ".script.envFrom[0].secretRef.name", "secretRef.name must start with nodeops-script-"},
+		{"envFrom secretRef name with the prefix inside", profile("e8", "- script:\n    inline: echo\n    envFrom:\n    - secretRef: {name: x.nodeops-script-y}"), profPath + ".script.envFrom[0].secretRef.name", "secretRef.name must start with nodeops-script-"},
 		{"envFrom secret name not a name", op("e5", "- script:\n    inline: echo\n    envFrom:\n    - secretRef: {name: ../other}"), cmdPath + ".script.envFrom[0].secretRef.name", "should match"},
 		{"relative containerd binaryPath", op("c1", "- containerdRuntime:\n    name: wasm\n    runtimeType: io.containerd.wasmedge.v1\n    binaryPath: bin/shim"), cmdPath + ".containerdRuntime.binaryPath", "should match '^/'"},
 		{"relative containerd configPath", profile("c2", "- containerdRuntime:\n    name: wasm\n    runtimeType: io.containerd.wasmedge.v1\n    configPath: config.toml"), profPath + ".containerdRuntime.configPath", "should match '^/'"},
@@ -362,8 +366,8 @@ spec:
 - name: with-secrets
   script:
     inline: 'echo "$TOKEN"'
-    env: [{name: PLAIN, value: x}, {name: TOKEN, valueFrom: {secretKeyRef: {name: creds, key: token}}}]
-    envFrom: [{secretRef: {name: more-creds}}]
+    env: [{name: PLAIN, value: x}, {name: TOKEN, valueFrom: {secretKeyRef: {name: nodeops-script-creds, key: token}}}]
+    envFrom: [{secretRef: {name: nodeops-script-more-creds}}]
 - name: insecure-asked-for
   installFile: {url: 'http://mirror.local/y', insecureHTTP: true, sha256: `+sha+`, path: /usr/local/bin/w}
 - name: with-ca

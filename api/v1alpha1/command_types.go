@@ -633,7 +633,8 @@ type ScriptCommand struct {
 	// +listMapKey=name
 	Env []EnvVar `json:"env,omitempty"`
 	// EnvFrom takes every key of each Secret in nodeops-system as a variable; env wins over it.
-	// The agent reads the Secret when the script starts and redacts its values from status.
+	// The agent reads the Secret when the script starts, from the volume the node's kubelet mounted for
+	// the task's secret holder pod, and redacts its values from status.
 	// +optional
 	// +kubebuilder:validation:MaxItems=8
 	EnvFrom []EnvFromSource `json:"envFrom,omitempty"`
@@ -676,12 +677,19 @@ type EnvVarSource struct {
 	SecretKeyRef SecretKeySelector `json:"secretKeyRef"`
 }
 
+// ScriptSecretPrefix starts the name of every Secret a script may take its environment from
+// (admission refuses any other name, and so do the manager and the agent for a task that predates the
+// rule), so that an operation cannot hand a script the namespace's other Secrets, such as Helm's
+// release Secrets (sh.helm.release.v1.*). The manager cannot read Secrets to check anything else.
+const ScriptSecretPrefix = "nodeops-script-"
+
 // SecretKeySelector names one key of a Secret in nodeops-system.
 type SecretKeySelector struct {
-	// Name of the Secret, in nodeops-system.
+	// Name of the Secret, in nodeops-system; it must start with nodeops-script-.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('nodeops-script-')",message="secretKeyRef.name must start with nodeops-script-: scripts take env only from Secrets in nodeops-system named so"
 	Name string `json:"name"`
 	// Key in the Secret's data.
 	// +kubebuilder:validation:MinLength=1
@@ -697,10 +705,11 @@ type EnvFromSource struct {
 
 // SecretEnvSource names a Secret in nodeops-system.
 type SecretEnvSource struct {
-	// Name of the Secret, in nodeops-system.
+	// Name of the Secret, in nodeops-system; it must start with nodeops-script-.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('nodeops-script-')",message="secretRef.name must start with nodeops-script-: scripts take env only from Secrets in nodeops-system named so"
 	Name string `json:"name"`
 }
 

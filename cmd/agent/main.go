@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodeops/nodeops/internal/agent"
 	"github.com/nodeops/nodeops/internal/host"
+	"github.com/nodeops/nodeops/internal/secretholder"
 	"github.com/nodeops/nodeops/internal/version"
 )
 
@@ -31,6 +32,7 @@ func run() error {
 		qps          float64
 		burst        int
 		printVersion bool
+		hold         bool
 	)
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	fs.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "node whose NodeTasks to execute (default: $NODE_NAME, set from the downward API)")
@@ -50,7 +52,9 @@ func run() error {
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", "0", "address of the agent's metrics (plain HTTP: nodeops_agent_commands by kind and result, the last result's time, Go and client metrics); 0 disables")
 	fs.Float64Var(&qps, "kube-api-qps", 500, "client requests per second to the API server")
 	fs.IntVar(&burst, "kube-api-burst", 1000, "client request burst to the API server")
+	fs.StringVar(&o.KubeletRootDir, "kubelet-root-dir", secretholder.DefaultKubeletRootDir, "the node's kubelet --root-dir, as a host path: scripts read their Secrets from the volumes it mounts there for their task's secret holder pod")
 	fs.BoolVar(&printVersion, "version", false, "print the agent's version and exit")
+	fs.BoolVar(&hold, "hold", false, "do nothing until SIGTERM: the container of a task's secret holder pod, whose kubelet mounts the task's Secrets for its agent (internal/secretholder)")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -58,6 +62,11 @@ func run() error {
 	}
 	if printVersion {
 		fmt.Println(version.Get())
+		return nil
+	}
+	if hold {
+		// No cluster client: the holder has no token, and needs none.
+		<-ctrl.SetupSignalHandler().Done()
 		return nil
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))

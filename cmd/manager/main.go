@@ -37,6 +37,7 @@ import (
 	"github.com/nodeops/nodeops/internal/controller/nodetask"
 	"github.com/nodeops/nodeops/internal/metrics"
 	"github.com/nodeops/nodeops/internal/nodelock"
+	"github.com/nodeops/nodeops/internal/secretholder"
 	"github.com/nodeops/nodeops/internal/version"
 )
 
@@ -48,6 +49,7 @@ type options struct {
 	kubeconfig       string
 	agentMode        string
 	agentImage       string
+	agentPullPolicy  string
 	agentLostAfter   time.Duration
 	qps              float64
 	burst            int
@@ -82,7 +84,8 @@ func run(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.agentLostAfter, "agent-lost-after", nodetask.DefaultAgentLostAfter, "a running command whose agent renewed no heartbeat for this long fails its task with reason AgentLost (the agent renews every 15s)")
 	fs.StringVar(&o.podName, "pod-name", os.Getenv("POD_NAME"), "the manager's own pod, which the drains it makes never evict (default: $POD_NAME, from the downward API)")
 	fs.StringVar(&o.podNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "the namespace of --pod-name (default: $POD_NAMESPACE)")
-	fs.StringVar(&o.agentImage, "agent-image", "ghcr.io/nodeops/agent:latest", "agent image for --agent-mode=Job")
+	fs.StringVar(&o.agentImage, "agent-image", "ghcr.io/nodeops/agent:latest", "the agent's image: agent Jobs (--agent-mode=Job) and the secret holder pods of tasks whose scripts take env from Secrets run it")
+	fs.StringVar(&o.agentPullPolicy, "agent-image-pull-policy", "", "imagePullPolicy of the secret holder pods (Always, IfNotPresent or Never); empty for the API server's default")
 	// Deliberately high: a 1,000-node operation needs about 1,000 creates in a second or two, and
 	// client-go's defaults (5/10) would make the manager, not the API server, the bottleneck.
 	fs.Float64Var(&o.qps, "kube-api-qps", 800, "client requests per second to the API server")
@@ -111,6 +114,11 @@ func run(ctx context.Context, args []string) error {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	if o.agentMode != "DaemonSet" && o.agentMode != "Job" {
 		return fmt.Errorf("--agent-mode must be DaemonSet or Job, not %q", o.agentMode)
+	}
+	switch corev1.PullPolicy(o.agentPullPolicy) {
+	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+	default:
+		return fmt.Errorf("--agent-image-pull-policy must be Always, IfNotPresent or Never, not %q", o.agentPullPolicy)
 	}
 	if !(o.retryPeriod > 0 && o.retryPeriod < o.renewDeadline && o.renewDeadline < o.leaseDuration) {
 		return fmt.Errorf("need 0 < --leader-elect-retry-period (%s) < --leader-elect-renew-deadline (%s) < --leader-elect-lease-duration (%s)",
@@ -200,6 +208,10 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 	self := types.NamespacedName{Namespace: o.podNamespace, Name: o.podName}
 	if err := nodetask.SetupDrainWithManager(mgr, nodetask.DrainOptions{Self: self}); err != nil {
 		return fmt.Errorf("set up the drain controller: %w", err)
+	}
+	holders := secretholder.Options{Image: o.agentImage, PullPolicy: corev1.PullPolicy(o.agentPullPolicy)}
+	if err := nodetask.SetupSecretHoldersWithManager(mgr, nodetask.SecretHolderOptions{Options: holders}); err != nil {
+		return fmt.Errorf("set up the secret holder controller: %w", err)
 	}
 	if err := nodeprofile.SetupWithManager(mgr, locks); err != nil {
 		return fmt.Errorf("set up the NodeProfile controller: %w", err)

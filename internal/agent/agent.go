@@ -74,6 +74,10 @@ type Reconciler struct {
 	LeaseDuration time.Duration
 	// ImagePullGrace is how long a pod command's image may fail to pull; zero for commands.DefaultImagePullGrace.
 	ImagePullGrace time.Duration
+	// KubeletRootDir is where scripts read their Secrets on the host (Options.KubeletRootDir).
+	KubeletRootDir string
+	// SecretMountWait bounds a script's wait for its Secrets; zero for commands.DefaultSecretMountWait.
+	SecretMountWait time.Duration
 
 	mu sync.Mutex
 	// written is the resourceVersion of the agent's last status write per task: a cached task at
@@ -410,21 +414,25 @@ func (r *Reconciler) run(ctx context.Context, task *v1alpha1.NodeTask, a taskpol
 	defer cancel()
 	stop := r.heartbeat(ctx, task)
 	env := &commands.Env{
-		NodeName:       task.Spec.NodeName,
-		Operation:      task.Spec.Operation,
-		Task:           task.Name,
-		CommandIndex:   a.Index,
-		Namespace:      r.namespace(),
-		ImagePullGrace: r.ImagePullGrace,
-		Owner:          taskpolicy.OwnerOfTask(task),
-		DryRun:         task.Spec.ExecutionMode == v1alpha1.ExecutionDryRun,
-		Host:           r.HostFor(task.Spec.NodeName),
-		Client:         r.Direct,
-		API:            r.API,
-		HTTP:           r.HTTP,
-		Out:            tail,
-		Poll:           r.Poll,
-		Secrets:        secrets,
+		NodeName:        task.Spec.NodeName,
+		Operation:       task.Spec.Operation,
+		Task:            task.Name,
+		TaskUID:         task.UID,
+		CommandIndex:    a.Index,
+		Namespace:       r.namespace(),
+		ImagePullGrace:  r.ImagePullGrace,
+		Owner:           taskpolicy.OwnerOfTask(task),
+		DryRun:          task.Spec.ExecutionMode == v1alpha1.ExecutionDryRun,
+		Host:            r.HostFor(task.Spec.NodeName),
+		Client:          r.Direct,
+		API:             r.API,
+		HTTP:            r.HTTP,
+		Out:             tail,
+		Poll:            r.Poll,
+		Secrets:         secrets,
+		KubeletRootDir:  r.KubeletRootDir,
+		SecretMountWait: r.SecretMountWait,
+		Note:            func(m string) { r.note(ctx, task, secrets.String(m)) },
 	}
 	if cmd.Drains() != nil {
 		// Such a command is never run before its Running record, so task.Status is this run's.
@@ -453,6 +461,19 @@ func (r *Reconciler) timeout(cmd *v1alpha1.Command) time.Duration {
 		}
 	}
 	return cmd.EffectiveTimeout()
+}
+
+// note shows a running command's wait in the task's status.message (the CLI shows it with the task),
+// one merge patch; the command's result replaces it. A failed write only goes to the log: the
+// command goes on.
+func (r *Reconciler) note(ctx context.Context, task *v1alpha1.NodeTask, message string) {
+	patch, err := json.Marshal(map[string]any{"status": map[string]string{"message": message}})
+	if err == nil {
+		err = r.Client.Status().Patch(ctx, &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: task.Name}}, client.RawPatch(types.MergePatchType, patch))
+	}
+	if err != nil && ctx.Err() == nil {
+		log.FromContext(ctx).Error(err, "showing a running command's wait", "task", task.Name, "message", message)
+	}
 }
 
 // heartbeat renews status.agentHeartbeat until stop is called.

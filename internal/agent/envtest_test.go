@@ -35,6 +35,7 @@ import (
 	"github.com/nodeops/nodeops/internal/host"
 	"github.com/nodeops/nodeops/internal/host/hosttest"
 	"github.com/nodeops/nodeops/internal/nodelock"
+	"github.com/nodeops/nodeops/internal/secretholder"
 	"github.com/nodeops/nodeops/internal/taskpolicy"
 	"github.com/nodeops/nodeops/internal/testutil"
 )
@@ -74,15 +75,20 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// startDrainController runs the manager's drain controller for every test: the agent asks it to
-// drain (docs/design.md, safety rule 10), as the manager beside it does in a cluster.
+// startDrainController runs the manager's drain and secret holder controllers for every test: the
+// agent asks the one to drain (docs/design.md, safety rule 10) and reads its scripts' Secrets through
+// the other's pods, as with the manager beside it in a cluster.
 func startDrainController(cfg *rest.Config) (stop func(), err error) {
 	scheme, err := testutil.NewScheme()
 	if err != nil {
 		return nil, err
 	}
 	return testutil.StartManager(cfg, scheme, func(mgr manager.Manager, _ *nodelock.Table) error {
-		return nodetask.SetupDrainWithManager(mgr, nodetask.DrainOptions{Poll: 100 * time.Millisecond})
+		if err := nodetask.SetupDrainWithManager(mgr, nodetask.DrainOptions{Poll: 100 * time.Millisecond}); err != nil {
+			return err
+		}
+		// The secret holder pods of scripts' Secrets, which secretVolumes plays the kubelet for.
+		return nodetask.SetupSecretHoldersWithManager(mgr, nodetask.SecretHolderOptions{Options: secretholder.Options{Image: "ghcr.io/nodeops/agent:test"}})
 	})
 }
 

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
@@ -54,6 +55,8 @@ func TestAgentWorksWithItsDeploymentRBAC(t *testing.T) {
 	asAgent := rest.CopyConfig(cfg)
 	asAgent.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:nodeops-system:nodeops-agent"}
 	root := hosttest.NewRoot(t, nil)
+	createSecret(t, "nodeops-script-rbac", map[string]string{"RBAC_WORD": "no-secrets-rbac"})
+	secretVolumes(t, map[string]string{"rbac-1": root})
 	stop := startAgentWith(t, asAgent, agent.Options{NodeName: "rbac-1", HostRoot: root})
 	defer stop()
 	zero := int64(0)
@@ -64,6 +67,9 @@ func TestAgentWorksWithItsDeploymentRBAC(t *testing.T) {
 		v1alpha1.Command{Uncordon: &v1alpha1.UncordonCommand{}},
 		// Creates its pod in nodeops-system, reads it and its log, deletes it (the Role nodeops-agent-pods).
 		podCommand(),
+		// Its env from a Secret the agent may not read: through the task's secret holder pod.
+		v1alpha1.Command{Script: &v1alpha1.ScriptCommand{Inline: `echo "$RBAC_WORD" > /rbac-word`,
+			EnvFrom: []v1alpha1.EnvFromSource{{SecretRef: v1alpha1.SecretEnvSource{Name: "nodeops-script-rbac"}}}}},
 	))
 	testutil.EndPod(t, cl, testutil.WaitPod(t, cl, podKey("rbac-1", 3)), 0)
 	task := waitTask(t, "rbac-1", func(tk *v1alpha1.NodeTask) bool {
@@ -76,6 +82,19 @@ func TestAgentWorksWithItsDeploymentRBAC(t *testing.T) {
 		t.Errorf("the pod command's output: %s", tail)
 	}
 	podGone(t, podKey("rbac-1", 3))
+	if got := hosttest.ReadFile(t, root, "/rbac-word"); got != "no-secrets-rbac\n" {
+		t.Errorf("the script got %q from its Secret", got)
+	}
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: commands.SecretNamespace, Name: "nodeops-script-rbac"}, &corev1.Secret{}); err != nil {
+		t.Fatal(err)
+	}
+	asAgentClient, err := client.New(asAgent, client.Options{Scheme: cl.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := asAgentClient.Get(ctx, client.ObjectKey{Namespace: commands.SecretNamespace, Name: "nodeops-script-rbac"}, &corev1.Secret{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the agent's RBAC getting its script's Secret: %v, want Forbidden", err)
+	}
 }
 
 // TestSafetyRule12_AgentPodsOutliveTheGracePeriod: the kubelet kills an agent's pod

@@ -84,6 +84,12 @@ type Options struct {
 	// ImagePullGrace: how long a pod command's image may fail to pull before the command fails;
 	// zero for commands.DefaultImagePullGrace (tests shorten it).
 	ImagePullGrace time.Duration
+	// KubeletRootDir is the node's kubelet --root-dir as a host path, where scripts read their
+	// Secrets (internal/secretholder); empty for /var/lib/kubelet.
+	KubeletRootDir string
+	// SecretMountWait bounds how long a script waits for the kubelet to mount its Secrets; zero for
+	// commands.DefaultSecretMountWait (tests shorten it).
+	SecretMountWait time.Duration
 }
 
 // Scheme is the agent's own scheme: core, coordination, policy and nodeops kinds.
@@ -174,12 +180,14 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		HTTP:      o.HTTP,
 		Poll:      o.Poll,
 
-		DefaultTimeout: o.DefaultTimeout,
-		AgentPod:       types.NamespacedName{Namespace: o.PodNamespace, Name: o.PodName},
-		Identity:       o.Identity,
-		LeaseNamespace: o.LeaseNamespace,
-		LeaseDuration:  o.LeaseDuration,
-		ImagePullGrace: o.ImagePullGrace,
+		DefaultTimeout:  o.DefaultTimeout,
+		AgentPod:        types.NamespacedName{Namespace: o.PodNamespace, Name: o.PodName},
+		Identity:        o.Identity,
+		LeaseNamespace:  o.LeaseNamespace,
+		LeaseDuration:   o.LeaseDuration,
+		ImagePullGrace:  o.ImagePullGrace,
+		KubeletRootDir:  o.KubeletRootDir,
+		SecretMountWait: o.SecretMountWait,
 	}
 	if r.LeaseNamespace == "" {
 		r.LeaseNamespace = o.PodNamespace

@@ -24,6 +24,7 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/clock"
+	"github.com/nodeops/nodeops/internal/secretholder"
 	"github.com/nodeops/nodeops/internal/transient"
 )
 
@@ -62,6 +63,7 @@ func PlanFor(pods []corev1.Pod, d *v1alpha1.DrainCommand, spared Spared) (Plan, 
 		sel = s
 	}
 	agents := labels.SelectorFromSet(agentLabel)
+	holders := labels.SelectorFromSet(labels.Set{secretholder.LabelComponent: secretholder.Component})
 	ignoreDS := d.IgnoreDaemonSets == nil || *d.IgnoreDaemonSets
 	var p Plan
 	for _, pod := range pods {
@@ -75,6 +77,9 @@ func PlanFor(pods []corev1.Pod, d *v1alpha1.DrainCommand, spared Spared) (Plan, 
 			p.Left = append(p.Left, name+" (the manager's own pod, which drains)")
 		case agents.Matches(labels.Set(pod.Labels)):
 			p.Left = append(p.Left, name+" (a nodeops agent)")
+		case holders.Matches(labels.Set(pod.Labels)) && pod.Namespace == secretholder.Namespace:
+			// Bound to the node for a task that runs there: its scripts read their Secrets through it.
+			p.Left = append(p.Left, name+" (a task's secret holder)")
 		case pod.DeletionTimestamp != nil:
 			// Already going; the drain waits for it.
 			p.Evict = append(p.Evict, pod)

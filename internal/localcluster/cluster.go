@@ -22,6 +22,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nodeops/nodeops/internal/secretholder"
 )
 
 // Files nodeops-local writes in DIR besides logs/, nodes/, pki/ and etcd/.
@@ -121,8 +123,9 @@ func Up(ctx context.Context, o Options, out io.Writer) (retErr error) {
 }
 
 // startStandIns starts, for the life of ctx, what stands in for parts of a real cluster nodeops-local
-// lacks: the binary source of upgrades, the kubelets' mirror pods (see MirrorPods) and their
-// version reporting after a kubelet restart (see runKubeletVersions).
+// lacks: the binary source of upgrades, the kubelets' mirror pods (see MirrorPods), their
+// version reporting after a kubelet restart (see runKubeletVersions) and their secret volumes (see
+// SecretVolumes).
 func startStandIns(ctx, startCtx context.Context, o Options, c client.Client, etcdURL string, logf func(string, ...any)) error {
 	url, err := serveBinaries(ctx, o.BinDir, o.Dir)
 	if err != nil {
@@ -141,6 +144,8 @@ func startStandIns(ctx, startCtx context.Context, o Options, c client.Client, et
 	logf("mirroring the control planes' static pod manifests into kube-system (the local stand-in for their kubelets)")
 	go runMirrorPods(ctx, c, o.Dir, cps, etcdURL, logf)
 	go runKubeletVersions(ctx, c, o.Dir, rootedNodes(o), logf)
+	logf("writing the secret volumes of pods on the local nodes into their roots (the local stand-in for their kubelets; it reads Secrets as the administrator)")
+	go (&SecretVolumes{Client: c, Roots: nodeRoots(o)}).Run(ctx, logf)
 	return nil
 }
 
@@ -151,6 +156,15 @@ func rootedNodes(o Options) []string {
 		rooted = append(rooted, s.Name)
 	}
 	return rooted
+}
+
+// nodeRoots are the host roots of the rooted nodes, by node name.
+func nodeRoots(o Options) map[string]string {
+	roots := map[string]string{}
+	for _, n := range rootedNodes(o) {
+		roots[n] = filepath.Join(o.Dir, "nodes", n)
+	}
+	return roots
 }
 
 func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, logf func(string, ...any)) (client.Client, clusterLayout, *credentials, error) {
@@ -215,6 +229,13 @@ func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, l
 	if l.PodBound {
 		logf("installing a real install's RBAC (config/manager, config/rbac, config/agent) and admission policies (config/admission)")
 		if err := installRealRBACAndAdmission(ctx, cfg, c); err != nil {
+			return nil, clusterLayout{}, nil, err
+		}
+	} else {
+		// What pod commands' pods and secret holder pods run as (config/agent), which the API
+		// server's ServiceAccount admission wants to exist.
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: secretholder.ServiceAccount, Namespace: SystemNamespace}}
+		if err := createAll(ctx, c, []client.Object{sa}); err != nil {
 			return nil, clusterLayout{}, nil, err
 		}
 	}

@@ -238,3 +238,38 @@ func readFile(t *testing.T, path string) string {
 	}
 	return string(data)
 }
+
+// The secret volume stand-in lays files out as the kubelet's atomic writer: the keys in a timestamped
+// directory (mode 0400), ..data a relative link to it, a relative link per key; an update swaps ..data,
+// removes the old directory and the links of keys that went.
+func TestSecretVolumeLayout(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "volume")
+	if err := atomicWrite(dir, map[string][]byte{"token": []byte("t1"), "tls.crt": []byte("c")}, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	first, err := os.Readlink(filepath.Join(dir, "..data"))
+	if err != nil || !strings.HasPrefix(first, "..") || strings.Contains(first, "/") {
+		t.Fatalf("..data -> %q (%v), want a relative link to a ..<timestamp> directory", first, err)
+	}
+	for _, k := range []string{"token", "tls.crt"} {
+		if l, err := os.Readlink(filepath.Join(dir, k)); err != nil || l != filepath.Join("..data", k) {
+			t.Errorf("%s -> %q (%v), want ..data/%s", k, l, err, k)
+		}
+		fi, err := os.Stat(filepath.Join(dir, first, k))
+		if err != nil || fi.Mode().Perm() != 0o400 {
+			t.Errorf("%s/%s: %v, mode %v, want 0400", first, k, err, fi)
+		}
+	}
+	if err := atomicWrite(dir, map[string][]byte{"token": []byte("t2")}, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	second, _ := os.Readlink(filepath.Join(dir, "..data"))
+	if got, err := os.ReadFile(filepath.Join(dir, "token")); err != nil || string(got) != "t2" || second == first {
+		t.Errorf("after the update token reads %q (%v), ..data -> %q (was %q)", got, err, second, first)
+	}
+	for _, gone := range []string{first, "tls.crt"} {
+		if _, err := os.Lstat(filepath.Join(dir, gone)); !os.IsNotExist(err) {
+			t.Errorf("%s is still there after the update (%v)", gone, err)
+		}
+	}
+}

@@ -124,3 +124,20 @@ func PodName(task string, index int) string {
 }
 
 func isLabelChar(r rune) bool { return isAlnum(r) || r == '-' }
+
+// SecretHolderPodName is the name of the pod that holds task's Secrets on its node while it runs
+// (internal/secretholder): a readable prefix of "secrets-<task>" and a hash of the task, a DNS label,
+// so the manager and the task's agent find the one pod by name.
+func SecretHolderPodName(task string) string {
+	return shorten("secrets-"+task, hashOf("secrets", task), validation.DNS1123LabelMaxLength, isLabelChar)
+}
+
+// SecretVolumeName is the name of the holder pod's volume of the Secret named secret (a DNS
+// subdomain, which a volume name, a DNS label, may not be): the name itself when it is a plain DNS
+// label, else a readable prefix and a hash of it.
+func SecretVolumeName(secret string) string {
+	if len(validation.IsDNS1123Label(secret)) == 0 && !endsInHash(secret) {
+		return secret
+	}
+	return shorten(secret, hashOf(secret), validation.DNS1123LabelMaxLength, isLabelChar)
+}

@@ -132,3 +132,40 @@ func TestPodName(t *testing.T) {
 		}
 	}
 }
+
+func TestSecretHolderPodName(t *testing.T) {
+	tasks := []string{"upgrade-workers-worker-1", "op-g-ip-10-0-0-1.ec2.internal", strings.Repeat("t", 253), "x"}
+	seen := map[string]bool{}
+	for _, task := range tasks {
+		got := SecretHolderPodName(task)
+		if errs := validation.IsDNS1123Label(got); len(errs) > 0 {
+			t.Errorf("SecretHolderPodName(%q) = %q, not a DNS-1123 label: %v", task, got, errs)
+		}
+		if again := SecretHolderPodName(task); again != got {
+			t.Errorf("SecretHolderPodName(%q) not deterministic: %q then %q", task, got, again)
+		}
+		if seen[got] || seen[PodName(task, 0)] {
+			t.Errorf("SecretHolderPodName(%q) = %q, the name of another task's pod", task, got)
+		}
+		seen[got], seen[PodName(task, 0)] = true, true
+	}
+}
+
+func TestSecretVolumeName(t *testing.T) {
+	for secret, want := range map[string]string{
+		"nodeops-script-db":                         "nodeops-script-db",
+		"nodeops-script-db.prod":                    "",
+		"nodeops-script-" + strings.Repeat("a", 60): "",
+	} {
+		got := SecretVolumeName(secret)
+		if errs := validation.IsDNS1123Label(got); len(errs) > 0 {
+			t.Errorf("SecretVolumeName(%q) = %q, not a DNS-1123 label: %v", secret, got, errs)
+		}
+		if want != "" && got != want {
+			t.Errorf("SecretVolumeName(%q) = %q, want %q", secret, got, want)
+		}
+		if want == "" && (got == secret || !endsInHash(got)) {
+			t.Errorf("SecretVolumeName(%q) = %q, want a prefix and a hash", secret, got)
+		}
+	}
+}

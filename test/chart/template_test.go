@@ -176,10 +176,18 @@ func TestDigestWinsOverTag(t *testing.T) {
 			t.Errorf("pod imagePullSecrets %v", ps.ImagePullSecrets)
 		}
 	}
-	// Agent Jobs get theirs from the ServiceAccount.
-	sa := typed[corev1.ServiceAccount](t, objs, "ServiceAccount", "nodeops-agent")
-	if len(sa.ImagePullSecrets) != 1 || sa.ImagePullSecrets[0].Name != "pull" {
-		t.Errorf("agent ServiceAccount imagePullSecrets %v", sa.ImagePullSecrets)
+	// Agent Jobs get theirs from the ServiceAccount, the secret holder pods from nodeops-installer's.
+	for _, name := range []string{"nodeops-agent", "nodeops-installer"} {
+		sa := typed[corev1.ServiceAccount](t, objs, "ServiceAccount", name)
+		if len(sa.ImagePullSecrets) != 1 || sa.ImagePullSecrets[0].Name != "pull" {
+			t.Errorf("%s ServiceAccount imagePullSecrets %v", name, sa.ImagePullSecrets)
+		}
+	}
+	// The manager builds the secret holder pods with the agent's image in DaemonSet mode too.
+	for _, want := range []string{"--agent-image=registry.invalid/agent@" + digest, "--agent-image-pull-policy=Always"} {
+		if args := container(t, d.Spec.Template.Spec, "manager").Args; !slices.Contains(args, want) {
+			t.Errorf("manager args %v lack %s", args, want)
+		}
 	}
 
 	objs = helmTemplate(t, "--set", "agent.mode=Job", "--set", "image.agent.digest="+digest)
@@ -380,7 +388,7 @@ func TestOtherNamespace(t *testing.T) {
 		}
 	}
 	// The admission policies name the ServiceAccounts of the release namespace.
-	for _, name := range []string{"nodeops-agent-confinement", "nodeops-nodetask-creation"} {
+	for _, name := range []string{"nodeops-agent-confinement", "nodeops-nodetask-creation", "nodeops-manager-pods"} {
 		p := find(objs, "ValidatingAdmissionPolicy", name)
 		if p == nil {
 			t.Errorf("no ValidatingAdmissionPolicy %s", name)

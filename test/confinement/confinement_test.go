@@ -328,8 +328,8 @@ func TestSafetyRule10_AgentOnNodeAIsRefused(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the secret is not there: %v", err)
 		}
-		// Scripts' env from Secrets: get by name in nodeops-system is the one read allowed (the
-		// agent itself reads only labelled Secrets its task names; README "Security").
+		// No Secret at all, not even by name in nodeops-system: scripts read theirs from the volumes
+		// their node's kubelet mounts for the task's secret holder pod (README "Security").
 		cluster().CheckSecretReads(t, c, agentCS, "kept", "default", "kept")
 	})
 	t.Run("admission alone", func(t *testing.T) {

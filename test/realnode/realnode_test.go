@@ -12,8 +12,10 @@ package realnode
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -74,7 +76,7 @@ type env struct {
 
 // The scenarios share the one node that `make realnode` brought up and run in this order (go test
 // runs a file's tests in order): nodeops' images, renewal, a runtime handler through a NodeProfile,
-// the upgrade, a pod command.
+// the upgrade, a pod command, a script's Secret from the kubelet.
 
 // TestRealNode0NodeopsRunsTheImagesMakeImagesBuilt: the manager and agent run the images `make
 // images` built, by the index digests its digests.env names (the chart installed with its
@@ -217,6 +219,74 @@ func TestRealNode4PodCommand(t *testing.T) {
 			t.Error(err)
 		}
 	}
+}
+
+// TestRealNode5ScriptSecretFromTheKubelet: a script takes its env from a Secret in nodeops-system
+// (valueFrom one key, envFrom all of them) that no nodeops ServiceAccount may read: the manager creates
+// the task's secret holder pod on the node, the real kubelet mounts the Secret for it (the Node
+// authorizer lets it, for a pod bound to its node), and the agent reads the values from that mount
+// through its /host. The script prints the value, redacted in the task, and its sha256, which matches;
+// the holder pod is gone once the operation Succeeded; and the agent's ServiceAccount may not get the Secret.
+func TestRealNode5ScriptSecretFromTheKubelet(t *testing.T) {
+	e := setup(t)
+	const name = "nodeops-script-realnode"
+	value := fmt.Sprintf("realnode-secret-%d", time.Now().UnixNano())
+	sum := sha256.Sum256([]byte(value))
+	want := hex.EncodeToString(sum[:])
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: managerNS},
+		StringData: map[string]string{"token": value, "REALNODE_GREETING": "hello from the kubelet"}}
+	if err := e.c.Create(e.ctx, sec); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.c.Delete(context.Background(), sec) })
+
+	for _, sa := range []string{"nodeops-agent", "nodeops-manager"} {
+		can, err := e.kubectlOnce("auth", "can-i", "get", "secrets/"+name, "-n", managerNS, "--as=system:serviceaccount:"+managerNS+":"+sa)
+		if can != "no" {
+			t.Errorf("kubectl auth can-i get secrets/%s -n %s --as=system:serviceaccount:%s:%s: %q (%v), want no", name, managerNS, managerNS, sa, can, err)
+		}
+	}
+
+	op := &nodeopsv1.NodeOperation{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "script-secret-"},
+		Spec: nodeopsv1.NodeOperationSpec{Custom: &nodeopsv1.CustomOperation{Groups: []nodeopsv1.Group{{
+			Name: "secret",
+			Commands: []nodeopsv1.Command{{Name: "use-secret", Timeout: &metav1.Duration{Duration: 3 * time.Minute}, Script: &nodeopsv1.ScriptCommand{
+				Inline: `echo "token=$TOKEN"; echo "greeting=$REALNODE_GREETING"
+printf %s "$TOKEN" | sha256sum | cut -d' ' -f1 | sed 's/^/sha256=/'`,
+				Env:     []nodeopsv1.EnvVar{{Name: "TOKEN", ValueFrom: &nodeopsv1.EnvVarSource{SecretKeyRef: nodeopsv1.SecretKeySelector{Name: name, Key: "token"}}}},
+				EnvFrom: []nodeopsv1.EnvFromSource{{SecretRef: nodeopsv1.SecretEnvSource{Name: name}}},
+			}}},
+		}}}},
+	}
+	if err := e.c.Create(e.ctx, op); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.c.Delete(context.Background(), op) })
+	if out, code, err := e.nodeopsCode("watch", op.Name, "--timeout", "5m"); err != nil || code != 0 {
+		t.Fatalf("kubectl nodeops watch %s: exit %d %v, want 0 (Succeeded):\n%s", op.Name, code, err, out)
+	}
+	e.operationSucceeded(op.Name)
+	c := e.onlyCommandStatus(op.Name)
+	for _, w := range []string{"token=[redacted]", "greeting=[redacted]", "sha256=" + want, "from pod " + managerNS + "/"} {
+		if !strings.Contains(c.OutputTail, w) {
+			t.Errorf("task of %s: outputTail lacks %q:\n%s", op.Name, w, c.OutputTail)
+		}
+	}
+	if strings.Contains(c.OutputTail, value) {
+		t.Errorf("task of %s: outputTail shows the Secret's value:\n%s", op.Name, c.OutputTail)
+	}
+	testutil.EventuallyEvery(e.t, time.Minute, realnodePoll, "no secret holder pod", func(context.Context) error {
+		var pods corev1.PodList
+		if err := e.c.List(e.ctx, &pods, client.InNamespace(managerNS), client.MatchingLabels{"app.kubernetes.io/name": "nodeops-secret-holder"}); err != nil {
+			return err
+		}
+		if len(pods.Items) > 0 {
+			return fmt.Errorf("pod %s is left (%s)", pods.Items[0].Name, pods.Items[0].Status.Phase)
+		}
+		return nil
+	})
+	t.Logf("script of %s read Secret %s/%s through the kubelet's mount (sha256 %s matches); holder pod gone; output tail:\n%s", op.Name, managerNS, name, want, c.OutputTail)
 }
 
 // installerMarker is the host file the installer test image writes (under the node's state

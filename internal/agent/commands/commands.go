@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -28,6 +29,8 @@ type Env struct {
 	// Task and CommandIndex name the task and the command running, which the pod command names its pod after.
 	Task         string
 	CommandIndex int
+	// TaskUID is the running task's: a script reads Secrets only from the holder pod it controls.
+	TaskUID types.UID
 	// Namespace is the agent's own, where the pod command creates its pod.
 	Namespace string
 	// ImagePullGrace is how long a pod command's image may fail to pull before the command fails;
@@ -59,6 +62,15 @@ type Env struct {
 	// Secrets collects the secret values a command reads, which the agent redacts from everything
 	// it records of the command; nil to keep none.
 	Secrets *redact.Secrets
+	// KubeletRootDir is the node's kubelet root directory, a host path: scripts read their Secrets
+	// from the volumes the kubelet mounts there; empty for secretholder.DefaultKubeletRootDir.
+	KubeletRootDir string
+	// SecretMountWait bounds how long a script waits for its Secrets to be mounted; zero for
+	// DefaultSecretMountWait.
+	SecretMountWait time.Duration
+	// Note shows what a running command waits for in the task's status (redacted by the caller);
+	// nil: only in its output.
+	Note func(message string)
 
 	// acting is the Host that really changes things, set in a DryRun for kubeadm's own dry run,
 	// which leaves files behind that must really be removed.

@@ -3,23 +3,32 @@ package commands
 import (
 	"context"
 	"fmt"
+	"path"
+	"path/filepath"
 	"regexp"
 	"sort"
+	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/clock"
 	"github.com/nodeops/nodeops/internal/host"
+	"github.com/nodeops/nodeops/internal/secretholder"
+	"github.com/nodeops/nodeops/internal/transient"
 )
 
-// SecretNamespace holds the Secrets scripts take variables from; the agent may get Secrets there
-// and nowhere else (config/agent).
-const SecretNamespace = "nodeops-system"
+// SecretNamespace holds the Secrets scripts take variables from (and their tasks' secret holder pods).
+const SecretNamespace = secretholder.Namespace
 
-// LabelAgentReadable marks a Secret in SecretNamespace that scripts may read; the agent refuses
-// any other, so a NodeOperation cannot read the namespace's other Secrets through it.
-const LabelAgentReadable = "nodeops.io/agent-readable"
+// DefaultSecretMountWait bounds how long a script waits for the kubelet to mount its Secrets (the
+// manager creates the holder pod when the task appears, or again on a retry; the kubelet mounts its
+// volumes in seconds), within the command's own timeout.
+const DefaultSecretMountWait = 2 * time.Minute
 
 // runScript runs the script with /bin/sh inside the host root. A script cannot be dry-run, so in
 // DryRun the host's runner reports it, not runs it.
@@ -43,24 +52,14 @@ func runScript(ctx context.Context, env *Env, s *v1alpha1.ScriptCommand) (Result
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // scriptVars resolves the script's variables as a Pod's are: every key of each envFrom Secret,
-// then env, which wins. Secrets are read now, when the command runs, and never stored in the
+// then env, which wins. Secrets are read now, when the command runs, from the volumes the node's
+// kubelet mounted for the task's secret holder pod (internal/secretholder), and never stored in the
 // task; every value read from one is added to env.Secrets for redaction.
 func scriptVars(ctx context.Context, env *Env, s *v1alpha1.ScriptCommand) ([]v1alpha1.EnvVar, error) {
 	if len(s.EnvFrom) == 0 && !hasValueFrom(s.Env) {
 		return s.Env, nil
 	}
-	read := map[string]*corev1.Secret{}
-	get := func(name string) (*corev1.Secret, error) {
-		if sec, ok := read[name]; ok {
-			return sec, nil
-		}
-		sec, err := readSecret(ctx, env, name)
-		if err != nil {
-			return nil, err
-		}
-		read[name] = sec
-		return sec, nil
-	}
+	h := &heldSecrets{env: env, read: map[string]map[string][]byte{}}
 	var order []string
 	values := map[string]string{}
 	set := func(name, value string) {
@@ -70,12 +69,12 @@ func scriptVars(ctx context.Context, env *Env, s *v1alpha1.ScriptCommand) ([]v1a
 		values[name] = value
 	}
 	for _, from := range s.EnvFrom {
-		sec, err := get(from.SecretRef.Name)
+		data, err := h.get(ctx, from.SecretRef.Name)
 		if err != nil {
 			return nil, err
 		}
-		keys := make([]string, 0, len(sec.Data))
-		for k := range sec.Data {
+		keys := make([]string, 0, len(data))
+		for k := range data {
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
@@ -84,8 +83,8 @@ func scriptVars(ctx context.Context, env *Env, s *v1alpha1.ScriptCommand) ([]v1a
 				env.printf("envFrom Secret %s: key %q is not a variable name, skipped\n", from.SecretRef.Name, k)
 				continue
 			}
-			env.Secrets.Add(string(sec.Data[k]))
-			set(k, string(sec.Data[k]))
+			env.Secrets.Add(string(data[k]))
+			set(k, string(data[k]))
 		}
 	}
 	for _, e := range s.Env {
@@ -94,11 +93,11 @@ func scriptVars(ctx context.Context, env *Env, s *v1alpha1.ScriptCommand) ([]v1a
 			continue
 		}
 		ref := e.ValueFrom.SecretKeyRef
-		sec, err := get(ref.Name)
+		data, err := h.get(ctx, ref.Name)
 		if err != nil {
 			return nil, err
 		}
-		v, ok := sec.Data[ref.Key]
+		v, ok := data[ref.Key]
 		if !ok {
 			return nil, fmt.Errorf("env %s: Secret %s/%s has no key %q", e.Name, SecretNamespace, ref.Name, ref.Key)
 		}
@@ -121,18 +120,142 @@ func hasValueFrom(vars []v1alpha1.EnvVar) bool {
 	return false
 }
 
-// readSecret gets one Secret from the API server (no cache: the agent watches no Secrets) and
-// refuses one not labelled for agents.
-func readSecret(ctx context.Context, env *Env, name string) (*corev1.Secret, error) {
+// heldSecrets reads the running task's Secrets from its holder pod's volumes on this node, each once.
+type heldSecrets struct {
+	env  *Env
+	read map[string]map[string][]byte
+}
+
+// get is the Secret's data (key to value). The agent has no right to read a Secret from the API
+// server; the kubelet of its node may, for pods bound to the node, and mounts them on the host. So
+// this finds the task's holder pod by name, checks that it is bound to this node and controlled by
+// this task (by UID), waits until the kubelet has mounted the Secret's volume, and reads the files
+// there through the host root.
+func (h *heldSecrets) get(ctx context.Context, name string) (map[string][]byte, error) {
+	if data, ok := h.read[name]; ok {
+		return data, nil
+	}
+	env := h.env
+	if !secretholder.Allowed(name) {
+		return nil, fmt.Errorf("refusing Secret %s/%s: scripts take env only from Secrets named %s*", SecretNamespace, name, v1alpha1.ScriptSecretPrefix)
+	}
 	if env.Client == nil {
-		return nil, fmt.Errorf("reading Secret %s/%s: this agent has no cluster client to read it with", SecretNamespace, name)
+		return nil, fmt.Errorf("reading Secret %s/%s: this agent has no cluster client to find its task's secret holder pod", SecretNamespace, name)
 	}
-	sec := &corev1.Secret{}
-	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: SecretNamespace, Name: name}, sec); err != nil {
-		return nil, fmt.Errorf("reading Secret %s/%s for the script's environment: %w", SecretNamespace, name, err)
+	wait := env.SecretMountWait
+	if wait <= 0 {
+		wait = DefaultSecretMountWait
 	}
-	if sec.Labels[LabelAgentReadable] != "true" {
-		return nil, fmt.Errorf("refusing Secret %s/%s: it is not labelled %s=true, and scripts read only Secrets labelled for them", SecretNamespace, name, LabelAgentReadable)
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	pod := secretholder.PodName(env.Task)
+	ref := SecretNamespace + "/" + pod
+	noted := ""
+	for {
+		dir, why, err := h.mounted(wctx, pod, name)
+		if err != nil {
+			return nil, err
+		}
+		if why == "" {
+			data, err := readSecretVolume(env.Host.Files, dir)
+			if err != nil {
+				return nil, fmt.Errorf("reading Secret %s/%s from pod %s's volume %s: %w", SecretNamespace, name, ref, dir, err)
+			}
+			h.read[name] = data
+			env.printf("read Secret %s/%s (%d keys) from pod %s's volume, mounted by this node's kubelet\n", SecretNamespace, name, len(data), ref)
+			return data, nil
+		}
+		if why != noted {
+			msg := fmt.Sprintf("waiting for Secret %s/%s: %s (up to %s)", SecretNamespace, name, why, wait)
+			env.printf("%s\n", msg)
+			if env.Note != nil {
+				env.Note(msg)
+			}
+			noted = why
+		}
+		if err := clock.Sleep(wctx, env.poll()); err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("waiting for Secret %s/%s: %w", SecretNamespace, name, ctx.Err())
+			}
+			return nil, fmt.Errorf("no Secret %s/%s for the script after %s: %s; it is read from this task's pod %s, which the manager creates and this node's kubelet mounts it in",
+				SecretNamespace, name, wait, why, ref)
+		}
 	}
-	return sec, nil
+}
+
+// mounted is the host directory of the Secret's volume in the task's holder pod once the kubelet
+// has mounted it; otherwise why it is not there yet. A pod that can never be the task's (another
+// node's) is an error; one another task controls is waited out (an earlier task of the same name
+// whose pod the manager replaces), never read.
+func (h *heldSecrets) mounted(ctx context.Context, pod, secret string) (dir, why string, err error) {
+	env := h.env
+	ref := SecretNamespace + "/" + pod
+	p := &corev1.Pod{}
+	err = transient.Retry(ctx, func() error { return env.Client.Get(ctx, client.ObjectKey{Namespace: SecretNamespace, Name: pod}, p) })
+	switch {
+	case apierrors.IsNotFound(err):
+		return "", "pod " + ref + " does not exist yet (the manager creates it for the task)", nil
+	case err != nil && ctx.Err() != nil:
+		return "", "pod " + ref + " could not be read: " + err.Error(), nil
+	case err != nil:
+		return "", "", fmt.Errorf("reading the task's secret holder pod %s: %w", ref, err)
+	case p.Spec.NodeName != env.NodeName:
+		return "", "", fmt.Errorf("refusing pod %s: it is bound to node %q, not this node %s, so its Secrets are not mounted here for this task", ref, p.Spec.NodeName, env.NodeName)
+	case !secretholder.OwnedBy(p, env.TaskUID):
+		owner := "no NodeTask"
+		if c := metav1.GetControllerOf(p); c != nil {
+			owner = fmt.Sprintf("%s %s (uid %s)", c.Kind, c.Name, c.UID)
+		}
+		return "", fmt.Sprintf("pod %s is controlled by %s, not by this task (uid %s): its volumes are not read", ref, owner, env.TaskUID), nil
+	case p.DeletionTimestamp != nil:
+		return "", "pod " + ref + " is being deleted (the manager creates it again)", nil
+	}
+	vol := secretholder.VolumeOf(p, secret)
+	if vol == "" {
+		return "", "", fmt.Errorf("pod %s has no volume of Secret %s/%s", ref, SecretNamespace, secret)
+	}
+	root := env.KubeletRootDir
+	if root == "" {
+		root = secretholder.DefaultKubeletRootDir
+	}
+	dir = secretholder.VolumeDir(root, p.UID, vol)
+	if !env.Host.Files.Exists(path.Join(dir, secretholder.DataLink)) {
+		return "", fmt.Sprintf("the kubelet has not mounted it in pod %s (%s) at %s yet", ref, orPending(p.Status.Phase), dir), nil
+	}
+	return dir, "", nil
+}
+
+// readSecretVolume reads a kubelet secret volume at host path dir: its ..data link names the
+// directory of the current files, one per key (the kubelet's atomic writer; the key links beside it
+// point into ..data). Only what stays inside dir is read: ..data must resolve to a directory of dir
+// itself, so no link in the volume can make the agent hand a script any other file of the host.
+func readSecretVolume(files host.Files, dir string) (map[string][]byte, error) {
+	realDir, err := files.Path(dir)
+	if err != nil {
+		return nil, err
+	}
+	data := path.Join(dir, secretholder.DataLink)
+	realData, err := files.Path(data)
+	if err != nil {
+		return nil, err
+	}
+	if filepath.Dir(realData) != realDir || !strings.HasPrefix(filepath.Base(realData), "..") {
+		return nil, fmt.Errorf("%s does not lead to a directory of the volume's own", data)
+	}
+	entries, err := files.ReadDir(data)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]byte{}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue // a Secret's keys are files; nothing else is a key
+		}
+		v, err := files.ReadFile(path.Join(data, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		out[e.Name()] = v
+	}
+	return out, nil
 }

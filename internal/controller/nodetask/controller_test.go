@@ -46,7 +46,10 @@ func run(m *testing.M) int {
 		if err := nodetask.SetupWithOptions(mgr, nodetask.Options{AgentLostAfter: lostAfter}); err != nil {
 			return err
 		}
-		return nodetask.SetupDrainWithManager(mgr, nodetask.DrainOptions{Poll: 100 * time.Millisecond, Self: managerPod})
+		if err := nodetask.SetupDrainWithManager(mgr, nodetask.DrainOptions{Poll: 100 * time.Millisecond, Self: managerPod}); err != nil {
+			return err
+		}
+		return nodetask.SetupSecretHoldersWithManager(mgr, nodetask.SecretHolderOptions{Options: holderOptions})
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -1,7 +1,8 @@
 // Package confine is the table of writes a node's agent must not make and of the Secret reads its
-// token is refused (docs/design.md, safety rule 10), shared by test/confinement (envtest, the
-// policies alone) and test/e2e (nodeops-local's agents with their pod-bound tokens), so both check
-// the same refusals with the same messages.
+// token is refused, every one (docs/design.md, safety rule 10; scripts read their Secrets from their
+// node's kubelet, internal/secretholder), shared by test/confinement (envtest, the policies alone)
+// and test/e2e (nodeops-local's agents with their pod-bound tokens), so both check the same refusals
+// with the same messages.
 package confine
 
 import (
@@ -144,23 +145,41 @@ func Evict(ctx context.Context, c client.Client, namespace, name string) error {
 // anyone but the manager: it says how to run work instead.
 const NodeTaskCreationMessage = "NodeTasks are created by nodeops' manager; create a NodeOperation (kubectl nodeops ...) instead"
 
-// CheckSecretReads checks the agent's Secret reads against the API server: a get by name in
-// k.Namespace of the Secret named readable (scripts' env needs it) is allowed; a get of
-// otherNamespace's Secret named other, and any list or watch, is refused.
-func (k Cluster) CheckSecretReads(t *testing.T, c client.Client, cs kubernetes.Interface, readable, otherNamespace, other string) {
+// SecretReads are the Secret reads the agent's token is refused, by RBAC alone (reads are not
+// admission's business): a get of the Secret named name in k.Namespace (a script's Secret, which
+// the agent reads from its node's kubelet's volume instead: internal/secretholder) and of
+// otherNamespace's Secret named other, and any list or watch, here or anywhere.
+func (k Cluster) SecretReads(cs kubernetes.Interface, name, otherNamespace, other string) []Attempt {
+	forbidden := func(verb string) []string { return []string{`cannot ` + verb + ` resource "secrets"`} }
+	return []Attempt{
+		{Name: "get the Secret " + k.Namespace + "/" + name, RBAC: forbidden("get"), Do: func(ctx context.Context, c client.Client) error {
+			return c.Get(ctx, client.ObjectKey{Namespace: k.Namespace, Name: name}, &corev1.Secret{})
+		}},
+		{Name: "get a Secret outside " + k.Namespace, RBAC: forbidden("get"), Do: func(ctx context.Context, c client.Client) error {
+			return c.Get(ctx, client.ObjectKey{Namespace: otherNamespace, Name: other}, &corev1.Secret{})
+		}},
+		{Name: "list Secrets", RBAC: forbidden("list"), Do: func(ctx context.Context, c client.Client) error {
+			return c.List(ctx, &corev1.SecretList{})
+		}},
+		{Name: "list Secrets in " + k.Namespace, RBAC: forbidden("list"), Do: func(ctx context.Context, c client.Client) error {
+			return c.List(ctx, &corev1.SecretList{}, client.InNamespace(k.Namespace))
+		}},
+		{Name: "watch Secrets in " + k.Namespace, RBAC: forbidden("watch"), Do: func(ctx context.Context, _ client.Client) error {
+			w, err := cs.CoreV1().Secrets(k.Namespace).Watch(ctx, metav1.ListOptions{})
+			if err == nil {
+				w.Stop()
+			}
+			return err
+		}},
+	}
+}
+
+// CheckSecretReads checks, with the agent's client c and clientset cs, that every one of SecretReads is refused.
+func (k Cluster) CheckSecretReads(t *testing.T, c client.Client, cs kubernetes.Interface, name, otherNamespace, other string) {
 	t.Helper()
-	ctx := context.Background()
-	if err := c.Get(ctx, client.ObjectKey{Namespace: k.Namespace, Name: readable}, &corev1.Secret{}); err != nil {
-		t.Errorf("get the Secret %s/%s, which scripts' env needs: %v", k.Namespace, readable, err)
+	for _, a := range k.SecretReads(cs, name, otherNamespace, other) {
+		Refused(t, a.Name, a.Do(context.Background(), c), a.Want())
 	}
-	Refused(t, "read a Secret outside "+k.Namespace, c.Get(ctx, client.ObjectKey{Namespace: otherNamespace, Name: other}, &corev1.Secret{}), []string{`cannot get resource "secrets"`})
-	Refused(t, "list Secrets", c.List(ctx, &corev1.SecretList{}), []string{`cannot list resource "secrets"`})
-	Refused(t, "list Secrets in "+k.Namespace, c.List(ctx, &corev1.SecretList{}, client.InNamespace(k.Namespace)), []string{`cannot list resource "secrets"`})
-	w, err := cs.CoreV1().Secrets(k.Namespace).Watch(ctx, metav1.ListOptions{})
-	if err == nil {
-		w.Stop()
-	}
-	Refused(t, "watch Secrets in "+k.Namespace, err, []string{`cannot watch resource "secrets"`})
 }
 
 // Refused checks that err is a refusal whose message has every part of want.
