@@ -129,6 +129,13 @@ func writeOutputs(o Options, results []Result, out string) error {
 		fmt.Fprintf(&values, "  %s:\n    repository: %s\n    digest: %s\n", r.Image.Name, repo, r.Digest)
 		fmt.Fprintf(&kust, "- name: %s/%s\n  newName: %s\n  digest: %s\n", configRegistry, r.Image.Name, repo, r.Digest)
 	}
+	// The manager's --agent-image (the secret holder pods run the agent's image) is an argument, which
+	// the images transformer leaves: a replacement, applied after it, copies the agent's pinned image
+	// there. args.2 is that argument in config/manager/manager.yaml (TestMakeImagesTwiceGivesTheSameDigests
+	// fails on any ghcr.io/nodeops left in the rendered tree).
+	kust.WriteString("replacements:\n- source:\n    kind: DaemonSet\n    name: nodeops-agent\n    fieldPath: spec.template.spec.containers.[name=agent].image\n" +
+		"  targets:\n  - select:\n      kind: Deployment\n      name: nodeops-manager\n    fieldPaths:\n    - spec.template.spec.containers.[name=manager].args.2\n" +
+		"    options:\n      delimiter: \"=\"\n      index: 1\n")
 	for name, content := range map[string]string{DigestsFile: env.String(), HelmValuesFile: values.String(), KustomizationFile: kust.String()} {
 		if err := os.WriteFile(filepath.Join(out, name), []byte(content), 0o644); err != nil {
 			return fmt.Errorf("write %s: %w", name, err)

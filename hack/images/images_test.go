@@ -246,6 +246,11 @@ func checkKustomize(t *testing.T, results []Result, dir string) {
 			t.Errorf("rendered config/default lacks %q", want)
 		}
 	}
+	for _, r := range results {
+		if r.Image.Name == "agent" && !strings.Contains(string(out), "- --agent-image="+r.DigestRef()+"\n") {
+			t.Errorf("rendered config/default does not pass the manager --agent-image=%s", r.DigestRef())
+		}
+	}
 	if strings.Contains(string(out), "ghcr.io/nodeops/") {
 		t.Errorf("rendered config/default still names a ghcr.io/nodeops image")
 	}
