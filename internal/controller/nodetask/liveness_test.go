@@ -20,17 +20,40 @@ import (
 // nodeAndTask creates a node and a one-command task on it, both named name, that no agent began.
 func nodeAndTask(t *testing.T, name string) {
 	t.Helper()
+	nodeAndTaskWith(t, name, v1alpha1.NodeTaskSpec{Commands: []v1alpha1.Command{{Wait: &v1alpha1.WaitCommand{}}}})
+}
+
+// nodeAndTaskWith creates a node and a task on it with spec, both named name, that no agent began.
+func nodeAndTaskWith(t *testing.T, name string, spec v1alpha1.NodeTaskSpec) {
+	t.Helper()
 	ctx := context.Background()
 	if err := cl.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
 		t.Fatal(err)
 	}
+	spec.NodeName = name
 	task := &v1alpha1.NodeTask{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelNode: name}},
-		Spec:       v1alpha1.NodeTaskSpec{NodeName: name, Commands: []v1alpha1.Command{{Wait: &v1alpha1.WaitCommand{}}}},
+		Spec:       spec,
 	}
 	if err := cl.Create(ctx, task); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// markedLost waits until the manager marked task AgentLost, with a message containing want, so
+// that it counts as Failed.
+func markedLost(t *testing.T, task, want string) {
+	t.Helper()
+	testutil.Eventually(t, 30*time.Second, "task "+task+" marked AgentLost", func() error {
+		tk := get(t, task)
+		if c := tk.Lost(); c == nil || c.Reason != v1alpha1.ReasonAgentLost || !strings.Contains(c.Message, want) {
+			return fmt.Errorf("conditions %+v", tk.Status.Conditions)
+		}
+		if tk.EffectivePhase() != v1alpha1.TaskFailed {
+			return fmt.Errorf("effective phase %s", tk.EffectivePhase())
+		}
+		return nil
+	})
 }
 
 // runningTask creates a node and a task on it whose first command the (fake) agent recorded Running.
@@ -57,16 +80,7 @@ func TestSafetyRule9_SilentAgentFailsItsTask(t *testing.T) {
 			time.Sleep(lostAfter / 5)
 		}
 	}()
-	testutil.Eventually(t, 30*time.Second, "the silent agent's task marked AgentLost", func() error {
-		tk := get(t, "silent-1")
-		if c := tk.Lost(); c == nil || c.Reason != v1alpha1.ReasonAgentLost || !strings.Contains(c.Message, "silent-1") {
-			return fmt.Errorf("conditions %+v", tk.Status.Conditions)
-		}
-		if tk.EffectivePhase() != v1alpha1.TaskFailed {
-			return fmt.Errorf("effective phase %s", tk.EffectivePhase())
-		}
-		return nil
-	})
+	markedLost(t, "silent-1", "silent-1")
 	// The alive task began before the silent one, so it too went longer than lostAfter since its start.
 	if tk := get(t, "alive-1"); tk.Lost() != nil || tk.EffectivePhase() != v1alpha1.TaskRunning {
 		t.Fatalf("a task whose heartbeat is renewed was marked: %+v", tk.Status)
@@ -191,17 +205,8 @@ func TestSafetyRule9_DeletedNodeMarksUnstartedAndFailedTasks(t *testing.T) {
 func idleTask(t *testing.T, name string, mode v1alpha1.ExecutionMode) {
 	t.Helper()
 	ctx := context.Background()
-	if err := cl.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
-		t.Fatal(err)
-	}
-	task := &v1alpha1.NodeTask{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.LabelNode: name}},
-		Spec: v1alpha1.NodeTaskSpec{NodeName: name, ExecutionMode: mode, ApprovedCommands: 1,
-			Commands: []v1alpha1.Command{{Wait: &v1alpha1.WaitCommand{}}, {Wait: &v1alpha1.WaitCommand{}}}},
-	}
-	if err := cl.Create(ctx, task); err != nil {
-		t.Fatal(err)
-	}
+	nodeAndTaskWith(t, name, v1alpha1.NodeTaskSpec{ExecutionMode: mode, ApprovedCommands: 1,
+		Commands: []v1alpha1.Command{{Wait: &v1alpha1.WaitCommand{}}, {Wait: &v1alpha1.WaitCommand{}}}})
 	a := testutil.FakeAgent{Client: cl}
 	if err := a.Begin(ctx, name, 0); err != nil {
 		t.Fatal(err)
@@ -229,16 +234,7 @@ func TestSafetyRule9_AgentStoppedBetweenCommandsFailsItsTask(t *testing.T) {
 	if tk := get(t, "between-1"); !tk.Status.Phase.Unfinished() || tk.Status.StartTime == nil {
 		t.Fatalf("the fake agent left the task %s, not held and unfinished", tk.Status.Phase)
 	}
-	testutil.Eventually(t, 30*time.Second, "the idle task of a stopped agent marked AgentLost", func() error {
-		tk := get(t, "between-1")
-		if c := tk.Lost(); c == nil || c.Reason != v1alpha1.ReasonAgentLost || !strings.Contains(c.Message, "stopped between commands") {
-			return fmt.Errorf("conditions %+v", tk.Status.Conditions)
-		}
-		if tk.EffectivePhase() != v1alpha1.TaskFailed {
-			return fmt.Errorf("effective phase %s", tk.EffectivePhase())
-		}
-		return nil
-	})
+	markedLost(t, "between-1", "stopped between commands")
 	// It has been idle as long as between-1: only a due step makes silence a loss.
 	testutil.Consistently(t, 2*lostAfter, "the task awaiting an approval unmarked", func() error {
 		if tk := get(t, "awaiting-1"); tk.Lost() != nil {

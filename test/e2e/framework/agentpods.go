@@ -3,12 +3,9 @@ package framework
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -22,13 +19,7 @@ type PodEvent struct {
 }
 
 // PodWatch records the events of a watch on the agents' pods (WatchAgentPods).
-type PodWatch struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-	mu     sync.Mutex
-	events []PodEvent
-	err    error
-}
+type PodWatch struct{ rec *recorder[*corev1.Pod] }
 
 // WatchAgentPods records every event of the agents' pods (nodeops-system, labelled as config/agent
 // labels them: the stand-in pods and the agent Jobs' pods) from now on, resuming where the server
@@ -44,61 +35,18 @@ func WatchAgentPods(t testing.TB, l *Local) *PodWatch {
 	if err := wc.List(context.Background(), &list, opts...); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	pw := &PodWatch{cancel: cancel, done: make(chan struct{})}
-	rv := list.ResourceVersion
-	go func() {
-		defer close(pw.done)
-		for ctx.Err() == nil {
-			w, err := wc.Watch(ctx, &corev1.PodList{}, append(opts, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})...)
-			if err != nil {
-				if ctx.Err() == nil {
-					pw.setErr(fmt.Errorf("watching the agents' pods: %w", err))
-				}
-				return
-			}
-			for ev := range w.ResultChan() {
-				if ev.Type == watch.Error {
-					w.Stop()
-					if ctx.Err() == nil {
-						pw.setErr(fmt.Errorf("watching the agents' pods: %w (events may have been missed)", apierrors.FromObject(ev.Object)))
-					}
-					return
-				}
-				pod, ok := ev.Object.(*corev1.Pod)
-				if !ok || ev.Type == watch.Bookmark {
-					continue
-				}
-				rv = pod.ResourceVersion
-				pw.mu.Lock()
-				pw.events = append(pw.events, PodEvent{Type: ev.Type, Pod: pod})
-				pw.mu.Unlock()
-			}
-		}
-	}()
-	t.Cleanup(func() { pw.cancel(); <-pw.done })
-	return pw
-}
-
-func (pw *PodWatch) setErr(err error) {
-	pw.mu.Lock()
-	defer pw.mu.Unlock()
-	if pw.err == nil {
-		pw.err = err
-	}
+	return &PodWatch{rec: record[*corev1.Pod](t, wc, &corev1.PodList{}, list.ResourceVersion, "the agents' pods", opts...)}
 }
 
 // Stop ends the watch and returns its events; a watch that failed fails t, as it may have missed some.
 func (pw *PodWatch) Stop(t testing.TB) []PodEvent {
 	t.Helper()
-	pw.cancel()
-	<-pw.done
-	pw.mu.Lock()
-	defer pw.mu.Unlock()
-	if pw.err != nil {
-		t.Fatal(pw.err)
+	pw.rec.stop()
+	var out []PodEvent
+	for _, ev := range pw.rec.recordedSoFar(t) {
+		out = append(out, PodEvent{Type: ev.Type, Pod: ev.Object})
 	}
-	return append([]PodEvent(nil), pw.events...)
+	return out
 }
 
 // Disruptions names, from events, every moment a pod of node that had not finished was evicted

@@ -4,11 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"sync"
 	"testing"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -23,13 +20,7 @@ type TaskEvent struct {
 }
 
 // TaskWatch records the events of a watch on NodeTasks (WatchTasks).
-type TaskWatch struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-	mu     sync.Mutex
-	events []TaskEvent
-	err    error
-}
+type TaskWatch struct{ rec *recorder[*v1alpha1.NodeTask] }
 
 // WatchTasks records every event of the NodeTasks matching selector (an operation's or a
 // profile's label), from now on: it starts at the resourceVersion of a list, so that nothing
@@ -49,67 +40,23 @@ func WatchTasks(t testing.TB, l *Local, selector client.MatchingLabels) *TaskWat
 	if len(list.Items) != 0 {
 		t.Fatalf("%d tasks match %v before the watch", len(list.Items), selector)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	tw := &TaskWatch{cancel: cancel, done: make(chan struct{})}
-	rv := list.ResourceVersion
-	go func() {
-		defer close(tw.done)
-		for ctx.Err() == nil {
-			w, err := wc.Watch(ctx, &v1alpha1.NodeTaskList{}, selector, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
-			if err != nil {
-				if ctx.Err() == nil {
-					tw.setErr(fmt.Errorf("watching the tasks %v: %w", selector, err))
-				}
-				return
-			}
-			for ev := range w.ResultChan() {
-				if ev.Type == watch.Error {
-					w.Stop()
-					if ctx.Err() != nil {
-						return
-					}
-					tw.setErr(fmt.Errorf("watching the tasks %v: %w (events may have been missed)", selector, apierrors.FromObject(ev.Object)))
-					return
-				}
-				task, ok := ev.Object.(*v1alpha1.NodeTask)
-				if !ok || ev.Type == watch.Bookmark {
-					continue
-				}
-				rv = task.ResourceVersion
-				tw.mu.Lock()
-				tw.events = append(tw.events, TaskEvent{Type: ev.Type, Task: task})
-				tw.mu.Unlock()
-			}
-		}
-	}()
-	t.Cleanup(func() { tw.cancel(); <-tw.done })
-	return tw
-}
-
-func (tw *TaskWatch) setErr(err error) {
-	tw.mu.Lock()
-	defer tw.mu.Unlock()
-	if tw.err == nil {
-		tw.err = err
-	}
+	return &TaskWatch{rec: record[*v1alpha1.NodeTask](t, wc, &v1alpha1.NodeTaskList{}, list.ResourceVersion, fmt.Sprintf("the tasks %v", selector), selector)}
 }
 
 // Events returns the events so far; a watch that failed fails t, as it may have missed some.
 func (tw *TaskWatch) Events(t testing.TB) []TaskEvent {
 	t.Helper()
-	tw.mu.Lock()
-	defer tw.mu.Unlock()
-	if tw.err != nil {
-		t.Fatal(tw.err)
+	var out []TaskEvent
+	for _, ev := range tw.rec.recordedSoFar(t) {
+		out = append(out, TaskEvent{Type: ev.Type, Task: ev.Object})
 	}
-	return append([]TaskEvent(nil), tw.events...)
+	return out
 }
 
 // Stop ends the watch and returns its events; a watch that failed fails t, as it may have missed some.
 func (tw *TaskWatch) Stop(t testing.TB) []TaskEvent {
 	t.Helper()
-	tw.cancel()
-	<-tw.done
+	tw.rec.stop()
 	return tw.Events(t)
 }
 
