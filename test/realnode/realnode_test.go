@@ -191,7 +191,7 @@ func TestRealNode4PodCommand(t *testing.T) {
 	if got := framework.ReadFile(t, installerMarker); got != "installed by installer-test run "+run+"\n" {
 		t.Errorf("%s on the host holds %q, want the run %s", installerMarker, got, run)
 	}
-	e.noInstallerPods()
+	e.noPodsLeft("nodeops-installer")
 	t.Logf("pod command of %s: exit code 0, %s written on the host, pod deleted; output tail:\n%s", op, installerMarker, c.OutputTail)
 
 	step(t, "a pod command that exits 3")
@@ -211,7 +211,7 @@ func TestRealNode4PodCommand(t *testing.T) {
 	if fc.Phase != nodeopsv1.CommandFailed || fc.ExitCode == nil || *fc.ExitCode != 3 || !strings.Contains(fc.OutputTail, "failing with exit code 3") {
 		t.Errorf("task of %s: command %s, exit code %v, output tail:\n%s", failing, fc.Phase, fc.ExitCode, fc.OutputTail)
 	}
-	e.noInstallerPods()
+	e.noPodsLeft("nodeops-installer")
 	t.Logf("operation %s is Blocked: %s", failing, cond.Message)
 	e.nodeops("abort", failing)
 	for _, name := range []string{op, failing} {
@@ -276,16 +276,7 @@ printf %s "$TOKEN" | sha256sum | cut -d' ' -f1 | sed 's/^/sha256=/'`,
 	if strings.Contains(c.OutputTail, value) {
 		t.Errorf("task of %s: outputTail shows the Secret's value:\n%s", op.Name, c.OutputTail)
 	}
-	testutil.EventuallyEvery(e.t, time.Minute, realnodePoll, "no secret holder pod", func(context.Context) error {
-		var pods corev1.PodList
-		if err := e.c.List(e.ctx, &pods, client.InNamespace(managerNS), client.MatchingLabels{"app.kubernetes.io/name": "nodeops-secret-holder"}); err != nil {
-			return err
-		}
-		if len(pods.Items) > 0 {
-			return fmt.Errorf("pod %s is left (%s)", pods.Items[0].Name, pods.Items[0].Status.Phase)
-		}
-		return nil
-	})
+	e.noPodsLeft("nodeops-secret-holder")
 	t.Logf("script of %s read Secret %s/%s through the kubelet's mount (sha256 %s matches); holder pod gone; output tail:\n%s", op.Name, managerNS, name, want, c.OutputTail)
 }
 
@@ -331,12 +322,13 @@ func (e *env) onlyCommandStatus(op string) nodeopsv1.CommandStatus {
 	return tasks.Items[0].Status.Commands[0]
 }
 
-// noInstallerPods waits until no pod command's pod is left in the agent's namespace.
-func (e *env) noInstallerPods() {
+// noPodsLeft waits until no pod labelled app.kubernetes.io/name=name (a pod command's
+// nodeops-installer, a task's nodeops-secret-holder) is left in the agent's namespace.
+func (e *env) noPodsLeft(name string) {
 	e.t.Helper()
-	testutil.EventuallyEvery(e.t, time.Minute, realnodePoll, "no installer pod", func(context.Context) error {
+	testutil.EventuallyEvery(e.t, time.Minute, realnodePoll, "no "+name+" pod", func(context.Context) error {
 		var pods corev1.PodList
-		if err := e.c.List(e.ctx, &pods, client.InNamespace(managerNS), client.MatchingLabels{"app.kubernetes.io/name": "nodeops-installer"}); err != nil {
+		if err := e.c.List(e.ctx, &pods, client.InNamespace(managerNS), client.MatchingLabels{"app.kubernetes.io/name": name}); err != nil {
 			return err
 		}
 		if len(pods.Items) > 0 {
@@ -403,11 +395,9 @@ func (e *env) upgradeThroughClusterTarget(source, ignore string) *nodeopsv1.Node
 		if err := e.c.Get(e.ctx, client.ObjectKey{Name: nodeopsv1.ClusterTargetName}, ct); err != nil {
 			return err
 		}
-		for _, g := range ct.Status.Operations {
-			if g.Kind == nodeopsv1.GeneratedUpgrade {
-				generated = g.Name
-				return nil
-			}
+		if upgrades := generatedUpgrades(ct); len(upgrades) > 0 {
+			generated = upgrades[0]
+			return nil
 		}
 		return fmt.Errorf("status.operations %+v has no upgrade yet", ct.Status.Operations)
 	})
@@ -430,12 +420,7 @@ func (e *env) upgradeThroughClusterTarget(source, ignore string) *nodeopsv1.Node
 	if err := e.c.Get(e.ctx, client.ObjectKey{Name: nodeopsv1.ClusterTargetName}, ct); err != nil {
 		e.t.Fatal(err)
 	}
-	var upgrades []string
-	for _, g := range ct.Status.Operations {
-		if g.Kind == nodeopsv1.GeneratedUpgrade {
-			upgrades = append(upgrades, g.Name)
-		}
-	}
+	upgrades := generatedUpgrades(ct)
 	if len(upgrades) != 1 {
 		e.t.Fatalf("the ClusterTarget generated upgrades %v, want exactly one", upgrades)
 	}
@@ -460,6 +445,17 @@ func (e *env) upgradeThroughClusterTarget(source, ignore string) *nodeopsv1.Node
 	e.t.Logf("upgrade %s through ClusterTarget: %s in kubeadm's own commands (%s) of %s wall time from target set to kubectl wait returning",
 		op.Name, kubeadm.Round(time.Second), strings.Join(each, ", "), wall.Round(time.Second))
 	return op
+}
+
+// generatedUpgrades names the upgrades the ClusterTarget generated, as its status lists them.
+func generatedUpgrades(ct *nodeopsv1.ClusterTarget) []string {
+	var upgrades []string
+	for _, g := range ct.Status.Operations {
+		if g.Kind == nodeopsv1.GeneratedUpgrade {
+			upgrades = append(upgrades, g.Name)
+		}
+	}
+	return upgrades
 }
 
 func step(t *testing.T, what string) {
