@@ -280,7 +280,10 @@ func forgetGone(ctx context.Context, r client.Reader, pending map[types.UID]core
 }
 
 // pdbFor names the disruption budget that refused an eviction, as "budget ns/name", or the server's words.
+// Its read does not share the drain's deadline: a refusal just before the timeout is named as well.
 func pdbFor(ctx context.Context, r client.Reader, pod *corev1.Pod, evictErr error) string {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
 	pdbs := &policyv1.PodDisruptionBudgetList{}
 	if err := r.List(ctx, pdbs, client.InNamespace(pod.Namespace)); err == nil {
 		var names []string
