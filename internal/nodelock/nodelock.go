@@ -3,7 +3,9 @@
 //
 // The table is fed by the NodeTask informer and, synchronously, by the controllers that create
 // tasks: a controller acquires the node before it creates the task, so a cache that has not yet
-// seen the new task can never let a second task onto the node. The table costs no API writes.
+// seen the new task can never let a second task onto the node. The table itself costs no API
+// writes; with a Ledger (ledger.go) each batch of acquisitions within a budget costs one, so that
+// managers acting at once order their budget decisions through the API server.
 package nodelock
 
 import (
@@ -69,6 +71,10 @@ type entry struct {
 
 // Table maps nodes to the tasks holding them. The zero value is not usable; call New.
 type Table struct {
+	// acquire orders this manager's AcquireWithin calls end to end, ledger write included.
+	acquire sync.Mutex
+	ledger  *Ledger
+
 	mu     sync.Mutex
 	byNode map[string]map[string]*entry // node -> task -> entry
 	byTask map[string]*entry
@@ -101,6 +107,10 @@ func (t *Table) Start(ctx context.Context, c cache.Cache) error {
 	t.mu.Unlock()
 	return nil
 }
+
+// UseLedger makes AcquireWithin record its grants in l before it returns them. Call it once,
+// before the manager starts.
+func (t *Table) UseLedger(l *Ledger) { t.ledger = l }
 
 // Synced reports whether the table has seen every task that existed when the manager started.
 // A table never started (tests feeding Observe directly) counts as synced.
@@ -144,9 +154,48 @@ type Budget struct {
 // Down already spends nothing and is always granted. The count and
 // the acquisitions are one step under the table's lock, so controllers deciding at the same
 // moment (two operations, an operation and a profile) cannot each spend the same last room
-// (docs/design.md, safety rule 11). ok[i] tells whether claim i was acquired; holders[i] names
-// the task holding its node when another does, and is empty when it was refused for want of room.
-func (t *Table) AcquireWithin(owner string, claims []Claim, b Budget) (ok []bool, holders []Holder) {
+// (docs/design.md, safety rule 11). With a ledger, the grants are then recorded there, counting
+// the nodes other managers recorded too; a claim the ledger refuses is given back. ok[i] tells
+// whether claim i was acquired; holders[i] names the task holding its node when another does, and
+// is empty when it was refused for want of room. On an error nothing was acquired.
+func (t *Table) AcquireWithin(ctx context.Context, owner string, claims []Claim, b Budget) (ok []bool, holders []Holder, err error) {
+	t.acquire.Lock()
+	defer t.acquire.Unlock()
+	ok, holders = t.acquireWithin(owner, claims, b)
+	if t.ledger == nil {
+		return ok, holders, nil
+	}
+	var got []Claim
+	var at []int
+	for i, c := range claims {
+		if ok[i] {
+			got, at = append(got, c), append(at, i)
+		}
+	}
+	if len(got) == 0 {
+		return ok, holders, nil
+	}
+	held := func(node, except string) bool {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		_, h := t.holderLocked(node, except)
+		return h
+	}
+	recorded, others, err := t.ledger.reserve(ctx, got, b, held, t.Held)
+	for j, i := range at {
+		if err == nil && recorded[j] {
+			continue
+		}
+		t.Release(claims[i].Node, claims[i].Task)
+		ok[i] = false
+		if err == nil {
+			holders[i] = others[j]
+		}
+	}
+	return ok, holders, err
+}
+
+func (t *Table) acquireWithin(owner string, claims []Claim, b Budget) (ok []bool, holders []Holder) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	unavailable := 0
