@@ -112,8 +112,8 @@ func (l *Ledger) reserve(ctx context.Context, claims []Claim, b Budget, held fun
 		case err == nil:
 			l.last = next
 			return granted, holders, nil
-		case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
-			l.last = nil // another manager wrote: read its entries and decide again
+		case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err):
+			l.last = nil // another manager wrote it, or someone deleted it: read it and decide again
 		default:
 			l.last = nil
 			return nil, nil, fmt.Errorf("write budget ledger ConfigMap %s: %w", l.Key, err)
