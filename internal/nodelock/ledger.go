@@ -38,7 +38,7 @@ const maxLedgerBytes = 1000 * 1000
 // decisions: the second write conflicts, rereads the first one's entries, and counts them.
 //
 // An entry is the node's key with the value "<task> <unix seconds written>". It stops counting
-// once the writer's cache shows its task no longer holding (the task ended, or was told to abort
+// once the writer's cache shows its task no longer holding (it ended or was deleted, or was told to abort
 // and is not running), or, when the cache does not know the task after Grace, once the API
 // server says the task is gone or not holding. Entries that stopped counting are removed by the
 // next write, so a node costs one ledger write per batch of creates and none to release it.
@@ -83,10 +83,20 @@ func parseEntry(v string) (ledgerEntry, bool) {
 
 func (e ledgerEntry) String() string { return e.task + " " + strconv.FormatInt(e.written.Unix(), 10) }
 
+// tableView is what the ledger asks of this manager's table.
+type tableView struct {
+	// held reports whether a task other than except holds node.
+	held func(node, except string) bool
+	// holding reports whether the table holds task: its own reservation, or a task the cache shows holding.
+	holding func(task string) bool
+	// endedSince reports whether the cache showed task not holding, or deleted, at since or later.
+	endedSince func(task string, since time.Time) bool
+}
+
 // reserve records claims in the ledger within b, counting the nodes its entries hold besides the
-// ones held reports (this manager's table) and b.Down. granted[i] tells whether claims[i] was
+// ones this manager's table holds and b.Down. granted[i] tells whether claims[i] was
 // recorded; holders[i] names the task another manager recorded on its node when that is why not.
-func (l *Ledger) reserve(ctx context.Context, claims []Claim, b Budget, held func(node, except string) bool, holding func(task string) bool) (granted []bool, holders []Holder, err error) {
+func (l *Ledger) reserve(ctx context.Context, claims []Claim, b Budget, tv tableView) (granted []bool, holders []Holder, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for range 10 {
@@ -94,7 +104,7 @@ func (l *Ledger) reserve(ctx context.Context, claims []Claim, b Budget, held fun
 		if err != nil {
 			return nil, nil, err
 		}
-		granted, holders, data, changed := l.decide(ctx, cm.Data, claims, b, held, holding)
+		granted, holders, data, changed := l.decide(ctx, cm.Data, claims, b, tv)
 		if !changed {
 			return granted, holders, nil
 		}
@@ -142,7 +152,7 @@ func (l *Ledger) current(ctx context.Context) (*corev1.ConfigMap, error) {
 
 // decide is reserve's step on one version of the ledger: the entries that still count, the
 // claims granted within b, and the data to write when anything was granted.
-func (l *Ledger) decide(ctx context.Context, old map[string]string, claims []Claim, b Budget, held func(node, except string) bool, holding func(task string) bool) (granted []bool, holders []Holder, data map[string]string, changed bool) {
+func (l *Ledger) decide(ctx context.Context, old map[string]string, claims []Claim, b Budget, tv tableView) (granted []bool, holders []Holder, data map[string]string, changed bool) {
 	claimed := make(map[string]string, len(claims)) // node -> claiming task
 	for _, c := range claims {
 		claimed[c.Node] = c.Task
@@ -160,7 +170,7 @@ func (l *Ledger) decide(ctx context.Context, old map[string]string, claims []Cla
 			continue // not ours to read: dropped on the next write
 		}
 		// Asking the API server costs a read: only for the nodes this decision counts.
-		if l.counts(ctx, e, holding, inBudget[node] || claimed[node] != "") {
+		if l.counts(ctx, e, tv, inBudget[node] || claimed[node] != "") {
 			live[node] = e
 			data[node] = v
 		}
@@ -170,10 +180,10 @@ func (l *Ledger) decide(ctx context.Context, old map[string]string, claims []Cla
 	for _, n := range b.Nodes {
 		e, recorded := live[n]
 		down := b.Down != nil && b.Down(n)
-		if task := claimed[n]; task != "" && (!recorded || e.task == task) && !held(n, task) && !down {
+		if task := claimed[n]; task != "" && (!recorded || e.task == task) && !tv.held(n, task) && !down {
 			continue // counted below, as it is granted
 		}
-		if recorded || held(n, "") || down {
+		if recorded || tv.held(n, "") || down {
 			unavailable++
 		}
 	}
@@ -185,19 +195,20 @@ func (l *Ledger) decide(ctx context.Context, old map[string]string, claims []Cla
 		case recorded && e.task != c.Task:
 			holders[i] = Holder{Task: e.task}
 			continue
-		case recorded:
-			// Recorded already (a create that is being retried): it holds its room.
-			granted[i] = true
-			unavailable++
-			continue
 		case b.Down != nil && b.Down(c.Node):
 			// Unavailable already, and counted: a task on it spends nothing more.
+		case recorded:
+			// Recorded already (a create that is being retried): it holds its room.
+			unavailable++
 		case unavailable >= b.Limit:
 			continue
 		default:
 			unavailable++
 		}
 		granted[i] = true
+		if recorded {
+			continue
+		}
 		data[c.Node] = ledgerEntry{task: c.Task, written: now}.String()
 		changed = true
 	}
@@ -205,18 +216,21 @@ func (l *Ledger) decide(ctx context.Context, old map[string]string, claims []Cla
 }
 
 // counts reports whether entry e still holds its node: this manager's table holds its task (its
-// own reservation, or a task the cache shows holding), or the cache shows it holding; or the cache does not know it (or knows an older task of that name),
-// and it is younger than Grace or, when ask is set, the API server shows it holding.
-func (l *Ledger) counts(ctx context.Context, e ledgerEntry, holding func(task string) bool, ask bool) bool {
-	if holding(e.task) {
+// own reservation, or a task the cache shows holding); or the cache has not shown it ending since
+// the entry was written (deleted, finished, or an earlier task of that name), and the entry is
+// younger than Grace or, when ask is set, the API server shows the task holding.
+func (l *Ledger) counts(ctx context.Context, e ledgerEntry, tv tableView, ask bool) bool {
+	if tv.holding(e.task) {
 		return true
+	}
+	if tv.endedSince(e.task, e.written) {
+		return false
 	}
 	// The entry is written just before the create; a task of that name created well before is an
 	// earlier one, since deleted and made again.
-	written := e.written.Add(-time.Minute)
 	task := &v1alpha1.NodeTask{}
 	err := l.Cache.Get(ctx, client.ObjectKey{Name: e.task}, task)
-	if err == nil && !task.CreationTimestamp.Time.Before(written) {
+	if err == nil && !task.CreationTimestamp.Time.Before(e.written.Add(-time.Minute)) {
 		return Holds(task)
 	}
 	if l.now().Sub(e.written) < l.grace() {

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -78,13 +79,17 @@ type Table struct {
 	mu     sync.Mutex
 	byNode map[string]map[string]*entry // node -> task -> entry
 	byTask map[string]*entry
+	// ended is when the cache last showed each task not holding, or deleted, for the ledger: an
+	// entry of a task that ended since it was written counts no more (kept endedFor).
+	ended       map[string]time.Time
+	endedPruned time.Time
 	synced func() bool
 }
 
 // New returns an empty table. Until Start has been called and the informer has delivered its
 // initial list, Synced is false and callers must not acquire.
 func New() *Table {
-	return &Table{byNode: map[string]map[string]*entry{}, byTask: map[string]*entry{}}
+	return &Table{byNode: map[string]map[string]*entry{}, byTask: map[string]*entry{}, ended: map[string]time.Time{}}
 }
 
 // Start registers the table with the cache's NodeTask informer. Call it once, before the
@@ -181,7 +186,7 @@ func (t *Table) AcquireWithin(ctx context.Context, owner string, claims []Claim,
 		_, h := t.holderLocked(node, except)
 		return h
 	}
-	recorded, others, err := t.ledger.reserve(ctx, got, b, held, t.Held)
+	recorded, others, err := t.ledger.reserve(ctx, got, b, tableView{held: held, holding: t.Held, endedSince: t.endedSince})
 	for j, i := range at {
 		if err == nil && recorded[j] {
 			continue
@@ -311,6 +316,7 @@ func (t *Table) Observe(task *v1alpha1.NodeTask) {
 	defer t.mu.Unlock()
 	if !Holds(task) {
 		t.deleteLocked(task.Name)
+		t.endLocked(task.Name)
 		return
 	}
 	t.putLocked(task.Name, &entry{owner: OwnerOf(task), node: task.Spec.NodeName, seen: true})
@@ -321,6 +327,33 @@ func (t *Table) Forget(name string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.deleteLocked(name)
+	t.endLocked(name)
+}
+
+// endedFor is how long the table remembers that a task ended: longer than the ledger's grace,
+// after which the ledger asks the API server about a task its cache does not know.
+const endedFor = 10 * time.Minute
+
+func (t *Table) endLocked(name string) {
+	now := time.Now()
+	t.ended[name] = now
+	if now.Sub(t.endedPruned) < time.Minute {
+		return
+	}
+	t.endedPruned = now
+	for n, at := range t.ended {
+		if now.Sub(at) > endedFor {
+			delete(t.ended, n)
+		}
+	}
+}
+
+// endedSince reports whether the cache showed task not holding, or deleted, at since or later.
+func (t *Table) endedSince(task string, since time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	at, ok := t.ended[task]
+	return ok && !at.Before(since)
 }
 
 func (t *Table) observe(obj any) {
