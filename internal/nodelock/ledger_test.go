@@ -153,6 +153,19 @@ func TestSafetyRule11_TwoManagersShareOneBudgetThroughTheLedger(t *testing.T) {
 		t.Fatalf("manager b got %v after the grace of a reservation whose task was never created; want m2", got)
 	}
 
+	// A task the manager's cache saw deleted counts no more at once (its informer tells the table).
+	x := nodelock.Budget{Nodes: []string{"x1", "x2"}, Limit: 1}
+	if got := a.start(t, env, "op-x", x, "x1"); len(got) != 1 {
+		t.Fatalf("manager a got %v of x1", got)
+	}
+	if err := env.Client.Delete(ctx, &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: "op-x-g-x1"}}); err != nil {
+		t.Fatal(err)
+	}
+	a.table.Forget("op-x-g-x1")
+	if got := a.start(t, env, "op-y", x, "x2"); len(got) != 1 {
+		t.Fatalf("manager a got %v after the task on x1 was deleted; want x2 at once", got)
+	}
+
 	cm := &corev1.ConfigMap{}
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "nodeops-system", Name: nodelock.LedgerName}, cm); err != nil {
 		t.Fatal(err)

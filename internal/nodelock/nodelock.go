@@ -336,6 +336,9 @@ const endedFor = 10 * time.Minute
 
 func (t *Table) endLocked(name string) {
 	now := time.Now()
+	if t.ledger != nil {
+		now = t.ledger.now() // one clock for the entries' times and the ends compared with them
+	}
 	t.ended[name] = now
 	if now.Sub(t.endedPruned) < time.Minute {
 		return
