@@ -83,7 +83,7 @@ type Table struct {
 	// entry of a task that ended since it was written counts no more (kept endedFor).
 	ended       map[string]time.Time
 	endedPruned time.Time
-	synced func() bool
+	synced      func() bool
 }
 
 // New returns an empty table. Until Start has been called and the informer has delivered its
