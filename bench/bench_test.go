@@ -143,7 +143,7 @@ func TestRowsJudgeTargets(t *testing.T) {
 	check(op+"create → first task Running", "0.30 s", "met")
 	// The node Leases' writes (counted by a watch) are nodeops' and per node; the API server's
 	// lease counter is kwok's heartbeats and theirs together, so it is in all writes only.
-	check(op+"API writes per node by nodeops (task, statuses, node Lease, label) + writes per run (operation/profile, its status, events)", "4.00 + 8", "met")
+	check(op+"API writes per node by nodeops (task, statuses, node Lease, label, budget ledger) + writes per run (operation/profile, its status, events)", "4.00 + 8", "met")
 	check(op+"all API writes / K (kwok's node heartbeats too)", "3.26", "")
 	// 4,008 writes in 9 s against a raw limit of 1,000/s.
 	check(op+"nodeops write rate / raw limit (ConfigMap creates)", "445 writes/s = 0.45× (0.74× the NodeTask-write limit)", "missed")

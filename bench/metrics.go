@@ -128,7 +128,8 @@ func (c writeCounts) total(keep func(writeKey) bool) float64 {
 }
 
 // nodeopsWrite selects the writes nodeops' manager and agents make, everything counted: nodeops.io
-// objects and their status, Node objects (the profile label; kwok writes only nodes/status) and
+// objects and their status, Node objects (the profile label; kwok writes only nodes/status), the
+// budget ledger (the only ConfigMap written in a run's window: internal/nodelock/ledger.go) and
 // events. The API server's counters do not say a Lease's namespace, so Leases (kwok's node
 // heartbeats, and the agents' node Leases) count here among all writes only; the node Leases are
 // counted by a watch instead (runResult.LeaseWrites) and added to the writes per node.
@@ -138,16 +139,20 @@ func nodeopsWrite(k writeKey) bool {
 		return true
 	case k.Group == "" && k.Resource == "nodes" && k.Subresource == "":
 		return true
+	case k.Group == "" && k.Resource == "configmaps":
+		return true
 	case k.Resource == "events":
 		return true
 	}
 	return false
 }
 
-// perNodeWrite selects the writes that nodeops makes once per node: NodeTasks (create, status)
-// and Node objects (the profile label); the node Lease's are added from runResult.LeaseWrites. nodeopsWrite less these are the writes per run.
+// perNodeWrite selects the writes that nodeops makes once per node: NodeTasks (create, status),
+// Node objects (the profile label) and the budget ledger (once per batch of creates, counted here
+// as it grows with the batches); the node Lease's are added from runResult.LeaseWrites. nodeopsWrite less these are the writes per run.
 func perNodeWrite(k writeKey) bool {
-	return (k.Group == "nodeops.io" && k.Resource == "nodetasks") || (k.Group == "" && k.Resource == "nodes" && k.Subresource == "")
+	return (k.Group == "nodeops.io" && k.Resource == "nodetasks") || (k.Group == "" && k.Resource == "nodes" && k.Subresource == "") ||
+		(k.Group == "" && k.Resource == "configmaps")
 }
 
 // breakdown lists the counts, largest first, as "VERB resource.group/sub N".

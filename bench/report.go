@@ -187,7 +187,7 @@ func (c clusterResult) rows() []row {
 		}
 		fixed := r.Writes.total(nodeopsWrite) - r.Writes.total(perNodeWrite)
 		all := r.Writes.total(nil) / float64(c.K)
-		add("API writes per node by nodeops (task, statuses, node Lease, label) + writes per run (operation/profile, its status, events)",
+		add("API writes per node by nodeops (task, statuses, node Lease, label, budget ledger) + writes per run (operation/profile, its status, events)",
 			fmt.Sprintf("%.2f + %.0f", perNode, fixed), fmt.Sprintf("≤ %.0f per node", targetWritesPerNode), metMissed(perNode <= targetWritesPerNode))
 		add("all API writes / K (kwok's node heartbeats too)", fmt.Sprintf("%.2f", all), "—", "")
 		if raw > 0 && r.Wall > 0 {
@@ -264,11 +264,11 @@ func (r report) markdown() string {
 	fmt.Fprintf(&b, "Writes are the API server's own `apiserver_request_total` for verbs POST, PUT, PATCH, DELETE and\n"+
 		"DELETECOLLECTION (dry runs excluded), read from its `/metrics` just before the create and %s after the run ended.\n"+
 		"*Per node* is writes to NodeTasks (create and status), to Node objects (the profile's label; kwok writes only\n"+
-		"`nodes/status`) and to the agents' node Leases divided by K. The counters do not say a Lease's namespace, so\n"+
+		"`nodes/status`), to the budget ledger ConfigMap (one per batch of creates) and to the agents' node Leases divided by K. The counters do not say a Lease's namespace, so\n"+
 		"the node Leases' writes (nodeops-system, labelled `nodeops.io/node`) are counted by a watch, apart from kwok's\n"+
 		"node heartbeats (kube-node-lease), which are in *all* only; *per run* is the rest nodeops wrote: the operation or profile (create, finalizer,\n"+
-		"status) and events, which do not grow with K. nodeops' node lock is an in-memory table in the manager and writes\n"+
-		"nothing. *All* is every write the API server took in the window, divided by K (kwok renewing node Leases, too).\n"+
+		"status) and events, which do not grow with K. nodeops' node lock is an in-memory table in the manager; its budget ledger is\n"+
+		"the only ConfigMap written in the window. *All* is every write the API server took in the window, divided by K (kwok renewing node Leases, too).\n"+
 		"CPU is utime+stime from `/proc/<pid>/stat` over the same window. Peak RSS is the manager's `VmHWM`, reset (`5` >\n"+
 		"`/proc/<pid>/clear_refs`) before each run. Task times are the tasks' `status.startTime` and `completionTime`\n"+
 		"(written by the agent on this machine) from the client's clock at the create.\n\n", settleAfter)

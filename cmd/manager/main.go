@@ -199,6 +199,11 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 	if err := locks.Start(ctx, mgr.GetCache()); err != nil {
 		return err
 	}
+	// Budgets shared across operations and profiles hold across managers too (docs/design.md, rule 11).
+	locks.UseLedger(&nodelock.Ledger{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Cache: mgr.GetClient(),
+		Key: types.NamespacedName{Namespace: o.leaderElectionNS, Name: nodelock.LedgerName},
+	})
 	if err := nodeoperation.SetupWithManager(mgr, locks); err != nil {
 		return fmt.Errorf("set up the NodeOperation controller: %w", err)
 	}

@@ -3,7 +3,9 @@
 //
 // The table is fed by the NodeTask informer and, synchronously, by the controllers that create
 // tasks: a controller acquires the node before it creates the task, so a cache that has not yet
-// seen the new task can never let a second task onto the node. The table costs no API writes.
+// seen the new task can never let a second task onto the node. The table itself costs no API
+// writes; with a Ledger (ledger.go) each batch of acquisitions within a budget costs one, so that
+// managers acting at once order their budget decisions through the API server.
 package nodelock
 
 import (
@@ -11,6 +13,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -69,16 +72,24 @@ type entry struct {
 
 // Table maps nodes to the tasks holding them. The zero value is not usable; call New.
 type Table struct {
+	// acquire orders this manager's AcquireWithin calls end to end, ledger write included.
+	acquire sync.Mutex
+	ledger  *Ledger
+
 	mu     sync.Mutex
 	byNode map[string]map[string]*entry // node -> task -> entry
 	byTask map[string]*entry
-	synced func() bool
+	// ended is when the cache last showed each task not holding, or deleted, for the ledger: an
+	// entry of a task that ended since it was written counts no more (kept endedFor).
+	ended       map[string]time.Time
+	endedPruned time.Time
+	synced      func() bool
 }
 
 // New returns an empty table. Until Start has been called and the informer has delivered its
 // initial list, Synced is false and callers must not acquire.
 func New() *Table {
-	return &Table{byNode: map[string]map[string]*entry{}, byTask: map[string]*entry{}}
+	return &Table{byNode: map[string]map[string]*entry{}, byTask: map[string]*entry{}, ended: map[string]time.Time{}}
 }
 
 // Start registers the table with the cache's NodeTask informer. Call it once, before the
@@ -101,6 +112,10 @@ func (t *Table) Start(ctx context.Context, c cache.Cache) error {
 	t.mu.Unlock()
 	return nil
 }
+
+// UseLedger makes AcquireWithin record its grants in l before it returns them. Call it once,
+// before the manager starts.
+func (t *Table) UseLedger(l *Ledger) { t.ledger = l }
 
 // Synced reports whether the table has seen every task that existed when the manager started.
 // A table never started (tests feeding Observe directly) counts as synced.
@@ -144,9 +159,48 @@ type Budget struct {
 // Down already spends nothing and is always granted. The count and
 // the acquisitions are one step under the table's lock, so controllers deciding at the same
 // moment (two operations, an operation and a profile) cannot each spend the same last room
-// (docs/design.md, safety rule 11). ok[i] tells whether claim i was acquired; holders[i] names
-// the task holding its node when another does, and is empty when it was refused for want of room.
-func (t *Table) AcquireWithin(owner string, claims []Claim, b Budget) (ok []bool, holders []Holder) {
+// (docs/design.md, safety rule 11). With a ledger, the grants are then recorded there, counting
+// the nodes other managers recorded too; a claim the ledger refuses is given back. ok[i] tells
+// whether claim i was acquired; holders[i] names the task holding its node when another does, and
+// is empty when it was refused for want of room. On an error nothing was acquired.
+func (t *Table) AcquireWithin(ctx context.Context, owner string, claims []Claim, b Budget) (ok []bool, holders []Holder, err error) {
+	t.acquire.Lock()
+	defer t.acquire.Unlock()
+	ok, holders = t.acquireWithin(owner, claims, b)
+	if t.ledger == nil {
+		return ok, holders, nil
+	}
+	var got []Claim
+	var at []int
+	for i, c := range claims {
+		if ok[i] {
+			got, at = append(got, c), append(at, i)
+		}
+	}
+	if len(got) == 0 {
+		return ok, holders, nil
+	}
+	held := func(node, except string) bool {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		_, h := t.holderLocked(node, except)
+		return h
+	}
+	recorded, others, err := t.ledger.reserve(ctx, got, b, tableView{held: held, holding: t.Held, endedSince: t.endedSince})
+	for j, i := range at {
+		if err == nil && recorded[j] {
+			continue
+		}
+		t.Release(claims[i].Node, claims[i].Task)
+		ok[i] = false
+		if err == nil {
+			holders[i] = others[j]
+		}
+	}
+	return ok, holders, err
+}
+
+func (t *Table) acquireWithin(owner string, claims []Claim, b Budget) (ok []bool, holders []Holder) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	unavailable := 0
@@ -262,6 +316,7 @@ func (t *Table) Observe(task *v1alpha1.NodeTask) {
 	defer t.mu.Unlock()
 	if !Holds(task) {
 		t.deleteLocked(task.Name)
+		t.endLocked(task.Name)
 		return
 	}
 	t.putLocked(task.Name, &entry{owner: OwnerOf(task), node: task.Spec.NodeName, seen: true})
@@ -272,6 +327,36 @@ func (t *Table) Forget(name string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.deleteLocked(name)
+	t.endLocked(name)
+}
+
+// endedFor is how long the table remembers that a task ended: longer than the ledger's grace,
+// after which the ledger asks the API server about a task its cache does not know.
+const endedFor = 10 * time.Minute
+
+func (t *Table) endLocked(name string) {
+	now := time.Now()
+	if t.ledger != nil {
+		now = t.ledger.now() // one clock for the entries' times and the ends compared with them
+	}
+	t.ended[name] = now
+	if now.Sub(t.endedPruned) < time.Minute {
+		return
+	}
+	t.endedPruned = now
+	for n, at := range t.ended {
+		if now.Sub(at) > endedFor {
+			delete(t.ended, n)
+		}
+	}
+}
+
+// endedSince reports whether the cache showed task not holding, or deleted, at since or later.
+func (t *Table) endedSince(task string, since time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	at, ok := t.ended[task]
+	return ok && !at.Before(since)
 }
 
 func (t *Table) observe(obj any) {

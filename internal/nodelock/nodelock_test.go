@@ -1,6 +1,7 @@
 package nodelock
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -166,7 +167,7 @@ func TestAcquireWithinBudget(t *testing.T) {
 	tb.Observe(task("other", "n1", v1alpha1.TaskRunning, false))
 	scope := []string{"n1", "n2", "n3", "n4"}
 	down := func(n string) bool { return n == "n4" }
-	ok, holders := tb.AcquireWithin("NodeOperation/op", []Claim{{"n1", "op-n1"}, {"n2", "op-n2"}, {"n3", "op-n3"}}, Budget{Nodes: scope, Down: down, Limit: 3})
+	ok, holders, _ := tb.AcquireWithin(context.Background(), "NodeOperation/op", []Claim{{"n1", "op-n1"}, {"n2", "op-n2"}, {"n3", "op-n3"}}, Budget{Nodes: scope, Down: down, Limit: 3})
 	if ok[0] || holders[0].Task != "other" {
 		t.Errorf("n1, held by another task: ok %v, holder %+v", ok[0], holders[0])
 	}
@@ -174,14 +175,14 @@ func TestAcquireWithinBudget(t *testing.T) {
 		t.Errorf("limit 3 with n1 held and n4 down: ok %v, holders %+v; want only n2", ok, holders)
 	}
 	// Acquiring again what the task holds succeeds and spends nothing more.
-	if ok, _ := tb.AcquireWithin("NodeOperation/op", []Claim{{"n2", "op-n2"}}, Budget{Nodes: scope, Limit: 2}); !ok[0] {
+	if ok, _, _ := tb.AcquireWithin(context.Background(), "NodeOperation/op", []Claim{{"n2", "op-n2"}}, Budget{Nodes: scope, Limit: 2}); !ok[0] {
 		t.Error("re-acquire of a held reservation refused")
 	}
-	if ok, _ := tb.AcquireWithin("NodeOperation/op", []Claim{{"n3", "op-n3"}}, Budget{Nodes: scope, Limit: 2}); ok[0] {
+	if ok, _, _ := tb.AcquireWithin(context.Background(), "NodeOperation/op", []Claim{{"n3", "op-n3"}}, Budget{Nodes: scope, Limit: 2}); ok[0] {
 		t.Error("n3 acquired beyond the limit")
 	}
 	// A node down already is counted already: a task on it spends nothing, even with no room.
-	if ok, _ := tb.AcquireWithin("NodeOperation/op", []Claim{{"n4", "op-n4"}}, Budget{Nodes: scope, Down: down, Limit: 1}); !ok[0] {
+	if ok, _, _ := tb.AcquireWithin(context.Background(), "NodeOperation/op", []Claim{{"n4", "op-n4"}}, Budget{Nodes: scope, Down: down, Limit: 1}); !ok[0] {
 		t.Error("a claim on a node already down refused")
 	}
 }

@@ -6,9 +6,14 @@ import (
 	"os"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -16,8 +21,9 @@ import (
 )
 
 // StartManager starts a controller manager on cfg for a package's controller tests: no metrics or
-// probe listener, the node lock table the controllers share started on its cache, and the
-// controllers setup registers. stop stops it and waits until it has.
+// probe listener, the node lock table the controllers share started on its cache with its budget
+// ledger in nodeops-system (made if missing), as cmd/manager has it, and the controllers setup
+// registers. stop stops it and waits until it has.
 func StartManager(cfg *rest.Config, scheme *runtime.Scheme, setup func(mgr manager.Manager, locks *nodelock.Table) error) (stop func(), err error) {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
@@ -28,11 +34,26 @@ func StartManager(cfg *rest.Config, scheme *runtime.Scheme, setup func(mgr manag
 		return nil, fmt.Errorf("manager: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nodeops-system"}}
+	if err := mgr.GetAPIReader().Get(ctx, client.ObjectKeyFromObject(ns), ns); apierrors.IsNotFound(err) {
+		direct, err := client.New(cfg, client.Options{Scheme: scheme})
+		if err == nil {
+			err = direct.Create(ctx, ns)
+		}
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			cancel()
+			return nil, fmt.Errorf("namespace %s for the budget ledger: %w", ns.Name, err)
+		}
+	}
 	locks := nodelock.New()
 	if err := locks.Start(ctx, mgr.GetCache()); err != nil {
 		cancel()
 		return nil, fmt.Errorf("node lock table: %w", err)
 	}
+	locks.UseLedger(&nodelock.Ledger{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Cache: mgr.GetClient(),
+		Key: types.NamespacedName{Namespace: ns.Name, Name: nodelock.LedgerName},
+	})
 	if err := setup(mgr, locks); err != nil {
 		cancel()
 		return nil, fmt.Errorf("setup: %w", err)

@@ -93,13 +93,9 @@ type Result struct {
 	MostCommandsAtOnce int
 	MostCommandsAt     string
 	// MaxUnavailable: each time an operation had more nodes unavailable at once than its maxUnavailable:
-	// the nodes its tasks hold and those where another operation or the profile runs a command.
+	// the nodes its tasks hold and those where another operation or the profile runs a command,
+	// while one manager runs or two (the budget ledger orders their decisions: internal/nodelock/ledger.go).
 	MaxUnavailable []string
-	// TwoManagersExcess: the same, from other operations' nodes, while a second manager without
-	// leader election ran: each manager's budget counts the other's new tasks only once its cache has
-	// them, and no API object orders the two (README, Safety: a known limit). An operation's own
-	// nodes over its budget are in MaxUnavailable whenever they happen.
-	TwoManagersExcess []string
 }
 
 // Check computes the journal's findings.
@@ -114,7 +110,6 @@ func Check(entries []Entry, spec Spec) Result {
 	running := map[string]map[string]bool{} // node -> "operation/command" running
 	holding := map[string]map[string]bool{} // operation -> nodes its tasks hold
 	over := map[string]bool{}
-	twoManagers := false
 	for i, e := range entries {
 		switch e.Kind {
 		case Killed:
@@ -126,10 +121,7 @@ func Check(entries []Entry, spec Spec) Result {
 				delete(nodes, e.Node)
 			}
 			continue
-		case Managers:
-			twoManagers = e.Command == "started"
-			continue
-		case Created:
+		case Managers, Created:
 			continue
 		case Start:
 			key := e.Operation + "/" + e.Command
@@ -184,13 +176,8 @@ func Check(entries []Entry, spec Spec) Result {
 				for _, node := range sortedKeys(unavailable) {
 					who = append(who, node+" ("+unavailable[node]+")")
 				}
-				finding := fmt.Sprintf("%s had %d nodes unavailable (maxUnavailable %d) at journal entry %d: %s",
-					e.Operation, n, limit, i+1, strings.Join(who, ", "))
-				if twoManagers && len(holding[e.Operation]) <= limit {
-					r.TwoManagersExcess = append(r.TwoManagersExcess, finding)
-				} else {
-					r.MaxUnavailable = append(r.MaxUnavailable, finding)
-				}
+				r.MaxUnavailable = append(r.MaxUnavailable, fmt.Sprintf("%s had %d nodes unavailable (maxUnavailable %d) at journal entry %d: %s",
+					e.Operation, n, limit, i+1, strings.Join(who, ", ")))
 			}
 			over[e.Operation] = n > limit
 		}

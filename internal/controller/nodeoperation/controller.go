@@ -35,6 +35,8 @@ import (
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // The manager's leader election, declared here so that `make generate` sees it:
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update,namespace=nodeops-system
+// The budget ledger every manager writes before it creates tasks (internal/nodelock/ledger.go):
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create;update,namespace=nodeops-system
 
 // kind is the NodeOperation kind, as owner references and the owner index name it.
 const kind = "NodeOperation"

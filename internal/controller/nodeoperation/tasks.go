@@ -76,7 +76,10 @@ func (r *Reconciler) createTasks(ctx context.Context, op *v1alpha1.NodeOperation
 	for i, s := range starts {
 		claims[i] = nodelock.Claim{Node: s.node, Task: plan.TaskName(op.Name, s.group.Name, s.node)}
 	}
-	got, holders := r.Locks.AcquireWithin(nodelock.OperationOwner(op.Name), claims, budget)
+	got, holders, err := r.Locks.AcquireWithin(ctx, nodelock.OperationOwner(op.Name), claims, budget)
+	if err != nil {
+		return len(starts), err
+	}
 	w := skeleton.NewWrites(r.CreateParallelism)
 	for i, s := range starts {
 		if !got[i] {

@@ -59,7 +59,10 @@ func (r *Reconciler) apply(ctx context.Context, s *scope) (ctrl.Result, error) {
 	}
 	// The budget is checked again as the nodes are acquired, counting every task's holds, so that
 	// an operation deciding at the same moment cannot spend the same room (docs/design.md, safety rule 11).
-	got, holders := r.Lock.AcquireWithin(owner, claims, s.budget())
+	got, holders, lockErr := r.Lock.AcquireWithin(ctx, owner, claims, s.budget())
+	if lockErr != nil {
+		got = make([]bool, len(claims)) // the creates wait for the next round, after the error's backoff
+	}
 	for i, st := range s.starts {
 		task := tasks[i]
 		if !got[i] {
@@ -78,8 +81,7 @@ func (r *Reconciler) apply(ctx context.Context, s *scope) (ctrl.Result, error) {
 			return nil
 		})
 	}
-	err := w.Wait()
-	return res, err
+	return res, errors.Join(lockErr, w.Wait())
 }
 
 // startTask deletes the finished task st supersedes, then creates task.

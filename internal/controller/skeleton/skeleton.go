@@ -27,8 +27,9 @@ type Locker interface {
 	// TryAcquire gives node to task unless another task holds it; act calls it before a create.
 	TryAcquire(node, task, owner string) (nodelock.Holder, bool)
 	// AcquireWithin acquires several nodes at once within a maxUnavailable budget that counts
-	// every task's holds, across controllers; act calls it before the creates.
-	AcquireWithin(owner string, claims []nodelock.Claim, b nodelock.Budget) (ok []bool, holders []nodelock.Holder)
+	// every task's holds, across controllers and (through the budget ledger) managers; act calls
+	// it before the creates.
+	AcquireWithin(ctx context.Context, owner string, claims []nodelock.Claim, b nodelock.Budget) (ok []bool, holders []nodelock.Holder, err error)
 	// Release gives back a node whose task was not created.
 	Release(node, task string)
 	// Observe records a task read from the API server (after a create found it already there).

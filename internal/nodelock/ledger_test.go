@@ -1,0 +1,179 @@
+package nodelock_test
+
+import (
+	"context"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/nodelock"
+	"github.com/nodeops/nodeops/internal/testutil"
+)
+
+// manager is one manager's view for the ledger tests: its own node lock table and a real cache
+// that never sees a NodeTask (its selector matches none), the most a cache can lag behind.
+type manager struct {
+	name  string
+	table *nodelock.Table
+}
+
+func newManager(t *testing.T, env *testutil.Env, name string, now func() time.Time) *manager {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	blind, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme, ByObject: map[client.Object]cache.ByObject{
+		&v1alpha1.NodeTask{}: {Label: labels.SelectorFromSet(labels.Set{"nodeops.io/never": "seen"})},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := nodelock.New()
+	if err := table.Start(ctx, blind); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = blind.Start(ctx) }()
+	if !blind.WaitForCacheSync(ctx) {
+		t.Fatal("cache not synced")
+	}
+	table.UseLedger(&nodelock.Ledger{
+		Client: env.Client, APIReader: env.Client, Cache: blind, Now: now,
+		Key: types.NamespacedName{Namespace: "nodeops-system", Name: nodelock.LedgerName},
+	})
+	return &manager{name: name, table: table}
+}
+
+// start acquires nodes for operation op's tasks within b and creates the tasks it got, as the
+// operation controller does; it returns the nodes it got.
+func (m *manager) start(t *testing.T, env *testutil.Env, op string, b nodelock.Budget, nodes ...string) []string {
+	t.Helper()
+	claims := make([]nodelock.Claim, len(nodes))
+	for i, n := range nodes {
+		claims[i] = nodelock.Claim{Node: n, Task: op + "-g-" + n}
+	}
+	ok, _, err := m.table.AcquireWithin(context.Background(), nodelock.OperationOwner(op), claims, b)
+	if err != nil {
+		t.Fatalf("%s: %v", m.name, err)
+	}
+	var got []string
+	for i, c := range claims {
+		if !ok[i] {
+			continue
+		}
+		got = append(got, c.Node)
+		task := &v1alpha1.NodeTask{
+			ObjectMeta: metav1.ObjectMeta{Name: c.Task, OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeOperation", Name: op, UID: "u-" + types.UID(op), Controller: ptr.To(true)}}},
+			Spec: v1alpha1.NodeTaskSpec{NodeName: c.Node, Operation: op, Group: "g", Commands: []v1alpha1.Command{{Wait: &v1alpha1.WaitCommand{}}}},
+		}
+		if err := env.Client.Create(context.Background(), task); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return got
+}
+
+// Two managers acting at once, neither of whose caches has seen the other's tasks, keep one
+// budget shared by two operations: the second one's ledger write conflicts or reads the first
+// one's entries, and counts them (docs/design.md, safety rule 11). Without the ledger each
+// manager counts only its own table, and both spend the same room.
+func TestSafetyRule11_TwoManagersShareOneBudgetThroughTheLedger(t *testing.T) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Fatal("KUBEBUILDER_ASSETS is not set: run `make test` (the API server and etcd are built into bin/)")
+	}
+	env, err := testutil.Start("nodetasks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	ctx := context.Background()
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nodeops-system"}}); err != nil {
+		t.Fatal(err)
+	}
+	// The managers' clock, moved on by the test: an entry counts without asking the API server
+	// for nodelock.DefaultLedgerGrace after it was written.
+	var clock atomic.Int64
+	clock.Store(time.Now().Unix())
+	now := func() time.Time { return time.Unix(clock.Load(), 0) }
+	afterGrace := func() { clock.Add(int64((nodelock.DefaultLedgerGrace + time.Second) / time.Second)) }
+	a, b := newManager(t, env, "manager a", now), newManager(t, env, "manager b", now)
+	budget := nodelock.Budget{Nodes: []string{"n1", "n2", "n3", "n4"}, Limit: 2}
+
+	if got := a.start(t, env, "op-a", budget, "n1", "n2"); len(got) != 2 {
+		t.Fatalf("manager a got %v of n1, n2 under a budget of 2", got)
+	}
+	if got := b.start(t, env, "op-b", budget, "n3", "n4"); len(got) != 0 {
+		t.Fatalf("manager b, whose cache has not seen op-a's tasks on n1 and n2, got %v under the same budget of 2", got)
+	}
+	// The ledger names the task holding a node, so a second task is refused there too.
+	ok, holders, err := b.table.AcquireWithin(ctx, nodelock.OperationOwner("op-c"), []nodelock.Claim{{Node: "n1", Task: "op-c-g-n1"}},
+		nodelock.Budget{Nodes: []string{"n1"}, Limit: 1})
+	if err != nil || ok[0] || holders[0].Task != "op-a-g-n1" {
+		t.Fatalf("manager b's claim on n1: ok %v, holder %+v, error %v; want refused, held by op-a-g-n1", ok, holders, err)
+	}
+
+	// A task that ended stops counting: manager b's cache never sees it, so after the grace the
+	// ledger asks the API server. Within the grace it still counts.
+	task := &v1alpha1.NodeTask{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "op-a-g-n1"}, task); err != nil {
+		t.Fatal(err)
+	}
+	task.Status.Phase = v1alpha1.TaskSucceeded
+	if err := env.Client.Status().Update(ctx, task); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.start(t, env, "op-b", budget, "n3", "n4"); len(got) != 0 {
+		t.Fatalf("manager b got %v within the grace of op-a's entries", got)
+	}
+	afterGrace()
+	if got := b.start(t, env, "op-b", budget, "n3", "n4"); len(got) != 1 || got[0] != "n3" {
+		t.Fatalf("manager b got %v after op-a-g-n1 ended, with op-a-g-n2 pending; want n3", got)
+	}
+
+	// A reservation whose task was never created (its manager stopped between the ledger write and
+	// the create) stops counting after the grace too.
+	other := nodelock.Budget{Nodes: []string{"m1", "m2"}, Limit: 1}
+	if ok, _, err := a.table.AcquireWithin(ctx, nodelock.OperationOwner("op-lost"), []nodelock.Claim{{Node: "m1", Task: "op-lost-g-m1"}}, other); err != nil || !ok[0] {
+		t.Fatalf("reservation on m1: ok %v, error %v", ok, err)
+	}
+	if got := b.start(t, env, "op-d", other, "m2"); len(got) != 0 {
+		t.Fatalf("manager b got %v while m1 was just reserved under a budget of 1", got)
+	}
+	afterGrace()
+	if got := b.start(t, env, "op-d", other, "m2"); len(got) != 1 {
+		t.Fatalf("manager b got %v after the grace of a reservation whose task was never created; want m2", got)
+	}
+
+	// A task the manager's cache saw deleted counts no more at once (its informer tells the table).
+	x := nodelock.Budget{Nodes: []string{"x1", "x2"}, Limit: 1}
+	if got := a.start(t, env, "op-x", x, "x1"); len(got) != 1 {
+		t.Fatalf("manager a got %v of x1", got)
+	}
+	if err := env.Client.Delete(ctx, &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: "op-x-g-x1"}}); err != nil {
+		t.Fatal(err)
+	}
+	a.table.Forget("op-x-g-x1")
+	if got := a.start(t, env, "op-y", x, "x2"); len(got) != 1 {
+		t.Fatalf("manager a got %v after the task on x1 was deleted; want x2 at once", got)
+	}
+
+	cm := &corev1.ConfigMap{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "nodeops-system", Name: nodelock.LedgerName}, cm); err != nil {
+		t.Fatal(err)
+	}
+	for _, gone := range []string{"n1", "m1"} {
+		if v, ok := cm.Data[gone]; ok {
+			t.Errorf("ledger still records %s (%q) after its hold ended", gone, v)
+		}
+	}
+	t.Logf("ledger: %v", cm.Data)
+}
