@@ -20,7 +20,9 @@ func holderAndWaiter(f *fixture) (a, b *v1alpha1.NodeOperation, held, holder str
 	f.t.Helper()
 	others := f.nodes(nil, "n1", "n2")
 	held = f.nodes(map[string]string{"nodeops.test/hold": "a"}, "n3")[0]
-	a = f.operation("a", func(o *v1alpha1.NodeOperation) { o.Spec.NodeSelector = f.selector(map[string]string{"nodeops.test/hold": "a"}) },
+	a = f.operation("a", func(o *v1alpha1.NodeOperation) {
+		o.Spec.NodeSelector = f.selector(map[string]string{"nodeops.test/hold": "a"})
+	},
 		v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{script("install")}})
 	holder = f.waitTasks(a.Name, 1)[0].Name
 	f.begin(holder, 0)
