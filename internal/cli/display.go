@@ -56,6 +56,19 @@ func blockedSettled(tasks []nodeopsv1.NodeTask) bool {
 	return !recovering
 }
 
+// blockedByOthers is the Blocked condition of an operation that has no failed task of its own but
+// waits only for nodes other owners' failed tasks hold, or nil.
+func blockedByOthers(op *nodeopsv1.NodeOperation) *metav1.Condition {
+	if op == nil || op.Status.Phase != nodeopsv1.OperationBlocked {
+		return nil
+	}
+	c := meta.FindStatusCondition(op.Status.Conditions, nodeopsv1.ConditionBlocked)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != nodeopsv1.ReasonNodeHeldByFailedTask {
+		return nil
+	}
+	return c
+}
+
 // phaseCondition is the condition that explains the phase.
 func phaseCondition(op *nodeopsv1.NodeOperation) *metav1.Condition {
 	byPhase := map[nodeopsv1.OperationPhase]string{
@@ -95,7 +108,10 @@ func (r *outcome) text(op *nodeopsv1.NodeOperation, tasks []nodeopsv1.NodeTask) 
 		}
 		fmt.Fprintf(&b, "\n  failed: %s", failureLine(t))
 	}
-	if r.phase == nodeopsv1.OperationBlocked {
+	switch {
+	case r.phase == nodeopsv1.OperationBlocked && blockedByOthers(op) != nil:
+		fmt.Fprintf(&b, "\n  next: retry or skip the other owner's task named above, or kubectl nodeops abort %s", op.Name)
+	case r.phase == nodeopsv1.OperationBlocked:
 		fmt.Fprintf(&b, "\n  next: kubectl nodeops describe %s, then retry, skip or abort it", op.Name)
 	}
 	return b.String()
