@@ -26,7 +26,8 @@ func operationOutcome(op *nodeopsv1.NodeOperation, tasks []nodeopsv1.NodeTask) *
 	switch op.Status.Phase {
 	case nodeopsv1.OperationSucceeded, nodeopsv1.OperationFailed, nodeopsv1.OperationAborted:
 	case nodeopsv1.OperationBlocked:
-		if op.Spec.Abort || !blockedSettled(tasks) {
+		// Blocked by another owner's failed task, the operation has nothing of its own to recover.
+		if op.Spec.Abort || blockedByOthers(op) == nil && !blockedSettled(tasks) {
 			return nil
 		}
 	default:
