@@ -458,11 +458,11 @@ func heldMessage(in *input, held []string, others int, waiting map[string]nodelo
 		msg += ": " + v.Message
 	}
 	if len(held) > 1 {
-		others := held[1:]
-		if len(others) > 3 {
-			others = append(others[:3:3], fmt.Sprintf("%d more", len(others)-3))
+		more := held[1:]
+		if len(more) > 3 {
+			more = append(more[:3:3], fmt.Sprintf("%d more", len(more)-3))
 		}
-		msg += fmt.Sprintf(" (and nodes %s, held by failed tasks of others too)", strings.Join(others, ", "))
+		msg += fmt.Sprintf(" (and nodes %s, held by failed tasks of others too)", strings.Join(more, ", "))
 	}
 	if others > 0 {
 		msg += fmt.Sprintf("; the held nodes spend all the group's maxUnavailable room, so its %d other nodes wait too", others)
