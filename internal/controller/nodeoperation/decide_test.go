@@ -2,6 +2,7 @@ package nodeoperation
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -140,6 +141,16 @@ func TestDecide(t *testing.T) {
 				reason: v1alpha1.ReasonNodeHeldByFailedTask, message: []string{"node n1", "NodeOperation/other", "its 2 other nodes wait too"}, progress: "0/3 nodes"},
 		},
 		{
+			name:   "every node left held by failed tasks of others blocks, naming them",
+			groups: []plan.ResolvedGroup{resolved("a", 3, "n1", "n2", "n3")},
+			tasks:  []taskView{tv("a", "n1", v1alpha1.TaskSucceeded)},
+			held:   map[string]nodelock.Holder{"n2": {Task: "wasm-n2", Owner: "NodeProfile/wasm"}, "n3": {Task: "other-g-n3", Owner: "NodeOperation/other"}},
+			holders: map[string]taskView{"wasm-n2": {Name: "wasm-n2", Node: "n2", Phase: v1alpha1.TaskFailed, FailedCommand: "install"},
+				"other-g-n3": {Name: "other-g-n3", Node: "n3", Phase: v1alpha1.TaskFailed, FailedCommand: "drain"}},
+			want: want{phase: v1alpha1.OperationBlocked, groups: []v1alpha1.GroupPhase{v1alpha1.GroupBlocked}, waiting: []string{"n2", "n3"},
+				reason: v1alpha1.ReasonNodeHeldByFailedTask, message: []string{"node n2 is held by NodeTask wasm-n2 of NodeProfile/wasm", "and nodes n3"}, progress: "1/3 nodes"},
+		},
+		{
 			name:    "a failed holder leaving room for another node does not block",
 			groups:  []plan.ResolvedGroup{resolved("a", 2, "n1", "n2", "n3")},
 			tasks:   []taskView{tv("a", "n2", v1alpha1.TaskSucceeded)},
@@ -229,6 +240,7 @@ func TestDecide(t *testing.T) {
 			for n := range d.waiting {
 				waiting = append(waiting, n)
 			}
+			slices.Sort(waiting)
 			if !reflect.DeepEqual(waiting, tt.want.waiting) {
 				t.Errorf("waiting %v, want %v", waiting, tt.want.waiting)
 			}
