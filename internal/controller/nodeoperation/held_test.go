@@ -7,6 +7,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/plan"
@@ -125,4 +127,48 @@ func TestSafetyRule3_AbortEndsAnOperationBlockedOnAnotherOwnersNode(t *testing.T
 	// The holder's owner goes on once its task is skipped.
 	setRecovery(f, holder, v1alpha1.RecoverySkip)
 	f.waitPhase(a.Name, v1alpha1.OperationSucceeded)
+}
+
+// The fault suite's case exactly: the node left is held by a NodeProfile's install task that
+// failed (there, its agent was killed). The operation goes Blocked naming the profile, and once a
+// person skips the profile's task the node is free and the operation finishes.
+func TestSafetyRule11_ANodeHeldByAFailedProfileTaskBlocksUntilItIsSkipped(t *testing.T) {
+	f := newFixture(t)
+	f.nodes(nil, "n1", "n2")
+	held := f.nodes(nil, "n3")[0]
+	// The NodeProfile controller does not run here: its task is made as it would make it.
+	install := &v1alpha1.NodeTask{
+		ObjectMeta: metav1.ObjectMeta{Name: f.id + "-wasm-" + held, Labels: map[string]string{v1alpha1.LabelNode: held},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeProfile", Name: f.id + "-wasm",
+				UID: types.UID(f.id + "-wasm-uid"), Controller: ptr.To(true)}}},
+		Spec: v1alpha1.NodeTaskSpec{NodeName: held, Operation: f.id + "-wasm", Commands: []v1alpha1.Command{script("install")}, ExecutionMode: v1alpha1.ExecutionAuto},
+	}
+	f.must(f.c.Create(f.ctx, install))
+	f.begin(install.Name, 0)
+	f.end(install.Name, 0, false, "agent killed")
+
+	b := f.operation("b", func(o *v1alpha1.NodeOperation) { o.Spec.MaxUnavailable = intOrStr("100%") },
+		v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{waitCmd()}})
+	for _, task := range f.waitTasks(b.Name, 2) {
+		f.runAll(task.Name)
+	}
+	blocked := f.waitPhase(b.Name, v1alpha1.OperationBlocked)
+	if g := blocked.Status.Groups[0]; g.Nodes.Succeeded != 2 || g.Nodes.Pending != 1 {
+		t.Errorf("group %+v", g)
+	}
+	c := condition(blocked, v1alpha1.ConditionBlocked)
+	for _, want := range []string{"node " + held, install.Name, "NodeProfile/" + f.id + "-wasm", "agent killed"} {
+		if c.Reason != v1alpha1.ReasonNodeHeldByFailedTask || !strings.Contains(c.Message, want) {
+			t.Fatalf("Blocked condition lacks %q: %+v", want, c)
+		}
+	}
+
+	setRecovery(f, install.Name, v1alpha1.RecoverySkip)
+	last := f.waitTasks(b.Name, 3)
+	for _, task := range last {
+		if task.Spec.NodeName == held {
+			f.runAll(task.Name)
+		}
+	}
+	f.waitPhase(b.Name, v1alpha1.OperationSucceeded)
 }
