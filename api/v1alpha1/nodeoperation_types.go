@@ -182,6 +182,11 @@ const (
 	ConditionBlocked     = "Blocked"
 )
 
+// ReasonNodeHeldByFailedTask is the Blocked reason of an operation that can make no progress on
+// its own: every node it still has to do waits for a node that another owner's failed task holds
+// (docs/design.md, safety rules 3 and 11), so only a person's retry, skip or abort changes anything.
+const ReasonNodeHeldByFailedTask = "NodeHeldByFailedTask"
+
 // NodeCounts counts a group's nodes by state.
 type NodeCounts struct {
 	Total     int32 `json:"total"`

@@ -229,7 +229,7 @@ func newRecoveryCommand(o *Options, r recovery) *cobra.Command {
 }
 
 func (o *Options) runRecovery(ctx context.Context, c Client, name, node string, mode nodeopsv1.RecoveryMode) error {
-	_, tasks, err := resolveTasks(ctx, c, name, node)
+	op, tasks, err := resolveTasks(ctx, c, name, node)
 	if err != nil {
 		return err
 	}
@@ -250,6 +250,9 @@ func (o *Options) runRecovery(ctx context.Context, c Client, name, node string, 
 		fmt.Fprintf(o.Out, "node %s: %s requested for %s (task %s)\n", t.Spec.NodeName, mode, cmdName, t.Name)
 	}
 	if n == 0 {
+		if b := blockedByOthers(op); b != nil {
+			return fmt.Errorf("%s has no failed task of its own; it is Blocked because %s", name, b.Message)
+		}
 		return fmt.Errorf("%s has no failed task", name)
 	}
 	return nil

@@ -200,3 +200,29 @@ func TestHelpHasExamples(t *testing.T) {
 		t.Errorf("watch --help:\n%s", out)
 	}
 }
+
+// An operation Blocked only by another owner's failed task has nothing of its own to retry or
+// skip: retry and skip say so and pass on the condition's words (the holder, what to do).
+func TestRecoveryOfAnOperationBlockedByAnotherOwnersTask(t *testing.T) {
+	cmds := []nodeopsv1.Command{script("one", "true")}
+	op := createOperation(t, "held-op", nodeopsv1.NodeOperationSpec{Custom: &nodeopsv1.CustomOperation{Groups: []nodeopsv1.Group{{Name: "g", Commands: cmds}}}})
+	done := createTask(t, op, "g", "h-1", cmds...)
+	setTaskStatus(t, done.Name, func(s *nodeopsv1.NodeTaskStatus) {
+		s.Phase, s.Progress = nodeopsv1.TaskSucceeded, "1/1"
+		s.Commands = []nodeopsv1.CommandStatus{{Name: "one", Phase: nodeopsv1.CommandSucceeded}}
+	})
+	why := "nothing of this operation can run: node h-2 is held by NodeTask wasm-h-2 of NodeProfile/wasm, which failed at command install; retry or skip that task (kubectl nodeops retry|skip wasm-h-2), or abort this operation"
+	setOperationStatus(t, "held-op", func(s *nodeopsv1.NodeOperationStatus) {
+		s.Phase = nodeopsv1.OperationBlocked
+		s.Conditions = []metav1.Condition{{Type: nodeopsv1.ConditionBlocked, Status: metav1.ConditionTrue, Reason: nodeopsv1.ReasonNodeHeldByFailedTask,
+			Message: why, LastTransitionTime: metav1.Now()}}
+	})
+	for _, verb := range []string{"retry", "skip"} {
+		if _, errOut, code := run(t, verb, "held-op"); code != CodeError || !strings.Contains(errOut, "held-op has no failed task of its own") || !strings.Contains(errOut, "wasm-h-2") {
+			t.Errorf("%s: exit %d, stderr %q", verb, code, errOut)
+		}
+	}
+	if got := getTask(t, done.Name).Spec.RecoveryMode; got != "" {
+		t.Errorf("the succeeded task got recoveryMode %q", got)
+	}
+}

@@ -199,6 +199,9 @@ func nextSteps(op *nodeopsv1.NodeOperation, tasks []nodeopsv1.NodeTask) string {
 		lines = append(lines, fmt.Sprintf("Blocked on %d failed %s. Next: kubectl nodeops retry %s, kubectl nodeops skip %s, or kubectl nodeops abort %s",
 			failed, plural(failed, "task", "tasks"), op.Name, op.Name, op.Name))
 	}
+	if b := blockedByOthers(op); b != nil {
+		lines = append(lines, fmt.Sprintf("Blocked with no failed task of its own: %s", b.Message))
+	}
 	if waiting > 0 {
 		lines = append(lines, fmt.Sprintf("%d %s waiting for approval. Next: kubectl nodeops approve %s [--all]",
 			waiting, plural(waiting, "task is", "tasks are"), op.Name))

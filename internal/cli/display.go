@@ -26,7 +26,8 @@ func operationOutcome(op *nodeopsv1.NodeOperation, tasks []nodeopsv1.NodeTask) *
 	switch op.Status.Phase {
 	case nodeopsv1.OperationSucceeded, nodeopsv1.OperationFailed, nodeopsv1.OperationAborted:
 	case nodeopsv1.OperationBlocked:
-		if op.Spec.Abort || !blockedSettled(tasks) {
+		// Blocked by another owner's failed task, the operation has nothing of its own to recover.
+		if op.Spec.Abort || blockedByOthers(op) == nil && !blockedSettled(tasks) {
 			return nil
 		}
 	default:
@@ -54,6 +55,19 @@ func blockedSettled(tasks []nodeopsv1.NodeTask) bool {
 		}
 	}
 	return !recovering
+}
+
+// blockedByOthers is the Blocked condition of an operation that has no failed task of its own but
+// waits only for nodes other owners' failed tasks hold, or nil.
+func blockedByOthers(op *nodeopsv1.NodeOperation) *metav1.Condition {
+	if op == nil || op.Status.Phase != nodeopsv1.OperationBlocked {
+		return nil
+	}
+	c := meta.FindStatusCondition(op.Status.Conditions, nodeopsv1.ConditionBlocked)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != nodeopsv1.ReasonNodeHeldByFailedTask {
+		return nil
+	}
+	return c
 }
 
 // phaseCondition is the condition that explains the phase.
@@ -95,7 +109,10 @@ func (r *outcome) text(op *nodeopsv1.NodeOperation, tasks []nodeopsv1.NodeTask) 
 		}
 		fmt.Fprintf(&b, "\n  failed: %s", failureLine(t))
 	}
-	if r.phase == nodeopsv1.OperationBlocked {
+	switch {
+	case r.phase == nodeopsv1.OperationBlocked && blockedByOthers(op) != nil:
+		fmt.Fprintf(&b, "\n  next: retry or skip the other owner's task named above, or kubectl nodeops abort %s", op.Name)
+	case r.phase == nodeopsv1.OperationBlocked:
 		fmt.Fprintf(&b, "\n  next: kubectl nodeops describe %s, then retry, skip or abort it", op.Name)
 	}
 	return b.String()

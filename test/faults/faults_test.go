@@ -20,6 +20,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -301,7 +302,11 @@ func TestFaults(t *testing.T) {
 				delete(notSettled, name)
 				t.Logf("%s %s %s after the faults ended", name, p, time.Since(faultsEnded).Round(time.Second))
 			case p == v1alpha1.OperationBlocked && !aborted[name]:
-				t.Logf("%s Blocked %s after the faults ended: aborting it, as a person would", name, time.Since(faultsEnded).Round(time.Second))
+				why := ""
+				if c := meta.FindStatusCondition(op.Status.Conditions, v1alpha1.ConditionBlocked); c != nil {
+					why = c.Reason + ": " + c.Message
+				}
+				t.Logf("%s Blocked %s after the faults ended (%s): aborting it, as a person would", name, time.Since(faultsEnded).Round(time.Second), why)
 				framework.RequestAbort(t, l, name)
 				aborted[name] = true
 				notSettled[name] = "Blocked, abort requested"

@@ -106,8 +106,12 @@ func decide(in *input) decision {
 	v := func() verdict {
 		if a := active(st.Operations); a != nil {
 			if a.Phase == v1alpha1.OperationBlocked {
+				next := "retry or skip its failed task, or abort it"
+				if a.Reason == v1alpha1.ReasonNodeHeldByFailedTask {
+					next = "retry or skip the other owner's failed task that holds its node (its Blocked condition names it), or abort it"
+				}
 				return verdict{phase: v1alpha1.ClusterBlocked, reason: ReasonOperationBlocked, stalls: true,
-					message: fmt.Sprintf("NodeOperation %s is Blocked (%s): retry or skip its failed task, or abort it", a.Name, a.Reason)}
+					message: fmt.Sprintf("NodeOperation %s is Blocked (%s): %s", a.Name, a.Reason, next)}
 			}
 			return verdict{phase: v1alpha1.ClusterProgressing, reason: ReasonOperationRunning, reconciling: true,
 				message: fmt.Sprintf("NodeOperation %s is %s", a.Name, phaseOf(a))}

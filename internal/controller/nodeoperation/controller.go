@@ -234,7 +234,44 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 			}
 		}
 	}
-	return nil
+	s.in.holders, err = r.othersHolding(ctx, &s.in)
+	return err
+}
+
+// othersHolding reads from the cache the tasks of others that hold nodes the operation has still
+// to do, so that decide can tell a wait that ends by itself from one only a person ends (a failed
+// holder). Only held nodes cost a read.
+func (r *Reconciler) othersHolding(ctx context.Context, in *input) (map[string]taskView, error) {
+	out := map[string]taskView{}
+	for i, g := range in.groups {
+		if i < len(in.op.Status.Groups) && in.op.Status.Groups[i].Name == g.Name && in.op.Status.Groups[i].Phase == v1alpha1.GroupSucceeded {
+			continue
+		}
+		for _, node := range g.Nodes {
+			if _, own := in.tasks[g.Name][node]; own {
+				continue
+			}
+			h, held := in.locks.Holder(node)
+			if _, seen := out[h.Task]; !held || seen || h.Task == plan.TaskName(in.op.Name, g.Name, node) {
+				continue
+			}
+			if in.locks.IsReserved(h.Task) {
+				out[h.Task] = taskView{Name: h.Task, Node: node, Phase: v1alpha1.TaskPending}
+				continue
+			}
+			var t v1alpha1.NodeTask
+			if err := r.Client.Get(ctx, client.ObjectKey{Name: h.Task}, &t, client.UnsafeDisableDeepCopy); err != nil {
+				if apierrors.IsNotFound(err) {
+					continue // gone: the lock table forgets it
+				}
+				return nil, fmt.Errorf("get NodeTask %s holding node %s: %w", h.Task, node, err)
+			}
+			v := view(&t)
+			v.Recovering = t.Spec.RecoveryMode != ""
+			out[h.Task] = v
+		}
+	}
+	return out, nil
 }
 
 // ownTasks lists the operation's tasks from the cache, read-only.

@@ -35,6 +35,8 @@ type taskView struct {
 	Skipped bool
 	// Failure, for a failed task: the command that failed and why.
 	FailedCommand, Message string
+	// Recovering: a person set recoveryMode, which the agent has not acted on yet.
+	Recovering bool
 }
 
 // input is everything decide looks at; the controller gathers it from the cache.
@@ -48,6 +50,9 @@ type input struct {
 	cordoned map[string]bool
 	// locks is the node lock table's view: nodes held by tasks, this operation's and others'.
 	locks nodelock.View
+	// holders are the tasks of others holding nodes this operation has still to do, by name, as
+	// the cache shows them (a reservation not in the cache yet is Pending).
+	holders map[string]taskView
 	// fail, when set, ends the operation at once: it was refused before anything ran.
 	fail *failure
 	now  metav1.Time
@@ -163,6 +168,13 @@ func decide(in *input) decision {
 				return in.notReady[n] || in.cordoned[n] && !has
 			}}
 			message = runningMessage(g.Name, gs.Nodes, len(d.create))
+			if held, others := heldByFailed(in, g, nodes, tasks, d.create, d.waiting); len(held) > 0 {
+				gs.Phase = v1alpha1.GroupBlocked
+				phase, reason = v1alpha1.OperationBlocked, v1alpha1.ReasonNodeHeldByFailedTask
+				message = heldMessage(in, held, others, d.waiting)
+				gs.Message = message
+				break
+			}
 			if waits := waitingMessage(nodes, tasks, in.notReady, in.cordoned, d.waiting); waits != "" {
 				gs.Message = waits
 				message += "; " + waits
@@ -222,6 +234,38 @@ func next(in *input, g *plan.ResolvedGroup, nodes []string, tasks map[string]tas
 		_, held := waiting[n]
 		return held || in.notReady[n] || in.cordoned[n]
 	})...)
+}
+
+// heldByFailed returns, when the group can make no progress on its own, the nodes it waits for
+// that another owner's failed task holds (a task nobody has asked to retry or skip yet), and how
+// many of its other nodes are left: none of its tasks is unfinished, none starts now, and even once
+// every wait that ends by itself has ended (a holder that is pending, running or being recovered,
+// a NotReady or cordoned node) nothing could start, because every node left is held by such a
+// failed task or the maxUnavailable room is all spent by them. Only a person ends that
+// (docs/design.md, safety rules 3 and 11); otherwise it returns nil.
+func heldByFailed(in *input, g *plan.ResolvedGroup, nodes []string, tasks map[string]taskView, create []start, waiting map[string]nodelock.Holder) (held []string, others int) {
+	if len(create) > 0 {
+		return nil, 0
+	}
+	for _, n := range nodes {
+		if t, ok := tasks[n]; ok {
+			if t.Phase.Unfinished() {
+				return nil, 0
+			}
+			continue
+		}
+		if h, ok := waiting[n]; ok {
+			if v, known := in.holders[h.Task]; known && v.Phase == v1alpha1.TaskFailed && !v.Recovering {
+				held = append(held, n)
+				continue
+			}
+		}
+		others++
+	}
+	if len(held) == 0 || others > 0 && len(held) < g.MaxUnavailable {
+		return nil, 0
+	}
+	return held, others
 }
 
 // onlyRestores reports whether the group uncordons and otherwise only waits or checks: it leaves
@@ -401,6 +445,29 @@ func blockedMessage(failed []taskView) string {
 		msg += fmt.Sprintf(" (and %d more failed tasks)", len(failed)-1)
 	}
 	return msg + "; set spec.recoveryMode Retry or Skip on the task (kubectl nodeops retry|skip) or abort the operation"
+}
+
+// heldMessage names the first node held by another owner's failed task, the task, its owner and
+// its failure, and what a person can do.
+func heldMessage(in *input, held []string, others int, waiting map[string]nodelock.Holder) string {
+	n := held[0]
+	h := waiting[n]
+	v := in.holders[h.Task]
+	msg := fmt.Sprintf("nothing of this operation can run: node %s is held by %s, which failed at command %s", n, h, v.FailedCommand)
+	if v.Message != "" {
+		msg += ": " + v.Message
+	}
+	if len(held) > 1 {
+		more := held[1:]
+		if len(more) > 3 {
+			more = append(more[:3:3], fmt.Sprintf("%d more", len(more)-3))
+		}
+		msg += fmt.Sprintf(" (and nodes %s, held by failed tasks of others too)", strings.Join(more, ", "))
+	}
+	if others > 0 {
+		msg += fmt.Sprintf("; the held nodes spend all the group's maxUnavailable room, so its %d other nodes wait too", others)
+	}
+	return msg + fmt.Sprintf("; retry or skip that task (kubectl nodeops retry|skip %s), or abort this operation", h.Task)
 }
 
 func runningMessage(group string, c v1alpha1.NodeCounts, starting int) string {

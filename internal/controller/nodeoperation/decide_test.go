@@ -2,6 +2,7 @@ package nodeoperation
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -43,7 +44,9 @@ func TestDecide(t *testing.T) {
 		fail   *failure
 		// held are the nodes the lock table shows held by other tasks.
 		held map[string]nodelock.Holder
-		want want
+		// holders are those holding tasks as the cache shows them.
+		holders map[string]taskView
+		want    want
 	}{
 		{
 			name:   "fresh: first group starts in sorted order",
@@ -118,6 +121,73 @@ func TestDecide(t *testing.T) {
 				reason: ReasonRunning, progress: "0/2 nodes"},
 		},
 		{
+			// docs/design.md, safety rules 3 and 11: only a person ends this wait.
+			name:    "waiting only for a node another owner's failed task holds blocks, naming it",
+			groups:  []plan.ResolvedGroup{resolved("a", 1, "n1", "n2")},
+			tasks:   []taskView{tv("a", "n1", v1alpha1.TaskSucceeded)},
+			held:    map[string]nodelock.Holder{"n2": {Task: "wasm-n2", Owner: "NodeProfile/wasm"}},
+			holders: map[string]taskView{"wasm-n2": {Name: "wasm-n2", Node: "n2", Phase: v1alpha1.TaskFailed, FailedCommand: "install", Message: "exit status 1"}},
+			want: want{phase: v1alpha1.OperationBlocked, groups: []v1alpha1.GroupPhase{v1alpha1.GroupBlocked}, waiting: []string{"n2"},
+				reason:  v1alpha1.ReasonNodeHeldByFailedTask,
+				message: []string{"node n2", "NodeTask wasm-n2 of NodeProfile/wasm", "install: exit status 1", "kubectl nodeops retry|skip wasm-n2", "abort this operation"}, progress: "1/2 nodes"},
+		},
+		{
+			name:    "the maxUnavailable room spent only by another owner's failed node blocks",
+			groups:  []plan.ResolvedGroup{resolved("a", 1, "n1", "n2", "n3")},
+			down:    []string{"n3"},
+			held:    map[string]nodelock.Holder{"n1": {Task: "other-g-n1", Owner: "NodeOperation/other"}},
+			holders: map[string]taskView{"other-g-n1": {Name: "other-g-n1", Node: "n1", Phase: v1alpha1.TaskFailed, FailedCommand: "drain"}},
+			want: want{phase: v1alpha1.OperationBlocked, groups: []v1alpha1.GroupPhase{v1alpha1.GroupBlocked}, waiting: []string{"n1"},
+				reason: v1alpha1.ReasonNodeHeldByFailedTask, message: []string{"node n1", "NodeOperation/other", "its 2 other nodes wait too"}, progress: "0/3 nodes"},
+		},
+		{
+			name:   "every node left held by failed tasks of others blocks, naming them",
+			groups: []plan.ResolvedGroup{resolved("a", 3, "n1", "n2", "n3")},
+			tasks:  []taskView{tv("a", "n1", v1alpha1.TaskSucceeded)},
+			held:   map[string]nodelock.Holder{"n2": {Task: "wasm-n2", Owner: "NodeProfile/wasm"}, "n3": {Task: "other-g-n3", Owner: "NodeOperation/other"}},
+			holders: map[string]taskView{"wasm-n2": {Name: "wasm-n2", Node: "n2", Phase: v1alpha1.TaskFailed, FailedCommand: "install"},
+				"other-g-n3": {Name: "other-g-n3", Node: "n3", Phase: v1alpha1.TaskFailed, FailedCommand: "drain"}},
+			want: want{phase: v1alpha1.OperationBlocked, groups: []v1alpha1.GroupPhase{v1alpha1.GroupBlocked}, waiting: []string{"n2", "n3"},
+				reason: v1alpha1.ReasonNodeHeldByFailedTask, message: []string{"node n2 is held by NodeTask wasm-n2 of NodeProfile/wasm", "and nodes n3"}, progress: "1/3 nodes"},
+		},
+		{
+			name:    "a failed holder leaving room for another node does not block",
+			groups:  []plan.ResolvedGroup{resolved("a", 2, "n1", "n2", "n3")},
+			tasks:   []taskView{tv("a", "n2", v1alpha1.TaskSucceeded)},
+			down:    []string{"n2", "n3"},
+			held:    map[string]nodelock.Holder{"n1": {Task: "other-g-n1", Owner: "NodeOperation/other"}},
+			holders: map[string]taskView{"other-g-n1": {Name: "other-g-n1", Node: "n1", Phase: v1alpha1.TaskFailed}},
+			want: want{phase: v1alpha1.OperationRunning, groups: []v1alpha1.GroupPhase{v1alpha1.GroupRunning}, waiting: []string{"n1"},
+				reason: ReasonWaitingForNode, message: []string{"node n1", "NotReady nodes n3"}, progress: "1/3 nodes"},
+		},
+		{
+			name:    "a node held by another owner's running task waits, not blocked",
+			groups:  []plan.ResolvedGroup{resolved("a", 1, "n1", "n2")},
+			tasks:   []taskView{tv("a", "n1", v1alpha1.TaskSucceeded)},
+			held:    map[string]nodelock.Holder{"n2": {Task: "wasm-n2", Owner: "NodeProfile/wasm"}},
+			holders: map[string]taskView{"wasm-n2": {Name: "wasm-n2", Node: "n2", Phase: v1alpha1.TaskRunning}},
+			want: want{phase: v1alpha1.OperationRunning, groups: []v1alpha1.GroupPhase{v1alpha1.GroupRunning}, waiting: []string{"n2"},
+				reason: ReasonWaitingForNode, message: []string{"node n2"}, progress: "1/2 nodes"},
+		},
+		{
+			name:    "a failed holder a person is recovering does not block",
+			groups:  []plan.ResolvedGroup{resolved("a", 1, "n1", "n2")},
+			tasks:   []taskView{tv("a", "n1", v1alpha1.TaskSucceeded)},
+			held:    map[string]nodelock.Holder{"n2": {Task: "wasm-n2", Owner: "NodeProfile/wasm"}},
+			holders: map[string]taskView{"wasm-n2": {Name: "wasm-n2", Node: "n2", Phase: v1alpha1.TaskFailed, Recovering: true}},
+			want: want{phase: v1alpha1.OperationRunning, groups: []v1alpha1.GroupPhase{v1alpha1.GroupRunning}, waiting: []string{"n2"},
+				reason: ReasonWaitingForNode, message: []string{"node n2"}, progress: "1/2 nodes"},
+		},
+		{
+			name:    "an own running task keeps a group whose other node is held by a failed task running",
+			groups:  []plan.ResolvedGroup{resolved("a", 2, "n1", "n2")},
+			tasks:   []taskView{tv("a", "n1", v1alpha1.TaskRunning)},
+			held:    map[string]nodelock.Holder{"n2": {Task: "wasm-n2", Owner: "NodeProfile/wasm"}},
+			holders: map[string]taskView{"wasm-n2": {Name: "wasm-n2", Node: "n2", Phase: v1alpha1.TaskFailed}},
+			want: want{phase: v1alpha1.OperationRunning, groups: []v1alpha1.GroupPhase{v1alpha1.GroupRunning}, waiting: []string{"n2"},
+				reason: ReasonWaitingForNode, message: []string{"node n2"}, progress: "0/2 nodes"},
+		},
+		{
 			name:   "NotReady nodes count and wait",
 			groups: []plan.ResolvedGroup{resolved("a", 2, "n1", "n2", "n3")},
 			down:   []string{"n1"},
@@ -146,6 +216,7 @@ func TestDecide(t *testing.T) {
 				in.notReady[n] = true
 			}
 			in.locks = nodelock.View{Nodes: tt.held}
+			in.holders = tt.holders
 			d := decide(in)
 			st := d.status
 			if st.Phase != tt.want.phase {
@@ -169,6 +240,7 @@ func TestDecide(t *testing.T) {
 			for n := range d.waiting {
 				waiting = append(waiting, n)
 			}
+			slices.Sort(waiting)
 			if !reflect.DeepEqual(waiting, tt.want.waiting) {
 				t.Errorf("waiting %v, want %v", waiting, tt.want.waiting)
 			}

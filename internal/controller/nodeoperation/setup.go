@@ -38,7 +38,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("nodeoperation").
 		For(&v1alpha1.NodeOperation{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&v1alpha1.NodeTask{}, r.ownTaskEvents()).
-		Watches(&v1alpha1.NodeTask{}, handler.EnqueueRequestsFromMapFunc(r.waitingFor), builder.WithPredicates(releasesNode())).
+		Watches(&v1alpha1.NodeTask{}, handler.EnqueueRequestsFromMapFunc(r.waitingFor), builder.WithPredicates(changesHold())).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.unfinished), builder.WithPredicates(skeleton.NodeChanged(skeleton.NodeLabels|skeleton.NodeReadiness|skeleton.NodeSchedulable))).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.recordOwner), builder.WithPredicates(cordonRecordChanged())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
@@ -108,8 +108,11 @@ func (r *Reconciler) waitingFor(_ context.Context, o client.Object) []reconcile.
 	return out
 }
 
-// releasesNode passes task events after which the task no longer holds its node.
-func releasesNode() predicate.Predicate {
+// changesHold passes task events after which the task no longer holds its node, and those after
+// which a holding task starts or stops waiting for a person (it failed, or a person asked for its
+// recovery, or the agent acted on it): an operation waiting for the node goes Blocked or back to
+// Running on them.
+func changesHold() predicate.Predicate {
 	return predicate.Funcs{
 		CreateFunc:  func(event.CreateEvent) bool { return false },
 		DeleteFunc:  func(event.DeleteEvent) bool { return true },
@@ -117,9 +120,14 @@ func releasesNode() predicate.Predicate {
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			o, okO := e.ObjectOld.(*v1alpha1.NodeTask)
 			n, okN := e.ObjectNew.(*v1alpha1.NodeTask)
-			return okO && okN && nodelock.Holds(o) && !nodelock.Holds(n)
+			return okO && okN && nodelock.Holds(o) && (!nodelock.Holds(n) || failedUnrecovered(o) != failedUnrecovered(n))
 		},
 	}
+}
+
+// failedUnrecovered: the task failed and nobody has asked for its retry or skip yet.
+func failedUnrecovered(t *v1alpha1.NodeTask) bool {
+	return t.EffectivePhase() == v1alpha1.TaskFailed && t.Spec.RecoveryMode == ""
 }
 
 // unfinished maps a node event to every operation not yet finished: any of them may select it.
