@@ -49,6 +49,10 @@ func TestMetricsEndpointIsAuthenticatedAndFollowsAnOperation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The manager's namespace, which every install has: its budget ledger lives there.
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nodeops-system"}}); err != nil {
+		t.Fatal(err)
+	}
 	addr := freeAddress(t)
 	mgrCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)

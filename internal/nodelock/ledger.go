@@ -21,14 +21,22 @@ import (
 const LedgerName = "nodeops-budget-ledger"
 
 // DefaultLedgerGrace is how long a ledger entry whose task this manager's cache has not seen
-// counts as held without asking the API server: another manager writes the entry just before it
+// counts as held without asking the API server, from when this manager first read it (its own
+// clock, so managers' clocks need not agree): another manager writes the entry just before it
 // creates the task, so for that while "not in my cache" means "created by someone else, not yet
 // seen", not "gone".
 const DefaultLedgerGrace = time.Minute
 
-// maxLedgerBytes keeps the ConfigMap under the API server's 1 MiB limit for its data, with room
-// for its metadata; at about 45 bytes an entry it holds some 20,000 nodes at once.
-const maxLedgerBytes = 1000 * 1000
+// DefaultLedgerMaxBytes keeps the ConfigMap under the API server's 1 MiB limit for its data, with
+// room for its metadata. An entry is the node's name twice at most, the owner's and group's names
+// and ten digits; with 40-character node names some 10,000 nodes are held at once. Beyond it the
+// claims wait, as for a budget spent, and a later batch takes their room.
+const DefaultLedgerMaxBytes = 1000 * 1000
+
+// maxAsks bounds the API reads one ledger decision makes for entries its cache does not know, so
+// that a manager started after thousands of tasks were deleted does not hold its lock for long;
+// entries beyond are counted, and decided by later writes.
+const maxAsks = 32
 
 // Ledger is the API server's record of which NodeTask each node was given to, one ConfigMap that
 // every manager updates with its resourceVersion before it creates tasks (docs/design.md, safety
@@ -37,11 +45,12 @@ const maxLedgerBytes = 1000 * 1000
 // would each spend the same budget room; the ledger's optimistic concurrency orders their
 // decisions: the second write conflicts, rereads the first one's entries, and counts them.
 //
-// An entry is the node's key with the value "<task> <unix seconds written>". It stops counting
-// once the writer's cache shows its task no longer holding (it ended or was deleted, or was told to abort
-// and is not running), or, when the cache does not know the task after Grace, once the API
-// server says the task is gone or not holding. Entries that stopped counting are removed by the
-// next write, so a node costs one ledger write per batch of creates and none to release it.
+// An entry is the node's key with the value "<task> <unix seconds written>", the task's name
+// ending "-*" when it is "<prefix>-<node>". It stops counting once a manager's cache shows its
+// task no longer holding (it ended or was deleted, or was told to abort and is not running), or,
+// when the cache does not know the task Grace after the manager first read the entry, once the
+// API server says the task is gone or not holding. Entries that stopped counting are removed by
+// the next write, so a node costs one ledger write per batch of creates and none to release it.
 type Ledger struct {
 	// Client writes the ConfigMap.
 	Client client.Client
@@ -54,6 +63,8 @@ type Ledger struct {
 	Key types.NamespacedName
 	// Grace is DefaultLedgerGrace when zero.
 	Grace time.Duration
+	// MaxBytes is DefaultLedgerMaxBytes when zero.
+	MaxBytes int
 	// Now is time.Now when nil.
 	Now func() time.Time
 
@@ -61,6 +72,8 @@ type Ledger struct {
 	// last is the ConfigMap as this manager last wrote or read it; a write from it that conflicts
 	// rereads it.
 	last *corev1.ConfigMap
+	// firstRead is when this manager first read each entry ("node=value"), for the grace.
+	firstRead map[string]time.Time
 }
 
 // ledgerEntry is one node's reservation.
@@ -69,19 +82,28 @@ type ledgerEntry struct {
 	written time.Time
 }
 
-func parseEntry(v string) (ledgerEntry, bool) {
+func parseEntry(node, v string) (ledgerEntry, bool) {
 	task, at, ok := strings.Cut(v, " ")
-	if !ok {
+	if !ok || task == "" {
 		return ledgerEntry{}, false
 	}
 	sec, err := strconv.ParseInt(at, 10, 64)
 	if err != nil {
 		return ledgerEntry{}, false
 	}
+	if prefix, short := strings.CutSuffix(task, "-*"); short {
+		task = prefix + "-" + node
+	}
 	return ledgerEntry{task: task, written: time.Unix(sec, 0)}, true
 }
 
-func (e ledgerEntry) String() string { return e.task + " " + strconv.FormatInt(e.written.Unix(), 10) }
+func (e ledgerEntry) value(node string) string {
+	task := e.task
+	if prefix, short := strings.CutSuffix(task, "-"+node); short {
+		task = prefix + "-*" // "*" is in no task name
+	}
+	return task + " " + strconv.FormatInt(e.written.Unix(), 10)
+}
 
 // tableView is what the ledger asks of this manager's table.
 type tableView struct {
@@ -94,8 +116,8 @@ type tableView struct {
 }
 
 // reserve records claims in the ledger within b, counting the nodes its entries hold besides the
-// ones this manager's table holds and b.Down. granted[i] tells whether claims[i] was
-// recorded; holders[i] names the task another manager recorded on its node when that is why not.
+// ones this manager's table holds and b.Down. granted[i] tells whether claims[i] was recorded;
+// holders[i] names the task another manager recorded on its node when that is why not.
 func (l *Ledger) reserve(ctx context.Context, claims []Claim, b Budget, tv tableView) (granted []bool, holders []Holder, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -110,17 +132,23 @@ func (l *Ledger) reserve(ctx context.Context, claims []Claim, b Budget, tv table
 		}
 		next := cm.DeepCopy()
 		next.Data = data
-		if size := dataSize(data); size > maxLedgerBytes {
-			return nil, nil, fmt.Errorf("budget ledger ConfigMap %s would hold %d bytes, more than %d: too many nodes held at once", l.Key, size, maxLedgerBytes)
-		}
 		if next.ResourceVersion == "" {
 			err = l.Client.Create(ctx, next)
+			if apierrors.IsNotFound(err) {
+				return nil, nil, fmt.Errorf("create budget ledger ConfigMap %s: namespace %s not found (it is the manager's --leader-election-namespace): %w", l.Key, l.Key.Namespace, err)
+			}
 		} else {
 			err = l.Client.Update(ctx, next)
 		}
 		switch {
 		case err == nil:
 			l.last = next
+			now := l.now()
+			for node, v := range data {
+				if _, ok := l.firstRead[node+"="+v]; !ok {
+					l.firstRead[node+"="+v] = now
+				}
+			}
 			return granted, holders, nil
 		case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err):
 			l.last = nil // another manager wrote it, or someone deleted it: read it and decide again
@@ -161,18 +189,40 @@ func (l *Ledger) decide(ctx context.Context, old map[string]string, claims []Cla
 	for _, n := range b.Nodes {
 		inBudget[n] = true
 	}
-	// Entries that count, and the data to write: only those, so ended holds leave with the next write.
+	now := l.now()
+	if l.firstRead == nil {
+		l.firstRead = map[string]time.Time{}
+	}
+	read := make(map[string]time.Time, len(old))
+	for node, v := range old {
+		key := node + "=" + v
+		at, ok := l.firstRead[key]
+		if !ok {
+			at = now
+		}
+		read[key] = at
+	}
+	l.firstRead = read // entries no longer there are forgotten
+
+	// Entries that count, and the data to write: only those, so ended holds leave with the next
+	// write. Asking the API server costs a read: first for the nodes this decision counts, then,
+	// with the reads left, for the others, so that entries of nodes no budget counts leave too.
 	live := map[string]ledgerEntry{}
 	data = make(map[string]string, len(old)+len(claims))
-	for node, v := range old {
-		e, ok := parseEntry(v)
-		if !ok {
-			continue // not ours to read: dropped on the next write
-		}
-		// Asking the API server costs a read: only for the nodes this decision counts.
-		if l.counts(ctx, e, tv, inBudget[node] || claimed[node] != "") {
-			live[node] = e
-			data[node] = v
+	asks := maxAsks
+	for _, pass := range []bool{true, false} {
+		for node, v := range old {
+			if concerned := inBudget[node] || claimed[node] != ""; concerned != pass {
+				continue
+			}
+			e, ok := parseEntry(node, v)
+			if !ok {
+				continue // not ours to read: dropped on the next write
+			}
+			if l.counts(ctx, e, read[node+"="+v], tv, &asks) {
+				live[node] = e
+				data[node] = v
+			}
 		}
 	}
 
@@ -187,15 +237,19 @@ func (l *Ledger) decide(ctx context.Context, old map[string]string, claims []Cla
 			unavailable++
 		}
 	}
-	now := l.now()
+	size, limit := dataSize(data), l.maxBytes()
 	granted, holders = make([]bool, len(claims)), make([]Holder, len(claims))
 	for i, c := range claims {
 		e, recorded := live[c.Node]
+		down := b.Down != nil && b.Down(c.Node)
+		value := ledgerEntry{task: c.Task, written: now}.value(c.Node)
 		switch {
 		case recorded && e.task != c.Task:
 			holders[i] = Holder{Task: e.task}
 			continue
-		case b.Down != nil && b.Down(c.Node):
+		case !recorded && size+len(c.Node)+len(value) > limit:
+			continue // no room in the ConfigMap: waits as for a budget spent
+		case down:
 			// Unavailable already, and counted: a task on it spends nothing more.
 		case recorded:
 			// Recorded already (a create that is being retried): it holds its room.
@@ -209,36 +263,36 @@ func (l *Ledger) decide(ctx context.Context, old map[string]string, claims []Cla
 		if recorded {
 			continue
 		}
-		data[c.Node] = ledgerEntry{task: c.Task, written: now}.String()
+		data[c.Node] = value
+		size += len(c.Node) + len(value)
 		changed = true
 	}
 	return granted, holders, data, changed
 }
 
-// counts reports whether entry e still holds its node: this manager's table holds its task (its
-// own reservation, or a task the cache shows holding); or the cache has not shown it ending since
-// the entry was written (deleted, finished, or an earlier task of that name), and the entry is
-// younger than Grace or, when ask is set, the API server shows the task holding.
-func (l *Ledger) counts(ctx context.Context, e ledgerEntry, tv tableView, ask bool) bool {
+// counts reports whether entry e, first read by this manager at read, still holds its node: this
+// manager's table holds its task (its own reservation, or a task the cache shows holding); or the
+// cache has not shown that task ending since the entry was written (deleted, finished, or an
+// earlier task of that name), and the entry was read less than Grace ago or, while asks are
+// left, the API server shows the task holding.
+func (l *Ledger) counts(ctx context.Context, e ledgerEntry, read time.Time, tv tableView, asks *int) bool {
 	if tv.holding(e.task) {
 		return true
 	}
 	if tv.endedSince(e.task, e.written) {
 		return false
 	}
-	// The entry is written just before the create; a task of that name created well before is an
+	// The entry is written just before the create; a task of that name created before is an
 	// earlier one, since deleted and made again.
 	task := &v1alpha1.NodeTask{}
 	err := l.Cache.Get(ctx, client.ObjectKey{Name: e.task}, task)
-	if err == nil && !task.CreationTimestamp.Time.Before(e.written.Add(-time.Minute)) {
+	if err == nil && !task.CreationTimestamp.Time.Before(e.written.Add(-incarnationSlack)) {
 		return Holds(task)
 	}
-	if l.now().Sub(e.written) < l.grace() {
+	if l.now().Sub(read) < l.grace() || *asks <= 0 {
 		return true
 	}
-	if !ask {
-		return true // kept; decided when a decision needs it
-	}
+	*asks--
 	err = l.APIReader.Get(ctx, client.ObjectKey{Name: e.task}, task)
 	switch {
 	case apierrors.IsNotFound(err):
@@ -255,6 +309,13 @@ func (l *Ledger) grace() time.Duration {
 		return l.Grace
 	}
 	return DefaultLedgerGrace
+}
+
+func (l *Ledger) maxBytes() int {
+	if l.MaxBytes > 0 {
+		return l.MaxBytes
+	}
+	return DefaultLedgerMaxBytes
 }
 
 func (l *Ledger) now() time.Time {

@@ -23,8 +23,9 @@ import (
 // manager is one manager's view for the ledger tests: its own node lock table and a real cache
 // that never sees a NodeTask (its selector matches none), the most a cache can lag behind.
 type manager struct {
-	name  string
-	table *nodelock.Table
+	name   string
+	table  *nodelock.Table
+	ledger *nodelock.Ledger
 }
 
 func newManager(t *testing.T, env *testutil.Env, name string, now func() time.Time) *manager {
@@ -45,11 +46,12 @@ func newManager(t *testing.T, env *testutil.Env, name string, now func() time.Ti
 	if !blind.WaitForCacheSync(ctx) {
 		t.Fatal("cache not synced")
 	}
-	table.UseLedger(&nodelock.Ledger{
+	ledger := &nodelock.Ledger{
 		Client: env.Client, APIReader: env.Client, Cache: blind, Now: now,
 		Key: types.NamespacedName{Namespace: "nodeops-system", Name: nodelock.LedgerName},
-	})
-	return &manager{name: name, table: table}
+	}
+	table.UseLedger(ledger)
+	return &manager{name: name, table: table, ledger: ledger}
 }
 
 // start acquires nodes for operation op's tasks within b and creates the tasks it got, as the
@@ -108,6 +110,24 @@ func TestSafetyRule11_TwoManagersShareOneBudgetThroughTheLedger(t *testing.T) {
 	a, b := newManager(t, env, "manager a", now), newManager(t, env, "manager b", now)
 	budget := nodelock.Budget{Nodes: []string{"n1", "n2", "n3", "n4"}, Limit: 2}
 
+	// A task the manager's cache saw deleted counts no more at once (its informer tells the table;
+	// before the clock moves on: the API server stamps the task's creation with the real time).
+	x := nodelock.Budget{Nodes: []string{"x1", "x2"}, Limit: 1}
+	if got := a.start(t, env, "op-x", x, "x1"); len(got) != 1 {
+		t.Fatalf("manager a got %v of x1", got)
+	}
+	deleted := &v1alpha1.NodeTask{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "op-x-g-x1"}, deleted); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Delete(ctx, deleted); err != nil {
+		t.Fatal(err)
+	}
+	a.table.Forget(deleted)
+	if got := a.start(t, env, "op-y", x, "x2"); len(got) != 1 {
+		t.Fatalf("manager a got %v after the task on x1 was deleted; want x2 at once", got)
+	}
+
 	if got := a.start(t, env, "op-a", budget, "n1", "n2"); len(got) != 2 {
 		t.Fatalf("manager a got %v of n1, n2 under a budget of 2", got)
 	}
@@ -153,19 +173,6 @@ func TestSafetyRule11_TwoManagersShareOneBudgetThroughTheLedger(t *testing.T) {
 		t.Fatalf("manager b got %v after the grace of a reservation whose task was never created; want m2", got)
 	}
 
-	// A task the manager's cache saw deleted counts no more at once (its informer tells the table).
-	x := nodelock.Budget{Nodes: []string{"x1", "x2"}, Limit: 1}
-	if got := a.start(t, env, "op-x", x, "x1"); len(got) != 1 {
-		t.Fatalf("manager a got %v of x1", got)
-	}
-	if err := env.Client.Delete(ctx, &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: "op-x-g-x1"}}); err != nil {
-		t.Fatal(err)
-	}
-	a.table.Forget("op-x-g-x1")
-	if got := a.start(t, env, "op-y", x, "x2"); len(got) != 1 {
-		t.Fatalf("manager a got %v after the task on x1 was deleted; want x2 at once", got)
-	}
-
 	cm := &corev1.ConfigMap{}
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "nodeops-system", Name: nodelock.LedgerName}, cm); err != nil {
 		t.Fatal(err)
@@ -176,4 +183,54 @@ func TestSafetyRule11_TwoManagersShareOneBudgetThroughTheLedger(t *testing.T) {
 		}
 	}
 	t.Logf("ledger: %v", cm.Data)
+
+	// A NodeProfile deletes the finished task it supersedes and creates one of the same name (the
+	// managers' clock is ahead of the API server's by now, so the earlier task was created well
+	// before the reservation): the news of the earlier task's end and deletion frees neither the
+	// new one's node nor its room.
+	r := nodelock.Budget{Nodes: []string{"r1", "r2"}, Limit: 1}
+	earlier := &v1alpha1.NodeTask{
+		ObjectMeta: metav1.ObjectMeta{Name: "p-g-r1"},
+		Spec:       v1alpha1.NodeTaskSpec{NodeName: "r1", Group: "g", Commands: []v1alpha1.Command{{Wait: &v1alpha1.WaitCommand{}}}},
+	}
+	if err := env.Client.Create(ctx, earlier); err != nil {
+		t.Fatal(err)
+	}
+	earlier.Status.Phase = v1alpha1.TaskSucceeded
+	if err := env.Client.Status().Update(ctx, earlier); err != nil {
+		t.Fatal(err)
+	}
+	a.table.Observe(earlier) // as manager a's informer would
+	if ok, _, err := a.table.AcquireWithin(ctx, nodelock.ProfileOwner("p"), []nodelock.Claim{{Node: "r1", Task: "p-g-r1"}}, r); err != nil || !ok[0] {
+		t.Fatalf("the new p-g-r1 on r1: ok %v, error %v", ok, err)
+	}
+	if err := env.Client.Delete(ctx, earlier); err != nil {
+		t.Fatal(err)
+	}
+	a.table.Forget(earlier)
+	if got := a.start(t, env, "op-r", r, "r2"); len(got) != 0 {
+		t.Fatalf("manager a got %v after the earlier p-g-r1 was deleted, while the new one holds the budget of 1", got)
+	}
+}
+
+// A ledger with no room for more entries lets the claims beyond wait, as for a spent budget,
+// and grants those that fit; nothing fails.
+func TestLedgerWithoutRoomLetsClaimsWait(t *testing.T) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Fatal("KUBEBUILDER_ASSETS is not set: run `make test` (the API server and etcd are built into bin/)")
+	}
+	env, err := testutil.Start("nodetasks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	if err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nodeops-system"}}); err != nil {
+		t.Fatal(err)
+	}
+	m := newManager(t, env, "manager", time.Now)
+	m.ledger.MaxBytes = 70 // room for three entries: "n1" and "op-g-* <10 digits>" are 19 bytes
+	got := m.start(t, env, "op", nodelock.Budget{Nodes: []string{"n1", "n2", "n3", "n4"}, Limit: 4}, "n1", "n2", "n3", "n4")
+	if len(got) != 3 {
+		t.Fatalf("got %v with room for three entries; want n1, n2, n3", got)
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
@@ -68,7 +69,30 @@ type entry struct {
 	// seen: the informer has delivered the task; until then the entry is a reservation made by
 	// the creating controller, kept whatever the cache says about other tasks.
 	seen bool
+	// reserved is when a reservation was made, and uid the task's once its create returned or the
+	// cache showed it, to tell an earlier task of the same name (a NodeProfile deletes the task it
+	// supersedes, then creates one of that name) from this one.
+	reserved time.Time
+	uid      types.UID
+	created  time.Time
 }
+
+// incarnationSlack is how much earlier than its reservation (or its ledger entry) a task may have
+// been created and still be that reservation's task: the manager's and the API server's clocks
+// may be a little apart. A task created earlier still is an earlier one of the same name.
+const incarnationSlack = 5 * time.Second
+
+// earlier reports whether task, of e's name, is an earlier task than the one e holds for: another
+// UID created before e's once e knows its own, else, for a reservation, one created before it was made.
+func (e *entry) earlier(task *v1alpha1.NodeTask) bool {
+	if e.uid != "" && task.UID != "" {
+		return task.UID != e.uid && task.CreationTimestamp.Time.Before(e.created)
+	}
+	return !e.seen && !task.CreationTimestamp.IsZero() && task.CreationTimestamp.Time.Before(e.reserved.Add(-incarnationSlack))
+}
+
+// end is when the cache showed a task not holding, or deleted, and when that task was created.
+type end struct{ at, created time.Time }
 
 // Table maps nodes to the tasks holding them. The zero value is not usable; call New.
 type Table struct {
@@ -81,7 +105,7 @@ type Table struct {
 	byTask map[string]*entry
 	// ended is when the cache last showed each task not holding, or deleted, for the ledger: an
 	// entry of a task that ended since it was written counts no more (kept endedFor).
-	ended       map[string]time.Time
+	ended       map[string]end
 	endedPruned time.Time
 	synced      func() bool
 }
@@ -89,7 +113,7 @@ type Table struct {
 // New returns an empty table. Until Start has been called and the informer has delivered its
 // initial list, Synced is false and callers must not acquire.
 func New() *Table {
-	return &Table{byNode: map[string]map[string]*entry{}, byTask: map[string]*entry{}, ended: map[string]time.Time{}}
+	return &Table{byNode: map[string]map[string]*entry{}, byTask: map[string]*entry{}, ended: map[string]end{}}
 }
 
 // Start registers the table with the cache's NodeTask informer. Call it once, before the
@@ -136,7 +160,7 @@ func (t *Table) TryAcquire(node, task, owner string) (Holder, bool) {
 		return h, false
 	}
 	if _, ok := t.byTask[task]; !ok {
-		t.putLocked(task, &entry{owner: owner, node: node})
+		t.putLocked(task, &entry{owner: owner, node: node, reserved: t.now()})
 	}
 	return Holder{}, true
 }
@@ -163,10 +187,10 @@ type Budget struct {
 // the nodes other managers recorded too; a claim the ledger refuses is given back. ok[i] tells
 // whether claim i was acquired; holders[i] names the task holding its node when another does, and
 // is empty when it was refused for want of room. On an error nothing was acquired.
-func (t *Table) AcquireWithin(ctx context.Context, owner string, claims []Claim, b Budget) (ok []bool, holders []Holder, err error) {
+func (t *Table) AcquireWithin(ctx context.Context, owner string, claims []Claim, b Budget) ([]bool, []Holder, error) {
 	t.acquire.Lock()
 	defer t.acquire.Unlock()
-	ok, holders = t.acquireWithin(owner, claims, b)
+	ok, fresh, holders := t.acquireWithin(owner, claims, b)
 	if t.ledger == nil {
 		return ok, holders, nil
 	}
@@ -191,7 +215,9 @@ func (t *Table) AcquireWithin(ctx context.Context, owner string, claims []Claim,
 		if err == nil && recorded[j] {
 			continue
 		}
-		t.Release(claims[i].Node, claims[i].Task)
+		if fresh[i] {
+			t.Release(claims[i].Node, claims[i].Task) // one acquired before keeps its task's hold
+		}
 		ok[i] = false
 		if err == nil {
 			holders[i] = others[j]
@@ -200,16 +226,19 @@ func (t *Table) AcquireWithin(ctx context.Context, owner string, claims []Claim,
 	return ok, holders, err
 }
 
-func (t *Table) acquireWithin(owner string, claims []Claim, b Budget) (ok []bool, holders []Holder) {
+// acquireWithin is AcquireWithin in the table alone; fresh[i] tells whether claim i was acquired
+// by this call (not before).
+func (t *Table) acquireWithin(owner string, claims []Claim, b Budget) (ok, fresh []bool, holders []Holder) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	now := t.now()
 	unavailable := 0
 	for _, n := range b.Nodes {
 		if len(t.byNode[n]) > 0 || (b.Down != nil && b.Down(n)) {
 			unavailable++
 		}
 	}
-	ok, holders = make([]bool, len(claims)), make([]Holder, len(claims))
+	ok, fresh, holders = make([]bool, len(claims)), make([]bool, len(claims)), make([]Holder, len(claims))
 	for i, c := range claims {
 		if h, held := t.holderLocked(c.Node, c.Task); held {
 			holders[i] = h
@@ -221,18 +250,18 @@ func (t *Table) acquireWithin(owner string, claims []Claim, b Budget) (ok []bool
 		}
 		if b.Down != nil && b.Down(c.Node) {
 			// Unavailable already, and counted: a task on it spends nothing more.
-			t.putLocked(c.Task, &entry{owner: owner, node: c.Node})
-			ok[i] = true
+			t.putLocked(c.Task, &entry{owner: owner, node: c.Node, reserved: now})
+			ok[i], fresh[i] = true, true
 			continue
 		}
 		if unavailable >= b.Limit {
 			continue
 		}
-		t.putLocked(c.Task, &entry{owner: owner, node: c.Node})
+		t.putLocked(c.Task, &entry{owner: owner, node: c.Node, reserved: now})
 		unavailable++
-		ok[i] = true
+		ok[i], fresh[i] = true, true
 	}
-	return ok, holders
+	return ok, fresh, holders
 }
 
 // Release drops a reservation whose task was never created. A task the informer has already
@@ -311,52 +340,77 @@ func (t *Table) Held(task string) bool {
 }
 
 // Observe records what the cache says about a task. Controllers need not call it: the informer does.
+// A task that does not hold, of the name of a reservation but created before it, is an earlier one:
+// the reservation stays.
 func (t *Table) Observe(task *v1alpha1.NodeTask) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !Holds(task) {
+		if e, ok := t.byTask[task.Name]; ok && e.earlier(task) {
+			return
+		}
 		t.deleteLocked(task.Name)
-		t.endLocked(task.Name)
+		t.endLocked(task)
 		return
 	}
-	t.putLocked(task.Name, &entry{owner: OwnerOf(task), node: task.Spec.NodeName, seen: true})
+	t.putLocked(task.Name, &entry{owner: OwnerOf(task), node: task.Spec.NodeName, seen: true, uid: task.UID, created: task.CreationTimestamp.Time})
 }
 
-// Forget records that a task was deleted.
-func (t *Table) Forget(name string) {
+// Created records the task a reservation's create made (as the API server answered), so that news
+// of an earlier task of its name, whenever it comes, is told apart by its UID.
+func (t *Table) Created(task *v1alpha1.NodeTask) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.deleteLocked(name)
-	t.endLocked(name)
+	if e, ok := t.byTask[task.Name]; ok && !e.seen && e.node == task.Spec.NodeName {
+		e.uid, e.created = task.UID, task.CreationTimestamp.Time
+	}
+}
+
+// Forget records that a task was deleted; the deletion of an earlier task of a reservation's name
+// leaves the reservation.
+func (t *Table) Forget(task *v1alpha1.NodeTask) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e, ok := t.byTask[task.Name]; ok && e.earlier(task) {
+		return
+	}
+	t.deleteLocked(task.Name)
+	t.endLocked(task)
 }
 
 // endedFor is how long the table remembers that a task ended: longer than the ledger's grace,
 // after which the ledger asks the API server about a task its cache does not know.
 const endedFor = 10 * time.Minute
 
-func (t *Table) endLocked(name string) {
-	now := time.Now()
-	if t.ledger != nil {
-		now = t.ledger.now() // one clock for the entries' times and the ends compared with them
-	}
-	t.ended[name] = now
+func (t *Table) endLocked(task *v1alpha1.NodeTask) {
+	now := t.now()
+	t.ended[task.Name] = end{at: now, created: task.CreationTimestamp.Time}
 	if now.Sub(t.endedPruned) < time.Minute {
 		return
 	}
 	t.endedPruned = now
-	for n, at := range t.ended {
-		if now.Sub(at) > endedFor {
+	for n, e := range t.ended {
+		if now.Sub(e.at) > endedFor {
 			delete(t.ended, n)
 		}
 	}
 }
 
-// endedSince reports whether the cache showed task not holding, or deleted, at since or later.
+// endedSince reports whether the cache showed task not holding, or deleted, at since or later, and
+// that task was created at since or later too (within incarnationSlack), so not an earlier one of its name.
 func (t *Table) endedSince(task string, since time.Time) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	at, ok := t.ended[task]
-	return ok && !at.Before(since)
+	e, ok := t.ended[task]
+	return ok && !e.at.Before(since) && !e.created.Before(since.Add(-incarnationSlack))
+}
+
+// now is the ledger's clock when there is one (the entries' times are compared with it), else the time.
+func (t *Table) now() time.Time {
+	if t.ledger != nil {
+		return t.ledger.now()
+	}
+	return time.Now()
 }
 
 func (t *Table) observe(obj any) {
@@ -370,7 +424,7 @@ func (t *Table) forget(obj any) {
 		obj = tomb.Obj
 	}
 	if task, ok := obj.(*v1alpha1.NodeTask); ok {
-		t.Forget(task.Name)
+		t.Forget(task)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -66,8 +67,8 @@ func TestAcquireWaitsForHolder(t *testing.T) {
 func TestSafetyRule1_StaleCacheNeverFreesAReservation(t *testing.T) {
 	tb := New()
 	tb.TryAcquire("n1", "new", "NodeOperation/b")
-	tb.Observe(task("old", "n1", v1alpha1.TaskSucceeded, false)) // an older task on the node finished
-	tb.Forget("older")                                           // and another was deleted
+	tb.Observe(task("old", "n1", v1alpha1.TaskSucceeded, false))  // an older task on the node finished
+	tb.Forget(task("older", "n1", v1alpha1.TaskSucceeded, false)) // and another was deleted
 	if _, ok := tb.TryAcquire("n1", "other", "NodeOperation/c"); ok {
 		t.Fatal("a stale cache event freed a reserved node")
 	}
@@ -159,6 +160,49 @@ func TestSnapshot(t *testing.T) {
 	tab.Release("n3", "r")
 	if !v.IsReserved("r") || tab.Snapshot().IsReserved("r") {
 		t.Error("the view follows the table")
+	}
+}
+
+// A NodeProfile deletes the finished task it supersedes and creates one of the same name: the
+// cache's news of the earlier task (its deletion, its last update) never frees the reservation
+// of the new one; the new one's own end does.
+func TestSafetyRule1_AnEarlierTaskOfTheSameNameNeverFreesAReservation(t *testing.T) {
+	tb := New()
+	if _, ok := tb.TryAcquire("n1", "p-install-n1", "NodeProfile/p"); !ok {
+		t.Fatal("free node refused")
+	}
+	earlier := task("p-install-n1", "n1", v1alpha1.TaskSucceeded, false)
+	earlier.CreationTimestamp = metav1.NewTime(time.Now().Add(-time.Hour))
+	tb.Observe(earlier)
+	tb.Forget(earlier)
+	if _, ok := tb.TryAcquire("n1", "other", "NodeOperation/c"); ok {
+		t.Fatal("the earlier task's deletion freed the reservation of the new one")
+	}
+	now := task("p-install-n1", "n1", v1alpha1.TaskPending, false)
+	now.CreationTimestamp = metav1.Now()
+	tb.Observe(now)
+	now.Status.Phase = v1alpha1.TaskSucceeded
+	tb.Observe(now)
+	if _, ok := tb.TryAcquire("n1", "other", "NodeOperation/c"); !ok {
+		t.Fatal("the new task ended, yet its node is held")
+	}
+
+	// Once the create returned, the UIDs tell them apart, whatever the clocks say.
+	tb = New()
+	tb.TryAcquire("n2", "p-install-n2", "NodeProfile/p")
+	made := task("p-install-n2", "n2", v1alpha1.TaskPending, false)
+	made.UID, made.CreationTimestamp = "new", metav1.Now()
+	tb.Created(made)
+	before := task("p-install-n2", "n2", v1alpha1.TaskSucceeded, false)
+	before.UID, before.CreationTimestamp = "old", metav1.NewTime(made.CreationTimestamp.Add(-time.Minute))
+	tb.Forget(before)
+	if _, ok := tb.TryAcquire("n2", "other", "NodeOperation/c"); ok {
+		t.Fatal("the earlier task's deletion, told by its UID, freed the reservation of the new one")
+	}
+	made.Status.Phase = v1alpha1.TaskSucceeded
+	tb.Observe(made)
+	if _, ok := tb.TryAcquire("n2", "other", "NodeOperation/c"); !ok {
+		t.Fatal("the new task ended, yet its node is held")
 	}
 }
 

@@ -99,6 +99,7 @@ func (r *Reconciler) createTask(ctx context.Context, op *v1alpha1.NodeOperation,
 	err := r.Client.Create(ctx, task)
 	switch {
 	case err == nil:
+		r.Locks.Created(task)
 		return nil
 	case apierrors.IsAlreadyExists(err):
 		r.Locks.Release(s.node, task.Name)

@@ -93,7 +93,10 @@ func (r *Reconciler) startTask(ctx context.Context, s *scope, st Start, task *v1
 	}
 	now := time.Now()
 	metav1.SetMetaDataAnnotation(&task.ObjectMeta, CreatedAnnotation, now.UTC().Format(time.RFC3339Nano))
-	if err := r.Client.Create(ctx, task); err != nil && !apierrors.IsAlreadyExists(err) {
+	switch err := r.Client.Create(ctx, task); {
+	case err == nil:
+		r.Lock.Created(task)
+	case !apierrors.IsAlreadyExists(err):
 		return fmt.Errorf("create NodeTask %s (%s on node %s): %w", task.Name, st.Action, st.Node, err)
 	}
 	v, _ := ViewTask(task)

@@ -34,6 +34,8 @@ type Locker interface {
 	Release(node, task string)
 	// Observe records a task read from the API server (after a create found it already there).
 	Observe(task *v1alpha1.NodeTask)
+	// Created records the task a create made, so that news of an earlier task of its name never frees it.
+	Created(task *v1alpha1.NodeTask)
 	// Synced reports whether the table has seen every task; nothing is acquired before.
 	Synced() bool
 }
