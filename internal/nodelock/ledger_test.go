@@ -20,6 +20,23 @@ import (
 	"github.com/nodeops/nodeops/internal/testutil"
 )
 
+// startEnv starts an API server with the NodeTask CRD and the manager's namespace, where the ledger lives.
+func startEnv(t *testing.T) *testutil.Env {
+	t.Helper()
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Fatal("KUBEBUILDER_ASSETS is not set: run `make test` (the API server and etcd are built into bin/)")
+	}
+	env, err := testutil.Start("nodetasks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	if err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nodeops-system"}}); err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
 // manager is one manager's view for the ledger tests: its own node lock table and a real cache
 // that never sees a NodeTask (its selector matches none), the most a cache can lag behind.
 type manager struct {
@@ -89,18 +106,8 @@ func (m *manager) start(t *testing.T, env *testutil.Env, op string, b nodelock.B
 // one's entries, and counts them (docs/design.md, safety rule 11). Without the ledger each
 // manager counts only its own table, and both spend the same room.
 func TestSafetyRule11_TwoManagersShareOneBudgetThroughTheLedger(t *testing.T) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Fatal("KUBEBUILDER_ASSETS is not set: run `make test` (the API server and etcd are built into bin/)")
-	}
-	env, err := testutil.Start("nodetasks")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	env := startEnv(t)
 	ctx := context.Background()
-	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nodeops-system"}}); err != nil {
-		t.Fatal(err)
-	}
 	// The managers' clock, moved on by the test: an entry counts without asking the API server
 	// for nodelock.DefaultLedgerGrace after it was written.
 	var clock atomic.Int64
@@ -216,17 +223,7 @@ func TestSafetyRule11_TwoManagersShareOneBudgetThroughTheLedger(t *testing.T) {
 // A ledger with no room for more entries lets the claims beyond wait, as for a spent budget,
 // and grants those that fit; nothing fails.
 func TestLedgerWithoutRoomLetsClaimsWait(t *testing.T) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Fatal("KUBEBUILDER_ASSETS is not set: run `make test` (the API server and etcd are built into bin/)")
-	}
-	env, err := testutil.Start("nodetasks")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	if err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nodeops-system"}}); err != nil {
-		t.Fatal(err)
-	}
+	env := startEnv(t)
 	m := newManager(t, env, "manager", time.Now)
 	m.ledger.MaxBytes = 70 // room for three entries: "n1" and "op-g-* <10 digits>" are 19 bytes
 	got := m.start(t, env, "op", nodelock.Budget{Nodes: []string{"n1", "n2", "n3", "n4"}, Limit: 4}, "n1", "n2", "n3", "n4")
