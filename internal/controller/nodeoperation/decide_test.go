@@ -318,6 +318,15 @@ func TestSignificantAndTransitions(t *testing.T) {
 	if !reflect.DeepEqual(reasons, []string{"Started", "GroupStarted"}) {
 		t.Errorf("start events %v", reasons)
 	}
+
+	// Going on after a person's decision is Resumed, not the group starting again.
+	reasons = nil
+	for _, e := range transitions(&blocked, &base) {
+		reasons = append(reasons, e.reason)
+	}
+	if slices.Contains(reasons, "GroupStarted") {
+		t.Errorf("events from Blocked back to Running %v: the group started long ago", reasons)
+	}
 }
 
 // docs/design.md, safety rule 11: a node cordoned outside the group counts and waits, except for

@@ -79,6 +79,9 @@ func transitions(before, after *v1alpha1.NodeOperationStatus) []opEvent {
 		}
 		switch g.Phase {
 		case v1alpha1.GroupRunning:
+			if was := old[g.Name]; was != "" && was != v1alpha1.GroupPending {
+				continue // going on after Blocked: the operation's Resumed says so
+			}
 			out = append(out, opEvent{corev1.EventTypeNormal, "GroupStarted", "StartGroup", fmt.Sprintf("group %s started on %d nodes", g.Name, g.Nodes.Total)})
 		case v1alpha1.GroupSucceeded:
 			out = append(out, opEvent{corev1.EventTypeNormal, "GroupSucceeded", "FinishGroup", fmt.Sprintf("group %s: %s", g.Name, g.Message)})
