@@ -186,7 +186,7 @@ type Budget struct {
 // (docs/design.md, safety rule 11). With a ledger, the grants are then recorded there, counting
 // the nodes other managers recorded too; a claim the ledger refuses is given back. ok[i] tells
 // whether claim i was acquired; holders[i] names the task holding its node when another does, and
-// is empty when it was refused for want of room. On an error nothing was acquired.
+// is empty when it was refused for want of room. On an error this call acquired nothing.
 func (t *Table) AcquireWithin(ctx context.Context, owner string, claims []Claim, b Budget) ([]bool, []Holder, error) {
 	t.acquire.Lock()
 	defer t.acquire.Unlock()
