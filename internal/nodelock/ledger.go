@@ -72,8 +72,15 @@ type Ledger struct {
 	// last is the ConfigMap as this manager last wrote or read it; a write from it that conflicts
 	// rereads it.
 	last *corev1.ConfigMap
-	// firstRead is when this manager first read each entry ("node=value"), for the grace.
-	firstRead map[string]time.Time
+	// firstRead is when this manager first needed the grace of an entry its cache does not know,
+	// by node, for that entry's value only.
+	firstRead map[string]readAt
+}
+
+// readAt is when an entry's value was first read.
+type readAt struct {
+	value string
+	at    time.Time
 }
 
 // ledgerEntry is one node's reservation.
@@ -143,12 +150,6 @@ func (l *Ledger) reserve(ctx context.Context, claims []Claim, b Budget, tv table
 		switch {
 		case err == nil:
 			l.last = next
-			now := l.now()
-			for node, v := range data {
-				if _, ok := l.firstRead[node+"="+v]; !ok {
-					l.firstRead[node+"="+v] = now
-				}
-			}
 			return granted, holders, nil
 		case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err):
 			l.last = nil // another manager wrote it, or someone deleted it: read it and decide again
@@ -190,19 +191,11 @@ func (l *Ledger) decide(ctx context.Context, old map[string]string, claims []Cla
 		inBudget[n] = true
 	}
 	now := l.now()
-	if l.firstRead == nil {
-		l.firstRead = map[string]time.Time{}
-	}
-	read := make(map[string]time.Time, len(old))
-	for node, v := range old {
-		key := node + "=" + v
-		at, ok := l.firstRead[key]
-		if !ok {
-			at = now
+	for node, r := range l.firstRead {
+		if old[node] != r.value {
+			delete(l.firstRead, node) // the entry is gone, or another now
 		}
-		read[key] = at
 	}
-	l.firstRead = read // entries no longer there are forgotten
 
 	// Entries that count, and the data to write: only those, so ended holds leave with the next
 	// write. Asking the API server costs a read: first for the nodes this decision counts, then,
@@ -219,7 +212,7 @@ func (l *Ledger) decide(ctx context.Context, old map[string]string, claims []Cla
 			if !ok {
 				continue // not ours to read: dropped on the next write
 			}
-			if l.counts(ctx, e, read[node+"="+v], tv, &asks) {
+			if l.counts(ctx, node, v, e, tv, &asks) {
 				live[node] = e
 				data[node] = v
 			}
@@ -270,12 +263,12 @@ func (l *Ledger) decide(ctx context.Context, old map[string]string, claims []Cla
 	return granted, holders, data, changed
 }
 
-// counts reports whether entry e, first read by this manager at read, still holds its node: this
+// counts reports whether entry e (node's, of value v) still holds its node: this
 // manager's table holds its task (its own reservation, or a task the cache shows holding); or the
 // cache has not shown that task ending since the entry was written (deleted, finished, or an
-// earlier task of that name), and the entry was read less than Grace ago or, while asks are
-// left, the API server shows the task holding.
-func (l *Ledger) counts(ctx context.Context, e ledgerEntry, read time.Time, tv tableView, asks *int) bool {
+// earlier task of that name), and this manager first read it less than Grace ago or, while asks
+// are left, the API server shows the task holding.
+func (l *Ledger) counts(ctx context.Context, node, v string, e ledgerEntry, tv tableView, asks *int) bool {
 	if tv.holding(e.task) {
 		return true
 	}
@@ -289,7 +282,15 @@ func (l *Ledger) counts(ctx context.Context, e ledgerEntry, read time.Time, tv t
 	if err == nil && !task.CreationTimestamp.Time.Before(e.written.Add(-incarnationSlack)) {
 		return Holds(task)
 	}
-	if l.now().Sub(read) < l.grace() || *asks <= 0 {
+	if l.firstRead == nil {
+		l.firstRead = map[string]readAt{}
+	}
+	r, ok := l.firstRead[node]
+	if !ok {
+		r = readAt{value: v, at: l.now()}
+		l.firstRead[node] = r
+	}
+	if l.now().Sub(r.at) < l.grace() || *asks <= 0 {
 		return true
 	}
 	*asks--
