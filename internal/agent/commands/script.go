@@ -156,6 +156,9 @@ func (h *heldSecrets) get(ctx context.Context, name string) (map[string][]byte, 
 		if err != nil {
 			return nil, err
 		}
+		if wctx.Err() != nil && noted != "" {
+			why = noted // the wait ended during this look: the reason is the last look's, not the cut-off read
+		}
 		if why == "" {
 			data, err := readSecretVolume(env.Host.Files, dir)
 			if err != nil {
