@@ -200,10 +200,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 		return err
 	}
 	// Budgets shared across operations and profiles hold across managers too (docs/design.md, rule 11).
-	locks.UseLedger(&nodelock.Ledger{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Cache: mgr.GetClient(),
-		Key: types.NamespacedName{Namespace: o.leaderElectionNS, Name: nodelock.LedgerName},
-	})
+	locks.UseLedger(nodelock.NewLedger(mgr, o.leaderElectionNS))
 	if err := nodeoperation.SetupWithManager(mgr, locks); err != nil {
 		return fmt.Errorf("set up the NodeOperation controller: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 )
@@ -81,6 +82,13 @@ type Ledger struct {
 type readAt struct {
 	value string
 	at    time.Time
+}
+
+// NewLedger is the budget ledger in namespace of the manager whose clients c are: it writes and
+// rereads the ConfigMap through the API server and reads tasks from the cache.
+func NewLedger(c cluster.Cluster, namespace string) *Ledger {
+	return &Ledger{Client: c.GetClient(), APIReader: c.GetAPIReader(), Cache: c.GetClient(),
+		Key: types.NamespacedName{Namespace: namespace, Name: LedgerName}}
 }
 
 // ledgerEntry is one node's reservation.

@@ -10,10 +10,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -34,26 +32,18 @@ func StartManager(cfg *rest.Config, scheme *runtime.Scheme, setup func(mgr manag
 		return nil, fmt.Errorf("manager: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	// Writes go straight to the API server, before the manager starts too.
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nodeops-system"}}
-	if err := mgr.GetAPIReader().Get(ctx, client.ObjectKeyFromObject(ns), ns); apierrors.IsNotFound(err) {
-		direct, err := client.New(cfg, client.Options{Scheme: scheme})
-		if err == nil {
-			err = direct.Create(ctx, ns)
-		}
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			cancel()
-			return nil, fmt.Errorf("namespace %s for the budget ledger: %w", ns.Name, err)
-		}
+	if err := mgr.GetClient().Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		cancel()
+		return nil, fmt.Errorf("namespace %s for the budget ledger: %w", ns.Name, err)
 	}
 	locks := nodelock.New()
 	if err := locks.Start(ctx, mgr.GetCache()); err != nil {
 		cancel()
 		return nil, fmt.Errorf("node lock table: %w", err)
 	}
-	locks.UseLedger(&nodelock.Ledger{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Cache: mgr.GetClient(),
-		Key: types.NamespacedName{Namespace: ns.Name, Name: nodelock.LedgerName},
-	})
+	locks.UseLedger(nodelock.NewLedger(mgr, ns.Name))
 	if err := setup(mgr, locks); err != nil {
 		cancel()
 		return nil, fmt.Errorf("setup: %w", err)
