@@ -65,24 +65,14 @@ func PodName(task string) string { return plan.SecretHolderPodName(task) }
 // VolumeName is the holder pod's volume of the Secret named secret.
 func VolumeName(secret string) string { return plan.SecretVolumeName(secret) }
 
-// SecretNames are the Secrets the task's scripts name (env[].valueFrom.secretKeyRef, envFrom[].secretRef)
-// and may read, sorted, each once: those named with v1alpha1.ScriptSecretPrefix, as admission requires
-// (a task that predates the rule gets no volume for another, and its agent refuses it).
+// SecretNames are the Secrets the task's commands read, as each kind's Effects say (a script's
+// env[].valueFrom.secretKeyRef and envFrom[].secretRef), sorted, each once: those named with
+// v1alpha1.ScriptSecretPrefix, as admission requires (a task that predates the rule gets no volume for
+// another, and its agent refuses it).
 func SecretNames(spec *v1alpha1.NodeTaskSpec) []string {
 	var names []string
 	for i := range spec.Commands {
-		s := spec.Commands[i].Script
-		if s == nil {
-			continue
-		}
-		for _, e := range s.Env {
-			if e.ValueFrom != nil {
-				names = append(names, e.ValueFrom.SecretKeyRef.Name)
-			}
-		}
-		for _, f := range s.EnvFrom {
-			names = append(names, f.SecretRef.Name)
-		}
+		names = append(names, spec.Commands[i].Effects().Secrets...)
 	}
 	names = slices.DeleteFunc(names, func(n string) bool { return !Allowed(n) })
 	slices.Sort(names)

@@ -268,17 +268,20 @@ func heldByFailed(in *input, g *plan.ResolvedGroup, nodes []string, tasks map[st
 	return held, others
 }
 
-// onlyRestores reports whether the group uncordons and otherwise only waits or checks: it leaves
-// a node at least as available as it found it.
+// onlyRestores reports whether the group restores (uncordons) and otherwise only waits or checks:
+// it leaves a node at least as available as it found it. Each kind says which it does in its Effects.
 func onlyRestores(g *v1alpha1.Group) bool {
-	uncordons := false
-	for _, c := range g.Commands {
-		uncordons = uncordons || c.Uncordon != nil
-		if c.Uncordon == nil && c.Wait == nil && c.WaitNodeReady == nil && c.Preflight == nil {
+	restores := false
+	for i := range g.Commands {
+		switch g.Commands[i].Effects().Disruption {
+		case v1alpha1.Restoring:
+			restores = true
+		case v1alpha1.NonDisruptive:
+		default:
 			return false
 		}
 	}
-	return uncordons
+	return restores
 }
 
 // withFinished adds to a group's tasks, as the cache shows them, the nodes the status records as
