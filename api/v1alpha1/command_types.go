@@ -365,7 +365,7 @@ func (c *DrainCommand) Effects() CommandEffects {
 }
 
 // WaitNodeReadyCommand waits until the node reports Ready and, with controlPlane, until the node's
-// control plane is healthy again (docs/design.md, safety rule 13).
+// control plane is healthy again (succeeded means served, rule 13).
 type WaitNodeReadyCommand struct {
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="waitNodeReady timeout must be from 1s to 24h"
@@ -918,7 +918,7 @@ type CommandKind interface {
 	// Description says in one line what the command does on the node, with its arguments.
 	Description() string
 	// DefaultTimeout bounds a command of this kind that sets no timeout of its own: every command
-	// has one (docs/design.md, safety rule 12).
+	// has one (every command has a timeout, rule 12).
 	DefaultTimeout() time.Duration
 	// Effects say what the command does that the manager, the agent and the CLI judge it by.
 	Effects() CommandEffects
@@ -935,8 +935,8 @@ type CommandEffects struct {
 	// PlainHTTP: the command downloads over plain http, which its insecureHTTP had to allow; the CLI's
 	// plan marks it.
 	PlainHTTP bool
-	// Drain is the drain the command has the manager do for it (agents may not evict: confinement,
-	// rule 10), nil for none.
+	// Drain is the drain the command has the manager do for it (agents may not evict: agents confined
+	// to their own node, rule 10), nil for none.
 	Drain *DrainCommand
 	// Secrets are the names of the Secrets (in nodeops-system) the command reads, which the manager has
 	// the node's kubelet mount through the task's secret holder pod (internal/secretholder).
@@ -1006,7 +1006,7 @@ func (c *Command) Effects() CommandEffects {
 	return CommandEffects{Disruption: Disruptive}
 }
 
-// Drains is the drain this command has the manager do for it (confinement, docs/design.md rule 10): a
+// Drains is the drain this command has the manager do for it (agents confined to their own node, rule 10): a
 // drain command's own, or the drain with its defaults that containerdRuntime's restart.drain makes;
 // nil for a command that drains nothing. Each kind says so in its Effects.
 func (c *Command) Drains() *DrainCommand { return c.Effects().Drain }

@@ -183,7 +183,7 @@ const (
 
 // ReasonNodeHeldByFailedTask is the Blocked reason of an operation that can make no progress on
 // its own: every node it still has to do waits for a node that another owner's failed task holds
-// (docs/design.md, safety rules 3 and 11), so only a person's retry, skip or abort changes anything.
+// (a failure blocks until a person decides and budgets are cluster-wide, rules 3 and 11), so only a person's retry, skip or abort changes anything.
 const ReasonNodeHeldByFailedTask = "NodeHeldByFailedTask"
 
 // NodeCounts counts a group's nodes by state.
@@ -220,7 +220,7 @@ type GroupStatus struct {
 	// +optional
 	Message string `json:"message,omitempty"`
 	// Finished names the nodes whose task in this group ended, so that a task deleted by hand is
-	// never created and run again (docs/design.md, safety rule 7). It goes once the group has
+	// never created and run again (nothing deleted automatically, rule 7). It goes once the group has
 	// succeeded: the group's phase then says it for every node.
 	// +optional
 	Finished *FinishedNodes `json:"finished,omitempty"`

@@ -94,7 +94,7 @@ type NodeProfileSpec struct {
 	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
 	// TTLSecondsAfterFinished deletes a superseded task (an install replaced after a spec change,
 	// an install or uninstall followed by the other) this long after it finished. A node's latest
-	// task is kept whatever it says, and nothing is deleted when unset (docs/design.md, safety rule 7).
+	// task is kept whatever it says, and nothing is deleted when unset (nothing deleted automatically, rule 7).
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`

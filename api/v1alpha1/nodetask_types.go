@@ -108,7 +108,7 @@ const (
 )
 
 // ConditionAgentLost is the manager's own mark on a task whose agent stopped renewing its hold
-// (docs/design.md, safety rule 9), as Kubernetes' node lifecycle controller marks the pods of a
+// (a lost agent fails its task in bounded time, rule 9), as Kubernetes' node lifecycle controller marks the pods of a
 // lost node. Only the manager writes status.conditions; the agent carries them over in every
 // status write. True with reason AgentLost (no heartbeat for --agent-lost-after), NodeDeleted
 // (the task's node is gone), or Skipped (a person skipped the task of a deleted node, which no
@@ -123,7 +123,7 @@ const (
 )
 
 // ConditionDrained is the manager's outcome of a drain that a command's agent asked for (its
-// status.commands[i].drain; docs/design.md, safety rules 6 and 10): the manager evicts, since no
+// status.commands[i].drain; drain honours PodDisruptionBudgets and agents confined to their own node, rules 6 and 10): the manager evicts, since no
 // agent may, and the agent ends the command with this outcome. True with reason Drained, False with
 // reason DrainFailed. Its message begins with the key of the run it answers (DrainKey), so a retried
 // or rerun command never takes an earlier run's outcome; then the outcome, and on the lines after it
@@ -177,7 +177,7 @@ type CertificateExpiry struct {
 }
 
 // NodeTaskStatus is written by the node's agent, except conditions, which the manager alone writes
-// (AgentLost, safety rule 9); a person's retry, skip or abort goes in the spec.
+// (AgentLost, a lost agent fails its task in bounded time, rule 9); a person's retry, skip or abort goes in the spec.
 type NodeTaskStatus struct {
 	// +optional
 	Phase TaskPhase `json:"phase,omitempty"`
@@ -211,7 +211,7 @@ type NodeTaskStatus struct {
 	// +optional
 	CompletionTime *metav1.MicroTime `json:"completionTime,omitempty"`
 	// Conditions are written by the manager alone (the agent keeps them in its writes):
-	// AgentLost (safety rule 9), Drained (safety rules 6 and 10).
+	// AgentLost (a lost agent fails its task in bounded time, rule 9), Drained (drain honours PodDisruptionBudgets and agents confined to their own node, rules 6 and 10).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -238,7 +238,7 @@ type NodeTask struct {
 }
 
 // EffectivePhase is the task's phase, Pending before anything was reported. A task the
-// manager marked AgentLost that its agent had not finished is Failed (safety rule 9), or
+// manager marked AgentLost that its agent had not finished is Failed (a lost agent fails its task in bounded time, rule 9), or
 // Succeeded once a person skipped it on a deleted node (reason Skipped).
 func (t *NodeTask) EffectivePhase() TaskPhase {
 	p := t.Status.Phase

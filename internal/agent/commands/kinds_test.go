@@ -136,7 +136,7 @@ func checkKinds(commandType reflect.Type, handlers map[string]commands.Handler, 
 				problems = append(problems, fmt.Sprintf("%s: Effects().Disruption is %q: say whether the kind is Disruptive, NonDisruptive or Restoring", where, d))
 			}
 		}
-		// docs/design.md, safety rule 12: every command has a timeout, its kind's when it sets none.
+		// every command has a timeout (rule 12), its kind's when it sets none.
 		if m, ok := typ.MethodByName("DefaultTimeout"); ok {
 			if d, ok := m.Func.Call([]reflect.Value{zero})[0].Interface().(time.Duration); !ok || d <= 0 {
 				problems = append(problems, where+": DefaultTimeout is not a positive time.Duration, so a command of this kind without a timeout could run forever")

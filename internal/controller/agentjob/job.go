@@ -48,7 +48,7 @@ const (
 )
 
 // TerminationGracePeriodSeconds of an agent's pod: above the agent's default --shutdown-grace-period
-// (10m), so that a running command may finish on SIGTERM (docs/design.md, safety rule 12).
+// (10m), so that a running command may finish on SIGTERM (every command has a timeout, rule 12).
 const TerminationGracePeriodSeconds int64 = 630
 
 // JobName is the agent Job's name for a node: nodeops-agent-<node>, hashed when it would pass 63

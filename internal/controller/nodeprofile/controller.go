@@ -234,7 +234,7 @@ func (r *Reconciler) decide(s *scope) {
 }
 
 // chooseStarts picks, with plan.Select, the decision's candidates that start now: a candidate
-// whose node another task holds counts against maxUnavailable (docs/design.md, safety rule 11)
+// whose node another task holds counts against maxUnavailable (budgets are cluster-wide, rule 11)
 // and waits, looked at again after retryAfter, or after lockLag when the holder is the
 // profile's own finished task (the lock table follows the informer a moment behind the cache).
 // Nothing starts before the lock table has synced.

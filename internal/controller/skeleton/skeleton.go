@@ -20,7 +20,7 @@ import (
 )
 
 // Locker is the manager's node lock table (internal/nodelock.Table), one for every controller
-// that creates NodeTasks (docs/design.md, safety rule 1).
+// that creates NodeTasks (one task per node, rule 1).
 type Locker interface {
 	// Snapshot is the table as plain data, for decide.
 	Snapshot() nodelock.View
