@@ -1,5 +1,8 @@
 // Command manager runs nodeops' controllers: NodeOperation, NodeTask recovery, NodeProfile and ClusterTarget,
 // sharing one node lock table.
+//
+// It turns flags into the controllers' options and registers them, nothing else; it may not link the
+// agent or its host layer (TestManagerDoesNotLinkTheAgent).
 package main
 
 import (

@@ -2,6 +2,9 @@
 // that a kind is listed in one place: its field on Command. It writes zz_generated.commandkinds.go in
 // the API package it is run in (go generate in api/v1alpha1, which make generate runs); controller-gen
 // then copies the rules into the CRDs, and make verify-generate fails when either is stale.
+//
+// It writes that one file only, and reads the API package's source without importing it, so a stale or
+// broken generated file never stops it.
 package main
 
 import (

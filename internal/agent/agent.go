@@ -3,6 +3,10 @@
 // for a second) and every result after it ends, resumes safely after a restart, honours
 // approvals, DryRun, pause and abort, and acts on a person's recoveryMode (docs/design.md,
 // a failure blocks until a person decides and intent recorded before action, rules 3 and 4). What it does is decided by package taskpolicy; this package does it.
+//
+// It may touch only its own node and its own node's tasks (agents confined to their own node, rule 10):
+// it never creates or deletes a NodeTask, never evicts a pod (the manager drains), never reads a Secret
+// through the API, and of a task's status it writes only what is its own, keeping the manager's conditions.
 package agent
 
 import (

@@ -2,6 +2,9 @@
 // pods (pure), Run evicts them through the Eviction API, honouring PodDisruptionBudgets. The manager
 // runs it for a task that asks (internal/controller/nodetask, drain.go), so no agent holds the right
 // to evict (agents confined to their own node, rule 10); it imports nothing of the agent.
+//
+// It evicts only, through the Eviction API: it never deletes a pod, and leaves mirror pods, secret
+// holder pods, and the asking agent's and the draining manager's own pods.
 package drain
 
 import (

@@ -3,6 +3,8 @@
 // same values from the same objects, so nothing is counted twice. The one exception is the
 // failure counter, counted from the NodeTask changes the manager observes (failures.go;
 // docs/architecture.md, "Metrics").
+//
+// It only reads (the cache, at scrape time): it writes nothing to the API server.
 package metrics
 
 import (

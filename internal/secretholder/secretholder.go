@@ -5,6 +5,9 @@
 // task's node and mounting each of them; the node's kubelet mounts them on its host, and the task's
 // agent reads the values there (internal/agent/commands, script.go). No agent and no manager may read
 // a Secret through the API (README "Security").
+//
+// It only builds and names objects: the nodetask controller creates the pod, and nothing here reads a
+// Secret.
 package secretholder
 
 import (

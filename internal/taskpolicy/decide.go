@@ -2,6 +2,9 @@
 // (Decide), how each step changes its status (Apply, ApplyResult, Recover), and whether it needs
 // an agent at all (NeedsAgent). The agent, the task's one status writer, carries it out; the
 // manager's controllers only read it (a failure blocks until a person decides and intent recorded before action, rules 3 and 4).
+//
+// It writes nothing itself: the agent writes the statuses it computes, and the manager's controllers
+// only read it.
 package taskpolicy
 
 import (

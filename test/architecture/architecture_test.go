@@ -110,6 +110,17 @@ func TestWalkNamesOnlyWhatExists(t *testing.T) {
 	}
 }
 
+// TestEveryPackageHasADoc wants a package doc comment (or a command's) on every package: it says what
+// the package owns and what it may not touch.
+func TestEveryPackageHasADoc(t *testing.T) {
+	_, pkgs := goList(t)
+	for _, p := range pkgs {
+		if p.Doc == "" {
+			t.Errorf("package %s has no doc comment saying what it owns and may not touch", p.rel)
+		}
+	}
+}
+
 // TestChecksFindStaleLines runs the parsers on a doc made wrong on purpose.
 func TestChecksFindStaleLines(t *testing.T) {
 	row, err := parseRow("| `internal/plan` | pure planning | api, skeleton (`Steps`), — |")
@@ -146,7 +157,7 @@ func TestChecksFindStaleLines(t *testing.T) {
 }
 
 type goPackage struct {
-	ImportPath, Name, Dir                       string
+	ImportPath, Name, Dir, Doc                  string
 	GoFiles, Imports, TestImports, XTestImports []string
 	rel                                         string
 }
@@ -186,7 +197,7 @@ func goList(t *testing.T) (mod string, pkgs []*goPackage) {
 		t.Fatalf("go list -m: %v", err)
 	}
 	mod = strings.TrimSpace(string(out))
-	cmd := exec.Command("go", "list", "-json=ImportPath,Name,Dir,GoFiles,Imports,TestImports,XTestImports", "./...")
+	cmd := exec.Command("go", "list", "-json=ImportPath,Name,Dir,Doc,GoFiles,Imports,TestImports,XTestImports", "./...")
 	cmd.Dir = filepath.Join("..", "..")
 	out, err = cmd.Output()
 	if err != nil {

@@ -2,4 +2,6 @@
 // agent's pod-bound ServiceAccount token acts only on its own node and its own tasks' status, and
 // only the manager creates NodeTasks. The tokens are real (TokenRequest), and so are the RBAC and
 // admission policies: the committed config/agent and config/admission files.
+//
+// It changes nothing outside its own envtest.
 package confinement

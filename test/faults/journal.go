@@ -3,6 +3,8 @@
 // deleted, a second manager runs and a fault proxy answers 503 (see faults_test.go, build tag faults,
 // `make test-faults`). This file is the pure part: the journal the nodes' scripts write and the checks
 // computed from it.
+//
+// It changes nothing outside the nodeops-local cluster it starts.
 package faults
 
 import (

@@ -1,6 +1,8 @@
 // Package agentjob runs the agent as a Job per node that has work for it (the manager's
 // --agent-mode=Job): the agent runs with --exit-when-idle, so the Job ends when the node's tasks no
 // longer need it, and a new one is created when they do again.
+//
+// It creates and deletes only the agent's Jobs; it never writes a NodeTask.
 package agentjob
 
 import (

@@ -1,6 +1,10 @@
 // Package nodeoperation is the NodeOperation controller: it expands an operation into groups, runs
 // the groups strictly in order by creating one NodeTask per node under maxUnavailable and the node
 // lock, and reports progress, failures and waits in the operation's status, conditions and events.
+//
+// It writes only its operations' status, their NodeTasks (created under the node lock; their spec's
+// mirrored controls; their finalizers) and the schedulability its own cordons left on Nodes: a task's
+// status is its agent's, and a NodeProfile's tasks are not its to touch.
 package nodeoperation
 
 import (

@@ -3,6 +3,9 @@
 // succeeded, uninstalls nodes that leave, keeps the profile's RuntimeClasses, and reports it all
 // in the profile's status. The decisions are pure functions (Decide, ComputeStatus, BuildTask,
 // PlanRuntimeClasses); this file reads the world and applies them.
+//
+// It writes only its profiles' status, their install and uninstall NodeTasks (created under the node
+// lock), its label and annotation on Nodes, and its RuntimeClasses: a task's status is its agent's.
 package nodeprofile
 
 import (

@@ -21,6 +21,10 @@
 // static pods) no agent can renew, and a manager that comes back with it, or takes over the
 // leader lease, must give every agent the full AgentLostAfter to write again (docs/design.md,
 // a lost agent fails its task in bounded time, rule 9).
+//
+// It writes only its own conditions in a task's status (AgentLost, Drained), clears
+// spec.recoveryMode and keeps secret holder pods; it creates no NodeTask, and evicts pods only for a
+// drain a task's agent asked for. Command results are the agent's.
 package nodetask
 
 import (

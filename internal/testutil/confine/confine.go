@@ -3,6 +3,8 @@
 // node's kubelet, internal/secretholder), shared by test/confinement (envtest, the policies alone)
 // and test/e2e (nodeops-local's agents with their pod-bound tokens), so both check the same refusals
 // with the same messages.
+//
+// It is for tests only: it lists refusals and changes nothing.
 package confine
 
 import (
