@@ -99,12 +99,12 @@ func Kinds(dir string) ([]string, error) {
 		}
 		name, _, _ := strings.Cut(reflect.StructTag(tag).Get("json"), ",")
 		if name == "" {
-			return nil, fmt.Errorf("Command.%s has no JSON name", f.Names[0].Name)
+			return nil, fmt.Errorf("field Command.%s has no JSON name", f.Names[0].Name)
 		}
 		kinds = append(kinds, name)
 	}
 	if len(kinds) == 0 {
-		return nil, errors.New("Command has no kind fields")
+		return nil, errors.New("type Command has no kind fields")
 	}
 	return kinds, nil
 }
