@@ -37,7 +37,8 @@ images: ## OCI layouts of the manager and agent (linux/amd64 and linux/arm64) in
 	@echo "images: cross-compiling the manager and agent for linux/amd64 and linux/arm64 (CGO off); on an empty Go cache about 4 minutes on 2 cores, seconds afterwards"
 	@start=$$SECONDS; cd hack/images && go run ./cmd/images --repo $(CURDIR) --out $(IMAGES_OUT) --registry $(IMAGE_REGISTRY) --version "$(VERSION)" --revision "$(REVISION)" && echo "images: done in $$((SECONDS - start))s"
 
-generate: tools ## Regenerate deepcopy and CRDs.
+generate: tools ## Regenerate the command kinds' CEL rules (hack/commandkinds), deepcopy and CRDs.
+	go generate ./api/...
 	$(BIN)/controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(BIN)/controller-gen crd paths=./api/... output:crd:artifacts:config=config/crd
 	$(BIN)/controller-gen rbac:roleName=nodeops-manager paths="./internal/controller/...;./internal/metrics/..." output:rbac:artifacts:config=config/rbac

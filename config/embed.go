@@ -1,4 +1,7 @@
 // Package config embeds nodeops' manifests so binaries (nodeops-local, tests) install exactly what is committed.
+//
+// It holds manifests and no logic; its generated files (crd/, rbac/role.yaml) come from make generate
+// and are never edited by hand.
 package config
 
 import "embed"

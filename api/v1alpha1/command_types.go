@@ -10,9 +10,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// The CEL rules that name every kind (exactly one set; names unique) are generated from Command's fields.
+//go:generate go run ../../hack/commandkinds
+
 // Command is one step a NodeTask runs on its node. Exactly one kind is set.
-// +kubebuilder:validation:XValidation:rule="[has(self.kubeadmUpgradeApply), has(self.kubeadmUpgradeNode), has(self.kubeadmUpgradePlan), has(self.kubeadmRenewCertificates), has(self.restartStaticPods), has(self.installBinaries), has(self.restartService), has(self.cordon), has(self.drain), has(self.uncordon), has(self.waitNodeReady), has(self.preflight), has(self.installFile), has(self.containerdRuntime), has(self.script), has(self.wait), has(self.pod)].filter(x, x).size() == 1",message="exactly one command kind must be set (kubeadmUpgradeApply, kubeadmUpgradeNode, kubeadmUpgradePlan, kubeadmRenewCertificates, restartStaticPods, installBinaries, restartService, cordon, drain, uncordon, waitNodeReady, preflight, installFile, containerdRuntime, script, wait, pod)"
 type Command struct {
+	// commandKindRule holds the rule that exactly one kind is set, generated from the fields below.
+	commandKindRule `json:",inline"`
+
 	// Name labels the command in status and logs; defaults to the command kind.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
@@ -80,6 +85,10 @@ func (c *KubeadmUpgradeApplyCommand) Description() string {
 // kubeadm waits up to 5 minutes for each control-plane static pod it replaces, etcd included.
 func (*KubeadmUpgradeApplyCommand) DefaultTimeout() time.Duration { return 30 * time.Minute }
 
+func (*KubeadmUpgradeApplyCommand) Effects() CommandEffects {
+	return CommandEffects{Disruption: Disruptive}
+}
+
 // KubeadmUpgradeNodeCommand runs `kubeadm upgrade node` on a control-plane or worker node.
 // +kubebuilder:validation:XValidation:rule="!has(self.ignorePreflightErrors) || !self.ignorePreflightErrors.exists(e, e.lowerAscii() == 'all') || (has(self.allowIgnoreAllPreflightErrors) && self.allowIgnoreAllPreflightErrors && self.ignorePreflightErrors.size() == 1)",message="ignorePreflightErrors may hold all only alone and with allowIgnoreAllPreflightErrors: true",fieldPath=".ignorePreflightErrors"
 type KubeadmUpgradeNodeCommand struct {
@@ -103,6 +112,10 @@ func (c *KubeadmUpgradeNodeCommand) Description() string {
 }
 
 func (*KubeadmUpgradeNodeCommand) DefaultTimeout() time.Duration { return 15 * time.Minute }
+
+func (*KubeadmUpgradeNodeCommand) Effects() CommandEffects {
+	return CommandEffects{Disruption: Disruptive}
+}
 
 // KubeadmUpgradePlanCommand runs `kubeadm upgrade plan VERSION` as a preflight check.
 // +kubebuilder:validation:XValidation:rule="!has(self.ignorePreflightErrors) || !self.ignorePreflightErrors.exists(e, e.lowerAscii() == 'all') || (has(self.allowIgnoreAllPreflightErrors) && self.allowIgnoreAllPreflightErrors && self.ignorePreflightErrors.size() == 1)",message="ignorePreflightErrors may hold all only alone and with allowIgnoreAllPreflightErrors: true",fieldPath=".ignorePreflightErrors"
@@ -131,6 +144,12 @@ func (c *KubeadmUpgradePlanCommand) Description() string {
 
 func (*KubeadmUpgradePlanCommand) DefaultTimeout() time.Duration { return 5 * time.Minute }
 
+// Effects: it changes nothing, but it has always counted as disruptive, so no group of it starts on a
+// node someone cordoned; calling it NonDisruptive would change which nodes a group starts on.
+func (*KubeadmUpgradePlanCommand) Effects() CommandEffects {
+	return CommandEffects{Disruption: Disruptive}
+}
+
 // KubeadmRenewCertificatesCommand runs `kubeadm certs renew` for the listed certificates (all when empty)
 // and reports each certificate's expiry afterwards.
 type KubeadmRenewCertificatesCommand struct {
@@ -151,6 +170,10 @@ func (c *KubeadmRenewCertificatesCommand) Description() string {
 }
 
 func (*KubeadmRenewCertificatesCommand) DefaultTimeout() time.Duration { return 5 * time.Minute }
+
+func (*KubeadmRenewCertificatesCommand) Effects() CommandEffects {
+	return CommandEffects{Disruption: Disruptive}
+}
 
 // RestartStaticPodsCommand restarts control-plane static pods by moving each manifest out of
 // /etc/kubernetes/manifests and back, then waiting for its mirror pod where a kubelet runs.
@@ -173,6 +196,10 @@ func (c *RestartStaticPodsCommand) Description() string {
 
 // Up to 7 minutes for each of four components (gone, then back).
 func (*RestartStaticPodsCommand) DefaultTimeout() time.Duration { return 30 * time.Minute }
+
+func (*RestartStaticPodsCommand) Effects() CommandEffects {
+	return CommandEffects{Disruption: Disruptive}
+}
 
 // BinarySource is where Kubernetes binaries come from: {baseURL}/{version}/bin/linux/{arch}/{name},
 // each with {name}.sha256 beside it unless its digest is pinned in sha256.
@@ -242,6 +269,10 @@ func (c *InstallBinariesCommand) Description() string {
 
 func (*InstallBinariesCommand) DefaultTimeout() time.Duration { return 15 * time.Minute }
 
+func (c *InstallBinariesCommand) Effects() CommandEffects {
+	return CommandEffects{Disruption: Disruptive, PlainHTTP: c.Source.InsecureHTTP && strings.HasPrefix(c.Source.BaseURL, "http://")}
+}
+
 // RestartServiceCommand restarts a service with the host's service manager.
 type RestartServiceCommand struct {
 	// +kubebuilder:validation:MinLength=1
@@ -261,6 +292,8 @@ func (c *RestartServiceCommand) Description() string {
 
 func (*RestartServiceCommand) DefaultTimeout() time.Duration { return 5 * time.Minute }
 
+func (*RestartServiceCommand) Effects() CommandEffects { return CommandEffects{Disruption: Disruptive} }
+
 // CordonCommand marks the node unschedulable, remembering whether it already was.
 type CordonCommand struct{}
 
@@ -274,6 +307,8 @@ func (*CordonCommand) Description() string {
 
 func (*CordonCommand) DefaultTimeout() time.Duration { return time.Minute }
 
+func (*CordonCommand) Effects() CommandEffects { return CommandEffects{Disruption: Disruptive} }
+
 // UncordonCommand restores the schedulability the node had before cordon.
 type UncordonCommand struct{}
 
@@ -286,6 +321,8 @@ func (*UncordonCommand) Description() string {
 }
 
 func (*UncordonCommand) DefaultTimeout() time.Duration { return time.Minute }
+
+func (*UncordonCommand) Effects() CommandEffects { return CommandEffects{Disruption: Restoring} }
 
 // DrainCommand evicts the node's pods through the Eviction API, honouring PodDisruptionBudgets.
 type DrainCommand struct {
@@ -315,9 +352,6 @@ func (*DrainCommand) KindName() string { return "drain" }
 
 func (*DrainCommand) IsIdempotent() bool { return true }
 
-// Drains is the drain itself, which the manager performs.
-func (c *DrainCommand) Drains() *DrainCommand { return c }
-
 func (c *DrainCommand) Description() string {
 	return "drain the node" + drainText(c)
 }
@@ -325,8 +359,13 @@ func (c *DrainCommand) Description() string {
 // DefaultTimeout leaves the drain its own timeout and a minute more, and at least 10 minutes.
 func (c *DrainCommand) DefaultTimeout() time.Duration { return atLeast(10*time.Minute, c.Timeout) }
 
+// Effects: the drain is the command itself, which the manager performs.
+func (c *DrainCommand) Effects() CommandEffects {
+	return CommandEffects{Disruption: Disruptive, Drain: c}
+}
+
 // WaitNodeReadyCommand waits until the node reports Ready and, with controlPlane, until the node's
-// control plane is healthy again (docs/design.md, safety rule 13).
+// control plane is healthy again (succeeded means served, rule 13).
 type WaitNodeReadyCommand struct {
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="waitNodeReady timeout must be from 1s to 24h"
@@ -365,6 +404,10 @@ func (c *WaitNodeReadyCommand) DefaultTimeout() time.Duration {
 	return atLeast(10*time.Minute, c.Timeout)
 }
 
+func (*WaitNodeReadyCommand) Effects() CommandEffects {
+	return CommandEffects{Disruption: NonDisruptive}
+}
+
 // PreflightCommand checks the node before work starts.
 type PreflightCommand struct {
 	// +optional
@@ -381,6 +424,8 @@ func (c *PreflightCommand) Description() string {
 }
 
 func (*PreflightCommand) DefaultTimeout() time.Duration { return 2 * time.Minute }
+
+func (*PreflightCommand) Effects() CommandEffects { return CommandEffects{Disruption: NonDisruptive} }
 
 // PreflightCheck is one check; exactly one field is set.
 // +kubebuilder:validation:XValidation:rule="[has(self.binary), has(self.minFreeDiskMiB), has(self.osFamily)].filter(x, x).size() == 1",message="exactly one of binary, minFreeDiskMiB or osFamily must be set"
@@ -503,6 +548,18 @@ func (c *InstallFileCommand) Description() string {
 
 func (*InstallFileCommand) DefaultTimeout() time.Duration { return 15 * time.Minute }
 
+// Effects: a removal downloads nothing; otherwise the one url or any platform's may be plain http.
+func (c *InstallFileCommand) Effects() CommandEffects {
+	insecure := false
+	if !c.Remove && c.InsecureHTTP {
+		insecure = strings.HasPrefix(c.URL, "http://")
+		for _, p := range c.Platforms {
+			insecure = insecure || strings.HasPrefix(p.URL, "http://")
+		}
+	}
+	return CommandEffects{Disruption: Disruptive, PlainHTTP: insecure}
+}
+
 // ContainerdRuntimeCommand adds or removes a runtime handler in containerd's config (version 2 or 3), then restarts
 // containerd. Where the config lives and which unit runs containerd come from the distro preset (docs/design.md,
 // "containerd presets").
@@ -588,12 +645,13 @@ func (*ContainerdRuntimeCommand) KindName() string { return "containerdRuntime" 
 
 func (*ContainerdRuntimeCommand) IsIdempotent() bool { return true }
 
-// Drains is the drain (with the drain command's defaults) before a restart with restart.drain.
-func (c *ContainerdRuntimeCommand) Drains() *DrainCommand {
-	if c.SkipRestart || c.Restart == nil || !c.Restart.Drain {
-		return nil
+// Effects: with restart.drain, the drain (with the drain command's defaults) before the restart.
+func (c *ContainerdRuntimeCommand) Effects() CommandEffects {
+	e := CommandEffects{Disruption: Disruptive}
+	if !c.SkipRestart && c.Restart != nil && c.Restart.Drain {
+		e.Drain = &DrainCommand{}
 	}
-	return &DrainCommand{}
+	return e
 }
 
 func (c *ContainerdRuntimeCommand) Description() string {
@@ -656,6 +714,20 @@ func (c *ScriptCommand) Description() string {
 }
 
 func (*ScriptCommand) DefaultTimeout() time.Duration { return time.Hour }
+
+// Effects: the Secrets its env and envFrom name (internal/secretholder keeps only those admission allows).
+func (c *ScriptCommand) Effects() CommandEffects {
+	e := CommandEffects{Disruption: Disruptive}
+	for _, v := range c.Env {
+		if v.ValueFrom != nil {
+			e.Secrets = append(e.Secrets, v.ValueFrom.SecretKeyRef.Name)
+		}
+	}
+	for _, f := range c.EnvFrom {
+		e.Secrets = append(e.Secrets, f.SecretRef.Name)
+	}
+	return e
+}
 
 // EnvVar is one environment variable for a script: a value, or one taken from a Secret.
 // +kubebuilder:validation:XValidation:rule="!has(self.valueFrom) || !has(self.value) || size(self.value) == 0",message="value and valueFrom are exclusive: set one",fieldPath=".valueFrom"
@@ -728,6 +800,8 @@ func (c *WaitCommand) Description() string {
 }
 
 func (c *WaitCommand) DefaultTimeout() time.Duration { return c.Duration.Duration + time.Minute }
+
+func (*WaitCommand) Effects() CommandEffects { return CommandEffects{Disruption: NonDisruptive} }
 
 // PodCommand runs one pod on the task's node (an installer image such as KWasm's kwasm-node-installer or
 // runtime-class-manager's node-installer), waits for it to end, and records its exit code and log tail.
@@ -831,6 +905,8 @@ func (c *PodCommand) PodTimeout() time.Duration {
 // DefaultTimeout leaves the pod its own timeout and a minute more to delete it and record the result.
 func (c *PodCommand) DefaultTimeout() time.Duration { return c.PodTimeout() + time.Minute }
 
+func (*PodCommand) Effects() CommandEffects { return CommandEffects{Disruption: Disruptive} }
+
 // CommandKind is what each command type declares about itself, so that a kind is defined once, on its
 // type: Command's Kind, Idempotent and Spec are derived from its fields, and the agent and CLI ask the kind.
 // +kubebuilder:object:generate=false
@@ -842,9 +918,42 @@ type CommandKind interface {
 	// Description says in one line what the command does on the node, with its arguments.
 	Description() string
 	// DefaultTimeout bounds a command of this kind that sets no timeout of its own: every command
-	// has one (docs/design.md, safety rule 12).
+	// has one (every command has a timeout, rule 12).
 	DefaultTimeout() time.Duration
+	// Effects say what the command does that the manager, the agent and the CLI judge it by.
+	Effects() CommandEffects
 }
+
+// CommandEffects answer, for one command, the questions asked of it away from its handler. Every kind
+// answers them on its type (Effects), and TestEveryCommandKindIsComplete fails for a kind that does not,
+// so a new kind cannot be added without saying whether it disrupts, downloads, drains or reads Secrets.
+// +kubebuilder:object:generate=false
+type CommandEffects struct {
+	// Disruption is what the command does to its node's availability: a group whose commands restore
+	// and otherwise only wait or check may start on a cordoned node (nodeoperation's onlyRestores).
+	Disruption Disruption
+	// PlainHTTP: the command downloads over plain http, which its insecureHTTP had to allow; the CLI's
+	// plan marks it.
+	PlainHTTP bool
+	// Drain is the drain the command has the manager do for it (agents may not evict: agents confined
+	// to their own node, rule 10), nil for none.
+	Drain *DrainCommand
+	// Secrets are the names of the Secrets (in nodeops-system) the command reads, which the manager has
+	// the node's kubelet mount through the task's secret holder pod (internal/secretholder).
+	Secrets []string
+}
+
+// Disruption is what a command does to its node's availability.
+type Disruption string
+
+const (
+	// Disruptive: the command may leave its node less available (cordoned, drained, restarted, changed).
+	Disruptive Disruption = "Disruptive"
+	// NonDisruptive: the command only waits or checks; its node is as available after as before.
+	NonDisruptive Disruption = "NonDisruptive"
+	// Restoring: the command makes its node available again (uncordon restores what cordon found).
+	Restoring Disruption = "Restoring"
+)
 
 // Spec is the command kind that is set, nil when none is. It walks Command's pointer fields, so a
 // new kind needs no case here.
@@ -889,15 +998,18 @@ func (c *Command) EffectiveTimeout() time.Duration {
 	return time.Minute
 }
 
-// Drains is the drain this command has the manager do for it (docs/design.md, safety rule 10): a
-// drain command's own, or the drain with its defaults that containerdRuntime's restart.drain makes;
-// nil for a command that drains nothing. A kind that drains says so with a Drains method.
-func (c *Command) Drains() *DrainCommand {
-	if k, ok := c.Spec().(interface{ Drains() *DrainCommand }); ok {
-		return k.Drains()
+// Effects are the effects of the kind that is set; a command with none set counts as Disruptive.
+func (c *Command) Effects() CommandEffects {
+	if k := c.Spec(); k != nil {
+		return k.Effects()
 	}
-	return nil
+	return CommandEffects{Disruption: Disruptive}
 }
+
+// Drains is the drain this command has the manager do for it (agents confined to their own node, rule 10): a
+// drain command's own, or the drain with its defaults that containerdRuntime's restart.drain makes;
+// nil for a command that drains nothing. Each kind says so in its Effects.
+func (c *Command) Drains() *DrainCommand { return c.Effects().Drain }
 
 // Idempotent reports whether the command is safe to run again after an interruption.
 // Every built-in command converges on its desired state; a script says so itself.

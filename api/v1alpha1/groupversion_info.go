@@ -1,6 +1,9 @@
 // Package v1alpha1 holds the nodeops.io/v1alpha1 API: NodeOperation, NodeTask, NodeProfile and ClusterTarget.
 // +kubebuilder:object:generate=true
 // +groupName=nodeops.io
+//
+// It may import no nodeops package and not controller-runtime, so that any client imports the API alone;
+// its zz_generated files are written by make generate, never by hand.
 package v1alpha1
 
 import (

@@ -102,8 +102,7 @@ type Group struct {
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=32
 	// Names are what status and the CLI show beside each index; nameless commands of one kind may repeat.
-	// +kubebuilder:validation:XValidation:rule="self.all(c, !has(c.name) || self.filter(d, (has(d.name) ? d.name : has(d.kubeadmUpgradeApply) ? 'kubeadmUpgradeApply' : has(d.kubeadmUpgradeNode) ? 'kubeadmUpgradeNode' : has(d.kubeadmUpgradePlan) ? 'kubeadmUpgradePlan' : has(d.kubeadmRenewCertificates) ? 'kubeadmRenewCertificates' : has(d.restartStaticPods) ? 'restartStaticPods' : has(d.installBinaries) ? 'installBinaries' : has(d.restartService) ? 'restartService' : has(d.cordon) ? 'cordon' : has(d.drain) ? 'drain' : has(d.uncordon) ? 'uncordon' : has(d.waitNodeReady) ? 'waitNodeReady' : has(d.preflight) ? 'preflight' : has(d.installFile) ? 'installFile' : has(d.containerdRuntime) ? 'containerdRuntime' : has(d.script) ? 'script' : has(d.wait) ? 'wait' : has(d.pod) ? 'pod' : '') == c.name).size() == 1)",message="command names must be unique, and differ from the kind of each command without a name (which status shows by its kind)"
-	Commands []Command `json:"commands"`
+	Commands CommandList `json:"commands"`
 }
 
 // NodeOperationSpec is one run of a workflow across nodes.
@@ -184,7 +183,7 @@ const (
 
 // ReasonNodeHeldByFailedTask is the Blocked reason of an operation that can make no progress on
 // its own: every node it still has to do waits for a node that another owner's failed task holds
-// (docs/design.md, safety rules 3 and 11), so only a person's retry, skip or abort changes anything.
+// (a failure blocks until a person decides and budgets are cluster-wide, rules 3 and 11), so only a person's retry, skip or abort changes anything.
 const ReasonNodeHeldByFailedTask = "NodeHeldByFailedTask"
 
 // NodeCounts counts a group's nodes by state.
@@ -221,7 +220,7 @@ type GroupStatus struct {
 	// +optional
 	Message string `json:"message,omitempty"`
 	// Finished names the nodes whose task in this group ended, so that a task deleted by hand is
-	// never created and run again (docs/design.md, safety rule 7). It goes once the group has
+	// never created and run again (nothing deleted automatically, rule 7). It goes once the group has
 	// succeeded: the group's phase then says it for every node.
 	// +optional
 	Finished *FinishedNodes `json:"finished,omitempty"`

@@ -63,14 +63,12 @@ type NodeProfileSpec struct {
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=32
 	// Names are what status and the CLI show beside each index; nameless commands of one kind may repeat.
-	// +kubebuilder:validation:XValidation:rule="self.all(c, !has(c.name) || self.filter(d, (has(d.name) ? d.name : has(d.kubeadmUpgradeApply) ? 'kubeadmUpgradeApply' : has(d.kubeadmUpgradeNode) ? 'kubeadmUpgradeNode' : has(d.kubeadmUpgradePlan) ? 'kubeadmUpgradePlan' : has(d.kubeadmRenewCertificates) ? 'kubeadmRenewCertificates' : has(d.restartStaticPods) ? 'restartStaticPods' : has(d.installBinaries) ? 'installBinaries' : has(d.restartService) ? 'restartService' : has(d.cordon) ? 'cordon' : has(d.drain) ? 'drain' : has(d.uncordon) ? 'uncordon' : has(d.waitNodeReady) ? 'waitNodeReady' : has(d.preflight) ? 'preflight' : has(d.installFile) ? 'installFile' : has(d.containerdRuntime) ? 'containerdRuntime' : has(d.script) ? 'script' : has(d.wait) ? 'wait' : has(d.pod) ? 'pod' : '') == c.name).size() == 1)",message="command names must be unique, and differ from the kind of each command without a name (which status shows by its kind)"
-	Install []Command `json:"install"`
+	Install CommandList `json:"install"`
 	// Uninstall runs when a node leaves the profile.
 	// +optional
 	// +kubebuilder:validation:MaxItems=32
 	// Names are what status and the CLI show beside each index; nameless commands of one kind may repeat.
-	// +kubebuilder:validation:XValidation:rule="self.all(c, !has(c.name) || self.filter(d, (has(d.name) ? d.name : has(d.kubeadmUpgradeApply) ? 'kubeadmUpgradeApply' : has(d.kubeadmUpgradeNode) ? 'kubeadmUpgradeNode' : has(d.kubeadmUpgradePlan) ? 'kubeadmUpgradePlan' : has(d.kubeadmRenewCertificates) ? 'kubeadmRenewCertificates' : has(d.restartStaticPods) ? 'restartStaticPods' : has(d.installBinaries) ? 'installBinaries' : has(d.restartService) ? 'restartService' : has(d.cordon) ? 'cordon' : has(d.drain) ? 'drain' : has(d.uncordon) ? 'uncordon' : has(d.waitNodeReady) ? 'waitNodeReady' : has(d.preflight) ? 'preflight' : has(d.installFile) ? 'installFile' : has(d.containerdRuntime) ? 'containerdRuntime' : has(d.script) ? 'script' : has(d.wait) ? 'wait' : has(d.pod) ? 'pod' : '') == c.name).size() == 1)",message="command names must be unique, and differ from the kind of each command without a name (which status shows by its kind)"
-	Uninstall []Command `json:"uninstall,omitempty"`
+	Uninstall CommandList `json:"uninstall,omitempty"`
 	// ProvisionedLabels are labels set on a node once it is provisioned, beside
 	// nodeops.io/profile.<name>=provisioned, and removed when it leaves the profile; the value
 	// $(NODE_NAME) is the node's name. KWasm's and runtime-class-manager's workloads select
@@ -96,7 +94,7 @@ type NodeProfileSpec struct {
 	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
 	// TTLSecondsAfterFinished deletes a superseded task (an install replaced after a spec change,
 	// an install or uninstall followed by the other) this long after it finished. A node's latest
-	// task is kept whatever it says, and nothing is deleted when unset (docs/design.md, safety rule 7).
+	// task is kept whatever it says, and nothing is deleted when unset (nothing deleted automatically, rule 7).
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`

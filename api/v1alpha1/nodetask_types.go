@@ -44,8 +44,7 @@ type NodeTaskSpec struct {
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=32
 	// Names are what status and the CLI show beside each index; nameless commands of one kind may repeat.
-	// +kubebuilder:validation:XValidation:rule="self.all(c, !has(c.name) || self.filter(d, (has(d.name) ? d.name : has(d.kubeadmUpgradeApply) ? 'kubeadmUpgradeApply' : has(d.kubeadmUpgradeNode) ? 'kubeadmUpgradeNode' : has(d.kubeadmUpgradePlan) ? 'kubeadmUpgradePlan' : has(d.kubeadmRenewCertificates) ? 'kubeadmRenewCertificates' : has(d.restartStaticPods) ? 'restartStaticPods' : has(d.installBinaries) ? 'installBinaries' : has(d.restartService) ? 'restartService' : has(d.cordon) ? 'cordon' : has(d.drain) ? 'drain' : has(d.uncordon) ? 'uncordon' : has(d.waitNodeReady) ? 'waitNodeReady' : has(d.preflight) ? 'preflight' : has(d.installFile) ? 'installFile' : has(d.containerdRuntime) ? 'containerdRuntime' : has(d.script) ? 'script' : has(d.wait) ? 'wait' : has(d.pod) ? 'pod' : '') == c.name).size() == 1)",message="command names must be unique, and differ from the kind of each command without a name (which status shows by its kind)"
-	Commands []Command `json:"commands"`
+	Commands CommandList `json:"commands"`
 	// +optional
 	// +kubebuilder:default=Auto
 	ExecutionMode ExecutionMode `json:"executionMode,omitempty"`
@@ -109,7 +108,7 @@ const (
 )
 
 // ConditionAgentLost is the manager's own mark on a task whose agent stopped renewing its hold
-// (docs/design.md, safety rule 9), as Kubernetes' node lifecycle controller marks the pods of a
+// (a lost agent fails its task in bounded time, rule 9), as Kubernetes' node lifecycle controller marks the pods of a
 // lost node. Only the manager writes status.conditions; the agent carries them over in every
 // status write. True with reason AgentLost (no heartbeat for --agent-lost-after), NodeDeleted
 // (the task's node is gone), or Skipped (a person skipped the task of a deleted node, which no
@@ -124,7 +123,7 @@ const (
 )
 
 // ConditionDrained is the manager's outcome of a drain that a command's agent asked for (its
-// status.commands[i].drain; docs/design.md, safety rules 6 and 10): the manager evicts, since no
+// status.commands[i].drain; drain honours PodDisruptionBudgets and agents confined to their own node, rules 6 and 10): the manager evicts, since no
 // agent may, and the agent ends the command with this outcome. True with reason Drained, False with
 // reason DrainFailed. Its message begins with the key of the run it answers (DrainKey), so a retried
 // or rerun command never takes an earlier run's outcome; then the outcome, and on the lines after it
@@ -178,7 +177,7 @@ type CertificateExpiry struct {
 }
 
 // NodeTaskStatus is written by the node's agent, except conditions, which the manager alone writes
-// (AgentLost, safety rule 9); a person's retry, skip or abort goes in the spec.
+// (AgentLost, a lost agent fails its task in bounded time, rule 9); a person's retry, skip or abort goes in the spec.
 type NodeTaskStatus struct {
 	// +optional
 	Phase TaskPhase `json:"phase,omitempty"`
@@ -212,7 +211,7 @@ type NodeTaskStatus struct {
 	// +optional
 	CompletionTime *metav1.MicroTime `json:"completionTime,omitempty"`
 	// Conditions are written by the manager alone (the agent keeps them in its writes):
-	// AgentLost (safety rule 9), Drained (safety rules 6 and 10).
+	// AgentLost (a lost agent fails its task in bounded time, rule 9), Drained (drain honours PodDisruptionBudgets and agents confined to their own node, rules 6 and 10).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -239,7 +238,7 @@ type NodeTask struct {
 }
 
 // EffectivePhase is the task's phase, Pending before anything was reported. A task the
-// manager marked AgentLost that its agent had not finished is Failed (safety rule 9), or
+// manager marked AgentLost that its agent had not finished is Failed (a lost agent fails its task in bounded time, rule 9), or
 // Succeeded once a person skipped it on a deleted node (reason Skipped).
 func (t *NodeTask) EffectivePhase() TaskPhase {
 	p := t.Status.Phase

@@ -6,7 +6,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Safety rule 9: a task the manager marked AgentLost counts as Failed unless its agent had
+// A lost agent fails its task in bounded time (rule 9): a task the manager marked AgentLost counts as Failed unless its agent had
 // finished it; a person's skip on a deleted node (reason Skipped) counts as Succeeded.
 func TestSafetyRule9_EffectivePhaseOfALostTask(t *testing.T) {
 	lost := func(reason string, status metav1.ConditionStatus) []metav1.Condition {

@@ -1,5 +1,8 @@
 // Command agent executes NodeTasks on a node: `agent --node-name N --host-root DIR`, or, for simulated
 // nodes, `agent --noop-host --node-prefix sim-`, one process serving every node with that prefix.
+//
+// It turns flags into agent.Options and calls agent.Run, nothing else: what the agent does lives in
+// internal/agent.
 package main
 
 import (

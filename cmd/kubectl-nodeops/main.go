@@ -1,4 +1,6 @@
 // Command kubectl-nodeops is the nodeops kubectl plugin: `kubectl nodeops ...`.
+//
+// It only calls internal/cli, where the commands live.
 package main
 
 import (

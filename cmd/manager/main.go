@@ -1,5 +1,8 @@
 // Command manager runs nodeops' controllers: NodeOperation, NodeTask recovery, NodeProfile and ClusterTarget,
 // sharing one node lock table.
+//
+// It turns flags into the controllers' options and registers them, nothing else; it may not link the
+// agent or its host layer (TestManagerDoesNotLinkTheAgent).
 package main
 
 import (
@@ -199,7 +202,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 	if err := locks.Start(ctx, mgr.GetCache()); err != nil {
 		return err
 	}
-	// Budgets shared across operations and profiles hold across managers too (docs/design.md, rule 11).
+	// Budgets shared across operations and profiles hold across managers too (budgets are cluster-wide, rule 11).
 	locks.UseLedger(nodelock.NewLedger(mgr, o.leaderElectionNS))
 	if err := nodeoperation.SetupWithManager(mgr, locks); err != nil {
 		return fmt.Errorf("set up the NodeOperation controller: %w", err)

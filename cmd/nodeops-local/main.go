@@ -4,6 +4,8 @@
 //
 //	nodeops-local up --dir DIR [--control-planes N] [--workers M] [--sim-nodes K] [--no-manager] [--managers N] [--no-agents] [--agent-credentials pod-bound|admin] [--agent-mode DaemonSet|Job]
 //	nodeops-local down --dir DIR
+//
+// It turns flags into localcluster options, nothing else.
 package main
 
 import (

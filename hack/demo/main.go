@@ -8,6 +8,9 @@
 //	hack/demo.sh [--keep] [--dir DIR] [--bin DIR]
 //
 // It runs from the repository's root (hack/demo.sh sees to that) and needs root, as nodeops-local does.
+//
+// It drives nodeops as a user would, through kubectl nodeops and kubectl, and changes none of nodeops'
+// defaults for the show.
 package main
 
 import (

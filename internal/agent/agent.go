@@ -2,7 +2,11 @@
 // records each non-idempotent command Running before it starts (an idempotent one once it has run
 // for a second) and every result after it ends, resumes safely after a restart, honours
 // approvals, DryRun, pause and abort, and acts on a person's recoveryMode (docs/design.md,
-// safety rules 3 and 4). What it does is decided by package taskpolicy; this package does it.
+// a failure blocks until a person decides and intent recorded before action, rules 3 and 4). What it does is decided by package taskpolicy; this package does it.
+//
+// It may touch only its own node and its own node's tasks (agents confined to their own node, rule 10):
+// it never creates or deletes a NodeTask, never evicts a pod (the manager drains), never reads a Secret
+// through the API, and of a task's status it writes only what is its own, keeping the manager's conditions.
 package agent
 
 import (
@@ -64,7 +68,7 @@ type Reconciler struct {
 	// DefaultTimeout is the timeout of a command that sets none; nil for its kind's DefaultTimeout.
 	DefaultTimeout func(v1alpha1.CommandKind) time.Duration
 	// Stopping is closed when the agent is told to stop: no command starts after it, while running
-	// ones go on in the reconcile's context (docs/design.md, safety rule 12). Nil: never.
+	// ones go on in the reconcile's context (every command has a timeout, rule 12). Nil: never.
 	Stopping <-chan struct{}
 	// Identity names this agent on the node Leases it writes (see Options.Identity).
 	Identity string
@@ -206,13 +210,13 @@ func (r *Reconciler) execute(ctx context.Context, task *v1alpha1.NodeTask) (wait
 		}
 		if act.Kind == taskpolicy.ActStart && r.stopping() {
 			// A stopping agent starts nothing more; it writes the result it holds and leaves the
-			// next command Pending for the agent that follows (docs/design.md, safety rule 12).
+			// next command Pending for the agent that follows (every command has a timeout, rule 12).
 			if !dirty {
 				return 0, nil
 			}
 			act = taskpolicy.Action{Kind: taskpolicy.ActNone}
 		}
-		// Nothing runs, or is taken for stopped, unless the node's Lease allows it (safety rule 8).
+		// Nothing runs, or is taken for stopped, unless the node's Lease allows it (exclusion that cannot be bypassed, rule 8).
 		busy := ""
 		if need := leaseNeeded(act, status); need != leaseNone {
 			ans, lerr := r.lease(ctx, task, need)
@@ -250,7 +254,7 @@ func (r *Reconciler) execute(ctx context.Context, task *v1alpha1.NodeTask) (wait
 			next.Message = busy
 		}
 		if act.Kind == taskpolicy.ActStart && task.Spec.Commands[act.Index].Drain != nil && !r.Noop {
-			// A drain is the manager's (safety rule 10): the Running record asks for it.
+			// A drain is the manager's (agents confined to their own node, rule 10): the Running record asks for it.
 			next.Commands[act.Index].Drain = r.drainRequest()
 		}
 		// A command that drains is recorded Running first: the manager drains only for a recorded run.
@@ -390,7 +394,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, task *v1alpha1.NodeTask, s
 	return nil
 }
 
-// keepManagerConditions carries the manager's status.conditions (AgentLost, safety rule 9) from
+// keepManagerConditions carries the manager's status.conditions (AgentLost, a lost agent fails its task in bounded time, rule 9) from
 // the freshest read of the task into a status the agent is about to write from its own copy: the
 // agent writes only its command results, never the manager's mark.
 func keepManagerConditions(st *v1alpha1.NodeTaskStatus, read *v1alpha1.NodeTask) {
@@ -453,7 +457,7 @@ func (r *Reconciler) run(ctx context.Context, task *v1alpha1.NodeTask, a taskpol
 	return o
 }
 
-// timeout bounds a command: its own timeout, or its kind's default (docs/design.md, safety rule 12).
+// timeout bounds a command: its own timeout, or its kind's default (every command has a timeout, rule 12).
 func (r *Reconciler) timeout(cmd *v1alpha1.Command) time.Duration {
 	if r.DefaultTimeout != nil && (cmd.Timeout == nil || cmd.Timeout.Duration <= 0) {
 		if k := cmd.Spec(); k != nil {

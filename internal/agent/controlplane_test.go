@@ -89,7 +89,7 @@ func finished(tk *v1alpha1.NodeTask) bool {
 	return tk.Status.Phase == v1alpha1.TaskFailed || !tk.EffectivePhase().Unfinished()
 }
 
-// A control plane is done only when it is healthy again (docs/design.md, safety rule 13): the
+// A control plane is done only when it is healthy again (succeeded means served, rule 13): the
 // agent's waitNodeReady with controlPlane fails, naming the component, while a kube-* mirror pod
 // runs the old image or is not Ready, and completes once they run the new version and are Ready.
 // On a waitNodeReady that only looks at the node, the first two tasks would succeed at once.
@@ -190,7 +190,7 @@ func (f *apiServerFaults) hits() (readyzHits, readHits int) {
 	return f.readyzHits, f.readHits
 }
 
-// Safety rule 13's API server half: with the node Ready and every mirror pod Ready at the target
+// The API server half of succeeded means served (rule 13): with the node Ready and every mirror pod Ready at the target
 // version, waitNodeReady {controlPlane} still waits while the API server (reached through a fault
 // proxy) answers /readyz 503, and then while it refuses the agent's read of its node; it fails at its
 // timeout naming the check, and succeeds once both clear. Without the /readyz check, or without the

@@ -19,7 +19,7 @@ import (
 )
 
 // managerDrain has the manager drain the node for one run of a command and waits for its answer,
-// the condition Drained (docs/design.md, safety rules 6 and 10): the agent holds no right to evict
+// the condition Drained (drain honours PodDisruptionBudgets and agents confined to their own node, rules 6 and 10): the agent holds no right to evict
 // or to list pods, so a compromised agent cannot evict anything.
 type managerDrain struct {
 	r       *Reconciler

@@ -80,7 +80,7 @@ func drained(t *testing.T, task *v1alpha1.NodeTask) *metav1.Condition {
 	return c
 }
 
-// docs/design.md, safety rule 10: the manager drains for the agent (which may not evict). The drain
+// agents confined to their own node (rule 10): the manager drains for the agent (which may not evict). The drain
 // command and containerdRuntime's restart.drain ask for it on their run; the manager evicts the
 // node's pods and records its outcome in the condition Drained, and the agent ends the command
 // with that outcome, its output naming each pod evicted or left.

@@ -60,7 +60,7 @@ func run(m *testing.M) int {
 	}
 	defer func() { _ = env.Stop() }()
 	cfg, cl = env.Config, env.Client
-	// The node Leases' namespace (safety rule 8).
+	// The node Leases' namespace (exclusion that cannot be bypassed, rule 8).
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agent.DefaultLeaseNamespace}}
 	if err := cl.Create(context.Background(), ns); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -76,7 +76,7 @@ func run(m *testing.M) int {
 }
 
 // startDrainController runs the manager's drain and secret holder controllers for every test: the
-// agent asks the one to drain (docs/design.md, safety rule 10) and reads its scripts' Secrets through
+// agent asks the one to drain (agents confined to their own node, rule 10) and reads its scripts' Secrets through
 // the other's pods, as with the manager beside it in a cluster.
 func startDrainController(cfg *rest.Config) (stop func(), err error) {
 	scheme, err := testutil.NewScheme()
@@ -549,7 +549,7 @@ func TestNoopHostServesManyNodes(t *testing.T) {
 
 // startNodeTaskController runs the manager's NodeTask controller, which clears a recoveryMode
 // once the agent acted on it, so that a second retry can be asked for as the CLI asks. It marks a
-// task whose node is missing NodeDeleted (safety rule 9), so the tasks' nodes are created first.
+// task whose node is missing NodeDeleted (a lost agent fails its task in bounded time, rule 9), so the tasks' nodes are created first.
 func startNodeTaskController(t *testing.T, nodes ...string) {
 	t.Helper()
 	for _, n := range nodes {
@@ -742,7 +742,7 @@ func TestRetryCostsNoExtraStatusWrite(t *testing.T) {
 	}
 }
 
-// Safety rule 9: the manager's AgentLost condition survives the agent's writes, which are made
+// A lost agent fails its task in bounded time (rule 9): the manager's AgentLost condition survives the agent's writes, which are made
 // from its own copy of the status (here the result of a command running when the mark was set).
 func TestSafetyRule9_AgentKeepsTheManagersCondition(t *testing.T) {
 	root := hosttest.NewRoot(t, nil)

@@ -62,7 +62,7 @@ func TestAgentWorksWithItsDeploymentRBAC(t *testing.T) {
 	zero := int64(0)
 	create(t, newTask("rbac-1", "rbac-1", v1alpha1.ExecutionAuto,
 		v1alpha1.Command{Cordon: &v1alpha1.CordonCommand{}},
-		// The victim has no controller: force, as the drain refuses it otherwise (safety rule 6).
+		// The victim has no controller: force, as the drain refuses it otherwise (drain honours PodDisruptionBudgets, rule 6).
 		v1alpha1.Command{Drain: &v1alpha1.DrainCommand{GracePeriodSeconds: &zero, Force: true}},
 		v1alpha1.Command{Uncordon: &v1alpha1.UncordonCommand{}},
 		// Creates its pod in nodeops-system, reads it and its log, deletes it (the Role nodeops-agent-pods).
@@ -99,7 +99,7 @@ func TestAgentWorksWithItsDeploymentRBAC(t *testing.T) {
 
 // TestSafetyRule12_AgentPodsOutliveTheGracePeriod: the kubelet kills an agent's pod
 // terminationGracePeriodSeconds after SIGTERM, so every way the agent is deployed must give it more
-// than its default --shutdown-grace-period (docs/design.md, safety rule 12).
+// than its default --shutdown-grace-period (every command has a timeout, rule 12).
 func TestSafetyRule12_AgentPodsOutliveTheGracePeriod(t *testing.T) {
 	grace := int64(agent.DefaultShutdownGracePeriod / time.Second)
 	check := func(where string, got int64) {

@@ -135,7 +135,7 @@ func TestPodCommandTimesOut(t *testing.T) {
 	podGone(t, podKey(node, 0))
 }
 
-// TestPodCommandRestartedAgentFindsItsPod (docs/design.md, safety rule 4): a pod command is not
+// TestPodCommandRestartedAgentFindsItsPod (intent recorded before action, rule 4): a pod command is not
 // idempotent, so an agent stopped while its pod runs leaves the pod, and the agent that follows fails
 // the command Interrupted instead of running it again; a person's retry waits for that same pod
 // instead of starting a second one.

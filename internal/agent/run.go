@@ -59,7 +59,7 @@ type Options struct {
 	Poll         time.Duration
 	HTTP         *http.Client
 	// ShutdownGracePeriod is how long a running command may go on once the agent is told to stop
-	// (docs/design.md, safety rule 12); zero stops it at once.
+	// (every command has a timeout, rule 12); zero stops it at once.
 	ShutdownGracePeriod time.Duration
 	// PodName and PodNamespace name the agent's own pod (the downward API's POD_NAME and
 	// POD_NAMESPACE), which drain never evicts; empty outside a pod.
@@ -131,7 +131,7 @@ func (o Options) validate() error {
 
 // Run runs the agent until ctx ends (or, with ExitWhenIdle, until it has nothing left to do). When
 // ctx ends no command starts any more; a running one may finish within o.ShutdownGracePeriod and
-// have its result recorded, after which its context is cancelled (docs/design.md, safety rule 12).
+// have its result recorded, after which its context is cancelled (every command has a timeout, rule 12).
 func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err := o.validate(); err != nil {
 		return err

@@ -33,7 +33,7 @@ func stopWithin(t *testing.T, stop func(), d time.Duration) {
 	}
 }
 
-// docs/design.md, safety rule 12: a stopping agent (SIGTERM, a DaemonSet rollout) lets the running
+// every command has a timeout (rule 12): a stopping agent (SIGTERM, a DaemonSet rollout) lets the running
 // command finish within its grace period, records its result, and starts nothing more.
 func TestSafetyRule12_StopLetsTheRunningCommandFinish(t *testing.T) {
 	root := hosttest.NewRoot(t, nil)
@@ -70,7 +70,7 @@ func TestSafetyRule12_StopLetsTheRunningCommandFinish(t *testing.T) {
 	}
 }
 
-// docs/design.md, safety rules 12 and 4: when the grace period runs out the command is stopped as
+// every command has a timeout and intent recorded before action (rules 12 and 4): when the grace period runs out the command is stopped as
 // before, left Running, and a restarted agent treats it as interrupted.
 func TestSafetyRule12_StopAfterTheGracePeriodInterrupts(t *testing.T) {
 	root := hosttest.NewRoot(t, nil)
@@ -92,7 +92,7 @@ func TestSafetyRule12_StopAfterTheGracePeriodInterrupts(t *testing.T) {
 	}
 }
 
-// docs/design.md, safety rule 12: a command that sets no timeout still has one, its kind's default;
+// every command has a timeout (rule 12): a command that sets no timeout still has one, its kind's default;
 // here a download from a server that never answers, with the default made short.
 func TestSafetyRule12_CommandWithoutTimeoutFailsAtItsKindsDefault(t *testing.T) {
 	release := make(chan struct{})
@@ -126,7 +126,7 @@ func TestSafetyRule12_CommandWithoutTimeoutFailsAtItsKindsDefault(t *testing.T) 
 	}
 }
 
-// docs/design.md, safety rule 6: drain is as careful as kubectl drain. It never evicts the agent's
+// drain honours PodDisruptionBudgets (rule 6): drain is as careful as kubectl drain. It never evicts the agent's
 // own pod (in Job mode a Job's pod, which nothing else spares: the drain would end the agent running
 // it), and refuses, naming each, pods no controller owns unless force and pods with emptyDir data
 // unless deleteEmptyDirData.

@@ -267,7 +267,7 @@ func timeText(t *metav1.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
-// taskReason is why the task is where it is: the manager's AgentLost condition (safety rule 9:
+// taskReason is why the task is where it is: the manager's AgentLost condition (a lost agent fails its task in bounded time, rule 9:
 // AgentLost, NodeDeleted, or Skipped on a deleted node) when set, else the agent's reason.
 func taskReason(t *nodeopsv1.NodeTask) (reason, message string) {
 	if c := t.Lost(); c != nil && t.Status.Phase != nodeopsv1.TaskSucceeded && t.Status.Phase != nodeopsv1.TaskAborted {
@@ -288,7 +288,7 @@ func taskPhaseText(t *nodeopsv1.NodeTask) string {
 	case t.Spec.Paused && !taskFinished(t):
 		p += " (paused)"
 	case t.Status.Message != "" && !taskFinished(t) && t.EffectivePhase() != nodeopsv1.TaskFailed:
-		// The agent's word on a task it cannot start yet: "node busy: held by task X" (safety rule 8).
+		// The agent's word on a task it cannot start yet: "node busy: held by task X" (exclusion that cannot be bypassed, rule 8).
 		p += " (" + t.Status.Message + ")"
 	}
 	return p

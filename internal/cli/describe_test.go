@@ -138,7 +138,7 @@ func TestGetAndLogs(t *testing.T) {
 }
 
 // TestBusyNodeIsShown: a task its agent cannot start because another task holds the node's Lease
-// (safety rule 8) says so in describe and in the live watch.
+// (exclusion that cannot be bypassed, rule 8) says so in describe and in the live watch.
 func TestBusyNodeIsShown(t *testing.T) {
 	op := createOperation(t, "describe-busy", nodeopsv1.NodeOperationSpec{
 		Custom: &nodeopsv1.CustomOperation{Groups: []nodeopsv1.Group{{Name: "all", Commands: []nodeopsv1.Command{script("hello", "echo hello")}}}},

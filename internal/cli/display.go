@@ -206,7 +206,7 @@ func nodeLine(t *nodeopsv1.NodeTask, now time.Time) string {
 			state += fmt.Sprintf(" (%s)", max(now.Sub(cs.StartTime.Time), 0).Round(time.Second))
 		}
 		if t.Status.Message != "" && !taskFinished(t) {
-			state += ": " + t.Status.Message // "node busy: held by task X" (safety rule 8)
+			state += ": " + t.Status.Message // "node busy: held by task X" (exclusion that cannot be bypassed, rule 8)
 		}
 	}
 	return fmt.Sprintf("%-20s %-14s %5s  %s", t.Spec.NodeName, t.Spec.Group, taskProgress(t), state)

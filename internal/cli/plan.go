@@ -201,7 +201,7 @@ func buildPlan(op *nodeopsv1.NodeOperation, nodes []corev1.Node) (*Plan, error) 
 		}
 		for i := range g.Commands {
 			cmd := &g.Commands[i]
-			pg.Commands = append(pg.Commands, PlanCommand{Name: cmd.DisplayName(), Kind: cmd.Kind(), Does: commandText(cmd), InsecureHTTP: insecureHTTP(cmd)})
+			pg.Commands = append(pg.Commands, PlanCommand{Name: cmd.DisplayName(), Kind: cmd.Kind(), Does: commandText(cmd), InsecureHTTP: cmd.Effects().PlainHTTP})
 		}
 		p.Groups = append(p.Groups, pg)
 	}
@@ -229,24 +229,6 @@ func checkClusterVersion(ctx context.Context, c Client, requested string) (strin
 }
 
 const planMaxNodes = 50
-
-// insecureHTTP reports whether c downloads over plain http, which its spec had to allow.
-func insecureHTTP(c *nodeopsv1.Command) bool {
-	switch {
-	case c.InstallFile != nil:
-		if c.InstallFile.Remove || !c.InstallFile.InsecureHTTP {
-			return false
-		}
-		insecure := strings.HasPrefix(c.InstallFile.URL, "http://")
-		for _, p := range c.InstallFile.Platforms {
-			insecure = insecure || strings.HasPrefix(p.URL, "http://")
-		}
-		return insecure
-	case c.InstallBinaries != nil:
-		return c.InstallBinaries.Source.InsecureHTTP && strings.HasPrefix(c.InstallBinaries.Source.BaseURL, "http://")
-	}
-	return false
-}
 
 // insecureText marks a plain-http download in the plan, in red on a terminal.
 func insecureText(colour bool) string {

@@ -1,4 +1,8 @@
 // Package cli is kubectl-nodeops: thin cobra commands over a small Client.
+//
+// It holds no policy of its own: what it shows comes from the API types, plan and taskpolicy, and it
+// writes only what a person could with kubectl (new operations; a task's recoveryMode; an operation's
+// paused, abort or executionMode).
 package cli
 
 import (

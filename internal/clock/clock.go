@@ -1,4 +1,6 @@
 // Package clock holds the small time helpers that waiting code shares (the agent, its commands, the benchmark).
+//
+// It holds no state and imports nothing of nodeops.
 package clock
 
 import (

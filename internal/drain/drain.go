@@ -1,7 +1,10 @@
-// Package drain drains a node as kubectl drain does (docs/design.md, safety rule 6): Plan sorts its
+// Package drain drains a node as kubectl drain does (drain honours PodDisruptionBudgets, rule 6): Plan sorts its
 // pods (pure), Run evicts them through the Eviction API, honouring PodDisruptionBudgets. The manager
 // runs it for a task that asks (internal/controller/nodetask, drain.go), so no agent holds the right
-// to evict (safety rule 10); it imports nothing of the agent.
+// to evict (agents confined to their own node, rule 10); it imports nothing of the agent.
+//
+// It evicts only, through the Eviction API: it never deletes a pod, and leaves mirror pods, secret
+// holder pods, and the asking agent's and the draining manager's own pods.
 package drain
 
 import (
@@ -52,7 +55,7 @@ type Spared struct {
 	Agent, Manager types.NamespacedName
 }
 
-// PlanFor sorts a node's pods as kubectl drain does (docs/design.md, safety rule 6); it is pure.
+// PlanFor sorts a node's pods as kubectl drain does (drain honours PodDisruptionBudgets, rule 6); it is pure.
 func PlanFor(pods []corev1.Pod, d *v1alpha1.DrainCommand, spared Spared) (Plan, error) {
 	sel := labels.Everything()
 	if d.PodSelector != nil {

@@ -68,7 +68,7 @@ func TestPlanDrain(t *testing.T) {
 		{name: "emptyDir data deleted when asked", d: v1alpha1.DrainCommand{DeleteEmptyDirData: true}, evict: "web,cache", left: 2},
 		{name: "DaemonSet refused when not ignored", d: v1alpha1.DrainCommand{IgnoreDaemonSets: &no, DeleteEmptyDirData: true}, evict: "web,cache", left: 1, refus: 1},
 		{name: "pod selector", d: v1alpha1.DrainCommand{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}, evict: "web"},
-		// docs/design.md, safety rule 6.
+		// drain honours PodDisruptionBudgets (rule 6).
 		{name: "agents left, a pod without a controller refused", pods: withAgents, d: v1alpha1.DrainCommand{DeleteEmptyDirData: true}, evict: "web,cache,bare-done", left: 6, refus: 1},
 		{name: "a pod without a controller evicted with force", pods: withAgents, d: v1alpha1.DrainCommand{DeleteEmptyDirData: true, Force: true}, evict: "web,cache,bare,bare-done", left: 6},
 		{name: "force does not evict emptyDir data", pods: withAgents, d: v1alpha1.DrainCommand{Force: true}, evict: "web,bare,bare-done", left: 6, refus: 1},

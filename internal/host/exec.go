@@ -96,7 +96,7 @@ func (k *KubeadmRunner) Kubeadm(ctx context.Context, out io.Writer, args ...stri
 	cmd.Env = []string{"PATH=" + DefaultPath, "HOME=/root"}
 	cmd.Stdout, cmd.Stderr = out, out
 	// Its own process group, as a script has: a SIGTERM to the agent's group (nodeops-local stops
-	// its children so) must not cut kubeadm short while the agent lets it finish (safety rule 12).
+	// its children so) must not cut kubeadm short while the agent lets it finish (every command has a timeout, rule 12).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error {
 		if cmd.Process == nil {

@@ -1,6 +1,9 @@
 // Package host is how the agent touches a node: programs run inside the host root, files under it,
 // services restarted through the host's service manager, and the OS detected from it.
 // Every side effect is behind a small interface so commands can be tested on a temporary root.
+//
+// It touches only what is under the host root it was opened on (Files confines every path) and knows
+// nothing of the API server.
 package host
 
 import (

@@ -230,7 +230,7 @@ func TestKubeadmRunsWithRootfs(t *testing.T) {
 	}
 }
 
-// docs/design.md, safety rule 12: host programs run in a process group of their own, so a SIGTERM
+// every command has a timeout (rule 12): host programs run in a process group of their own, so a SIGTERM
 // to the agent's group (nodeops-local stops its children so) leaves them to finish in the grace period.
 func TestSafetyRule12_HostProgramsRunInTheirOwnProcessGroup(t *testing.T) {
 	root := hosttest.NewRoot(t, nil)

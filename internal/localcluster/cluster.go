@@ -211,7 +211,7 @@ func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, l
 	var lastErr error
 	if err := WaitUntil(ctx, pollInterval, func(ctx context.Context) (bool, error) {
 		// kube-system and kube-public are created by the apiserver shortly after it is ready.
-		// nodeops-system holds the agents' node Leases (docs/design.md, safety rule 8).
+		// nodeops-system holds the agents' node Leases (exclusion that cannot be bypassed, rule 8).
 		objs := append(KubeadmObjects(o.KubernetesVersion, l.endpoint(), caPEM), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nodeops-system"}})
 		lastErr = createAll(ctx, c, objs)
 		return lastErr == nil, nil

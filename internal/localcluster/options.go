@@ -2,6 +2,8 @@
 // kube-controller-manager, kube-scheduler) with kwok playing the kubelets, local nodes that have a
 // host-root directory each, simulated nodes for scale, and optionally the nodeops manager and agents,
 // all as child processes of one foreground process.
+//
+// It is for development, demos and tests: no binary a cluster runs links it.
 package localcluster
 
 import (

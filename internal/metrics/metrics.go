@@ -3,6 +3,8 @@
 // same values from the same objects, so nothing is counted twice. The one exception is the
 // failure counter, counted from the NodeTask changes the manager observes (failures.go;
 // docs/architecture.md, "Metrics").
+//
+// It only reads (the cache, at scrape time): it writes nothing to the API server.
 package metrics
 
 import (
@@ -180,7 +182,7 @@ func (m *Manager) collectOperations(ch chan<- prometheus.Metric, ops []v1alpha1.
 	}
 }
 
-// downNodes are the nodes counted unavailable everywhere (docs/design.md, safety rules 2 and 11):
+// downNodes are the nodes counted unavailable everywhere (unavailable nodes count against maxUnavailable and budgets are cluster-wide, rules 2 and 11):
 // held by an unfinished task of any owner, NotReady, or cordoned.
 func downNodes(tasks []v1alpha1.NodeTask, nodes []corev1.Node) map[string]bool {
 	down := map[string]bool{}

@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// A group's budget counts what safety rules 2 and 11 count (docs/design.md): its nodes held by
+// A group's budget counts what unavailable nodes count against maxUnavailable and budgets are cluster-wide (rules 2 and 11) count (docs/design.md): its nodes held by
 // any unfinished task, failed ones included, NotReady or cordoned by anyone; a node whose task
 // succeeded is available again.
 func TestGroupBudgetCountsEveryUnavailableNode(t *testing.T) {

@@ -40,8 +40,8 @@ const DefaultLedgerMaxBytes = 1000 * 1000
 const maxAsks = 32
 
 // Ledger is the API server's record of which NodeTask each node was given to, one ConfigMap that
-// every manager updates with its resourceVersion before it creates tasks (docs/design.md, safety
-// rule 11). A manager's own table sees another manager's tasks only once its cache has them, so
+// every manager updates with its resourceVersion before it creates tasks (budgets are
+// cluster-wide, rule 11). A manager's own table sees another manager's tasks only once its cache has them, so
 // two managers acting at once (leader election off, or an old leader's creates landing late)
 // would each spend the same budget room; the ledger's optimistic concurrency orders their
 // decisions: the second write conflicts, rereads the first one's entries, and counts them.

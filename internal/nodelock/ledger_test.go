@@ -103,7 +103,7 @@ func (m *manager) start(t *testing.T, env *testutil.Env, op string, b nodelock.B
 
 // Two managers acting at once, neither of whose caches has seen the other's tasks, keep one
 // budget shared by two operations: the second one's ledger write conflicts or reads the first
-// one's entries, and counts them (docs/design.md, safety rule 11). Without the ledger each
+// one's entries, and counts them (budgets are cluster-wide, rule 11). Without the ledger each
 // manager counts only its own table, and both spend the same room.
 func TestSafetyRule11_TwoManagersShareOneBudgetThroughTheLedger(t *testing.T) {
 	env := startEnv(t)

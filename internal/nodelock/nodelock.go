@@ -1,11 +1,15 @@
-// Package nodelock is the manager's table of which NodeTask holds which node (docs/design.md,
-// safety rule 1: a node runs at most one NodeTask at a time, across all operations and profiles).
+// Package nodelock is the manager's table of which NodeTask holds which node: one task per node
+// (rule 1 of docs/design.md), a node runs at most one NodeTask at a time, across all operations and
+// profiles.
 //
 // The table is fed by the NodeTask informer and, synchronously, by the controllers that create
 // tasks: a controller acquires the node before it creates the task, so a cache that has not yet
 // seen the new task can never let a second task onto the node. The table itself costs no API
 // writes; with a Ledger (ledger.go) each batch of acquisitions within a budget costs one, so that
 // managers acting at once order their budget decisions through the API server.
+//
+// It holds no controller's policy and writes nothing but its budget ledger (a ConfigMap in the manager's
+// namespace); deciders read only its plain-data View.
 package nodelock
 
 import (
@@ -183,7 +187,7 @@ type Budget struct {
 // Down already spends nothing and is always granted. The count and
 // the acquisitions are one step under the table's lock, so controllers deciding at the same
 // moment (two operations, an operation and a profile) cannot each spend the same last room
-// (docs/design.md, safety rule 11). With a ledger, the grants are then recorded there, counting
+// (budgets are cluster-wide, rule 11). With a ledger, the grants are then recorded there, counting
 // the nodes other managers recorded too; a claim the ledger refuses is given back. ok[i] tells
 // whether claim i was acquired; holders[i] names the task holding its node when another does, and
 // is empty when it was refused for want of room. On an error this call acquired nothing.

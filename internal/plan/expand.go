@@ -107,7 +107,7 @@ func expandUpgrade(u *v1alpha1.UpgradeOperation) ([]v1alpha1.Group, error) {
 		v1alpha1.Command{KubeadmUpgradePlan: &v1alpha1.KubeadmUpgradePlanCommand{KubernetesVersion: u.KubernetesVersion, IgnorePreflightErrors: ignore, AllowIgnoreAllPreflightErrors: allowAll}},
 		v1alpha1.Command{KubeadmUpgradeApply: &v1alpha1.KubeadmUpgradeApplyCommand{KubernetesVersion: u.KubernetesVersion, IgnorePreflightErrors: ignore, AllowIgnoreAllPreflightErrors: allowAll}})
 	// A control plane is done only when it is healthy again at the new version (docs/design.md,
-	// safety rule 13): the next control plane, and the operation's success, wait for it.
+	// succeeded means served, rule 13): the next control plane, and the operation's success, wait for it.
 	healthy := v1alpha1.Command{WaitNodeReady: &v1alpha1.WaitNodeReadyCommand{ControlPlane: &v1alpha1.ControlPlaneHealth{Version: u.KubernetesVersion}}}
 	first = append(first, kubelet()...)
 	first = append(first, healthy)
@@ -132,7 +132,7 @@ func expandRenewCertificates(r *v1alpha1.RenewCertificatesOperation) []v1alpha1.
 		Commands: []v1alpha1.Command{
 			{KubeadmRenewCertificates: &v1alpha1.KubeadmRenewCertificatesCommand{Certificates: append([]string(nil), r.Certificates...)}},
 			{RestartStaticPods: &v1alpha1.RestartStaticPodsCommand{}},
-			// The restarted static pods Ready and the API server authorizing again (safety rule 13).
+			// The restarted static pods Ready and the API server authorizing again (succeeded means served, rule 13).
 			{WaitNodeReady: &v1alpha1.WaitNodeReadyCommand{ControlPlane: &v1alpha1.ControlPlaneHealth{}}},
 		},
 	}}

@@ -103,7 +103,7 @@ func TestExpand(t *testing.T) {
 	}
 }
 
-// A control plane is done only when it is healthy again (docs/design.md, safety rule 13): every
+// A control plane is done only when it is healthy again (succeeded means served, rule 13): every
 // control-plane group ends waiting for it, at the new version after an upgrade; a worker waits
 // only for its node.
 func TestSafetyRule13_ControlPlaneGroupsEndWaitingForAHealthyControlPlane(t *testing.T) {

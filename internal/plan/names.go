@@ -32,7 +32,7 @@ func TaskName(owner, group, node string) string {
 }
 
 // NodeLeaseName is the name of the coordination.k8s.io Lease that says which NodeTask executes on
-// node (docs/design.md, safety rule 8): "node-<node>", or, when that is too long or ends like a hash,
+// node (exclusion that cannot be bypassed, rule 8): "node-<node>", or, when that is too long or ends like a hash,
 // a readable prefix and a hash of the node name, as TaskName shortens.
 func NodeLeaseName(node string) string {
 	name := "node-" + node

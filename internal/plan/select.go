@@ -4,8 +4,8 @@ package plan
 // order (system-upgrade-controller issue 77: an unstable order let too many jobs run), it
 // returns those that start now. budget is the maxUnavailable limit; unavailable counts the nodes
 // already unavailable that are not candidates (an unfinished or failed task, or NotReady:
-// docs/design.md, safety rule 2). A candidate for which down reports true (NotReady, or held by
-// another task: docs/design.md, safety rule 11) counts against the budget too and waits. The
+// unavailable nodes count against maxUnavailable, rule 2). A candidate for which down reports true (NotReady, or held by
+// another task: budgets are cluster-wide, rule 11) counts against the budget too and waits. The
 // other candidates start in order while the unavailable count stays within budget.
 func Select[C any](candidates []C, budget, unavailable int, down func(C) bool) []C {
 	room := budget - unavailable

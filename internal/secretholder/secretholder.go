@@ -5,6 +5,9 @@
 // task's node and mounting each of them; the node's kubelet mounts them on its host, and the task's
 // agent reads the values there (internal/agent/commands, script.go). No agent and no manager may read
 // a Secret through the API (README "Security").
+//
+// It only builds and names objects: the nodetask controller creates the pod, and nothing here reads a
+// Secret.
 package secretholder
 
 import (
@@ -65,24 +68,14 @@ func PodName(task string) string { return plan.SecretHolderPodName(task) }
 // VolumeName is the holder pod's volume of the Secret named secret.
 func VolumeName(secret string) string { return plan.SecretVolumeName(secret) }
 
-// SecretNames are the Secrets the task's scripts name (env[].valueFrom.secretKeyRef, envFrom[].secretRef)
-// and may read, sorted, each once: those named with v1alpha1.ScriptSecretPrefix, as admission requires
-// (a task that predates the rule gets no volume for another, and its agent refuses it).
+// SecretNames are the Secrets the task's commands read, as each kind's Effects say (a script's
+// env[].valueFrom.secretKeyRef and envFrom[].secretRef), sorted, each once: those named with
+// v1alpha1.ScriptSecretPrefix, as admission requires (a task that predates the rule gets no volume for
+// another, and its agent refuses it).
 func SecretNames(spec *v1alpha1.NodeTaskSpec) []string {
 	var names []string
 	for i := range spec.Commands {
-		s := spec.Commands[i].Script
-		if s == nil {
-			continue
-		}
-		for _, e := range s.Env {
-			if e.ValueFrom != nil {
-				names = append(names, e.ValueFrom.SecretKeyRef.Name)
-			}
-		}
-		for _, f := range s.EnvFrom {
-			names = append(names, f.SecretRef.Name)
-		}
+		names = append(names, spec.Commands[i].Effects().Secrets...)
 	}
 	names = slices.DeleteFunc(names, func(n string) bool { return !Allowed(n) })
 	slices.Sort(names)

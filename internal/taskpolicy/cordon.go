@@ -13,7 +13,7 @@ import (
 // AnnotationWasUnschedulable is nodeops' record on a Node, from cordon to its restoration, of
 // whether the node was unschedulable before nodeops cordoned it, and of who cordoned it: the value
 // is "<true|false>,<owner>", such as "false,NodeOperation/upgrade/3f2c...". Only the owner
-// trusts the record (docs/design.md, safety rule 5).
+// trusts the record (uncordon restores what cordon found, rule 5).
 const AnnotationWasUnschedulable = "nodeops.io/was-unschedulable"
 
 // CordonRecord is the parsed value of AnnotationWasUnschedulable.

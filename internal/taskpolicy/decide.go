@@ -1,7 +1,10 @@
 // Package taskpolicy is the whole policy of a NodeTask, free of IO: what its agent does next
 // (Decide), how each step changes its status (Apply, ApplyResult, Recover), and whether it needs
 // an agent at all (NeedsAgent). The agent, the task's one status writer, carries it out; the
-// manager's controllers only read it (docs/design.md, safety rules 3 and 4).
+// manager's controllers only read it (a failure blocks until a person decides and intent recorded before action, rules 3 and 4).
+//
+// It writes nothing itself: the agent writes the statuses it computes, and the manager's controllers
+// only read it.
 package taskpolicy
 
 import (
@@ -54,7 +57,7 @@ func Decide(t *v1alpha1.NodeTask) Action {
 	}
 	i := firstUndone(t)
 	if t.EffectivePhase() == v1alpha1.TaskFailed && (t.Lost() == nil || i < len(t.Spec.Commands)) {
-		// Failed, or marked AgentLost by the manager (safety rule 9): nothing starts until a person
+		// Failed, or marked AgentLost by the manager (a lost agent fails its task in bounded time, rule 9): nothing starts until a person
 		// decides; a marked task whose commands are all done still completes.
 		return Action{}
 	}

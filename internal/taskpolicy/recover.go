@@ -15,7 +15,7 @@ func NeedsRecovery(t *v1alpha1.NodeTask) bool {
 }
 
 // FailedCommand is the index of the command that failed: the first recorded Failed, else (a task
-// the manager marked AgentLost, safety rule 9) the first not done, else the current one.
+// the manager marked AgentLost, a lost agent fails its task in bounded time, rule 9) the first not done, else the current one.
 func FailedCommand(t *v1alpha1.NodeTask) int {
 	for i, c := range t.Status.Commands {
 		if c.Phase == v1alpha1.CommandFailed {

@@ -120,7 +120,7 @@ func TestRecoverInterruptedAndShortStatus(t *testing.T) {
 	}
 }
 
-// Safety rule 9: a task marked AgentLost after its agent recorded command 1's result (and before
+// A lost agent fails its task in bounded time (rule 9): a task marked AgentLost after its agent recorded command 1's result (and before
 // command 2 started) retries command 2, never the finished command 1.
 func TestSafetyRule9_RetryOfALostTaskRetriesTheFirstUndoneCommand(t *testing.T) {
 	task := &v1alpha1.NodeTask{

@@ -1,5 +1,7 @@
 // Package testutil starts a real kube-apiserver and etcd (controller-runtime's envtest) with
 // nodeops' committed CRDs installed, for the controller tests of every package.
+//
+// It is for tests only: no nodeops binary links it.
 package testutil
 
 import (

@@ -19,7 +19,7 @@ import (
 )
 
 // FakeAgent plays the node agent in controller tests: each call is one status write of one
-// NodeTask, shaped as the agent writes it (docs/design.md, safety rule 4: a command is recorded
+// NodeTask, shaped as the agent writes it (intent recorded before action, rule 4: a command is recorded
 // Running before it starts and its result after it ends). It never runs anything.
 type FakeAgent struct {
 	// Client writes the tasks' status, straight to the API server.

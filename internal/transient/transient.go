@@ -1,5 +1,7 @@
 // Package transient tells an API server's passing failure from a refusal and waits the former out;
 // the agent's node writes and the manager's drain share it.
+//
+// It decides and waits only: it makes no request itself.
 package transient
 
 import (

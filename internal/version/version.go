@@ -2,6 +2,8 @@
 // version`, `manager --version`, `agent --version` and the manager's and agent's build_info series
 // all read Get, and `make build` and `make images` (hack/images) stamp the same values the images
 // are labelled with.
+//
+// It holds two strings set at link time; nothing sets them at run time.
 package version
 
 import (

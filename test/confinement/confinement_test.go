@@ -130,7 +130,7 @@ func setUp(ctx context.Context) error {
 			return err
 		}
 	}
-	// node-b's Lease, as node-b's agent took it for task-b (safety rule 8).
+	// node-b's Lease, as node-b's agent took it for task-b (exclusion that cannot be bypassed, rule 8).
 	lease := agent.NodeLease(ns, "node-b")
 	lease.Spec = coordinationv1.LeaseSpec{HolderIdentity: ptr.To(taskB), LeaseDurationSeconds: ptr.To[int32](60), RenewTime: ptr.To(metav1.NowMicro())}
 	return admin.Create(ctx, lease)
@@ -402,7 +402,7 @@ func TestAgentOnNodeAWorks(t *testing.T) {
 		t.Errorf("node-a's agent renewing its heartbeat (a status merge patch): %v", err)
 	}
 
-	// Its node's Lease (safety rule 8): created, then taken over and renewed by updates.
+	// Its node's Lease (exclusion that cannot be bypassed, rule 8): created, then taken over and renewed by updates.
 	lease := agent.NodeLease(ns, "node-a")
 	lease.Spec.HolderIdentity = ptr.To(taskA)
 	if err := c.Create(ctx, lease); err != nil && !apierrors.IsAlreadyExists(err) {

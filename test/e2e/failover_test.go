@@ -23,7 +23,7 @@ import (
 // TestLeaderFailover runs two managers electing a leader (issue 16, "Two managers") and kills the
 // leader with SIGKILL while an operation is mid-way: the other takes the Lease once it expires,
 // the operation finishes, no node gets two tasks and at no moment are more nodes held than
-// maxUnavailable allows (docs/design.md, safety rules 1 and 2).
+// maxUnavailable allows (one task per node and unavailable nodes count against maxUnavailable, rules 1 and 2).
 func TestLeaderFailover(t *testing.T) {
 	l := framework.StartLocal(t, "--control-planes=1", "--workers=3", "--managers=2")
 	l.WaitNodesReady(t, 4, 3*time.Minute)

@@ -27,7 +27,7 @@ import (
 // TestSafetyRule6_JobModeWorkerUpgradeFinishes upgrades a cluster whose agents run as the manager's
 // Jobs (--agent-mode=Job; nodeops-local plays the kubelet of their pods and binds each agent's token
 // to its pod): worker-1's drain, made by the manager while the agent in the Job's pod waits on it,
-// must leave that pod, or the task that drains would stop with it (docs/design.md, safety rule 6).
+// must leave that pod, or the task that drains would stop with it (drain honours PodDisruptionBudgets, rule 6).
 // The worker is cordoned, drained, upgraded and uncordoned, and its agent's Job completes. Then
 // an agent Job's pod deleted mid-command stops its agent as a kubelet would.
 func TestSafetyRule6_JobModeWorkerUpgradeFinishes(t *testing.T) {
@@ -185,7 +185,7 @@ func TestSafetyRule6_JobModeWorkerUpgradeFinishes(t *testing.T) {
 	})
 
 	// As a kubelet does: SIGTERM, and the agent finishes its running command before it exits
-	// (safety rule 12); the Job then makes a new pod, whose agent finds nothing left and exits.
+	// (every command has a timeout, rule 12); the Job then makes a new pod, whose agent finds nothing left and exits.
 	t.Run("deleting an agent Job's pod stops its agent once its running command finished", func(t *testing.T) {
 		op := customOp("jobmode-deleted-pod", onNode(node), v1alpha1.Command{Script: &v1alpha1.ScriptCommand{Inline: "sleep 8; echo slept"}})
 		framework.Create(t, l, op)

@@ -35,7 +35,7 @@ import (
 // and config/admission's policies. The agents do their work with it (cordon, drain, a script taking
 // its env from a Secret through its task's secret holder pod, uncordon on two nodes), and worker-1's
 // token is refused, by the real API server, every write test/confinement lists and every Secret read
-// (docs/design.md, safety rule 10).
+// (agents confined to their own node, rule 10).
 func TestPodBoundAgents(t *testing.T) {
 	l := framework.StartLocal(t, "--control-planes=1", "--workers=2", "--agent-credentials=pod-bound")
 	l.WaitNodesReady(t, 3, 3*time.Minute)

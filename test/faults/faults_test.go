@@ -37,7 +37,7 @@ const (
 	profile  = "prof"
 	loadName = "load"
 	// opBound is how long, after the last fault ended, each operation has to be Succeeded, or Blocked
-	// and then Aborted: a lost agent is marked after --agent-lost-after (1m by default, docs/design.md rule 9).
+	// and then Aborted: a lost agent is marked after --agent-lost-after (1m by default, a lost agent fails its task in bounded time, rule 9).
 	opBound = 150 * time.Second
 	// busyWait bounds the wait for a command to be running before a fault that wants one.
 	busyWait = 20 * time.Second
@@ -158,7 +158,7 @@ func TestFaults(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Name: op},
 			Spec: v1alpha1.NodeOperationSpec{
 				NodeSelector: pool,
-				// Two, so that one failed node (it counts, docs/design.md rule 2) leaves the operation running.
+				// Two, so that one failed node (it counts, unavailable nodes count against maxUnavailable, rule 2) leaves the operation running.
 				MaxUnavailable: ptr.To(intstr.FromInt32(2)),
 				Custom: &v1alpha1.CustomOperation{Groups: []v1alpha1.Group{{Name: "w", Commands: []v1alpha1.Command{
 					{Name: "begin", Script: &v1alpha1.ScriptCommand{Inline: JournalScript(op, "begin", "sleep 1")}},
@@ -176,7 +176,7 @@ func TestFaults(t *testing.T) {
 		Spec: v1alpha1.NodeProfileSpec{
 			NodeSelector:  pool,
 			AutoProvision: true,
-			// The operations' 2 as well: it races them for the same budget of free nodes (docs/design.md rule 11).
+			// The operations' 2 as well: it races them for the same budget of free nodes (budgets are cluster-wide, rule 11).
 			MaxUnavailable: ptr.To(intstr.FromInt32(2)),
 			Install:        []v1alpha1.Command{{Name: "install", Script: &v1alpha1.ScriptCommand{Inline: JournalScript(profile, "install", "sleep 2")}}},
 			Uninstall:      []v1alpha1.Command{{Name: "uninstall", Script: &v1alpha1.ScriptCommand{Inline: "true", Idempotent: true}}},
@@ -279,7 +279,7 @@ func TestFaults(t *testing.T) {
 
 	// Every operation ends within opBound: Succeeded, or Blocked and then Aborted once a person
 	// aborts it. The abort comes as soon as it is Blocked, since a Blocked operation's failed node
-	// holds back every other operation selecting it (safety rules 1 and 11) until a person decides.
+	// holds back every other operation selecting it (one task per node and budgets are cluster-wide, rules 1 and 11) until a person decides.
 	notSettled := map[string]string{}
 	for _, op := range operations {
 		notSettled[op] = "never read"
@@ -329,7 +329,7 @@ func TestFaults(t *testing.T) {
 	}
 
 	// A person ends what went Blocked since: abort, which always ends an operation and restores the
-	// schedulability of every node it cordoned (safety rules 5 and 9); only then is it compared. An
+	// schedulability of every node it cordoned (uncordon restores what cordon found and a lost agent fails its task in bounded time, rules 5 and 9); only then is it compared. An
 	// abort requested above that did not end its operation is a row of the table, not waited for again.
 	for _, name := range operations {
 		op := &v1alpha1.NodeOperation{}
@@ -520,7 +520,7 @@ func renderTable(seed uint64, took time.Duration, injected []string, r Result, n
 	}
 	// Informational: tasks that exist on one node at once (a second manager, or a manager restarted
 	// without its lock table, creates them); the per-node Lease keeps them from executing together,
-	// which the two rows above measure (docs/design.md, safety rule 8).
+	// which the two rows above measure (exclusion that cannot be bypassed, rule 8).
 	fmt.Fprintf(&b, "| (most tasks on one node at once, from their create to their last journal line; informational) | %s | - |\n", held)
 	// Shared budgets hold while two managers act at once too: the budget ledger orders their decisions.
 	fmt.Fprintf(&b, "| maxUnavailable violations | %d | 0 |\n", len(r.MaxUnavailable))

@@ -3,6 +3,8 @@
 // deleted, a second manager runs and a fault proxy answers 503 (see faults_test.go, build tag faults,
 // `make test-faults`). This file is the pure part: the journal the nodes' scripts write and the checks
 // computed from it.
+//
+// It changes nothing outside the nodeops-local cluster it starts.
 package faults
 
 import (
@@ -71,7 +73,7 @@ func ParseJournal(r io.Reader) ([]Entry, error) {
 // Spec is what the checks need to know about the work: which (operation, command) pairs are
 // idempotent (v1alpha1.CommandKind.IsIdempotent of the scripts), the last command of each
 // operation's task, and each operation's maxUnavailable. Every operation and the profile select the
-// same nodes, so each one's budget counts what the others hold too (docs/design.md rule 11).
+// same nodes, so each one's budget counts what the others hold too (budgets are cluster-wide, rule 11).
 type Spec struct {
 	Idempotent     map[string]bool // key "operation/command"
 	LastCommand    map[string]string
@@ -103,7 +105,7 @@ type Result struct {
 // A command runs from its start line to its end line, or to a Killed marker of its node. An operation's
 // task holds its node from its first command's start to its last command's end: a task that stopped
 // half-way (failed, or its agent killed) keeps its node, as the planner counts a failed node against
-// maxUnavailable (docs/design.md, safety rule 2), so an operation may start no other node meanwhile.
+// maxUnavailable (unavailable nodes count against maxUnavailable, rule 2), so an operation may start no other node meanwhile.
 func Check(entries []Entry, spec Spec) Result {
 	var r Result
 	starts := map[string]int{}
@@ -158,7 +160,7 @@ func Check(entries []Entry, spec Spec) Result {
 		}
 		if limit, ok := spec.MaxUnavailable[e.Operation]; ok {
 			// Its budget counts the nodes its own tasks hold and every node where another
-			// operation or the profile runs a command (they all select the same nodes; rule 11).
+			// operation or the profile runs a command (they all select the same nodes; budgets are cluster-wide, rule 11).
 			unavailable := map[string]string{}
 			for n := range holding[e.Operation] {
 				unavailable[n] = e.Operation

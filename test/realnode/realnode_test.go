@@ -348,7 +348,7 @@ func (e *env) kubeletVersion() string {
 }
 
 // controlPlaneServesAtOnce checks, once and with no retry (issue 18, point 10; docs/design.md,
-// safety rule 13), that the cluster admin is authorized and the API server is ready: what an
+// succeeded means served, rule 13), that the cluster admin is authorized and the API server is ready: what an
 // operation's Succeeded promises.
 func (e *env) controlPlaneServesAtOnce(after string) {
 	e.t.Helper()

@@ -2,6 +2,9 @@
 // only its node (its host root, its Node object, its mirror pods; a drain it asks of the manager through
 // Env.Drainer). A kind declares itself on its API type, its handler has one entry in Handlers, and
 // TestEveryCommandKindIsComplete fails for a gap.
+//
+// A handler may not write a NodeTask's status (the agent records results), evict a pod (Env.Drainer asks
+// the manager) or reach past its Env: the host only through Env.Host, the cluster only through Env.Client.
 package commands
 
 import (

@@ -14,7 +14,7 @@ import (
 )
 
 // AnnotationWasUnschedulable is nodeops' record of a node's schedulability before it cordoned it,
-// and of who cordoned (safety rule 5); taskpolicy.CordonPatch and RestorePatch say how it is used.
+// and of who cordoned (uncordon restores what cordon found, rule 5); taskpolicy.CordonPatch and RestorePatch say how it is used.
 const AnnotationWasUnschedulable = taskpolicy.AnnotationWasUnschedulable
 
 func patchNode(ctx context.Context, env *Env, verb string, change func(*corev1.Node) *corev1.Node) (Result, error) {

@@ -22,7 +22,7 @@ import (
 // maxDownload bounds one download (Kubernetes binaries are about 100 MiB).
 const maxDownload = 1 << 30
 
-// Bounds on each stage of a download (docs/design.md, safety rule 12): the command's timeout bounds
+// Bounds on each stage of a download (every command has a timeout, rule 12): the command's timeout bounds
 // the whole, these fail a stuck connection long before it, naming the stage.
 const (
 	dialTimeout           = 30 * time.Second

@@ -12,7 +12,7 @@ import (
 	"github.com/nodeops/nodeops/internal/host/hosttest"
 )
 
-// docs/design.md, safety rule 12: a download whose server stops sending fails after the idle
+// every command has a timeout (rule 12): a download whose server stops sending fails after the idle
 // timeout, saying so, instead of holding the command until its own timeout.
 func TestSafetyRule12_StalledDownloadFails(t *testing.T) {
 	release := make(chan struct{})
@@ -41,7 +41,7 @@ func TestSafetyRule12_StalledDownloadFails(t *testing.T) {
 	}
 }
 
-// docs/design.md, safety rule 12: a download over https is never carried on over plain http by a
+// every command has a timeout (rule 12): a download over https is never carried on over plain http by a
 // redirect, whichever client the agent was given.
 func TestSafetyRule12_HTTPSToHTTPRedirectIsRefused(t *testing.T) {
 	plain := fileServer(t, map[string]string{"/shim": "new shim"})

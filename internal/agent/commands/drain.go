@@ -9,7 +9,7 @@ import (
 )
 
 // Drainer has the node drained for the running command and waits for the outcome. The agent's asks
-// the manager, which alone may evict (internal/drain; docs/design.md, safety rules 6 and 10); it
+// the manager, which alone may evict (internal/drain; drain honours PodDisruptionBudgets and agents confined to their own node, rules 6 and 10); it
 // writes to out what the drain did with each pod.
 type Drainer interface {
 	Drain(ctx context.Context, d *v1alpha1.DrainCommand, out io.Writer) (string, error)

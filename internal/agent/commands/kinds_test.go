@@ -16,14 +16,20 @@ import (
 	"github.com/nodeops/nodeops/internal/testutil"
 )
 
-// celMessagePrefix starts the message of the exactly-one rule on Command, which is how the CRDs' rule is found.
-const celMessagePrefix = "exactly one command kind must be set"
+// The messages of the CEL rules that name every kind (hack/commandkinds generates both), which is how
+// the CRDs' rules are found: exactly one kind on Command, and unique names on each list of commands.
+const (
+	celMessagePrefix    = "exactly one command kind must be set"
+	uniqueMessagePrefix = "command names must be unique"
+)
 
-// TestEveryCommandKindIsComplete walks Command: each kind must define itself on its type, have a handler,
-// a description for the CLI, and a place in the CEL rule of every CRD that embeds Command.
+// TestEveryCommandKindIsComplete walks Command: each kind must define itself on its type (name,
+// idempotence, description, default timeout, and its effects: whether it disrupts its node, downloads
+// over plain http, drains, reads Secrets), have a handler, and a place in the CEL rules of every CRD
+// that embeds Command.
 func TestEveryCommandKindIsComplete(t *testing.T) {
 	// Command appears in every CRD (tasks, operations' groups, profiles), all from the one marker.
-	rules := slices.Compact(slices.Sorted(slices.Values(commandRules(t))))
+	rules := slices.Compact(slices.Sorted(slices.Values(commandRules(t, celMessagePrefix))))
 	switch {
 	case len(rules) == 0:
 		t.Fatalf("no rule with message %q in config.CRDs", celMessagePrefix)
@@ -40,6 +46,25 @@ func TestEveryCommandKindIsComplete(t *testing.T) {
 			if !slices.Contains(words, jsonName(f)) {
 				t.Errorf("kind %q: the CEL rule's message %q does not list it", jsonName(f), message)
 			}
+		}
+	}
+	// Every list of commands (a group's, a task's, a profile's install and uninstall) takes a nameless
+	// command's name from its kind, so each kind, and only a kind, has its case in that rule.
+	unique := slices.Compact(slices.Sorted(slices.Values(commandRules(t, uniqueMessagePrefix))))
+	if len(unique) != 1 {
+		t.Fatalf("want one rule with message %q in config.CRDs (run make generate), got %d:\n%s", uniqueMessagePrefix, len(unique), strings.Join(unique, "\n\n"))
+	}
+	rule, _, _ := strings.Cut(unique[0], "\n")
+	kinds := map[string]bool{}
+	for _, f := range kindFields(reflect.TypeFor[v1alpha1.Command]()) {
+		kinds[jsonName(f)] = true
+		if c := fmt.Sprintf("has(d.%s) ? '%s'", jsonName(f), jsonName(f)); !strings.Contains(rule, c) {
+			t.Errorf("kind %q: the unique-names rule has no %q, so a nameless command of it is not checked", jsonName(f), c)
+		}
+	}
+	for _, part := range strings.Split(rule, "has(d.")[2:] { // the first is has(d.name)
+		if name, _, _ := strings.Cut(part, ")"); !kinds[name] {
+			t.Errorf("the unique-names rule names has(d.%s), which is no kind of command", name)
 		}
 	}
 	// Spec, Kind and Idempotent find each kind through the fields, without a case of their own.
@@ -62,11 +87,13 @@ func TestCheckKindsFindsEachMissingPiece(t *testing.T) {
 		`kind "bare" (commands_test.fakeBare): no IsIdempotent method`,
 		`kind "bare" (commands_test.fakeBare): no Description method`,
 		`kind "bare" (commands_test.fakeBare): no DefaultTimeout method`,
+		`kind "bare" (commands_test.fakeBare): no Effects method`,
 		`kind "bare" (commands_test.fakeBare): does not implement v1alpha1.CommandKind, so Command.Spec cannot see it`,
 		`kind "bare": no handler in the agent's table`,
 		`kind "bare": the CEL rule on Command does not name has(self.bare)`,
 		`kind "misnamed" (commands_test.fakeMisnamed): KindName is "other", want its JSON field name "misnamed"`,
 		`kind "misnamed" (commands_test.fakeMisnamed): empty Description, so the CLI has no text for it`,
+		`kind "misnamed" (commands_test.fakeMisnamed): Effects().Disruption is "": say whether the kind is Disruptive, NonDisruptive or Restoring`,
 		`kind "misnamed" (commands_test.fakeMisnamed): DefaultTimeout is not a positive time.Duration, so a command of this kind without a timeout could run forever`,
 		`the agent's table has a handler for "stale", which is no kind of command`,
 		`the CEL rule on Command names has(self.removed), which is no kind of command`,
@@ -89,7 +116,7 @@ func checkKinds(commandType reflect.Type, handlers map[string]commands.Handler, 
 		kinds[name] = true
 		where := fmt.Sprintf("kind %q (%s)", name, f.Type.Elem())
 		zero := reflect.New(f.Type.Elem())
-		for _, m := range []string{"KindName", "IsIdempotent", "Description", "DefaultTimeout"} {
+		for _, m := range []string{"KindName", "IsIdempotent", "Description", "DefaultTimeout", "Effects"} {
 			if _, ok := typ.MethodByName(m); !ok {
 				problems = append(problems, fmt.Sprintf("%s: no %s method", where, m))
 			}
@@ -104,8 +131,12 @@ func checkKinds(commandType reflect.Type, handlers map[string]commands.Handler, 
 			if k.Description() == "" {
 				problems = append(problems, where+": empty Description, so the CLI has no text for it")
 			}
+			// The zero value says nothing: a kind must choose, so onlyRestores never guesses for it.
+			if d := k.Effects().Disruption; !slices.Contains([]v1alpha1.Disruption{v1alpha1.Disruptive, v1alpha1.NonDisruptive, v1alpha1.Restoring}, d) {
+				problems = append(problems, fmt.Sprintf("%s: Effects().Disruption is %q: say whether the kind is Disruptive, NonDisruptive or Restoring", where, d))
+			}
 		}
-		// docs/design.md, safety rule 12: every command has a timeout, its kind's when it sets none.
+		// every command has a timeout (rule 12), its kind's when it sets none.
 		if m, ok := typ.MethodByName("DefaultTimeout"); ok {
 			if d, ok := m.Func.Call([]reflect.Value{zero})[0].Interface().(time.Duration); !ok || d <= 0 {
 				problems = append(problems, where+": DefaultTimeout is not a positive time.Duration, so a command of this kind without a timeout could run forever")
@@ -147,9 +178,9 @@ func jsonName(f reflect.StructField) string {
 	return name
 }
 
-// commandRules are the exactly-one rules on Command in the generated CRDs, one per place Command
-// appears, each as its rule, a newline, and its message.
-func commandRules(t *testing.T) []string {
+// commandRules are the rules in the generated CRDs whose message starts with prefix, one per place
+// they appear, each as its rule, a newline, and its message.
+func commandRules(t *testing.T, prefix string) []string {
 	t.Helper()
 	docs, err := testutil.CRDDocuments()
 	if err != nil {
@@ -157,19 +188,19 @@ func commandRules(t *testing.T) []string {
 	}
 	var rules []string
 	for _, doc := range docs {
-		rules = append(rules, findRules(doc)...)
+		rules = append(rules, findRules(doc, prefix)...)
 	}
 	return rules
 }
 
-func findRules(node any) []string {
+func findRules(node any, prefix string) []string {
 	var rules []string
 	switch n := node.(type) {
 	case map[string]any:
 		if vs, ok := n["x-kubernetes-validations"].([]any); ok {
 			for _, v := range vs {
 				if v, ok := v.(map[string]any); ok {
-					if msg, _ := v["message"].(string); strings.HasPrefix(msg, celMessagePrefix) {
+					if msg, _ := v["message"].(string); strings.HasPrefix(msg, prefix) {
 						rule, _ := v["rule"].(string)
 						rules = append(rules, rule+"\n"+msg)
 					}
@@ -177,11 +208,11 @@ func findRules(node any) []string {
 			}
 		}
 		for _, v := range n {
-			rules = append(rules, findRules(v)...)
+			rules = append(rules, findRules(v, prefix)...)
 		}
 	case []any:
 		for _, v := range n {
-			rules = append(rules, findRules(v)...)
+			rules = append(rules, findRules(v, prefix)...)
 		}
 	}
 	return rules
@@ -207,6 +238,9 @@ func (*fakeComplete) IsIdempotent() bool  { return true }
 func (*fakeComplete) Description() string { return "does it all" }
 
 func (*fakeComplete) DefaultTimeout() time.Duration { return time.Minute }
+func (*fakeComplete) Effects() v1alpha1.CommandEffects {
+	return v1alpha1.CommandEffects{Disruption: v1alpha1.NonDisruptive}
+}
 
 type fakeBare struct{}
 
@@ -216,4 +250,5 @@ func (*fakeMisnamed) KindName() string    { return "other" }
 func (*fakeMisnamed) IsIdempotent() bool  { return false }
 func (*fakeMisnamed) Description() string { return "" }
 
-func (*fakeMisnamed) DefaultTimeout() time.Duration { return 0 }
+func (*fakeMisnamed) DefaultTimeout() time.Duration    { return 0 }
+func (*fakeMisnamed) Effects() v1alpha1.CommandEffects { return v1alpha1.CommandEffects{} }

@@ -92,7 +92,7 @@ func InstallerPod(namespace, node, task string, index int, c *v1alpha1.PodComman
 // runPod creates the command's pod, waits for it to end and records its exit code and log tail,
 // then deletes it. A pod left by an interrupted run (the same name) is waited for, never doubled.
 // On timeout, or an image that keeps failing to pull, the pod is deleted and the command fails;
-// when the agent stops, the pod is left for the agent that follows (docs/design.md, safety rule 4).
+// when the agent stops, the pod is left for the agent that follows (intent recorded before action, rule 4).
 func runPod(ctx context.Context, env *Env, c *v1alpha1.PodCommand) (Result, error) {
 	if env.Client == nil {
 		return Result{}, fmt.Errorf("running a pod: this agent has no cluster client")

@@ -19,7 +19,7 @@ import (
 const defaultNodeReadyTimeout = 5 * time.Minute
 
 // runWaitNodeReady waits until the node is Ready and, with controlPlane, until its control plane
-// is healthy again (docs/design.md, safety rule 13). On timeout it fails naming what was not.
+// is healthy again (succeeded means served, rule 13). On timeout it fails naming what was not.
 func runWaitNodeReady(ctx context.Context, env *Env, w *v1alpha1.WaitNodeReadyCommand) (Result, error) {
 	timeout := defaultNodeReadyTimeout
 	if w.Timeout != nil && w.Timeout.Duration > 0 {

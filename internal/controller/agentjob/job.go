@@ -1,6 +1,8 @@
 // Package agentjob runs the agent as a Job per node that has work for it (the manager's
 // --agent-mode=Job): the agent runs with --exit-when-idle, so the Job ends when the node's tasks no
 // longer need it, and a new one is created when they do again.
+//
+// It creates and deletes only the agent's Jobs; it never writes a NodeTask.
 package agentjob
 
 import (
@@ -48,7 +50,7 @@ const (
 )
 
 // TerminationGracePeriodSeconds of an agent's pod: above the agent's default --shutdown-grace-period
-// (10m), so that a running command may finish on SIGTERM (docs/design.md, safety rule 12).
+// (10m), so that a running command may finish on SIGTERM (every command has a timeout, rule 12).
 const TerminationGracePeriodSeconds int64 = 630
 
 // JobName is the agent Job's name for a node: nodeops-agent-<node>, hashed when it would pass 63

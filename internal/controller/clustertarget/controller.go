@@ -1,6 +1,9 @@
 // Package clustertarget is the ClusterTarget controller: it observes the cluster's versions and
 // certificate expiry into the one ClusterTarget's status and generates, one at a time, the
 // NodeOperations (upgrades, certificate renewals) that bring the cluster to its spec.
+//
+// It writes only the ClusterTarget (its status, and the object once at install, never over a person's
+// edit) and the NodeOperations it generates; it creates no NodeTask and deletes nothing it generated.
 package clustertarget
 
 import (

@@ -293,8 +293,8 @@ func TestSample(t *testing.T) {
 	}))
 }
 
-// An operation deleted by hand is history: it is not generated again (docs/design.md, safety
-// rule 7) until the spec changes.
+// An operation deleted by hand is history: it is not generated again (nothing deleted
+// automatically, rule 7) until the spec changes.
 func TestDeletedByHandNotMadeAgain(t *testing.T) {
 	f := newFixture(t)
 	f.reset("v1.37.0")

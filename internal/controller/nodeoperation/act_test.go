@@ -34,7 +34,7 @@ func TestCreateTasksPassesOverNodeTakenSinceDecide(t *testing.T) {
 	}
 }
 
-// docs/design.md, safety rule 11: a budget another controller spent between decide and act (it
+// budgets are cluster-wide (rule 11): a budget another controller spent between decide and act (it
 // took a node of the group that decide saw free) refuses the create; the operation looks again.
 func TestCreateTasksKeepsBudgetSpentSinceDecide(t *testing.T) {
 	locks := nodelock.New()

@@ -1,6 +1,10 @@
 // Package nodeoperation is the NodeOperation controller: it expands an operation into groups, runs
 // the groups strictly in order by creating one NodeTask per node under maxUnavailable and the node
 // lock, and reports progress, failures and waits in the operation's status, conditions and events.
+//
+// It writes only its operations' status, their NodeTasks (created under the node lock; their spec's
+// mirrored controls; their finalizers) and the schedulability its own cordons left on Nodes: a task's
+// status is its agent's, and a NodeProfile's tasks are not its to touch.
 package nodeoperation
 
 import (
@@ -343,7 +347,7 @@ func view(t *v1alpha1.NodeTask) taskView {
 		}
 	}
 	if c := t.Lost(); c != nil {
-		// The manager's mark (safety rule 9): the task Failed with reason AgentLost or NodeDeleted,
+		// The manager's mark (a lost agent fails its task in bounded time, rule 9): the task Failed with reason AgentLost or NodeDeleted,
 		// or, a person having skipped it on a deleted node, Skipped.
 		if c.Reason == v1alpha1.ReasonLostSkipped {
 			v.Skipped = true
@@ -412,7 +416,7 @@ func ttlLeft(op *v1alpha1.NodeOperation, st *v1alpha1.NodeOperationStatus, now t
 }
 
 // reconcileFinished restores the cordons the operation left, and deletes a finished operation and
-// its tasks once its TTL has passed; nothing is deleted without a TTL (docs/design.md, safety rule 7).
+// its tasks once its TTL has passed; nothing is deleted without a TTL (nothing deleted automatically, rule 7).
 func (r *Reconciler) reconcileFinished(ctx context.Context, op *v1alpha1.NodeOperation) (ctrl.Result, error) {
 	r.noteWaiting(op.Name, nil)
 	if err := r.restoreCordons(ctx, op); err != nil {

@@ -15,7 +15,7 @@ import (
 	"github.com/nodeops/nodeops/internal/testutil"
 )
 
-// docs/design.md, safety rule 5: a node ends an operation with the schedulability it had before
+// uncordon restores what cordon found (rule 5): a node ends an operation with the schedulability it had before
 // the operation, however the operation ends, and a cordon nodeops did not make is never undone.
 // The agent is played by testutil.FakeAgent, except that cordon and uncordon run the agent's own
 // command handlers against the API server, as the agent runs them.
@@ -214,7 +214,7 @@ func TestSafetyRule5_StaleRecordIsNotTrusted(t *testing.T) {
 }
 
 // A cordon whose record lands after its operation ended (an idempotent cordon runs up to a second
-// before it is recorded, docs/design.md rule 4, and an abort may end the operation meanwhile) is
+// before it is recorded, intent recorded before action (rule 4), and an abort may end the operation meanwhile) is
 // restored when the record arrives.
 func TestSafetyRule5_CordonRecordedAfterTheEndIsRestored(t *testing.T) {
 	f := newFixture(t)

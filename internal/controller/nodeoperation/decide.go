@@ -200,14 +200,14 @@ func decide(in *input) decision {
 // next chooses the group's nodes that start now (plan.Select): nodes without a task are the
 // candidates, in sorted order; nodes with an unfinished task, or NotReady, count against the
 // group's maxUnavailable; a candidate NotReady, cordoned or held by another task (added to
-// waiting) counts too and waits (docs/design.md, safety rules 2 and 11). A cordon on a node with
+// waiting) counts too and waits (unavailable nodes count against maxUnavailable and budgets are cluster-wide, rules 2 and 11). A cordon on a node with
 // a task in this group is taken for that task's own (a drain's), so it counts only while the
 // task is unfinished; any other cordon is someone else's: an administrator's, or another
 // operation's or profile's task that left the node unschedulable. Only a group that can make a
 // node no less available (onlyRestores: an uncordon, say) starts on a cordoned node, which it
 // finds counted already: otherwise a later group could never uncordon what an earlier group of
 // the same operation cordoned (an uncordon restores only its own operation's cordons,
-// docs/design.md, safety rule 5).
+// uncordon restores what cordon found, rule 5).
 func next(in *input, g *plan.ResolvedGroup, nodes []string, tasks map[string]taskView, waiting map[string]nodelock.Holder) []string {
 	candidates := make([]string, 0, len(nodes)-len(tasks))
 	var remedies []string
@@ -242,7 +242,7 @@ func next(in *input, g *plan.ResolvedGroup, nodes []string, tasks map[string]tas
 // every wait that ends by itself has ended (a holder that is pending, running or being recovered,
 // a NotReady or cordoned node) nothing could start, because every node left is held by such a
 // failed task or the maxUnavailable room is all spent by them. Only a person ends that
-// (docs/design.md, safety rules 3 and 11); otherwise it returns nil.
+// (a failure blocks until a person decides and budgets are cluster-wide, rules 3 and 11); otherwise it returns nil.
 func heldByFailed(in *input, g *plan.ResolvedGroup, nodes []string, tasks map[string]taskView, create []start, waiting map[string]nodelock.Holder) (held []string, others int) {
 	if len(create) > 0 {
 		return nil, 0
@@ -268,22 +268,25 @@ func heldByFailed(in *input, g *plan.ResolvedGroup, nodes []string, tasks map[st
 	return held, others
 }
 
-// onlyRestores reports whether the group uncordons and otherwise only waits or checks: it leaves
-// a node at least as available as it found it.
+// onlyRestores reports whether the group restores (uncordons) and otherwise only waits or checks:
+// it leaves a node at least as available as it found it. Each kind says which it does in its Effects.
 func onlyRestores(g *v1alpha1.Group) bool {
-	uncordons := false
-	for _, c := range g.Commands {
-		uncordons = uncordons || c.Uncordon != nil
-		if c.Uncordon == nil && c.Wait == nil && c.WaitNodeReady == nil && c.Preflight == nil {
+	restores := false
+	for i := range g.Commands {
+		switch g.Commands[i].Effects().Disruption {
+		case v1alpha1.Restoring:
+			restores = true
+		case v1alpha1.NonDisruptive:
+		default:
 			return false
 		}
 	}
-	return uncordons
+	return restores
 }
 
 // withFinished adds to a group's tasks, as the cache shows them, the nodes the status records as
 // finished whose task is gone: deleting history by hand never makes anything run again
-// (docs/design.md, safety rule 7). A task cannot go before its end is recorded here (Finalizer).
+// (nothing deleted automatically, rule 7). A task cannot go before its end is recorded here (Finalizer).
 func withFinished(op, group string, tasks map[string]taskView, rec *v1alpha1.FinishedNodes) map[string]taskView {
 	if rec == nil {
 		return tasks

@@ -106,7 +106,7 @@ func TestDecide(t *testing.T) {
 				reason: ReasonWaitingForNode, message: []string{"node n1", "NodeTask other-g-n1 of NodeProfile/wasm"}, progress: "0/2 nodes"},
 		},
 		{
-			// docs/design.md, safety rule 11: a node unavailable for any reason counts against every group selecting it.
+			// budgets are cluster-wide (rule 11): a node unavailable for any reason counts against every group selecting it.
 			name:   "a node held elsewhere counts against maxUnavailable wherever it sorts",
 			groups: []plan.ResolvedGroup{resolved("a", 1, "n1", "n2")},
 			held:   map[string]nodelock.Holder{"n2": {Task: "other-g-n2", Owner: "NodeOperation/other"}},
@@ -121,7 +121,7 @@ func TestDecide(t *testing.T) {
 				reason: ReasonRunning, progress: "0/2 nodes"},
 		},
 		{
-			// docs/design.md, safety rules 3 and 11: only a person ends this wait.
+			// a failure blocks until a person decides and budgets are cluster-wide (rules 3 and 11): only a person ends this wait.
 			name:    "waiting only for a node another owner's failed task holds blocks, naming it",
 			groups:  []plan.ResolvedGroup{resolved("a", 1, "n1", "n2")},
 			tasks:   []taskView{tv("a", "n1", v1alpha1.TaskSucceeded)},
@@ -329,7 +329,7 @@ func TestSignificantAndTransitions(t *testing.T) {
 	}
 }
 
-// docs/design.md, safety rule 11: a node cordoned outside the group counts and waits, except for
+// budgets are cluster-wide (rule 11): a node cordoned outside the group counts and waits, except for
 // a group that can only make it more available (an uncordon), which finds it counted already.
 func TestDecideCordonedNodes(t *testing.T) {
 	for _, tt := range []struct {

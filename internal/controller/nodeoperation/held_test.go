@@ -55,7 +55,7 @@ func (f *fixture) stillRunning(op, node string, d time.Duration) {
 	}
 }
 
-// docs/design.md, safety rules 3 and 11: an operation whose only node left is held by another
+// a failure blocks until a person decides and budgets are cluster-wide (rules 3 and 11): an operation whose only node left is held by another
 // owner's failed task can do nothing until a person decides, so it says so (Blocked, naming the
 // node, the task and its owner); a node held by another owner's running task is a wait that ends
 // by itself (Running); and once the holder is retried the operation runs again and succeeds.

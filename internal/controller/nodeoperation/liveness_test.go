@@ -17,7 +17,7 @@ import (
 )
 
 // lostOnDeletedNode starts an operation whose task runs on node n2, deletes n2, and waits for
-// the manager's mark (docs/design.md, safety rule 9) and the operation's Blocked.
+// the manager's mark (a lost agent fails its task in bounded time, rule 9) and the operation's Blocked.
 func lostOnDeletedNode(t *testing.T, f *fixture, name string) (op *v1alpha1.NodeOperation, task string) {
 	t.Helper()
 	nodes := f.nodes(nil, "n2")
@@ -45,7 +45,7 @@ func lostOnDeletedNode(t *testing.T, f *fixture, name string) (op *v1alpha1.Node
 	return op, task
 }
 
-// Safety rule 9: a task running on a node that is deleted fails with reason NodeDeleted, the
+// A lost agent fails its task in bounded time (rule 9): a task running on a node that is deleted fails with reason NodeDeleted, the
 // operation goes Blocked, and abort ends it (no "waiting for running tasks" forever).
 func TestSafetyRule9_DeletedNodeFailsItsTask(t *testing.T) {
 	f := newFixture(t)
@@ -54,7 +54,7 @@ func TestSafetyRule9_DeletedNodeFailsItsTask(t *testing.T) {
 	f.waitPhase(op.Name, v1alpha1.OperationAborted)
 }
 
-// Safety rule 9: no agent can act on a deleted node's task, so a person's skip is recorded by
+// A lost agent fails its task in bounded time (rule 9): no agent can act on a deleted node's task, so a person's skip is recorded by
 // the manager in its condition, and the operation goes on; a retry is refused, saying why.
 func TestSafetyRule9_SkipOnADeletedNode(t *testing.T) {
 	f := newFixture(t)

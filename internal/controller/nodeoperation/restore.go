@@ -18,7 +18,7 @@ import (
 )
 
 // restoreCordons gives back the schedulability the operation's cordons recorded on every node
-// that still carries its record once the operation has ended (docs/design.md, safety rule 5): a
+// that still carries its record once the operation has ended (uncordon restores what cordon found, rule 5): a
 // task aborted, failed then skipped past its uncordon, marked AgentLost then aborted, or a group
 // that cordons without uncordoning. While a task runs, its agent is the one that cordons and
 // restores; an ended operation has no task left running, so the manager is then the one writer.

@@ -56,7 +56,7 @@ func (f *fixture) neverAgain(op, group, node string, uid types.UID, d time.Durat
 	})
 }
 
-// docs/design.md, safety rule 7: deleting a finished task by hand never makes the operation
+// nothing deleted automatically (rule 7): deleting a finished task by hand never makes the operation
 // create it again; the operation's status keeps what the node finished.
 func TestSafetyRule7_DeletedTaskIsNotRunAgain(t *testing.T) {
 	f := newFixture(t)
@@ -89,7 +89,7 @@ func TestSafetyRule7_DeletedTaskIsNotRunAgain(t *testing.T) {
 	f.neverAgain(op.Name, "g", nodes[0], "", time.Second)
 }
 
-// docs/design.md, safety rule 7: a running task deleted by hand stays until it ended and its
+// nothing deleted automatically (rule 7): a running task deleted by hand stays until it ended and its
 // operation recorded how; it is never replaced by a new task that would run its commands again.
 func TestSafetyRule7_DeletedRunningTaskIsNotRunAgain(t *testing.T) {
 	f := newFixture(t)
@@ -138,7 +138,7 @@ func (f *fixture) setCordon(node string, cordoned bool) {
 	}
 }
 
-// docs/design.md, safety rules 2 and 11: a node an administrator cordoned is unavailable, so a
+// unavailable nodes count against maxUnavailable and budgets are cluster-wide (rules 2 and 11): a node an administrator cordoned is unavailable, so a
 // group at maxUnavailable 1 that selects it starts nothing until it is uncordoned, and says why.
 func TestSafetyRule11_CordonedNodeCountsAgainstMaxUnavailable(t *testing.T) {
 	f := newFixture(t)
@@ -170,7 +170,7 @@ func TestSafetyRule11_CordonedNodeCountsAgainstMaxUnavailable(t *testing.T) {
 	f.waitPhase(op.Name, v1alpha1.OperationSucceeded)
 }
 
-// docs/design.md, safety rule 11: two operations at maxUnavailable 1 over the same nodes never
+// budgets are cluster-wide (rule 11): two operations at maxUnavailable 1 over the same nodes never
 // make a second node unavailable while one is (a task holding it, or cordoned): checked on every
 // task the API server reports newly holding its node, while the agent finishes tasks in random
 // order and an administrator cordons a node for a while.

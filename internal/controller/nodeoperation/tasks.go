@@ -19,7 +19,7 @@ import (
 
 // Finalizer keeps an operation's task until the operation's status records how it ended (or
 // the operation is over): a task deleted by hand, even one running a non-idempotent command,
-// then never vanishes unseen and is never created and run again (docs/design.md, safety rule 7:
+// then never vanishes unseen and is never created and run again (nothing deleted automatically, rule 7:
 // deleting history by hand never makes anything run again). A finalizer rather than a
 // TaskDeleted failure because only the server can tell "deleted" from "never created": a status
 // record of intent would need a write before every create, and a lost lock would read as a

@@ -58,7 +58,7 @@ func (r *Reconciler) apply(ctx context.Context, s *scope) (ctrl.Result, error) {
 		claims[i] = nodelock.Claim{Node: st.Node, Task: tasks[i].Name}
 	}
 	// The budget is checked again as the nodes are acquired, counting every task's holds, so that
-	// an operation deciding at the same moment cannot spend the same room (docs/design.md, safety rule 11).
+	// an operation deciding at the same moment cannot spend the same room (budgets are cluster-wide, rule 11).
 	got, holders, lockErr := r.Lock.AcquireWithin(ctx, owner, claims, s.budget())
 	if lockErr != nil {
 		got = make([]bool, len(claims)) // the creates wait for the next round, after the error's backoff

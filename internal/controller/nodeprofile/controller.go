@@ -3,6 +3,9 @@
 // succeeded, uninstalls nodes that leave, keeps the profile's RuntimeClasses, and reports it all
 // in the profile's status. The decisions are pure functions (Decide, ComputeStatus, BuildTask,
 // PlanRuntimeClasses); this file reads the world and applies them.
+//
+// It writes only its profiles' status, their install and uninstall NodeTasks (created under the node
+// lock), its label and annotation on Nodes, and its RuntimeClasses: a task's status is its agent's.
 package nodeprofile
 
 import (
@@ -234,7 +237,7 @@ func (r *Reconciler) decide(s *scope) {
 }
 
 // chooseStarts picks, with plan.Select, the decision's candidates that start now: a candidate
-// whose node another task holds counts against maxUnavailable (docs/design.md, safety rule 11)
+// whose node another task holds counts against maxUnavailable (budgets are cluster-wide, rule 11)
 // and waits, looked at again after retryAfter, or after lockLag when the holder is the
 // profile's own finished task (the lock table follows the informer a moment behind the cache).
 // Nothing starts before the lock table has synced.

@@ -41,7 +41,7 @@ type TaskView struct {
 }
 
 // effectivePhase is the task's phase as far as the profile is concerned: an unfinished task asked
-// to abort that is not running holds nothing any more (nodelock.Holds; docs/design.md, safety rule 1) and counts as aborted.
+// to abort that is not running holds nothing any more (nodelock.Holds; one task per node, rule 1) and counts as aborted.
 func (t *TaskView) effectivePhase() v1alpha1.TaskPhase {
 	p := t.Phase
 	if p == "" {
@@ -124,7 +124,7 @@ type Decision struct {
 	// them against Limit and Unavailable, passing over nodes another task holds.
 	Starts []Start
 	// Limit is maxUnavailable resolved; Unavailable counts the nodes already unavailable: a task
-	// holding them, failed, or NotReady (docs/design.md, safety rule 2).
+	// holding them, failed, or NotReady (unavailable nodes count against maxUnavailable, rule 2).
 	Limit, Unavailable int
 	// Room is how many may start when no candidate is held: Limit less Unavailable, at least 0.
 	Room int
@@ -132,12 +132,12 @@ type Decision struct {
 	Abort []string
 	// Delete lists tasks to delete: those of deleted nodes, and superseded finished ones (older
 	// than their node's latest) whose TTL has passed. Without a TTL history is kept
-	// (docs/design.md, safety rule 7).
+	// (nothing deleted automatically, rule 7).
 	Delete []string
 	// Expire is how long until the next superseded task's TTL passes; 0 for none.
 	Expire time.Duration
 	// Blocked names the nodes whose latest task failed: until a person retries or skips it
-	// (spec.recoveryMode), or the node leaves, no other node starts (docs/design.md, safety rule 3).
+	// (spec.recoveryMode), or the node leaves, no other node starts (a failure blocks until a person decides, rule 3).
 	Blocked []NodeResult
 	Patches []NodePatch
 	// Done: nothing is left to do or wait for on any node (the finalizer may go).
@@ -233,10 +233,10 @@ func Decide(in Input) (Decision, error) {
 		case StateInstallFailed, StateUninstallFailed:
 			d.Counts.Failed++
 		}
-		// docs/design.md, safety rule 2: failed and running tasks count against maxUnavailable, and so do NotReady
+		// unavailable nodes count against maxUnavailable (rule 2): failed and running tasks count against maxUnavailable, and so do NotReady
 		// nodes of the profile, provisioned ones included (a containerd restart elsewhere would take
 		// more capacity away while they are down).
-		// docs/design.md, safety rule 11: so does a node cordoned by anyone, for any reason.
+		// budgets are cluster-wide (rule 11): so does a node cordoned by anyone, for any reason.
 		if holds || r.State == StateInstallFailed || r.State == StateUninstallFailed || !n.Ready || n.Cordoned {
 			busy++
 		}
@@ -262,7 +262,7 @@ func Decide(in Input) (Decision, error) {
 	d.Limit, d.Unavailable = limit, busy
 	d.Room = max(limit-busy, 0)
 	if len(d.Blocked) > 0 {
-		// docs/design.md, safety rule 3: a failed task stops the profile until a person chooses.
+		// a failure blocks until a person decides (rule 3): a failed task stops the profile until a person chooses.
 		d.Room = 0
 	}
 	for _, c := range candidates {

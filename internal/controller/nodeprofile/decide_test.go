@@ -108,7 +108,7 @@ func TestDecideNode(t *testing.T) {
 			wantState: StateWaitingUninstall, wantStart: uninstall},
 		{name: "no uninstall commands: just unlabel", node: provisioned(other("a"), h), tasks: []TaskView{task("a", install, h, v1alpha1.TaskSucceeded)}, noUninstall: true,
 			wantState: StateUnlabelling, wantPatch: &NodePatch{Node: "a"}},
-		// Superseded tasks are history (docs/design.md, safety rule 7): kept without a TTL, deleted once it passed.
+		// Superseded tasks are history (nothing deleted automatically, rule 7): kept without a TTL, deleted once it passed.
 		{name: "older finished tasks are kept without a TTL", node: provisioned(member("a"), h),
 			tasks: []TaskView{
 				created(task("a", install, "old", v1alpha1.TaskSucceeded), t0),
@@ -364,7 +364,7 @@ func TestChooseStarts(t *testing.T) {
 	}
 }
 
-// docs/design.md, safety rule 3: a failed task stops new tasks on other nodes, whatever room
+// a failure blocks until a person decides (rule 3): a failed task stops new tasks on other nodes, whatever room
 // maxUnavailable leaves, until a person retries or skips it or the node leaves.
 func TestDecideFailedTaskBlocks(t *testing.T) {
 	nodes := []NodeView{member("n1"), member("n2"), member("n3")}

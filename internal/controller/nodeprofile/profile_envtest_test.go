@@ -159,7 +159,7 @@ func TestFailedInstallIsNamedAndFixedBySpec(t *testing.T) {
 	}
 	waitCondition(t, ctx, "fail", v1alpha1.ConditionDegraded, metav1.ConditionFalse)
 	waitCondition(t, ctx, "fail", v1alpha1.ConditionReady, metav1.ConditionTrue)
-	// The superseded task is history, kept with its failure (docs/design.md, safety rule 7; it
+	// The superseded task is history, kept with its failure (nothing deleted automatically, rule 7; it
 	// used to be deleted here).
 	byNode, err := tasksOf(ctx, "fail")
 	if err != nil {
@@ -191,7 +191,7 @@ func TestUninstallOnLeave(t *testing.T) {
 	}
 	agentSucceed(t, ctx, un.Name)
 	waitLabel(t, ctx, "leave", "leave-1", false, "")
-	// Both tasks are kept: the install is history (docs/design.md, safety rule 7; it used to be deleted here).
+	// Both tasks are kept: the install is history (nothing deleted automatically, rule 7; it used to be deleted here).
 	byNode, err := tasksOf(ctx, "leave")
 	if err != nil {
 		t.Fatal(err)
@@ -314,8 +314,8 @@ func TestSpecChangeReprovisions(t *testing.T) {
 		})
 	}
 	waitCondition(t, ctx, "respec", v1alpha1.ConditionReady, metav1.ConditionTrue, "all 3")
-	// Each node keeps its first install as history beside the new one (docs/design.md, safety
-	// rule 7; the first used to be deleted here).
+	// Each node keeps its first install as history beside the new one (nothing deleted
+	// automatically, rule 7; the first used to be deleted here).
 	byNode, err := tasksOf(ctx, "respec")
 	if err != nil {
 		t.Fatal(err)

@@ -56,7 +56,7 @@ func retryTask(t *testing.T, ctx context.Context, name string) {
 	}))
 }
 
-// docs/design.md, safety rule 3: a failed install stops new installs on other nodes, even with
+// a failure blocks until a person decides (rule 3): a failed install stops new installs on other nodes, even with
 // room under maxUnavailable, until the failed task is retried (or skipped, or the node leaves).
 func TestSafetyRule3_FailedInstallStopsOtherInstalls(t *testing.T) {
 	needEnv(t)
@@ -84,7 +84,7 @@ func TestSafetyRule3_FailedInstallStopsOtherInstalls(t *testing.T) {
 	waitCondition(t, ctx, "r3", v1alpha1.ConditionReady, metav1.ConditionTrue, "all 3")
 }
 
-// docs/design.md, safety rule 7: the profile keeps the tasks it supersedes (an install replaced
+// nothing deleted automatically (rule 7): the profile keeps the tasks it supersedes (an install replaced
 // after a spec change, an install followed by an uninstall) until ttlSecondsAfterFinished; the
 // node's latest task stays whatever the TTL says.
 func TestSafetyRule7_ProfileKeepsSupersededTasks(t *testing.T) {
@@ -125,7 +125,7 @@ func TestSafetyRule7_ProfileKeepsSupersededTasks(t *testing.T) {
 	})
 }
 
-// docs/design.md, safety rules 2 and 11: a node an administrator cordoned, or a NotReady one,
+// unavailable nodes count against maxUnavailable and budgets are cluster-wide (rules 2 and 11): a node an administrator cordoned, or a NotReady one,
 // counts against the profile's maxUnavailable: at 1, nothing starts until it is back. (NotReady
 // was counted before; the cordon was not.)
 func TestSafetyRule11_ProfileCountsUnavailableNodes(t *testing.T) {

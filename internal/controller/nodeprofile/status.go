@@ -112,7 +112,7 @@ func ComputeStatus(in StatusInput) (v1alpha1.ProfileNodeCounts, []metav1.Conditi
 		progressing.Reason = ReasonInProgress
 		progressing.Message = fmt.Sprintf("%d installing, %d uninstalling, %d waiting (maxUnavailable, node lock, readiness or cordon)", installing+moved, uninstalling, waiting)
 		if b := d.Blocked; len(b) > 0 && waiting > 0 {
-			// docs/design.md, safety rule 3.
+			// a failure blocks until a person decides (rule 3).
 			progressing.Reason = ReasonBlocked
 			progressing.Message = fmt.Sprintf("%d waiting: blocked by the failed task %s on node %s", waiting, b[0].Task, b[0].Node)
 			if len(b) > 1 {

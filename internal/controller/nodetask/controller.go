@@ -3,9 +3,9 @@
 // It clears spec.recoveryMode once the agent has acted on it: the agent, the one writer of a
 // task's command results, acts on a person's spec.recoveryMode and marks it done in
 // status.recoveredGeneration; clearing it makes the next `kubectl nodeops retry` or `skip` (which
-// sets it again, a new generation) a new request (docs/design.md, safety rule 3).
+// sets it again, a new generation) a new request (a failure blocks until a person decides, rule 3).
 //
-// And it watches the agents' hold on their tasks (safety rule 9): an unfinished task whose node
+// And it watches the agents' hold on their tasks (a lost agent fails its task in bounded time, rule 9): an unfinished task whose node
 // is deleted, or whose running command's heartbeat the manager has seen unrenewed for longer
 // than AgentLostAfter, gets the
 // condition AgentLost=True (reason NodeDeleted or AgentLost) in status.conditions, the manager's
@@ -20,7 +20,11 @@
 // heartbeat's own timestamp: while the API server is down (a single control plane restarting its
 // static pods) no agent can renew, and a manager that comes back with it, or takes over the
 // leader lease, must give every agent the full AgentLostAfter to write again (docs/design.md,
-// safety rule 9).
+// a lost agent fails its task in bounded time, rule 9).
+//
+// It writes only its own conditions in a task's status (AgentLost, Drained), clears
+// spec.recoveryMode and keeps secret holder pods; it creates no NodeTask, and evicts pods only for a
+// drain a task's agent asked for. Command results are the agent's.
 package nodetask
 
 import (
@@ -263,7 +267,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return res, nil
 }
 
-// liveness is safety rule 9 for one task; it writes only status.conditions, with an optimistic
+// liveness is a lost agent fails its task in bounded time (rule 9) for one task; it writes only status.conditions, with an optimistic
 // lock so that it never overwrites an agent's write it has not seen.
 func (r *Reconciler) liveness(ctx context.Context, task *v1alpha1.NodeTask) (ctrl.Result, error) {
 	if !task.Status.Phase.Unfinished() && task.Status.Phase != "" {
@@ -357,7 +361,7 @@ func (r *Reconciler) liveness(ctx context.Context, task *v1alpha1.NodeTask) (ctr
 // unheldOnDeletedNode marks NodeDeleted a task that no agent holds, whose node is gone: one that
 // never started (its operation would wait for it forever) or that failed (no agent is left to
 // record a person's skip). The mark makes it Failed, so the operation goes Blocked, and lets the
-// manager record a skip (safety rule 9).
+// manager record a skip (a lost agent fails its task in bounded time, rule 9).
 func (r *Reconciler) unheldOnDeletedNode(ctx context.Context, task, orig *v1alpha1.NodeTask) (ctrl.Result, error) {
 	var when string
 	switch task.EffectivePhase() {

@@ -73,7 +73,7 @@ func get(t *testing.T, name string) *v1alpha1.NodeTask {
 // and never writes status.
 func TestClearsRecoveryModeOnlyOnceActedOn(t *testing.T) {
 	ctx := context.Background()
-	// The node exists: the task's failure is its agent's to recover (safety rule 9 marks tasks of deleted nodes).
+	// The node exists: the task's failure is its agent's to recover (a lost agent fails its task in bounded time, rule 9 marks tasks of deleted nodes).
 	if err := cl.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}); err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ import (
 	"github.com/nodeops/nodeops/internal/transient"
 )
 
-// The manager drains, so that no agent holds the right to evict (docs/design.md, safety rule 10):
+// The manager drains, so that no agent holds the right to evict (agents confined to their own node, rule 10):
 // an Eviction names no node, so only who evicts can confine evictions to a task's node.
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list
 // +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create

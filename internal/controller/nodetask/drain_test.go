@@ -75,7 +75,7 @@ func waitDrained(t *testing.T, name string) *metav1.Condition {
 // The manager drains for a task whose running command drains and whose agent asks: it evicts the
 // node's pods and answers, in one condition keyed to the run; in a DryRun it evicts nothing and
 // reports the plan. A request on a command that does not drain by its spec is never acted on, so
-// an agent cannot have its node drained unless its task says so (docs/design.md, safety rule 10).
+// an agent cannot have its node drained unless its task says so (agents confined to their own node, rule 10).
 func TestSafetyRule10_TheManagerDrainsOnlyWhatATaskAsks(t *testing.T) {
 	ctx := context.Background()
 	zero := int64(0)

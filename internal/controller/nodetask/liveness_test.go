@@ -66,7 +66,7 @@ func runningTask(t *testing.T, name string) {
 	}
 }
 
-// Safety rule 9: a running task whose heartbeat stops gets AgentLost=True (reason AgentLost)
+// A lost agent fails its task in bounded time (rule 9): a running task whose heartbeat stops gets AgentLost=True (reason AgentLost)
 // after lostAfter; one whose heartbeat keeps being renewed does not. Once the agent is back and
 // records a person's retry, the manager removes its mark.
 func TestSafetyRule9_SilentAgentFailsItsTask(t *testing.T) {
@@ -105,7 +105,7 @@ func TestSafetyRule9_SilentAgentFailsItsTask(t *testing.T) {
 	})
 }
 
-// Safety rule 9, measured on the manager's clock: a task whose last heartbeat is long past when
+// A lost agent fails its task in bounded time (rule 9), measured on the manager's clock: a task whose last heartbeat is long past when
 // the manager first sees it (the API server was down while a single control plane restarted its
 // static pods, and the manager came back, or took the leader lease, with it) is not marked lost
 // at once: its agent gets the full lostAfter to renew. An agent that renews is never marked; one
@@ -152,7 +152,7 @@ func TestSafetyRule9_OldHeartbeatAfterAnOutageGetsTheFullGrace(t *testing.T) {
 	})
 }
 
-// Safety rule 9 for tasks no agent holds: a task that never started, and one that failed, whose
+// A lost agent fails its task in bounded time (rule 9) for tasks no agent holds: a task that never started, and one that failed, whose
 // node is deleted are marked NodeDeleted (so the operation goes Blocked instead of waiting for
 // ever), and a person's skip of the failed one is recorded by the manager, as no agent is left.
 func TestSafetyRule9_DeletedNodeMarksUnstartedAndFailedTasks(t *testing.T) {
@@ -224,7 +224,7 @@ func idleTask(t *testing.T, name string, mode v1alpha1.ExecutionMode) {
 	}
 }
 
-// Safety rule 9: an agent that stops between two commands (SIGTERM leaves the next one Pending
+// A lost agent fails its task in bounded time (rule 9): an agent that stops between two commands (SIGTERM leaves the next one Pending
 // and frees the node's Lease) and never comes back gets its task marked AgentLost, so that the
 // operation goes Blocked and an abort ends it; a task waiting for a person's approval is not
 // marked, as nothing is due from its agent.

@@ -22,7 +22,7 @@ import (
 var holderOptions = secretholder.Options{Image: "ghcr.io/nodeops/agent@sha256:" + fmt.Sprintf("%064d", 1), PullPolicy: corev1.PullNever}
 
 // holderNamespace creates nodeops-system, the ServiceAccount holder pods run as (config/agent) and
-// the nodes (a task on a deleted node is marked lost, safety rule 9, and so finished).
+// the nodes (a task on a deleted node is marked lost, a lost agent fails its task in bounded time, rule 9, and so finished).
 func holderNamespace(t *testing.T, nodes ...string) {
 	t.Helper()
 	ctx := context.Background()

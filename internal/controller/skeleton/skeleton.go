@@ -1,5 +1,6 @@
-// Package skeleton is the reconcile skeleton every nodeops controller that creates NodeTasks
-// follows (NodeOperation, NodeProfile, and ClusterTarget next), and the pieces they share.
+// Package skeleton is the reconcile skeleton the nodeops controllers follow (NodeOperation,
+// NodeProfile, ClusterTarget, and nodetask's secret holders), and the pieces the controllers that
+// create NodeTasks share.
 //
 // The skeleton, after cluster-api's machine controller (phases over a scope, results merged by
 // the lowest non-zero RequeueAfter), is: get -> (finalizer) -> observe -> decide -> write status
@@ -7,6 +8,9 @@
 // and does no IO; the status write records the decision before anything acts on it (intent
 // before action); act acquires node locks and writes. A task whose lock act cannot take is not
 // created this round: the next reconcile decides again.
+//
+// It holds no controller's policy and makes no API write of its own: each controller passes the steps
+// that do.
 package skeleton
 
 import (
@@ -20,7 +24,7 @@ import (
 )
 
 // Locker is the manager's node lock table (internal/nodelock.Table), one for every controller
-// that creates NodeTasks (docs/design.md, safety rule 1).
+// that creates NodeTasks (one task per node, rule 1).
 type Locker interface {
 	// Snapshot is the table as plain data, for decide.
 	Snapshot() nodelock.View

@@ -1,4 +1,6 @@
 // Package hosttest builds small host roots for tests: a directory with busybox as /bin/sh.
+//
+// It is for tests only and writes only under the directory it is given.
 package hosttest
 
 import (

@@ -1,8 +1,10 @@
 // Package confine is the table of writes a node's agent must not make and of the Secret reads its
-// token is refused, every one (docs/design.md, safety rule 10; scripts read their Secrets from their
+// token is refused, every one (agents confined to their own node, rule 10; scripts read their Secrets from their
 // node's kubelet, internal/secretholder), shared by test/confinement (envtest, the policies alone)
 // and test/e2e (nodeops-local's agents with their pod-bound tokens), so both check the same refusals
 // with the same messages.
+//
+// It is for tests only: it lists refusals and changes nothing.
 package confine
 
 import (

@@ -66,4 +66,7 @@
 // It polls until the condition returns nil, handing it a context that ends at the deadline, and on
 // the deadline fails the test naming what it waited for and the last error seen; so conditions
 // explain themselves by returning fmt.Errorf("3 of 5 ready").
+//
+// It drives nodeops from outside, through the CLI, kubectl and the API, as a user would; of the
+// controllers' packages it uses only names and waits.
 package framework
