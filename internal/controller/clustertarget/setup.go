@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -40,7 +39,8 @@ func SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // SetupWithManager registers r with mgr. kube-system's kubeadm-config and control-plane mirror
-// pods come from a cache of their own, so that the manager caches neither every ConfigMap nor
+// pods, and its CA bundle kube-root-ca.crt (all its ConfigMaps: a field selector names one), come
+// from a cache of their own, so that the manager caches neither every ConfigMap nor
 // every Pod of the cluster. Watches pass only what changes the status: spec edits, operation
 // phases and conditions, node kubelet versions, labels and certificate readings (never heartbeats), kubeadm-config,
 // mirror pod images, and tasks' certificate readings.
@@ -49,8 +49,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
 		DefaultNamespaces: map[string]cache.Config{KubeadmConfig.Namespace: {}},
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:       {Label: labels.SelectorFromSet(labels.Set{"tier": "control-plane"})},
-			&corev1.ConfigMap{}: {Field: fields.OneTermEqualSelector("metadata.name", KubeadmConfig.Name)},
+			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{"tier": "control-plane"})},
 		},
 		DefaultTransform: cache.TransformStripManagedFields(),
 	})
@@ -132,7 +131,7 @@ func certificatesChanged() predicate.Predicate {
 
 func isKubeadmConfig() predicate.TypedPredicate[client.Object] {
 	return predicate.NewPredicateFuncs(func(o client.Object) bool {
-		return o.GetNamespace() == KubeadmConfig.Namespace && o.GetName() == KubeadmConfig.Name
+		return o.GetNamespace() == KubeadmConfig.Namespace && (o.GetName() == KubeadmConfig.Name || o.GetName() == RootCAConfigMap)
 	})
 }
 

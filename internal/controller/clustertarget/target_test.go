@@ -374,3 +374,33 @@ func TestAgentsCertificateReading(t *testing.T) {
 	shows("the agent's next reading", later, "")
 	f.stillOperations(name)
 }
+
+// Any agent may write nodeops.io/certificates on its own Node: only control planes' readings count
+// (the node's role as the manager sees it, by its label, which no kubelet or agent may set on its
+// own Node), so a worker's reading of certificates that expire tomorrow generates nothing, while a
+// control plane's true reading still renews.
+func TestWorkersCertificateReadingIgnored(t *testing.T) {
+	f := newFixture(t)
+	f.reset("v1.37.2")
+	day := 24 * time.Hour
+	f.edit(func(ct *v1alpha1.ClusterTarget) {
+		ct.Spec.Certificates.AutoRenew = true
+		ct.Spec.Certificates.RenewBefore = &metav1.Duration{Duration: 30 * day}
+	})
+	tomorrow := metav1.NewTime(time.Now().Add(day).Truncate(time.Second))
+	f.annotateCertificates("w-1", []v1alpha1.CertificateExpiry{{Name: "apiserver", NotAfter: tomorrow}})
+	// cp-1's reading, written after w-1's: once the status shows it, w-1's was read too.
+	far := metav1.NewTime(time.Now().Add(200 * day).Truncate(time.Second))
+	f.annotateCertificates("cp-1", []v1alpha1.CertificateExpiry{{Name: "apiserver", NotAfter: far}})
+	testutil.Eventually(t, 30*time.Second, "cp-1's reading alone in status", func() error {
+		ct := f.target()
+		if len(ct.Status.Certificates) != 1 || ct.Status.Certificates[0].Node != "cp-1" || ct.Status.NextCertificateExpiry == nil || !ct.Status.NextCertificateExpiry.Equal(&far) {
+			return fmt.Errorf("next %v, certificates %+v", ct.Status.NextCertificateExpiry, ct.Status.Certificates)
+		}
+		return nil
+	})
+	f.stillOperations()
+
+	f.annotateCertificates("cp-1", []v1alpha1.CertificateExpiry{{Name: "apiserver", NotAfter: tomorrow}})
+	f.waitOperations("cluster-renew-certificates-expiring-" + tomorrow.UTC().Format("20060102") + "-1")
+}
