@@ -40,6 +40,7 @@ images: ## OCI layouts of the manager and agent (linux/amd64 and linux/arm64) in
 generate: tools ## Regenerate deepcopy and CRDs.
 	$(BIN)/controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(BIN)/controller-gen crd paths=./api/... output:crd:artifacts:config=config/crd
+	hack/crd-selector-bounds.sh config/crd/nodeops.io_*.yaml
 	$(BIN)/controller-gen rbac:roleName=nodeops-manager paths="./internal/controller/...;./internal/metrics/..." output:rbac:artifacts:config=config/rbac
 	rm -f charts/nodeops/crds/*.yaml && cp config/crd/nodeops.io_*.yaml charts/nodeops/crds/
 	cp config/rbac/role.yaml charts/nodeops/files/manager-role.yaml
