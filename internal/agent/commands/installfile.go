@@ -38,7 +38,7 @@ func parseMode(s string, def fs.FileMode) (fs.FileMode, error) {
 // refuses them too; a task may predate the rule.
 func namesFile(p string) error {
 	if p == "" || strings.HasSuffix(p, "/") || strings.HasSuffix(p, "/.") || path.Clean(p) == "/" {
-		return fmt.Errorf("installFile path %q must name a file: not /, and not ending in / or /.", p)
+		return fmt.Errorf("installFile path %q must name a file: not /, and not ending in / or in /. (it is refused before anything is removed or written)", p)
 	}
 	return nil
 }
