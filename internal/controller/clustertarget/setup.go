@@ -71,7 +71,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&v1alpha1.NodeOperation{}, builder.WithPredicates(operationChanged())).
 		Watches(&corev1.Node{}, toTarget, builder.WithPredicates(nodeChanged())).
 		Watches(&v1alpha1.NodeTask{}, toTarget, builder.WithPredicates(certificatesChanged())).
-		WatchesRawSource(source.Kind(system, client.Object(&corev1.ConfigMap{}), toTarget, isKubeadmConfig())).
+		WatchesRawSource(source.Kind(system, client.Object(&corev1.ConfigMap{}), toTarget, isClusterConfigMap())).
 		WatchesRawSource(source.Kind(system, client.Object(&corev1.Pod{}), toTarget, mirrorImageChanged())).
 		Complete(r)
 }
@@ -129,7 +129,8 @@ func certificatesChanged() predicate.Predicate {
 	}
 }
 
-func isKubeadmConfig() predicate.TypedPredicate[client.Object] {
+// isClusterConfigMap passes kubeadm-config and the cluster CA bundle, of kube-system's ConfigMaps.
+func isClusterConfigMap() predicate.TypedPredicate[client.Object] {
 	return predicate.NewPredicateFuncs(func(o client.Object) bool {
 		return o.GetNamespace() == KubeadmConfig.Namespace && (o.GetName() == KubeadmConfig.Name || o.GetName() == RootCAConfigMap)
 	})
