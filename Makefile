@@ -41,6 +41,7 @@ generate: tools ## Regenerate the command kinds' CEL rules (hack/commandkinds), 
 	go generate ./api/...
 	$(BIN)/controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(BIN)/controller-gen crd paths=./api/... output:crd:artifacts:config=config/crd
+	hack/crd-selector-bounds.sh config/crd/nodeops.io_*.yaml
 	$(BIN)/controller-gen rbac:roleName=nodeops-manager paths="./internal/controller/...;./internal/metrics/..." output:rbac:artifacts:config=config/rbac
 	rm -f charts/nodeops/crds/*.yaml && cp config/crd/nodeops.io_*.yaml charts/nodeops/crds/
 	cp config/rbac/role.yaml charts/nodeops/files/manager-role.yaml

@@ -354,6 +354,128 @@ spec:
     drain: {timeout: 1000h}
 `, "spec.upgrade.drain.timeout", "drain timeout must be from 1s to 24h"},
 
+		// Label selectors: an operator the API does not know, In or NotIn without values, Exists or
+		// DoesNotExist with values are refused where they are written, not after a node was cordoned.
+		{"operation selector with an unknown operator", `apiVersion: nodeops.io/v1alpha1
+kind: NodeOperation
+metadata:
+  name: sel1
+spec:
+  nodeSelector: {matchExpressions: [{key: zone, operator: Within, values: [a]}]}
+  custom: {groups: [{name: g, commands: [{cordon: {}}]}]}
+`, "spec.nodeSelector", "the operator must be In, NotIn, Exists or DoesNotExist"},
+		{"group selector In without values", `apiVersion: nodeops.io/v1alpha1
+kind: NodeOperation
+metadata:
+  name: sel2
+spec:
+  custom: {groups: [{name: g, nodeSelector: {matchExpressions: [{key: zone, operator: In}]}, commands: [{cordon: {}}]}]}
+`, "spec.custom.groups[0].nodeSelector", "In and NotIn need values"},
+		{"group selector NotIn with empty values", `apiVersion: nodeops.io/v1alpha1
+kind: NodeOperation
+metadata:
+  name: sel3
+spec:
+  custom: {groups: [{name: g, nodeSelector: {matchExpressions: [{key: zone, operator: NotIn, values: []}]}, commands: [{cordon: {}}]}]}
+`, "spec.custom.groups[0].nodeSelector", "In and NotIn need values"},
+		{"profile selector Exists with values", `apiVersion: nodeops.io/v1alpha1
+kind: NodeProfile
+metadata:
+  name: sel4
+spec:
+  autoProvision: true
+  nodeSelector: {matchExpressions: [{key: wasm, operator: Exists, values: ["true"]}]}
+  install: [{cordon: {}}]
+`, "spec.nodeSelector", "Exists and DoesNotExist take none"},
+		{"drain podSelector with an unknown operator", op("sel5", "- drain:\n    podSelector: {matchExpressions: [{key: app, operator: exists}]}"), cmdPath + ".drain.podSelector", "the operator must be In, NotIn, Exists or DoesNotExist"},
+		{"task drain podSelector In without values", task("sel6", "- drain:\n    podSelector: {matchExpressions: [{key: app, operator: In}]}"), taskPath + ".drain.podSelector", "In and NotIn need values"},
+		{"upgrade drain podSelector DoesNotExist with values", `apiVersion: nodeops.io/v1alpha1
+kind: NodeOperation
+metadata:
+  name: sel7
+spec:
+  upgrade:
+    kubernetesVersion: v1.37.2
+    upgradeKubeletAndKubectl: false
+    drain: {podSelector: {matchExpressions: [{key: app, operator: DoesNotExist, values: [x]}]}}
+`, "spec.upgrade.drain.podSelector", "Exists and DoesNotExist take none"},
+		{"valid selectors of every operator", `apiVersion: nodeops.io/v1alpha1
+kind: NodeOperation
+metadata:
+  name: sel8
+spec:
+  nodeSelector:
+    matchLabels: {pool: blue}
+    matchExpressions: [{key: zone, operator: In, values: [a, b]}, {key: rack, operator: NotIn, values: [r1]}, {key: wasm, operator: Exists}, {key: gpu, operator: DoesNotExist, values: []}]
+  custom: {groups: [{name: g, nodeSelector: {matchExpressions: [{key: zone, operator: In, values: [a]}]}, commands: [{drain: {podSelector: {matchExpressions: [{key: app, operator: Exists}]}}}]}]}
+`, "", ""},
+
+		// pod.image is an image reference, not any string without spaces.
+		{"pod image with a shell metacharacter", op("img1", "- pod: {image: 'busybox;reboot'}"), cmdPath + ".pod.image", "should match"},
+		{"pod image with capitals in its path", task("img2", "- pod: {image: ghcr.io/Kwasm/installer}"), taskPath + ".pod.image", "should match"},
+		{"pod image with an empty tag", profile("img3", "- pod: {image: 'busybox:'}"), profPath + ".pod.image", "should match"},
+		{"pod image starting with a dash", op("img4", "- pod: {image: '-busybox'}"), cmdPath + ".pod.image", "should match"},
+		{"pod image with a short digest", op("img5", "- pod: {image: 'busybox@sha256:abc'}"), cmdPath + ".pod.image", "should match"},
+		{"valid pod images", op("img6", `- pod: {image: busybox}
+- name: tagged
+  pod: {image: 'docker.io/library/busybox:1.36.1'}
+- name: registry-port
+  pod: {image: 'localhost:5000/kwasm/kwasm-node-installer:v0.3.1'}
+- name: digest
+  pod: {image: 'ghcr.io/kwasm/kwasm-node-installer@sha256:`+sha+`'}
+- name: tag-and-digest
+  pod: {image: 'registry.k8s.io/pause:3.10@sha256:`+sha+`'}
+`), "", ""},
+
+		// installFile names a file: never "/" nor a directory.
+		{"installFile remove of /", op("f1", "- installFile: {path: /, remove: true}"), cmdPath + ".installFile.path", "must name a file"},
+		{"installFile path ending in /", task("f2", "- installFile: {url: 'https://x/y', sha256: "+sha+", path: /usr/local/bin/}"), taskPath + ".installFile.path", "must name a file"},
+		{"installFile path ending in /.", profile("f3", "- installFile: {path: /etc/., remove: true}"), profPath + ".installFile.path", "must name a file"},
+
+		// selectorOnly: the nodeSelector alone decides, over labels no node may set on itself.
+		{"selectorOnly with a trigger", `apiVersion: nodeops.io/v1alpha1
+kind: NodeProfile
+metadata:
+  name: so1
+spec:
+  selectorOnly: true
+  autoProvision: true
+  trigger: {annotation: kwasm.sh/kwasm-node=true}
+  nodeSelector: {matchLabels: {node-restriction.kubernetes.io/wasm: "true"}}
+  install: [{cordon: {}}]
+`, "spec.selectorOnly", "remove trigger and set autoProvision: true"},
+		{"selectorOnly over a label nodes set themselves", `apiVersion: nodeops.io/v1alpha1
+kind: NodeProfile
+metadata:
+  name: so2
+spec:
+  selectorOnly: true
+  autoProvision: true
+  nodeSelector: {matchLabels: {wasm: "true"}}
+  install: [{cordon: {}}]
+`, "spec.nodeSelector", "no node may set on itself"},
+		{"selectorOnly without a selector", `apiVersion: nodeops.io/v1alpha1
+kind: NodeProfile
+metadata:
+  name: so3
+spec:
+  selectorOnly: true
+  autoProvision: true
+  install: [{cordon: {}}]
+`, "spec.nodeSelector", "no node may set on itself"},
+		{"valid selectorOnly profile", `apiVersion: nodeops.io/v1alpha1
+kind: NodeProfile
+metadata:
+  name: so4
+spec:
+  selectorOnly: true
+  autoProvision: true
+  nodeSelector:
+    matchLabels: {node-restriction.kubernetes.io/wasm: "true"}
+    matchExpressions: [{key: node-role.kubernetes.io/control-plane, operator: DoesNotExist}]
+  install: [{cordon: {}}]
+`, "", ""},
+
 		// Accepted: the test must be able to fail both ways.
 		{"valid operation with bounds at their limits", op("ok1", `- timeout: 24h
   drain: {timeout: 1s, gracePeriodSeconds: 86400}
@@ -468,6 +590,52 @@ func TestAdmission(t *testing.T) {
 				t.Fatalf("refused, but the message does not name %q with %q:\n%s", tc.field, tc.msg, got)
 			}
 		})
+	}
+}
+
+// A task's operation and group name who owns it and which group's budget it spends: set at
+// creation, never changed, as its node and commands are not.
+func TestNodeTaskOwnerFieldsImmutable(t *testing.T) {
+	env, _, _ := startAPIServer(t)
+	ctx := context.Background()
+	tk := &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: "owned"},
+		Spec: v1alpha1.NodeTaskSpec{NodeName: "n1", Operation: "op", Group: "g", Commands: []v1alpha1.Command{{Cordon: &v1alpha1.CordonCommand{}}}}}
+	if err := env.Client.Create(ctx, tk); err != nil {
+		t.Fatal(err)
+	}
+	bare := &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: "bare"},
+		Spec: v1alpha1.NodeTaskSpec{NodeName: "n1", Commands: []v1alpha1.Command{{Cordon: &v1alpha1.CordonCommand{}}}}}
+	if err := env.Client.Create(ctx, bare); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, task, field string
+		mutate            func(*v1alpha1.NodeTaskSpec)
+	}{
+		{"operation changed", "owned", "spec.operation", func(s *v1alpha1.NodeTaskSpec) { s.Operation = "other" }},
+		{"operation cleared", "owned", "spec.operation", func(s *v1alpha1.NodeTaskSpec) { s.Operation = "" }},
+		{"operation set", "bare", "spec.operation", func(s *v1alpha1.NodeTaskSpec) { s.Operation = "op" }},
+		{"group changed", "owned", "spec.group", func(s *v1alpha1.NodeTaskSpec) { s.Group = "other" }},
+		{"group set", "bare", "spec.group", func(s *v1alpha1.NodeTaskSpec) { s.Group = "g" }},
+	} {
+		var cur v1alpha1.NodeTask
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: tc.task}, &cur); err != nil {
+			t.Fatal(err)
+		}
+		tc.mutate(&cur.Spec)
+		err := env.Client.Update(ctx, &cur)
+		if err == nil || !strings.Contains(err.Error(), tc.field+": Invalid value") || !strings.Contains(err.Error(), "immutable") {
+			t.Errorf("%s: update returned %v; want it refused naming %s as immutable", tc.name, err, tc.field)
+		}
+	}
+	// What may change still does.
+	var cur v1alpha1.NodeTask
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "owned"}, &cur); err != nil {
+		t.Fatal(err)
+	}
+	cur.Spec.Paused = true
+	if err := env.Client.Update(ctx, &cur); err != nil {
+		t.Errorf("pausing the task: %v", err)
 	}
 }
 

@@ -162,7 +162,8 @@ type ObservedNode struct {
 	StaticPods map[string]string `json:"staticPods,omitempty"`
 }
 
-// ObservedCertificates is one control plane's certificate expiry.
+// ObservedCertificates is one control plane's certificate expiry; only nodes labelled
+// node-role.kubernetes.io/control-plane are read.
 type ObservedCertificates struct {
 	Node string `json:"node"`
 	// Certificates as the node's agent last read them with `kubeadm certs check-expiration`
@@ -173,6 +174,10 @@ type ObservedCertificates struct {
 	// Task is the NodeTask the reading comes from; empty when it is the agent's own reading.
 	// +optional
 	Task string `json:"task,omitempty"`
+	// Problem says why the reading cannot be true (a certificate the cluster CA signs expiring
+	// outside that CA's validity); such a reading counts for nothing.
+	// +optional
+	Problem string `json:"problem,omitempty"`
 }
 
 // ClusterTargetStatus is what the cluster is, and what the ClusterTarget did about it.

@@ -345,6 +345,7 @@ type DrainCommand struct {
 	Force bool `json:"force,omitempty"`
 	// PodSelector limits the drain to matching pods.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn'] ? (has(e.values) && size(e.values) > 0) : (e.operator in ['Exists', 'DoesNotExist'] && (!has(e.values) || size(e.values) == 0)))",message="matchExpressions: the operator must be In, NotIn, Exists or DoesNotExist; In and NotIn need values, Exists and DoesNotExist take none"
 	PodSelector *metav1.LabelSelector `json:"podSelector,omitempty"`
 }
 
@@ -487,6 +488,7 @@ type InstallFileCommand struct {
 	// +kubebuilder:validation:MaxLength=1024
 	// +kubebuilder:validation:Pattern=`^/`
 	// +kubebuilder:validation:XValidation:rule="!self.contains('/../') && !self.endsWith('/..')",message="must not contain '..'"
+	// +kubebuilder:validation:XValidation:rule="!self.endsWith('/') && !self.endsWith('/.')",message="must name a file: not /, and not ending in / or /."
 	Path string `json:"path"`
 	// Mode as an octal string such as "0755"; defaults to 0644.
 	// +optional
@@ -811,7 +813,8 @@ type PodCommand struct {
 	// Image to run.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1024
-	// +kubebuilder:validation:Pattern=`^[^\s]+$`
+	// An image reference as the container runtime reads it: [registry[:port]/]path[:tag][@digest].
+	// +kubebuilder:validation:Pattern=`^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[a-zA-Z0-9_][a-zA-Z0-9_.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$`
 	Image string `json:"image"`
 	// ImagePullPolicy as in a Pod: Always, IfNotPresent or Never; unset, the API server's default for the image.
 	// +optional

@@ -88,6 +88,7 @@ type Group struct {
 	Name string `json:"name"`
 	// NodeSelector narrows the operation's nodes for this group.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn'] ? (has(e.values) && size(e.values) > 0) : (e.operator in ['Exists', 'DoesNotExist'] && (!has(e.values) || size(e.values) == 0)))",message="matchExpressions: the operator must be In, NotIn, Exists or DoesNotExist; In and NotIn need values, Exists and DoesNotExist take none"
 	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
 	// NodeFilter keeps all nodes, or only the first (Head) or all but the first (Tail), sorted by name.
 	// +optional
@@ -125,6 +126,7 @@ type NodeOperationSpec struct {
 
 	// NodeSelector narrows the nodes the operation touches; all nodes when empty.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn'] ? (has(e.values) && size(e.values) > 0) : (e.operator in ['Exists', 'DoesNotExist'] && (!has(e.values) || size(e.values) == 0)))",message="matchExpressions: the operator must be In, NotIn, Exists or DoesNotExist; In and NotIn need values, Exists and DoesNotExist take none"
 	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
 
 	// ExecutionMode: Auto, Controlled (each command waits for approval) or DryRun.

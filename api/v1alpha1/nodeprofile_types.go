@@ -49,9 +49,12 @@ type RuntimeClassSpec struct {
 
 // NodeProfileSpec is what a set of nodes must have.
 // +kubebuilder:validation:XValidation:rule="has(self.trigger) || self.autoProvision",message="set trigger.annotation or autoProvision, or no node is ever in the profile"
+// +kubebuilder:validation:XValidation:rule="!has(self.selectorOnly) || !self.selectorOnly || (!has(self.trigger) && self.autoProvision)",message="selectorOnly: only the nodeSelector counts, so remove trigger and set autoProvision: true",fieldPath=".selectorOnly"
+// +kubebuilder:validation:XValidation:rule="!has(self.selectorOnly) || !self.selectorOnly || (has(self.nodeSelector) && ((has(self.nodeSelector.matchLabels) && size(self.nodeSelector.matchLabels) > 0) || (has(self.nodeSelector.matchExpressions) && size(self.nodeSelector.matchExpressions) > 0)) && (!has(self.nodeSelector.matchLabels) || self.nodeSelector.matchLabels.all(k, k.startsWith('node-restriction.kubernetes.io/') || k.startsWith('node-role.kubernetes.io/'))) && (!has(self.nodeSelector.matchExpressions) || self.nodeSelector.matchExpressions.all(e, e.key.startsWith('node-restriction.kubernetes.io/') || e.key.startsWith('node-role.kubernetes.io/'))))",message="selectorOnly needs a nodeSelector whose every key is one no node may set on itself: under node-restriction.kubernetes.io/ or node-role.kubernetes.io/",fieldPath=".nodeSelector"
 type NodeProfileSpec struct {
 	// NodeSelector narrows the nodes the profile may provision.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn'] ? (has(e.values) && size(e.values) > 0) : (e.operator in ['Exists', 'DoesNotExist'] && (!has(e.values) || size(e.values) == 0)))",message="matchExpressions: the operator must be In, NotIn, Exists or DoesNotExist; In and NotIn need values, Exists and DoesNotExist take none"
 	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
 	// Trigger: a node matching the selector is in the profile when it carries this annotation.
 	// +optional
@@ -59,6 +62,14 @@ type NodeProfileSpec struct {
 	// AutoProvision: every node matching the selector is in the profile.
 	// +optional
 	AutoProvision bool `json:"autoProvision,omitempty"`
+	// SelectorOnly makes the nodeSelector alone decide which nodes are in the profile, over labels
+	// no node can set on itself: trigger is refused, autoProvision must be true, and every key of
+	// nodeSelector must be under node-restriction.kubernetes.io/ or node-role.kubernetes.io/ (the
+	// NodeRestriction admission plugin forbids a kubelet to set them on its Node). Without it,
+	// whoever may annotate or label a Node, its own kubelet's credentials among them, can bring
+	// that node into the profile and have its install run there.
+	// +optional
+	SelectorOnly bool `json:"selectorOnly,omitempty"`
 	// Install runs when a node enters the profile (and again when the spec changes).
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=32

@@ -22,6 +22,8 @@ const (
 // paused and abort change after creation.
 // +kubebuilder:validation:XValidation:rule="self.nodeName == oldSelf.nodeName",message="nodeName is immutable",fieldPath=".nodeName"
 // +kubebuilder:validation:XValidation:rule="self.commands == oldSelf.commands",message="commands are immutable",fieldPath=".commands"
+// +kubebuilder:validation:XValidation:rule="has(self.operation) == has(oldSelf.operation) && (!has(self.operation) || self.operation == oldSelf.operation)",message="operation is immutable",fieldPath=".operation"
+// +kubebuilder:validation:XValidation:rule="has(self.group) == has(oldSelf.group) && (!has(self.group) || self.group == oldSelf.group)",message="group is immutable",fieldPath=".group"
 // +kubebuilder:validation:XValidation:rule="self.executionMode == oldSelf.executionMode || (oldSelf.executionMode == 'Controlled' && self.executionMode == 'Auto')",message="executionMode may only change from Controlled to Auto",fieldPath=".executionMode"
 // +kubebuilder:validation:XValidation:rule="self.approvedCommands >= oldSelf.approvedCommands",message="approvedCommands cannot decrease",fieldPath=".approvedCommands"
 // +kubebuilder:validation:XValidation:rule="!has(self.approvedCommands) || self.approvedCommands <= self.commands.size()",message="approvedCommands is at most the number of commands",fieldPath=".approvedCommands"

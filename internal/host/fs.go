@@ -335,7 +335,9 @@ func (f *FS) CreateTemp(p string) (TempFile, error) {
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	base := filepath.Base(real)
-	name := "." + base + ".nodeops-tmp-" + hex.EncodeToString(rnd[:])
+	prefix := "." + base + tempInfix
+	removeStaleTemps(dir, prefix)
+	name := prefix + hex.EncodeToString(rnd[:])
 	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		_ = dir.Close()
@@ -343,6 +345,25 @@ func (f *FS) CreateTemp(p string) (TempFile, error) {
 	}
 	file := os.NewFile(uintptr(fd), filepath.Join(filepath.Dir(real), name))
 	return &tempFile{File: file, dest: real, dir: dir, name: name, base: base}, nil
+}
+
+// tempInfix marks the temporary files CreateTemp makes: ".<name>" + tempInfix + 12 hex digits.
+const tempInfix = ".nodeops-tmp-"
+
+// removeStaleTemps removes the temporary files of one destination that an earlier write left
+// (the agent was killed while downloading): one task runs on a node at a time (rule 1) and its
+// commands one after another, so none of them is being written now. Best effort: a file that
+// cannot be removed is left, as before.
+func removeStaleTemps(dir *os.File, prefix string) {
+	names, err := dir.Readdirnames(-1)
+	if err != nil {
+		return
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, prefix) && len(n) == len(prefix)+12 {
+			_ = unix.Unlinkat(int(dir.Fd()), n, 0)
+		}
+	}
 }
 
 // Commit syncs the file, sets its mode and renames it over the destination.
@@ -385,6 +406,10 @@ func (f *FS) Remove(p string) error {
 	real, err := f.linkPath(p)
 	if err != nil {
 		return err
+	}
+	if path.Clean(f.hostPath(real)) == "/" {
+		// Its name is the root's own, in the directory that holds the root.
+		return fmt.Errorf("removing %s: refusing to remove the host's root", p)
 	}
 	err = f.inDir(real, false, func(dir int, base string) error {
 		err := unix.Unlinkat(dir, base, 0)

@@ -36,7 +36,8 @@ const DefaultLedgerMaxBytes = 1000 * 1000
 
 // maxAsks bounds the API reads one ledger decision makes for entries its cache does not know, so
 // that a manager started after thousands of tasks were deleted does not hold its lock for long;
-// entries beyond are counted, and decided by later writes.
+// entries beyond are counted, and decided by later decisions, which remember what the API server
+// said of these (Ledger.ended), so the reads of successive decisions add up.
 const maxAsks = 32
 
 // Ledger is the API server's record of which NodeTask each node was given to, one ConfigMap that
@@ -76,6 +77,10 @@ type Ledger struct {
 	// firstRead is when this manager first needed the grace of an entry its cache does not know,
 	// by node, for that entry's value only.
 	firstRead map[string]readAt
+	// ended is, by node, the value of an entry the API server said no longer holds (its task gone
+	// or finished): a later decision drops it without asking again, so that the bounded reads of
+	// successive decisions add up when more stale entries than one decision may read fill a budget.
+	ended map[string]string
 }
 
 // readAt is when an entry's value was first read.
@@ -204,6 +209,11 @@ func (l *Ledger) decide(ctx context.Context, old map[string]string, claims []Cla
 			delete(l.firstRead, node) // the entry is gone, or another now
 		}
 	}
+	for node, v := range l.ended {
+		if old[node] != v {
+			delete(l.ended, node)
+		}
+	}
 
 	// Entries that count, and the data to write: only those, so ended holds leave with the next
 	// write. Asking the API server costs a read: first for the nodes this decision counts, then,
@@ -298,19 +308,33 @@ func (l *Ledger) counts(ctx context.Context, node, v string, e ledgerEntry, tv t
 		r = readAt{value: v, at: l.now()}
 		l.firstRead[node] = r
 	}
-	if l.now().Sub(r.at) < l.grace() || *asks <= 0 {
+	if l.now().Sub(r.at) < l.grace() {
+		return true
+	}
+	if l.ended[node] == v {
+		return false
+	}
+	if *asks <= 0 {
 		return true
 	}
 	*asks--
 	err = l.APIReader.Get(ctx, client.ObjectKey{Name: e.task}, task)
+	holds := true // an error is unknown: the safe side
 	switch {
 	case apierrors.IsNotFound(err):
-		return false // never created (its manager stopped first), or deleted
-	case err != nil:
-		return true // unknown: the safe side
-	default:
-		return Holds(task)
+		holds = false // never created (its manager stopped first), or deleted
+	case err == nil:
+		holds = Holds(task)
 	}
+	if !holds {
+		// A task that stopped holding never holds again, and a missing one only if its manager
+		// creates it after the grace, which the next write's drop would not survive either.
+		if l.ended == nil {
+			l.ended = map[string]string{}
+		}
+		l.ended[node] = v
+	}
+	return holds
 }
 
 func (l *Ledger) grace() time.Duration {

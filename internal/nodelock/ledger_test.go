@@ -2,6 +2,7 @@ package nodelock_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"sync/atomic"
 	"testing"
@@ -230,4 +231,57 @@ func TestLedgerWithoutRoomLetsClaimsWait(t *testing.T) {
 	if len(got) != 3 {
 		t.Fatalf("got %v with room for three entries; want n1, n2, n3", got)
 	}
+}
+
+// A ledger holding more stale entries than one decision may ask the API server about, plus the
+// budget (a ConfigMap restored from a backup, a batch whose manager died before creating it and
+// whose operation was then deleted), still grants within one grace period: what the API server
+// said of an entry is remembered, so the reads of successive decisions add up instead of starting
+// over, and the stale entries leave with the write that grants.
+func TestLedgerPrunesMoreStaleEntriesThanOneDecisionReads(t *testing.T) {
+	env := startEnv(t)
+	ctx := context.Background()
+	var clock atomic.Int64
+	clock.Store(time.Now().Unix())
+	now := func() time.Time { return time.Unix(clock.Load(), 0) }
+	m := newManager(t, env, "manager", now)
+
+	const stale = 40
+	data := map[string]string{}
+	budget := nodelock.Budget{Limit: 1}
+	for i := range stale {
+		node := fmt.Sprintf("s%02d", i)
+		data[node] = fmt.Sprintf("gone-g-* %d", clock.Load()) // a task that was never created
+		budget.Nodes = append(budget.Nodes, node)
+	}
+	budget.Nodes = append(budget.Nodes, "free")
+	if err := env.Client.Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "nodeops-system", Name: nodelock.LedgerName}, Data: data}); err != nil {
+		t.Fatal(err)
+	}
+
+	if got := m.start(t, env, "op", budget, "free"); len(got) != 0 {
+		t.Fatalf("got %v within the grace of %d entries under a budget of 1", got, stale)
+	}
+	clock.Add(int64((nodelock.DefaultLedgerGrace + time.Second) / time.Second))
+	// Each decision reads at most a bounded number of tasks; a few decisions, all within the one
+	// grace period, must get through forty.
+	granted := -1
+	for pass := range 5 {
+		if got := m.start(t, env, "op", budget, "free"); len(got) == 1 {
+			granted = pass
+			break
+		}
+	}
+	if granted < 0 {
+		t.Fatalf("nothing granted in 5 decisions after the grace of %d stale entries under a budget of 1", stale)
+	}
+	cm := &corev1.ConfigMap{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "nodeops-system", Name: nodelock.LedgerName}, cm); err != nil {
+		t.Fatal(err)
+	}
+	if len(cm.Data) != 1 || cm.Data["free"] == "" {
+		t.Fatalf("ledger after the grant: %v; want the stale entries pruned and free's entry", cm.Data)
+	}
+	t.Logf("granted on decision %d after the grace", granted+1)
 }

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"path"
 	"strings"
 	"time"
 
@@ -165,7 +166,7 @@ func get(ctx context.Context, env *Env, url string, t transport) (io.ReadCloser,
 	if idle <= 0 {
 		idle = DefaultDownloadIdleTimeout
 	}
-	b := &idleBody{body: resp.Body, ctx: ctx, cancel: cancel, idle: idle}
+	b := &idleBody{body: resp.Body, ctx: ctx, cancel: cancel, idle: idle, length: resp.ContentLength}
 	b.timer = time.AfterFunc(idle, func() { cancel(errIdle{idle}) })
 	return b, nil
 }
@@ -178,6 +179,8 @@ type idleBody struct {
 	cancel context.CancelCauseFunc
 	idle   time.Duration
 	timer  *time.Timer
+	// length is the size the server announced, -1 when it did not.
+	length int64
 }
 
 func (b *idleBody) Read(p []byte) (int, error) {
@@ -238,6 +241,9 @@ func downloadVerified(ctx context.Context, env *Env, url, want, p string, t tran
 		return nil, err
 	}
 	defer func() { _ = body.Close() }()
+	if err := checkFreeSpace(env, url, p, body); err != nil {
+		return nil, err
+	}
 	h := sha256.New()
 	tmp, err := env.Host.Files.CreateTemp(p)
 	if err != nil {
@@ -252,6 +258,36 @@ func downloadVerified(ctx context.Context, env *Env, url, want, p string, t tran
 		return nil, err
 	}
 	return tmp, nil
+}
+
+// freeSpaceReserve is left free beside a download: a node whose disk fills stops its kubelet
+// and containerd from writing.
+const freeSpaceReserve = 64 << 20
+
+// checkFreeSpace refuses a download whose announced size, with the reserve, does not fit the
+// filesystem of host path p, before a byte is written. A download of unknown size is bounded by
+// maxDownload and fails on a full disk with its temporary file removed.
+func checkFreeSpace(env *Env, url, p string, body io.ReadCloser) error {
+	b, ok := body.(*idleBody)
+	if !ok || b.length < 0 {
+		return nil
+	}
+	if b.length > maxDownload {
+		return fmt.Errorf("downloading %s: %d bytes, more than the %d a download may have", url, b.length, maxDownload)
+	}
+	dir := path.Dir(p)
+	for !env.Host.Files.Exists(dir) && dir != "/" {
+		dir = path.Dir(dir) // CreateTemp makes the missing directories
+	}
+	free, err := env.Host.Files.FreeBytes(dir)
+	if err != nil {
+		return fmt.Errorf("downloading %s: reading the free space of %s: %w", url, dir, err)
+	}
+	if need := uint64(b.length) + freeSpaceReserve; free < need {
+		return fmt.Errorf("downloading %s: %d bytes, and %s has %d bytes free, less than that plus a reserve of %d MiB; %s left unchanged",
+			url, b.length, dir, free, freeSpaceReserve>>20, p)
+	}
+	return nil
 }
 
 func checkSum(url, p, want string, got []byte) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"path"
 	"strconv"
 	"strings"
 
@@ -32,7 +33,20 @@ func parseMode(s string, def fs.FileMode) (fs.FileMode, error) {
 	return mode, nil
 }
 
+// namesFile refuses a path whose last element is empty or ".": "/" or a directory's name with a
+// trailing slash would have remove act on a directory, the host's root among them. Admission
+// refuses them too; a task may predate the rule.
+func namesFile(p string) error {
+	if p == "" || strings.HasSuffix(p, "/") || strings.HasSuffix(p, "/.") || path.Clean(p) == "/" {
+		return fmt.Errorf("installFile path %q must name a file: not /, and not ending in / or in /. (it is refused before anything is removed or written)", p)
+	}
+	return nil
+}
+
 func runInstallFile(ctx context.Context, env *Env, f *v1alpha1.InstallFileCommand) (Result, error) {
+	if err := namesFile(f.Path); err != nil {
+		return Result{}, err
+	}
 	if f.Remove {
 		if err := env.Host.Files.Remove(f.Path); err != nil {
 			return Result{}, err

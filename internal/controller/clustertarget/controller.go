@@ -8,6 +8,8 @@ package clustertarget
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"sort"
@@ -128,7 +130,11 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 	if err := r.Client.List(ctx, &tasks, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("list tasks: %w", err)
 	}
-	s.in.certs = observeCertificates(nodes.Items, tasks.Items)
+	ca, err := readCAValidity(ctx, r.System)
+	if err != nil {
+		return err
+	}
+	s.in.certs = observeCertificates(nodes.Items, tasks.Items, ca)
 
 	var ops v1alpha1.NodeOperationList
 	if err := r.Client.List(ctx, &ops); err != nil {
@@ -227,16 +233,24 @@ func imageTag(image string) string {
 	return image[i+1:]
 }
 
-// observeCertificates is, per node, its certificates' expiry: what its agent last read into the
-// node's annotation (v1alpha1.AnnotationCertificates), or what its newest succeeded task that
-// reported any (renewals and upgrades do) says, whichever expires later: renewing only moves
+// observeCertificates is, per control plane, its certificates' expiry: what its agent last read
+// into the node's annotation (v1alpha1.AnnotationCertificates), or what its newest succeeded task
+// that reported any (renewals and upgrades do) says, whichever expires later: renewing only moves
 // expiry later, and the agent reads again only on its slow interval, so right after a renewal
-// the task's reading is the newer one. Sorted by node.
-func observeCertificates(nodes []corev1.Node, tasks []v1alpha1.NodeTask) []v1alpha1.ObservedCertificates {
+// the task's reading is the newer one. Only nodes the manager sees labelled control plane count:
+// any agent may annotate its own Node, but no kubelet or agent may give its Node that label. A
+// reading that ca shows impossible is kept with its problem and counts for nothing. Sorted by node.
+func observeCertificates(nodes []corev1.Node, tasks []v1alpha1.NodeTask, ca caValidity) []v1alpha1.ObservedCertificates {
+	controlPlane := map[string]bool{}
+	for i := range nodes {
+		if _, cp := nodes[i].Labels[plan.LabelControlPlane]; cp {
+			controlPlane[nodes[i].Name] = true
+		}
+	}
 	newest := map[string]*v1alpha1.NodeTask{}
 	for i := range tasks {
 		t := &tasks[i]
-		if t.Status.Phase != v1alpha1.TaskSucceeded || len(t.Status.Certificates) == 0 {
+		if t.Status.Phase != v1alpha1.TaskSucceeded || len(t.Status.Certificates) == 0 || !controlPlane[t.Spec.NodeName] {
 			continue
 		}
 		if o := newest[t.Spec.NodeName]; o == nil || completion(o).Before(completion(t)) || completion(o).Equal(completion(t)) && o.Name < t.Name {
@@ -250,7 +264,7 @@ func observeCertificates(nodes []corev1.Node, tasks []v1alpha1.NodeTask) []v1alp
 	for i := range nodes {
 		n := &nodes[i]
 		value, ok := n.Annotations[v1alpha1.AnnotationCertificates]
-		if !ok {
+		if !ok || !controlPlane[n.Name] {
 			continue
 		}
 		certs, err := v1alpha1.DecodeCertificates(value)
@@ -265,6 +279,7 @@ func observeCertificates(nodes []corev1.Node, tasks []v1alpha1.NodeTask) []v1alp
 	}
 	out := make([]v1alpha1.ObservedCertificates, 0, len(byNode))
 	for _, o := range byNode {
+		o.Problem = ca.check(o.Certificates)
 		out = append(out, o)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
@@ -272,6 +287,74 @@ func observeCertificates(nodes []corev1.Node, tasks []v1alpha1.NodeTask) []v1alp
 		return nil
 	}
 	return out
+}
+
+// RootCAConfigMap is the cluster CA bundle the controller-manager publishes in every namespace
+// (from kubeadm's ca.crt); kube-system's copy bounds what a reading of leaf certificates can say.
+const RootCAConfigMap = "kube-root-ca.crt"
+
+// caValidity is when the cluster's CAs are valid: from the earliest notBefore to the latest
+// notAfter of the bundle (two CAs while one is rotated); zero when the bundle is unknown.
+type caValidity struct {
+	notBefore, notAfter time.Time
+}
+
+// clusterCASigned are the certificates `kubeadm certs check-expiration` lists that the cluster CA
+// signs; etcd's and the front proxy's have CAs of their own, which no object publishes.
+var clusterCASigned = map[string]bool{
+	"admin.conf": true, "super-admin.conf": true, "apiserver": true, "apiserver-kubelet-client": true,
+	"controller-manager.conf": true, "scheduler.conf": true,
+}
+
+// check says why a reading cannot be true, or "": a leaf certificate lives within its CA's
+// validity (kubeadm issues it while the CA is valid, and a chain is valid only while its CA is).
+func (ca caValidity) check(certs []v1alpha1.CertificateExpiry) string {
+	if ca.notAfter.IsZero() {
+		return ""
+	}
+	for _, c := range certs {
+		if !clusterCASigned[c.Name] {
+			continue
+		}
+		// A minute either way: readings are rounded to seconds, kubeadm's text output to minutes.
+		if c.NotAfter.Time.After(ca.notAfter.Add(time.Minute)) || c.NotAfter.Time.Before(ca.notBefore.Add(-time.Minute)) {
+			return fmt.Sprintf("out of range: %s expires at %s, outside the cluster CA's validity %s to %s (kube-system/%s); this reading counts for nothing",
+				c.Name, c.NotAfter.UTC().Format(time.RFC3339), ca.notBefore.UTC().Format(time.RFC3339), ca.notAfter.UTC().Format(time.RFC3339), RootCAConfigMap)
+		}
+	}
+	return ""
+}
+
+// readCAValidity reads the cluster CA bundle; zero when it is missing or unreadable (the
+// controller-manager publishes it), which leaves readings unchecked.
+func readCAValidity(ctx context.Context, c client.Reader) (caValidity, error) {
+	var cm corev1.ConfigMap
+	err := c.Get(ctx, types.NamespacedName{Namespace: KubeadmConfig.Namespace, Name: RootCAConfigMap}, &cm)
+	if apierrors.IsNotFound(err) {
+		return caValidity{}, nil
+	}
+	if err != nil {
+		return caValidity{}, fmt.Errorf("read kube-system/%s: %w", RootCAConfigMap, err)
+	}
+	var v caValidity
+	rest := []byte(cm.Data["ca.crt"])
+	for {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			return v, nil
+		}
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil || !cert.IsCA {
+			continue
+		}
+		if v.notBefore.IsZero() || cert.NotBefore.Before(v.notBefore) {
+			v.notBefore = cert.NotBefore
+		}
+		if cert.NotAfter.After(v.notAfter) {
+			v.notAfter = cert.NotAfter
+		}
+	}
 }
 
 // sortedCertificates copies a reading, whole seconds, sorted by name.

@@ -27,6 +27,7 @@ const (
 	ReasonRotationRequested        = "RotationRequested"
 	ReasonCertificatesExpiring     = "CertificatesExpiring"
 	ReasonRenewBeforeUnsatisfiable = "RenewBeforeUnsatisfiable"
+	ReasonRenewalDidNotMoveExpiry  = "RenewalDidNotMoveExpiry"
 	ReasonAwaitingObservedVersion  = "AwaitingObservedVersion"
 	ReasonNodesBehind              = "NodesBehind"
 	ReasonDryRunSucceeded          = "DryRunSucceeded"
@@ -201,6 +202,15 @@ func due(in *input, st *v1alpha1.ClusterTargetStatus) (*v1alpha1.GeneratedOperat
 	}
 	if exp := st.NextCertificateExpiry; ct.Spec.Certificates.AutoRenew && exp != nil && exp.Sub(in.now) < renewBefore(ct) {
 		rb := renewBefore(ct)
+		prefix := "cluster-renew-certificates-expiring-" + exp.UTC().Format("20060102")
+		if last := lastOf(st.Operations, v1alpha1.GeneratedRenewCertificates); last != nil && last.Phase == v1alpha1.OperationSucceeded &&
+			last.CompletionTime != nil && strings.HasPrefix(last.Name, prefix+"-") {
+			// Generated for this very expiry, succeeded, and the readings did not move: renewing
+			// again would do the same, so say so instead of looping.
+			return nil, verdict{phase: v1alpha1.ClusterWaiting, reason: ReasonRenewalDidNotMoveExpiry, stalls: true, message: fmt.Sprintf(
+				"%s succeeded at %s but the certificates observed (node %s) still expire at %s, as before it ran; check that node's agent and `kubeadm certs check-expiration` there, then change the spec to try again",
+				last.Name, last.CompletionTime.UTC().Format(time.RFC3339), earliestNode(in.certs, exp), exp.UTC().Format(time.RFC3339))}
+		}
 		if last := lastOf(st.Operations, v1alpha1.GeneratedRenewCertificates); last != nil && last.Phase == v1alpha1.OperationSucceeded &&
 			last.CompletionTime != nil && exp.Sub(last.CompletionTime.Time) < rb {
 			return nil, verdict{phase: v1alpha1.ClusterWaiting, reason: ReasonRenewBeforeUnsatisfiable, stalls: true, message: fmt.Sprintf(
@@ -362,15 +372,28 @@ func nodesBehind(nodes []v1alpha1.ObservedNode, target string, u v1alpha1.Cluste
 	return out
 }
 
-// nextExpiry is the earliest expiry of any certificate observed.
+// nextExpiry is the earliest expiry of any certificate observed in a reading without a problem.
 func nextExpiry(certs []v1alpha1.ObservedCertificates) *metav1.Time {
 	var next *metav1.Time
 	for _, n := range certs {
+		if n.Problem != "" {
+			continue
+		}
 		if first := firstExpiry(n.Certificates); first != nil && (next == nil || first.Before(next)) {
 			next = first
 		}
 	}
 	return next
+}
+
+// earliestNode names the node whose counted reading expires at exp.
+func earliestNode(certs []v1alpha1.ObservedCertificates, exp *metav1.Time) string {
+	for _, n := range certs {
+		if first := firstExpiry(n.Certificates); n.Problem == "" && first != nil && first.Equal(exp) {
+			return n.Node
+		}
+	}
+	return "unknown"
 }
 
 // firstExpiry is one reading's earliest notAfter; nil for a reading without certificates.

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -101,6 +102,15 @@ func TestDecide(t *testing.T) {
 		}), clusterVersion: "v1.37.2", certs: certs(now.Add(365 * 24 * time.Hour)),
 			ops: map[string]opView{"cluster-renew-certificates-expiring-20261202-1": {Phase: "Succeeded", Completion: &renewed}}},
 			phase: "Waiting", reason: ReasonRenewBeforeUnsatisfiable, stalled: true},
+		{name: "a renewal that did not move expiry is reported, not repeated", in: input{ct: target("v1.37.2", func(ct *v1alpha1.ClusterTarget) {
+			ct.Spec.Certificates.AutoRenew = true
+			ct.Status.Operations = []v1alpha1.GeneratedOperation{{Name: "cluster-renew-certificates-expiring-20261202-1", Kind: "RenewCertificates", Phase: "Succeeded", Generation: 1}}
+		}), clusterVersion: "v1.37.2", certs: certs(now.Add(24 * time.Hour)),
+			ops: map[string]opView{"cluster-renew-certificates-expiring-20261202-1": {Phase: "Succeeded", Completion: &renewed}}},
+			phase: "Waiting", reason: ReasonRenewalDidNotMoveExpiry, stalled: true},
+		{name: "a reading with a problem counts for nothing", in: input{ct: target("v1.37.2", func(ct *v1alpha1.ClusterTarget) { ct.Spec.Certificates.AutoRenew = true }), clusterVersion: "v1.37.2",
+			certs: []v1alpha1.ObservedCertificates{{Node: "cp", Problem: "out of range", Certificates: []v1alpha1.CertificateExpiry{{Name: "apiserver", NotAfter: metav1.NewTime(now.Add(24 * time.Hour))}}}}},
+			phase: "UpToDate", reason: ReasonUpToDate, upToDate: true},
 		{name: "dry run done", in: input{ct: target("v1.37.2", func(ct *v1alpha1.ClusterTarget) {
 			ct.Spec.ExecutionMode = v1alpha1.ExecutionDryRun
 			ct.Status.Operations = []v1alpha1.GeneratedOperation{{Name: "cluster-upgrade-v1.37.2-1", Kind: "Upgrade", Phase: "Succeeded", KubernetesVersion: "v1.37.2", Generation: 1, ExecutionMode: "DryRun"}}
@@ -174,5 +184,39 @@ func TestImageTag(t *testing.T) {
 		if got := imageTag(in); got != want {
 			t.Errorf("imageTag(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// Only control planes' readings count, by their label as the manager sees the Node, from their
+// annotation or their tasks; a reading outside the cluster CA's validity is kept with its problem.
+func TestObserveCertificates(t *testing.T) {
+	node := func(name string, cp bool, notAfter time.Time) corev1.Node {
+		n := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}, Annotations: map[string]string{
+			v1alpha1.AnnotationCertificates: v1alpha1.EncodeCertificates([]v1alpha1.CertificateExpiry{{Name: "apiserver", NotAfter: metav1.NewTime(notAfter)}}),
+		}}}
+		if cp {
+			n.Labels["node-role.kubernetes.io/control-plane"] = ""
+		}
+		return n
+	}
+	day := 24 * time.Hour
+	task := v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: "renew-w"}, Spec: v1alpha1.NodeTaskSpec{NodeName: "w"},
+		Status: v1alpha1.NodeTaskStatus{Phase: v1alpha1.TaskSucceeded, Certificates: []v1alpha1.CertificateExpiry{{Name: "apiserver", NotAfter: metav1.NewTime(now.Add(day))}}}}
+	nodes := []corev1.Node{node("cp", true, now.Add(300*day)), node("w", false, now.Add(day))}
+	got := observeCertificates(nodes, []v1alpha1.NodeTask{task}, caValidity{})
+	if len(got) != 1 || got[0].Node != "cp" || got[0].Problem != "" {
+		t.Fatalf("readings %+v; want cp's alone", got)
+	}
+	ca := caValidity{notBefore: now.Add(-365 * day), notAfter: now.Add(9 * 365 * day)}
+	if got := observeCertificates(nodes, nil, ca); len(got) != 1 || got[0].Problem != "" {
+		t.Fatalf("a reading within the CA's validity: %+v", got)
+	}
+	late := []corev1.Node{node("cp", true, now.Add(20*365*day))}
+	got = observeCertificates(late, nil, ca)
+	if len(got) != 1 || !strings.Contains(got[0].Problem, "out of range") {
+		t.Fatalf("a leaf expiring after its CA: %+v; want a problem", got)
+	}
+	if next := nextExpiry(got); next != nil {
+		t.Fatalf("next expiry %v from a reading with a problem", next)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -40,7 +39,8 @@ func SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // SetupWithManager registers r with mgr. kube-system's kubeadm-config and control-plane mirror
-// pods come from a cache of their own, so that the manager caches neither every ConfigMap nor
+// pods, and its CA bundle kube-root-ca.crt (all its ConfigMaps: a field selector names one), come
+// from a cache of their own, so that the manager caches neither every ConfigMap nor
 // every Pod of the cluster. Watches pass only what changes the status: spec edits, operation
 // phases and conditions, node kubelet versions, labels and certificate readings (never heartbeats), kubeadm-config,
 // mirror pod images, and tasks' certificate readings.
@@ -49,8 +49,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
 		DefaultNamespaces: map[string]cache.Config{KubeadmConfig.Namespace: {}},
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:       {Label: labels.SelectorFromSet(labels.Set{"tier": "control-plane"})},
-			&corev1.ConfigMap{}: {Field: fields.OneTermEqualSelector("metadata.name", KubeadmConfig.Name)},
+			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{"tier": "control-plane"})},
 		},
 		DefaultTransform: cache.TransformStripManagedFields(),
 	})
@@ -72,7 +71,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&v1alpha1.NodeOperation{}, builder.WithPredicates(operationChanged())).
 		Watches(&corev1.Node{}, toTarget, builder.WithPredicates(nodeChanged())).
 		Watches(&v1alpha1.NodeTask{}, toTarget, builder.WithPredicates(certificatesChanged())).
-		WatchesRawSource(source.Kind(system, client.Object(&corev1.ConfigMap{}), toTarget, isKubeadmConfig())).
+		WatchesRawSource(source.Kind(system, client.Object(&corev1.ConfigMap{}), toTarget, isClusterConfigMap())).
 		WatchesRawSource(source.Kind(system, client.Object(&corev1.Pod{}), toTarget, mirrorImageChanged())).
 		Complete(r)
 }
@@ -130,9 +129,10 @@ func certificatesChanged() predicate.Predicate {
 	}
 }
 
-func isKubeadmConfig() predicate.TypedPredicate[client.Object] {
+// isClusterConfigMap passes kubeadm-config and the cluster CA bundle, of kube-system's ConfigMaps.
+func isClusterConfigMap() predicate.TypedPredicate[client.Object] {
 	return predicate.NewPredicateFuncs(func(o client.Object) bool {
-		return o.GetNamespace() == KubeadmConfig.Namespace && o.GetName() == KubeadmConfig.Name
+		return o.GetNamespace() == KubeadmConfig.Namespace && (o.GetName() == KubeadmConfig.Name || o.GetName() == RootCAConfigMap)
 	})
 }
 

@@ -60,8 +60,10 @@ func TestPredicates(t *testing.T) {
 		}
 	}
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kubeadm-config"}}
+	ca := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kube-root-ca.crt"}}
 	other := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kube-proxy"}}
-	if !isKubeadmConfig().Update(event.UpdateEvent{ObjectOld: cm, ObjectNew: cm}) || isKubeadmConfig().Update(event.UpdateEvent{ObjectOld: other, ObjectNew: other}) {
-		t.Error("only kubeadm-config wakes it")
+	if !isClusterConfigMap().Update(event.UpdateEvent{ObjectOld: cm, ObjectNew: cm}) || !isClusterConfigMap().Update(event.UpdateEvent{ObjectOld: ca, ObjectNew: ca}) ||
+		isClusterConfigMap().Update(event.UpdateEvent{ObjectOld: other, ObjectNew: other}) {
+		t.Error("only kubeadm-config and kube-root-ca.crt wake it")
 	}
 }

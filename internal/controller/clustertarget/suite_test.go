@@ -318,6 +318,23 @@ func (f *fixture) stillOperations(want ...string) {
 	})
 }
 
+// annotateCertificates writes a reading into node's nodeops.io/certificates, as its agent would.
+func (f *fixture) annotateCertificates(node string, certs []v1alpha1.CertificateExpiry) {
+	f.t.Helper()
+	value := v1alpha1.EncodeCertificates(certs)
+	f.must(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var n corev1.Node
+		if err := f.c.Get(f.ctx, client.ObjectKey{Name: node}, &n); err != nil {
+			return err
+		}
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations[v1alpha1.AnnotationCertificates] = value
+		return f.c.Update(f.ctx, &n)
+	}))
+}
+
 func (f *fixture) agent() testutil.FakeAgent { return testutil.FakeAgent{Client: f.c} }
 
 // runOperation plays the agent for every task of op until op ends in phase; certificates, when

@@ -1,7 +1,15 @@
 package clustertarget_test
 
 import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -373,4 +381,72 @@ func TestAgentsCertificateReading(t *testing.T) {
 	annotate(later)
 	shows("the agent's next reading", later, "")
 	f.stillOperations(name)
+}
+
+// Any agent may write nodeops.io/certificates on its own Node: only control planes' readings count
+// (the node's role as the manager sees it, by its label, which no kubelet or agent may set on its
+// own Node), so a worker's reading of certificates that expire tomorrow generates nothing, while a
+// control plane's true reading still renews.
+func TestWorkersCertificateReadingIgnored(t *testing.T) {
+	f := newFixture(t)
+	f.reset("v1.37.2")
+	day := 24 * time.Hour
+	f.edit(func(ct *v1alpha1.ClusterTarget) {
+		ct.Spec.Certificates.AutoRenew = true
+		ct.Spec.Certificates.RenewBefore = &metav1.Duration{Duration: 30 * day}
+	})
+	tomorrow := metav1.NewTime(time.Now().Add(day).Truncate(time.Second))
+	f.annotateCertificates("w-1", []v1alpha1.CertificateExpiry{{Name: "apiserver", NotAfter: tomorrow}})
+	// cp-1's reading, written after w-1's: once the status shows it, w-1's was read too.
+	far := metav1.NewTime(time.Now().Add(200 * day).Truncate(time.Second))
+	f.annotateCertificates("cp-1", []v1alpha1.CertificateExpiry{{Name: "apiserver", NotAfter: far}})
+	testutil.Eventually(t, 30*time.Second, "cp-1's reading alone in status", func() error {
+		ct := f.target()
+		if len(ct.Status.Certificates) != 1 || ct.Status.Certificates[0].Node != "cp-1" || ct.Status.NextCertificateExpiry == nil || !ct.Status.NextCertificateExpiry.Equal(&far) {
+			return fmt.Errorf("next %v, certificates %+v", ct.Status.NextCertificateExpiry, ct.Status.Certificates)
+		}
+		return nil
+	})
+	f.stillOperations()
+
+	f.annotateCertificates("cp-1", []v1alpha1.CertificateExpiry{{Name: "apiserver", NotAfter: tomorrow}})
+	f.waitOperations("cluster-renew-certificates-expiring-" + tomorrow.UTC().Format("20060102") + "-1")
+}
+
+// A control plane's reading is checked against the cluster CA the controller-manager publishes in
+// kube-system/kube-root-ca.crt: a certificate that CA signs expiring after it cannot be true, and
+// is shown with its problem, counting for nothing.
+func TestCertificateReadingOutsideTheCAIsReported(t *testing.T) {
+	f := newFixture(t)
+	f.reset("v1.37.2")
+	day := 24 * time.Hour
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	f.must(err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kubernetes"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(30 * day), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	f.must(err)
+	ca := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: clustertarget.RootCAConfigMap},
+		Data: map[string]string{"ca.crt": string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))}}
+	f.must(f.c.Create(f.ctx, ca))
+	t.Cleanup(func() { _ = f.c.Delete(context.Background(), ca) })
+
+	f.annotateCertificates("cp-1", []v1alpha1.CertificateExpiry{{Name: "apiserver", NotAfter: metav1.NewTime(time.Now().Add(365 * day).Truncate(time.Second))}})
+	testutil.Eventually(t, 30*time.Second, "cp-1's reading shown with its problem", func() error {
+		ct := f.target()
+		if len(ct.Status.Certificates) != 1 || !strings.Contains(ct.Status.Certificates[0].Problem, "out of range") || ct.Status.NextCertificateExpiry != nil {
+			return fmt.Errorf("next %v, certificates %+v", ct.Status.NextCertificateExpiry, ct.Status.Certificates)
+		}
+		return nil
+	})
+	within := metav1.NewTime(time.Now().Add(20 * day).Truncate(time.Second))
+	f.annotateCertificates("cp-1", []v1alpha1.CertificateExpiry{{Name: "apiserver", NotAfter: within}})
+	testutil.Eventually(t, 30*time.Second, "cp-1's reading within the CA counts", func() error {
+		ct := f.target()
+		if len(ct.Status.Certificates) != 1 || ct.Status.Certificates[0].Problem != "" || ct.Status.NextCertificateExpiry == nil || !ct.Status.NextCertificateExpiry.Equal(&within) {
+			return fmt.Errorf("next %v, certificates %+v", ct.Status.NextCertificateExpiry, ct.Status.Certificates)
+		}
+		return nil
+	})
 }

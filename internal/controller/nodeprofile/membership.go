@@ -24,7 +24,8 @@ type Membership struct {
 
 // NewMembership parses the profile's selector and trigger.
 func NewMembership(spec *v1alpha1.NodeProfileSpec) (Membership, error) {
-	m := Membership{selector: labels.Everything(), auto: spec.AutoProvision}
+	// selectorOnly: the selector alone counts, whatever trigger says (admission refuses both).
+	m := Membership{selector: labels.Everything(), auto: spec.AutoProvision || spec.SelectorOnly}
 	if spec.NodeSelector != nil {
 		sel, err := metav1.LabelSelectorAsSelector(spec.NodeSelector)
 		if err != nil {
@@ -32,7 +33,7 @@ func NewMembership(spec *v1alpha1.NodeProfileSpec) (Membership, error) {
 		}
 		m.selector = sel
 	}
-	if spec.Trigger != nil {
+	if spec.Trigger != nil && !spec.SelectorOnly {
 		key, value, ok := strings.Cut(spec.Trigger.Annotation, "=")
 		if !ok || key == "" {
 			return Membership{}, fmt.Errorf("spec.trigger.annotation %q: want key=value", spec.Trigger.Annotation)

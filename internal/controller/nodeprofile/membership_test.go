@@ -33,6 +33,10 @@ func TestMembership(t *testing.T) {
 		{name: "annotated inside the selector", spec: v1alpha1.NodeProfileSpec{Trigger: kwasm, NodeSelector: workers}, labels: map[string]string{"x": "y"}, annotations: map[string]string{"kwasm.sh/kwasm-node": "true"}, want: true},
 		{name: "empty selector selects all", spec: v1alpha1.NodeProfileSpec{AutoProvision: true, NodeSelector: &metav1.LabelSelector{}}, want: true},
 		{name: "matchLabels", spec: v1alpha1.NodeProfileSpec{AutoProvision: true, NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "wasm"}}}, labels: map[string]string{"pool": "wasm"}, want: true},
+		{name: "selectorOnly: an annotation outside the selector does not count", spec: v1alpha1.NodeProfileSpec{SelectorOnly: true, AutoProvision: true, Trigger: kwasm,
+			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"node-restriction.kubernetes.io/wasm": "true"}}}, annotations: map[string]string{"kwasm.sh/kwasm-node": "true"}, want: false},
+		{name: "selectorOnly: the selector alone", spec: v1alpha1.NodeProfileSpec{SelectorOnly: true, Trigger: kwasm,
+			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"node-restriction.kubernetes.io/wasm": "true"}}}, labels: map[string]string{"node-restriction.kubernetes.io/wasm": "true"}, want: true},
 		{name: "neither trigger nor autoProvision", spec: v1alpha1.NodeProfileSpec{}, annotations: map[string]string{"kwasm.sh/kwasm-node": "true"}, want: false},
 	}
 	for _, tt := range tests {
