@@ -21,10 +21,12 @@ type MaintenanceWindow struct {
 	Days []Weekday `json:"days,omitempty"`
 	// Start is when the window opens, "HH:MM" on a 24-hour clock.
 	// +optional
+	// +kubebuilder:validation:MaxLength=5
 	// +kubebuilder:validation:Pattern=`^([01][0-9]|2[0-3]):[0-5][0-9]$`
 	Start string `json:"start,omitempty"`
 	// End is when it closes, "HH:MM"; an end before the start closes on the next day.
 	// +optional
+	// +kubebuilder:validation:MaxLength=5
 	// +kubebuilder:validation:Pattern=`^([01][0-9]|2[0-3]):[0-5][0-9]$`
 	End string `json:"end,omitempty"`
 	// Schedule opens the window at each time of a standard five-field cron expression (minute hour
