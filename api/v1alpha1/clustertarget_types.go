@@ -83,6 +83,9 @@ type ClusterTargetSpec struct {
 	// Paused: no new NodeOperation is generated; one already running goes on.
 	// +optional
 	Paused bool `json:"paused,omitempty"`
+	// Scheduling: operations are generated only inside these windows, and carry the windows and
+	// delays, so a run the window's close interrupts resumes at its next opening.
+	Scheduling `json:",inline"`
 }
 
 // ClusterTargetPhase summarises a ClusterTarget.

@@ -100,6 +100,8 @@ type Group struct {
 	// +kubebuilder:validation:MaxLength=4
 	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')",message="must be an integer >= 1 or a percentage from 1% to 100%"
 	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+	// Scheduling overrides the operation's windows and delays for this group, field by field.
+	Scheduling `json:",inline"`
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=32
 	// Names are what status and the CLI show beside each index; nameless commands of one kind may repeat.
@@ -114,6 +116,9 @@ type Group struct {
 // +kubebuilder:validation:XValidation:rule="has(self.nodeSelector) == has(oldSelf.nodeSelector) && (!has(self.nodeSelector) || self.nodeSelector == oldSelf.nodeSelector)",message="nodeSelector is immutable",fieldPath=".nodeSelector"
 // +kubebuilder:validation:XValidation:rule="has(self.maxUnavailable) == has(oldSelf.maxUnavailable) && (!has(self.maxUnavailable) || self.maxUnavailable == oldSelf.maxUnavailable)",message="maxUnavailable is immutable",fieldPath=".maxUnavailable"
 // +kubebuilder:validation:XValidation:rule="has(self.ttlSecondsAfterFinished) == has(oldSelf.ttlSecondsAfterFinished) && (!has(self.ttlSecondsAfterFinished) || self.ttlSecondsAfterFinished == oldSelf.ttlSecondsAfterFinished)",message="ttlSecondsAfterFinished is immutable",fieldPath=".ttlSecondsAfterFinished"
+// +kubebuilder:validation:XValidation:rule="has(self.windows) == has(oldSelf.windows) && (!has(self.windows) || self.windows == oldSelf.windows)",message="windows is immutable",fieldPath=".windows"
+// +kubebuilder:validation:XValidation:rule="has(self.postNodeDelay) == has(oldSelf.postNodeDelay) && (!has(self.postNodeDelay) || self.postNodeDelay == oldSelf.postNodeDelay)",message="postNodeDelay is immutable",fieldPath=".postNodeDelay"
+// +kubebuilder:validation:XValidation:rule="has(self.postGroupDelay) == has(oldSelf.postGroupDelay) && (!has(self.postGroupDelay) || self.postGroupDelay == oldSelf.postGroupDelay)",message="postGroupDelay is immutable",fieldPath=".postGroupDelay"
 // +kubebuilder:validation:XValidation:rule="self.executionMode == oldSelf.executionMode || (oldSelf.executionMode == 'Controlled' && self.executionMode == 'Auto')",message="executionMode may only change from Controlled to Auto",fieldPath=".executionMode"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.abort) || !oldSelf.abort || (has(self.abort) && self.abort)",message="abort cannot be undone",fieldPath=".abort"
 type NodeOperationSpec struct {
@@ -153,6 +158,9 @@ type NodeOperationSpec struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
+
+	// Scheduling is every group's default: maintenance windows and soak delays.
+	Scheduling `json:",inline"`
 }
 
 // OperationPhase summarises an operation.
@@ -226,6 +234,9 @@ type GroupStatus struct {
 	// succeeded: the group's phase then says it for every node.
 	// +optional
 	Finished *FinishedNodes `json:"finished,omitempty"`
+	// CompletionTime is when the group succeeded, from which its successor's postGroupDelay counts.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
 }
 
 // FinishedNodes names, in sorted lists, a group's nodes whose task ended, by how it ended.
@@ -256,6 +267,11 @@ type NodeOperationStatus struct {
 	StartTime *metav1.Time `json:"startTime,omitempty"`
 	// +optional
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// NextStart is when the current group may start more nodes, while it waits for a maintenance
+	// window to open or a soak delay to end (condition Progressing, reason WaitingForWindow or
+	// WaitingForDelay); unset otherwise or when no window opens within a year.
+	// +optional
+	NextStart *metav1.Time `json:"nextStart,omitempty"`
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"time"
+	_ "time/tzdata" // maintenance windows name IANA zones; the image may have no zoneinfo
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nodeopsv1 "github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/schedule"
 	"github.com/nodeops/nodeops/internal/taskpolicy"
 )
 
@@ -82,6 +83,18 @@ func trimLines(s string) string {
 	return strings.Join(lines, "\n")
 }
 
+// soakText is the operation's soak delays in a line.
+func soakText(s nodeopsv1.Scheduling) string {
+	var parts []string
+	if s.PostNodeDelay != nil {
+		parts = append(parts, s.PostNodeDelay.Duration.String()+" after each node")
+	}
+	if s.PostGroupDelay != nil {
+		parts = append(parts, s.PostGroupDelay.Duration.String()+" after each group")
+	}
+	return strings.Join(parts, ", ")
+}
+
 func describeTo(w io.Writer, op *nodeopsv1.NodeOperation, tasks []nodeopsv1.NodeTask, tail int) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	field := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
@@ -90,7 +103,16 @@ func describeTo(w io.Writer, op *nodeopsv1.NodeOperation, tasks []nodeopsv1.Node
 	field("Mode", modeOf(op))
 	field("Nodes", selectorText(op.Spec.NodeSelector))
 	field("Max unavailable", maxUnavailableText(op))
+	if len(op.Spec.Windows) > 0 {
+		field("Windows", schedule.DescribeAll(op.Spec.Windows))
+	}
+	if op.Spec.PostNodeDelay != nil || op.Spec.PostGroupDelay != nil {
+		field("Soak", soakText(op.Spec.Scheduling))
+	}
 	field("Phase", phaseOf(op))
+	if op.Status.NextStart != nil && !op.Status.Phase.Finished() {
+		field("Next start", timeText(op.Status.NextStart))
+	}
 	field("Progress", orDash(op.Status.Progress))
 	field("Started", timeText(op.Status.StartTime))
 	completed := timeText(op.Status.CompletionTime)

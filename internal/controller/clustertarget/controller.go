@@ -449,7 +449,7 @@ func (r *Reconciler) act(ctx context.Context, s *scope) (ctrl.Result, error) {
 func Operation(ct *v1alpha1.ClusterTarget, g *v1alpha1.GeneratedOperation) *v1alpha1.NodeOperation {
 	op := &v1alpha1.NodeOperation{
 		ObjectMeta: metav1.ObjectMeta{Name: g.Name, Labels: map[string]string{LabelClusterTarget: ct.Name}},
-		Spec:       v1alpha1.NodeOperationSpec{ExecutionMode: g.ExecutionMode},
+		Spec:       v1alpha1.NodeOperationSpec{ExecutionMode: g.ExecutionMode, Scheduling: *ct.Spec.Scheduling.DeepCopy()},
 	}
 	u := ct.Spec.Upgrade
 	switch g.Kind {

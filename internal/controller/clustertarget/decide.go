@@ -13,6 +13,7 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/schedule"
 )
 
 // Condition reasons of a ClusterTarget.
@@ -35,6 +36,8 @@ const (
 	ReasonInvalidVersion           = "InvalidVersion"
 	ReasonInvalidSpec              = "InvalidSpec"
 	ReasonNothingToDo              = "NothingToDo"
+	ReasonWaitingForWindow         = "WaitingForWindow"
+	ReasonInvalidWindows           = "InvalidWindows"
 )
 
 // opView is what decide needs of a generated NodeOperation that exists.
@@ -69,8 +72,11 @@ type decision struct {
 	status v1alpha1.ClusterTargetStatus
 	// create is the history entry whose operation act creates, or nil.
 	create *v1alpha1.GeneratedOperation
-	// recheck asks for a reconcile at that time (the moment certificates fall within renewBefore).
+	// recheck asks for a reconcile at that time (the moment certificates fall within renewBefore,
+	// or a maintenance window opens).
 	recheck time.Time
+	// windowRecheck is when the next maintenance window opens, while generation waits for one.
+	windowRecheck time.Time
 }
 
 // verdict is decide's conclusion before it becomes conditions.
@@ -125,6 +131,11 @@ func decide(in *input) decision {
 			return verdict{phase: v1alpha1.ClusterPaused, reason: ReasonPaused,
 				message: fmt.Sprintf("paused: would generate NodeOperation %s (%s)", next.Name, v.message)}
 		}
+		if held, w := outsideWindows(ct, in.now); held {
+			d.windowRecheck = w.next
+			return verdict{phase: v1alpha1.ClusterWaiting, reason: w.reason, stalls: w.stalls,
+				message: fmt.Sprintf("would generate NodeOperation %s (%s): %s", next.Name, v.message, w.message)}
+		}
 		if next.Kind == v1alpha1.GeneratedRenewCertificates && ct.Spec.Certificates.RotationCount > st.LastRotationCount {
 			st.LastRotationCount = ct.Spec.Certificates.RotationCount
 		}
@@ -146,8 +157,40 @@ func decide(in *input) decision {
 			d.recheck = at
 		}
 	}
+	if !d.windowRecheck.IsZero() && (d.recheck.IsZero() || d.windowRecheck.Before(d.recheck)) {
+		d.recheck = d.windowRecheck
+	}
 	d.status = st
 	return d
+}
+
+// windowState is why a ClusterTarget generates nothing now because of its windows.
+type windowState struct {
+	reason, message string
+	next            time.Time
+	stalls          bool
+}
+
+// outsideWindows reports whether the target's windows are all closed at now (or cannot be
+// evaluated, which holds too: a window never lets work go on by default).
+func outsideWindows(ct *v1alpha1.ClusterTarget, now time.Time) (bool, windowState) {
+	if len(ct.Spec.Windows) == 0 || now.IsZero() {
+		return false, windowState{}
+	}
+	ws, err := schedule.Compile("spec.windows", ct.Spec.Windows)
+	if err != nil {
+		return true, windowState{reason: ReasonInvalidWindows, message: err.Error(), stalls: true}
+	}
+	open, next := ws.At(now)
+	if open {
+		return false, windowState{}
+	}
+	when := "no window opens within a year"
+	if !next.IsZero() {
+		when = "next opens at " + next.UTC().Format(time.RFC3339)
+	}
+	return true, windowState{reason: ReasonWaitingForWindow, next: next,
+		message: fmt.Sprintf("outside its maintenance windows (%s): %s", schedule.DescribeAll(ct.Spec.Windows), when)}
 }
 
 // due is the operation to generate next, or nil and the verdict on why nothing is.

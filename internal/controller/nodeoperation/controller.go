@@ -27,6 +27,7 @@ import (
 	"github.com/nodeops/nodeops/internal/controller/skeleton"
 	"github.com/nodeops/nodeops/internal/nodelock"
 	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/schedule"
 )
 
 // +kubebuilder:rbac:groups=nodeops.io,resources=nodeoperations,verbs=get;list;watch;delete
@@ -168,6 +169,9 @@ func (r *Reconciler) act(ctx context.Context, s *scope) (ctrl.Result, error) {
 	if len(s.d.waiting) > 0 {
 		result = skeleton.Within(result, r.WaitRecheck)
 	}
+	if !s.d.recheck.IsZero() {
+		result = skeleton.Within(result, s.d.recheck.Sub(r.now()))
+	}
 	if s.d.status.Phase.Finished() {
 		if err := r.restoreCordons(ctx, s.op); err != nil {
 			return ctrl.Result{}, err
@@ -208,6 +212,10 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 		return nil
 	}
 	s.in.groups = groups
+	if s.in.timing, err = timings(op, groups); err != nil {
+		s.in.fail = &failure{reason: ReasonInvalidSpec, message: err.Error()}
+		return nil
+	}
 	if op.Status.StartTime == nil && op.Spec.Upgrade != nil {
 		f, err := r.checkVersion(ctx, op.Spec.Upgrade.KubernetesVersion)
 		if err != nil {
@@ -278,6 +286,35 @@ func (r *Reconciler) othersHolding(ctx context.Context, in *input) (map[string]t
 	return out, nil
 }
 
+// timings compiles each group's scheduling: the group's own windows and delays where it sets
+// them, else the operation's.
+func timings(op *v1alpha1.NodeOperation, groups []plan.ResolvedGroup) ([]timing, error) {
+	out := make([]timing, len(groups))
+	for i, g := range groups {
+		field, ws := "spec.windows", op.Spec.Windows
+		if len(g.Windows) > 0 {
+			field, ws = fmt.Sprintf("spec.custom.groups[%s].windows", g.Name), g.Windows
+		}
+		compiled, err := schedule.Compile(field, ws)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = timing{windows: compiled, describe: schedule.DescribeAll(ws),
+			postNode: duration(g.PostNodeDelay, op.Spec.PostNodeDelay), postGroup: duration(g.PostGroupDelay, op.Spec.PostGroupDelay)}
+	}
+	return out, nil
+}
+
+// duration is the first of the durations set, zero when none is.
+func duration(ds ...*metav1.Duration) time.Duration {
+	for _, d := range ds {
+		if d != nil {
+			return d.Duration
+		}
+	}
+	return 0
+}
+
 // ownTasks lists the operation's tasks from the cache, read-only.
 func (r *Reconciler) ownTasks(ctx context.Context, op *v1alpha1.NodeOperation) ([]*v1alpha1.NodeTask, error) {
 	var list v1alpha1.NodeTaskList
@@ -332,6 +369,9 @@ func (r *Reconciler) checkVersion(ctx context.Context, requested string) (*failu
 
 func view(t *v1alpha1.NodeTask) taskView {
 	v := taskView{Name: t.Name, Node: t.Spec.NodeName, Group: t.Spec.Group, Phase: t.EffectivePhase(), Message: t.Status.Message}
+	if t.Status.CompletionTime != nil {
+		v.Done = t.Status.CompletionTime.Time
+	}
 	for i, c := range t.Status.Commands {
 		if c.Phase == v1alpha1.CommandSkipped {
 			v.Skipped = true

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -11,6 +12,7 @@ import (
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/nodelock"
 	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/schedule"
 )
 
 // Condition reasons of a NodeOperation.
@@ -25,6 +27,10 @@ const (
 	ReasonAborted         = "Aborted"
 	ReasonInvalidSpec     = "InvalidSpec"
 	ReasonNoKubeadmConfig = "KubeadmConfigNotFound"
+	// ReasonWaitingForWindow: the current group starts no node until a maintenance window opens.
+	ReasonWaitingForWindow = "WaitingForWindow"
+	// ReasonWaitingForDelay: the current group soaks (postNodeDelay, postGroupDelay) before its next node.
+	ReasonWaitingForDelay = "WaitingForDelay"
 )
 
 // taskView is what the operation needs to know about one of its tasks.
@@ -37,6 +43,17 @@ type taskView struct {
 	FailedCommand, Message string
 	// Recovering: a person set recoveryMode, which the agent has not acted on yet.
 	Recovering bool
+	// Done is when the task ended, zero when unknown (its record only, the task deleted).
+	Done time.Time
+}
+
+// timing is a group's scheduling: its windows and soak delays, the group's own fields over the
+// operation's.
+type timing struct {
+	windows   schedule.Windows
+	describe  string
+	postNode  time.Duration
+	postGroup time.Duration
 }
 
 // input is everything decide looks at; the controller gathers it from the cache.
@@ -53,6 +70,8 @@ type input struct {
 	// holders are the tasks of others holding nodes this operation has still to do, by name, as
 	// the cache shows them (a reservation not in the cache yet is Pending).
 	holders map[string]taskView
+	// timing is each group's scheduling, by index.
+	timing []timing
 	// fail, when set, ends the operation at once: it was refused before anything ran.
 	fail *failure
 	now  metav1.Time
@@ -76,6 +95,8 @@ type decision struct {
 	// budget is the current group's maxUnavailable over its nodes, which act checks again as it
 	// acquires them (nodelock.Table.AcquireWithin).
 	budget nodelock.Budget
+	// recheck, when set, is when a window opens or a soak ends: look again then.
+	recheck time.Time
 }
 
 // decide computes the operation's status from its tasks, nodes and the lock table's view, and
@@ -134,6 +155,9 @@ func decide(in *input) decision {
 			gs.Phase = v1alpha1.GroupSucceeded
 			gs.Message = succeededMessage(g, gs.Nodes)
 			gs.Finished = nil
+			if gs.CompletionTime == nil {
+				gs.CompletionTime = &in.now
+			}
 			continue
 		}
 		current = i
@@ -160,7 +184,16 @@ func decide(in *input) decision {
 		default:
 			gs.Phase = v1alpha1.GroupRunning
 			phase, reason = v1alpha1.OperationRunning, ReasonRunning
-			for _, node := range next(in, g, nodes, tasks, d.waiting) {
+			if r, m, until, held := scheduled(in, i, st.Groups, tasks, running); held {
+				reason, message, gs.Message = r, m, m
+				d.recheck = until
+				if !until.IsZero() {
+					st.NextStart = &metav1.Time{Time: until}
+				}
+				break
+			}
+			soakEnd := time.Time{}
+			for _, node := range next(in, g, nodes, tasks, d.waiting, i, &soakEnd) {
 				d.create = append(d.create, start{group: &g.Group, node: node})
 			}
 			d.budget = nodelock.Budget{Nodes: nodes, Limit: g.MaxUnavailable, Down: func(n string) bool {
@@ -182,10 +215,23 @@ func decide(in *input) decision {
 					reason = ReasonWaitingForNode
 				}
 			}
+			if !soakEnd.IsZero() {
+				d.recheck = soakEnd
+				if len(d.create) == 0 && running == 0 {
+					reason = ReasonWaitingForDelay
+					soak := fmt.Sprintf("soaking after the last node (postNodeDelay %s): next node at %s", in.timing[i].postNode, soakEnd.UTC().Format(time.RFC3339))
+					message += "; " + soak
+					gs.Message = soak
+					st.NextStart = &metav1.Time{Time: soakEnd}
+				}
+			}
 		}
 	}
 	if phase == v1alpha1.OperationSucceeded {
 		message = fmt.Sprintf("all %d groups succeeded", len(in.groups))
+	}
+	if d.recheck.IsZero() {
+		st.NextStart = nil
 	}
 	st.Phase = phase
 	st.Progress = progress(st.Groups)
@@ -207,8 +253,9 @@ func decide(in *input) decision {
 // node no less available (onlyRestores: an uncordon, say) starts on a cordoned node, which it
 // finds counted already: otherwise a later group could never uncordon what an earlier group of
 // the same operation cordoned (an uncordon restores only its own operation's cordons,
-// uncordon restores what cordon found, rule 5).
-func next(in *input, g *plan.ResolvedGroup, nodes []string, tasks map[string]taskView, waiting map[string]nodelock.Holder) []string {
+// uncordon restores what cordon found, rule 5). A node soaking after its task (postNodeDelay)
+// counts too, and soakEnd gets the earliest end of a soak.
+func next(in *input, g *plan.ResolvedGroup, nodes []string, tasks map[string]taskView, waiting map[string]nodelock.Holder, index int, soakEnd *time.Time) []string {
 	candidates := make([]string, 0, len(nodes)-len(tasks))
 	var remedies []string
 	restores := onlyRestores(&g.Group)
@@ -217,6 +264,11 @@ func next(in *input, g *plan.ResolvedGroup, nodes []string, tasks map[string]tas
 		if t, ok := tasks[n]; ok {
 			if t.Phase.Unfinished() || in.notReady[n] {
 				unavailable++
+			} else if end := soaking(in, index, t); !end.IsZero() {
+				unavailable++
+				if soakEnd.IsZero() || end.Before(*soakEnd) {
+					*soakEnd = end
+				}
 			}
 			continue
 		}
@@ -234,6 +286,51 @@ func next(in *input, g *plan.ResolvedGroup, nodes []string, tasks map[string]tas
 		_, held := waiting[n]
 		return held || in.notReady[n] || in.cordoned[n]
 	})...)
+}
+
+// soaking returns, for a task that succeeded less than the group's postNodeDelay ago, when its
+// soak ends: until then its node still counts against maxUnavailable, so the next node waits.
+func soaking(in *input, index int, t taskView) time.Time {
+	if index >= len(in.timing) || in.timing[index].postNode <= 0 || t.Phase != v1alpha1.TaskSucceeded || t.Done.IsZero() {
+		return time.Time{}
+	}
+	if end := t.Done.Add(in.timing[index].postNode); end.After(in.now.Time) {
+		return end
+	}
+	return time.Time{}
+}
+
+// scheduled reports whether the group at index may start no node now because of its scheduling,
+// with the reason, the message, and when that may change (zero when no window opens within a
+// year). A group waits postGroupDelay after the one before it succeeded before its first node,
+// and starts nodes only inside its windows; tasks already running go on to their end.
+func scheduled(in *input, index int, groups []v1alpha1.GroupStatus, tasks map[string]taskView, running int) (reason, message string, until time.Time, held bool) {
+	if index >= len(in.timing) {
+		return "", "", time.Time{}, false
+	}
+	t, now := in.timing[index], in.now.Time
+	name := groups[index].Name
+	if index > 0 && len(tasks) == 0 && t.postGroup > 0 {
+		if prev := groups[index-1].CompletionTime; prev != nil {
+			if end := prev.Add(t.postGroup); end.After(now) {
+				return ReasonWaitingForDelay, fmt.Sprintf("group %s waits %s after group %s succeeded (postGroupDelay): starts at %s",
+					name, t.postGroup, groups[index-1].Name, end.UTC().Format(time.RFC3339)), end, true
+			}
+		}
+	}
+	open, next := t.windows.At(now)
+	if open {
+		return "", "", time.Time{}, false
+	}
+	when := "no window opens within a year"
+	if !next.IsZero() {
+		when = "next opens at " + next.UTC().Format(time.RFC3339)
+	}
+	msg := fmt.Sprintf("group %s is outside its maintenance windows (%s): %s", name, t.describe, when)
+	if running > 0 {
+		msg += fmt.Sprintf("; %d running tasks go on to their end", running)
+	}
+	return ReasonWaitingForWindow, msg, next, true
 }
 
 // heldByFailed returns, when the group can make no progress on its own, the nodes it waits for
