@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -86,7 +87,7 @@ func InstallAdmission(ctx context.Context, cfg *rest.Config, c client.Client) er
 	}
 	// Probes, each a dry-run create that the policy refuses once enforced: a NodeTask made by an
 	// administrator; a ConfigMap written by a member of the agent group whose credentials name no node;
-	// a pod in default made by the manager.
+	// a pod and a Job in default made by the manager.
 	probe := rest.CopyConfig(cfg)
 	probe.Impersonate = rest.ImpersonationConfig{UserName: "nodeops-admission-probe", Groups: []string{"system:masters", "nodeops.io:agents"}}
 	pc, err := client.New(probe, client.Options{Scheme: c.Scheme()})
@@ -107,6 +108,12 @@ func InstallAdmission(ctx context.Context, cfg *rest.Config, c client.Client) er
 				Annotations: map[string]string{"kubernetes.io/config.mirror": "nodeops-admission-probe"}},
 				Spec: corev1.PodSpec{NodeName: "nodeops-admission-probe", Containers: []corev1.Container{{Name: "c", Image: "probe"}}}}
 			return mc.Create(ctx, pod, client.DryRunAll)
+		},
+		"nodeops-manager-jobs": func() error {
+			job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "nodeops-admission-probe", Namespace: "default"},
+				Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+					Containers: []corev1.Container{{Name: "c", Image: "probe"}}}}}}
+			return mc.Create(ctx, job, client.DryRunAll)
 		},
 		"nodeops-nodetask-creation": func() error {
 			t := &unstructured.Unstructured{Object: map[string]any{

@@ -71,7 +71,7 @@ func TestAgentWorksWithItsDeploymentRBAC(t *testing.T) {
 		v1alpha1.Command{Script: &v1alpha1.ScriptCommand{Inline: `echo "$RBAC_WORD" > /rbac-word`,
 			EnvFrom: []v1alpha1.EnvFromSource{{SecretRef: v1alpha1.SecretEnvSource{Name: "nodeops-script-rbac"}}}}},
 	))
-	testutil.EndPod(t, cl, testutil.WaitPod(t, cl, podKey("rbac-1", 3)), 0)
+	testutil.EndPod(t, cl, testutil.WaitPod(t, cl, podKey("rbac-1")), 0)
 	task := waitTask(t, "rbac-1", func(tk *v1alpha1.NodeTask) bool {
 		return !tk.EffectivePhase().Unfinished() || tk.Status.Phase == v1alpha1.TaskFailed
 	})
@@ -81,7 +81,7 @@ func TestAgentWorksWithItsDeploymentRBAC(t *testing.T) {
 	if tail := task.Status.Commands[3].OutputTail; strings.Contains(tail, "forbidden") {
 		t.Errorf("the pod command's output: %s", tail)
 	}
-	podGone(t, podKey("rbac-1", 3))
+	podGone(t, podKey("rbac-1"))
 	if got := hosttest.ReadFile(t, root, "/rbac-word"); got != "no-secrets-rbac\n" {
 		t.Errorf("the script got %q from its Secret", got)
 	}

@@ -40,8 +40,8 @@ func installerServiceAccount(t *testing.T) {
 	}
 }
 
-func podKey(task string, index int) client.ObjectKey {
-	return client.ObjectKey{Namespace: agent.DefaultLeaseNamespace, Name: plan.PodName(task, index)}
+func podKey(node string) client.ObjectKey {
+	return client.ObjectKey{Namespace: agent.DefaultLeaseNamespace, Name: plan.InstallerPodName(node)}
 }
 
 // podGone: the pod is deleted, or (a kubelet finishing the deletion of a pod that had not ended) being deleted.
@@ -78,7 +78,7 @@ func TestPodCommandRecordsTheExitCode(t *testing.T) {
 		t.Run(tt.node, func(t *testing.T) {
 			startAgent(t, agent.Options{NodeName: tt.node, HostRoot: hosttest.NewRoot(t, nil)})
 			create(t, newTask(tt.node, tt.node, v1alpha1.ExecutionAuto, podCommand()))
-			pod := testutil.WaitPod(t, cl, podKey(tt.node, 0))
+			pod := testutil.WaitPod(t, cl, podKey(tt.node))
 			if pod.Spec.NodeName != tt.node || pod.Labels[v1alpha1.LabelTask] != tt.node || pod.Labels[v1alpha1.LabelNode] != tt.node ||
 				pod.Spec.ServiceAccountName != commands.InstallerServiceAccount || *pod.Spec.AutomountServiceAccountToken {
 				t.Errorf("pod on node %q, labels %v, serviceAccount %q", pod.Spec.NodeName, pod.Labels, pod.Spec.ServiceAccountName)
@@ -98,7 +98,7 @@ func TestPodCommandRecordsTheExitCode(t *testing.T) {
 					t.Errorf("reason %q message %q, command message %q; want %q", task.Status.Reason, task.Status.Message, c.Message, want)
 				}
 			}
-			podGone(t, podKey(tt.node, 0))
+			podGone(t, podKey(tt.node))
 		})
 	}
 }
@@ -110,13 +110,13 @@ func TestPodCommandFailsOnAnImageThatCannotBePulled(t *testing.T) {
 	node := "pod-pull-1"
 	startAgent(t, agent.Options{NodeName: node, HostRoot: hosttest.NewRoot(t, nil), ImagePullGrace: time.Second})
 	create(t, newTask(node, node, v1alpha1.ExecutionAuto, podCommand()))
-	pod := testutil.WaitPod(t, cl, podKey(node, 0))
+	pod := testutil.WaitPod(t, cl, podKey(node))
 	testutil.PodWaiting(t, cl, pod, "ErrImagePull", "failed to pull and unpack image: not found")
 	task := waitTask(t, node, phaseIs(v1alpha1.TaskFailed))
 	if want := "cannot be pulled: ErrImagePull"; !strings.Contains(task.Status.Message, want) || !strings.Contains(task.Status.Message, "not found") {
 		t.Errorf("message %q, want it to say %q and the kubelet's message", task.Status.Message, want)
 	}
-	podGone(t, podKey(node, 0))
+	podGone(t, podKey(node))
 }
 
 // TestPodCommandTimesOut: a pod that does not end within the command's pod timeout is deleted (here
@@ -127,12 +127,12 @@ func TestPodCommandTimesOut(t *testing.T) {
 	startAgent(t, agent.Options{NodeName: node, HostRoot: hosttest.NewRoot(t, nil)})
 	create(t, newTask(node, node, v1alpha1.ExecutionAuto, v1alpha1.Command{Pod: &v1alpha1.PodCommand{Image: "busybox",
 		Timeout: &metav1.Duration{Duration: 2 * time.Second}}}))
-	testutil.WaitPod(t, cl, podKey(node, 0))
+	testutil.WaitPod(t, cl, podKey(node))
 	task := waitTask(t, node, phaseIs(v1alpha1.TaskFailed))
 	if want := "did not end within 2s (Pending); it was deleted"; !strings.Contains(task.Status.Message, want) {
 		t.Errorf("message %q, want it to say %q", task.Status.Message, want)
 	}
-	podGone(t, podKey(node, 0))
+	podGone(t, podKey(node))
 }
 
 // TestPodCommandRestartedAgentFindsItsPod (intent recorded before action, rule 4): a pod command is not
@@ -146,7 +146,7 @@ func TestPodCommandRestartedAgentFindsItsPod(t *testing.T) {
 	o := agent.Options{NodeName: node, HostRoot: root, Identity: "agent-" + node}
 	stop := startAgent(t, o)
 	create(t, newTask(node, node, v1alpha1.ExecutionAuto, podCommand()))
-	first := testutil.WaitPod(t, cl, podKey(node, 0))
+	first := testutil.WaitPod(t, cl, podKey(node))
 	waitTask(t, node, func(tk *v1alpha1.NodeTask) bool {
 		return len(tk.Status.Commands) == 1 && tk.Status.Commands[0].Phase == v1alpha1.CommandRunning
 	})
@@ -179,7 +179,7 @@ func TestPodCommandRestartedAgentFindsItsPod(t *testing.T) {
 	if c := task.Status.Commands[0]; !strings.Contains(c.OutputTail, "found pod") || c.ExitCode == nil || *c.ExitCode != 0 {
 		t.Errorf("the retried command: exitCode %v, outputTail %q", c.ExitCode, c.OutputTail)
 	}
-	podGone(t, podKey(node, 0))
+	podGone(t, podKey(node))
 }
 
 // TestPodCommandDryRunCreatesNoPod: a DryRun reports the pod it would create and creates none.
@@ -194,8 +194,51 @@ func TestPodCommandDryRunCreatesNoPod(t *testing.T) {
 		!strings.Contains(c.OutputTail, "kwasm-node-installer") || !strings.Contains(c.OutputTail, "nodeName: "+node) {
 		t.Errorf("message %q, outputTail %q", c.Message, c.OutputTail)
 	}
-	err := cl.Get(context.Background(), podKey(node, 0), &corev1.Pod{})
+	err := cl.Get(context.Background(), podKey(node), &corev1.Pod{})
 	if !apierrors.IsNotFound(err) {
 		t.Errorf("a DryRun's pod: %v, want NotFound", err)
 	}
+}
+
+// TestPodCommandReplacesAnEarlierTasksPod: the node's one installer pod name (issue 24, point 4)
+// taken by the pod of an earlier task on the same node, left by an agent that stopped, is deleted and
+// this command's pod made in its place: the earlier task no longer holds the node (safety rule 1).
+func TestPodCommandReplacesAnEarlierTasksPod(t *testing.T) {
+	installerServiceAccount(t)
+	ctx := context.Background()
+	node := "pod-leftover-1"
+	old := commands.InstallerPod(agent.DefaultLeaseNamespace, node, "an-earlier-task", 0, &v1alpha1.PodCommand{Image: "busybox"})
+	if err := cl.Create(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	startAgent(t, agent.Options{NodeName: node, HostRoot: hosttest.NewRoot(t, nil)})
+	create(t, newTask(node, node, v1alpha1.ExecutionAuto, podCommand()))
+	// No kubelet here: once the agent asked for the old pod's deletion, finish it as the kubelet would.
+	testutil.Eventually(t, 30*time.Second, "the earlier task's pod being deleted", func() error {
+		pod := &corev1.Pod{}
+		if err := cl.Get(ctx, podKey(node), pod); err != nil {
+			return err
+		}
+		if pod.UID != old.UID || pod.DeletionTimestamp == nil {
+			return fmt.Errorf("pod %s (uid %s) not being deleted", pod.Name, pod.UID)
+		}
+		return cl.Delete(ctx, pod, client.GracePeriodSeconds(0))
+	})
+	var mine *corev1.Pod
+	testutil.Eventually(t, 30*time.Second, "this task's pod", func() error {
+		pod := &corev1.Pod{}
+		if err := cl.Get(ctx, podKey(node), pod); err != nil {
+			return err
+		}
+		if pod.Labels[v1alpha1.LabelTask] != node {
+			return fmt.Errorf("pod of task %q", pod.Labels[v1alpha1.LabelTask])
+		}
+		mine = pod
+		return nil
+	})
+	testutil.EndPod(t, cl, mine, 0)
+	if task := waitTask(t, node, func(tk *v1alpha1.NodeTask) bool { return !tk.EffectivePhase().Unfinished() }); task.Status.Phase != v1alpha1.TaskSucceeded {
+		t.Errorf("task %s: %s", task.Status.Phase, task.Status.Message)
+	}
+	podGone(t, podKey(node))
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -156,10 +157,18 @@ func TestSafetyRule6_DrainSparesTheAgentAndRefusesWhatWouldNotComeBack(t *testin
 	mkPod("agent-pod", func(p *corev1.Pod) {
 		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "nodeops-agent-x", UID: "uid-job", Controller: ptr.To(true)}}
 	})
-	// Another agent's pod on the node, known by its label (a Job's pod from before this one).
+	// Another agent's pod on the node, known by its namespace and its Job (a Job's pod from before this one).
+	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agent.DefaultLeaseNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	mkPod("agent-other", func(p *corev1.Pod) {
+		p.Namespace = agent.DefaultLeaseNamespace
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "nodeops-agent-y", UID: "uid-job-2", Controller: ptr.To(true)}}
+	})
+	// A tenant's pod labelled as an agent is no agent: a label exempts nothing from a drain.
 	mkPod("agent-labelled", func(p *corev1.Pod) {
 		p.Labels = map[string]string{"app.kubernetes.io/name": "nodeops-agent"}
-		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "nodeops-agent-y", UID: "uid-job-2", Controller: ptr.To(true)}}
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "nodeops-agent-y", UID: "uid-job-3", Controller: ptr.To(true)}}
 	})
 	podsLeft := func() string {
 		pods := &corev1.PodList{}
@@ -201,11 +210,14 @@ func TestSafetyRule6_DrainSparesTheAgentAndRefusesWhatWouldNotComeBack(t *testin
 	if task.Status.Phase != v1alpha1.TaskSucceeded {
 		t.Fatalf("forced drain: %s: %s", task.Status.Phase, task.Status.Message)
 	}
-	if got := podsLeft(); got != "agent-labelled,agent-pod" {
-		t.Errorf("after a forced drain pods left %s, want the agents' only", got)
+	if got := podsLeft(); got != "agent-pod" {
+		t.Errorf("after a forced drain pods left %s, want the agent's only", got)
+	}
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: agent.DefaultLeaseNamespace, Name: "agent-other"}, &corev1.Pod{}); err != nil {
+		t.Errorf("the other agent's pod after a forced drain: %v", err)
 	}
 	out := task.Status.Commands[0].OutputTail
-	for _, want := range []string{"leaving drain-safety/agent-pod (the agent's own pod)", "leaving drain-safety/agent-labelled (a nodeops agent)"} {
+	for _, want := range []string{"leaving drain-safety/agent-pod (the agent's own pod)", "leaving " + agent.DefaultLeaseNamespace + "/agent-other (a nodeops agent)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("drain output does not say %q:\n%s", want, out)
 		}

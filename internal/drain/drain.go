@@ -37,9 +37,27 @@ const (
 	mirrorPodAnnotation = "kubernetes.io/config.mirror"
 )
 
-// agentLabel marks the agent's pods (DaemonSet and Jobs), which a drain leaves: evicting an agent
-// would stop the task that drains, and in Job mode nothing else would spare it.
-var agentLabel = labels.Set{"app.kubernetes.io/name": "nodeops-agent"}
+// nodeopsPod reports whether pod is one of nodeops' own that a drain leaves: an agent (its DaemonSet's
+// pod or an agent Job's), which the drain's task needs, or a task's secret holder, which its scripts
+// read their Secrets through. Known by namespace and controller, never by label: a tenant may label
+// its pods as it likes, but only nodeops (and cluster administrators) create workloads in its namespace.
+func nodeopsPod(pod *corev1.Pod) (string, bool) {
+	c := metav1.GetControllerOf(pod)
+	if pod.Namespace != secretholder.Namespace || c == nil {
+		return "", false
+	}
+	switch {
+	case c.Kind == "DaemonSet" && c.APIVersion == "apps/v1" && c.Name == agentDaemonSet,
+		c.Kind == "Job" && c.APIVersion == "batch/v1" && strings.HasPrefix(c.Name, agentDaemonSet+"-"):
+		return "a nodeops agent", true
+	case c.Kind == "NodeTask" && c.APIVersion == v1alpha1.GroupVersion.String():
+		return "a task's secret holder", true
+	}
+	return "", false
+}
+
+// agentDaemonSet is the agents' DaemonSet; agent Jobs are named after it (internal/controller/agentjob).
+const agentDaemonSet = "nodeops-agent"
 
 // Plan is which of a node's pods a drain evicts and why it leaves or refuses the others.
 type Plan struct {
@@ -65,12 +83,11 @@ func PlanFor(pods []corev1.Pod, d *v1alpha1.DrainCommand, spared Spared) (Plan, 
 		}
 		sel = s
 	}
-	agents := labels.SelectorFromSet(agentLabel)
-	holders := labels.SelectorFromSet(labels.Set{secretholder.LabelComponent: secretholder.Component})
 	ignoreDS := d.IgnoreDaemonSets == nil || *d.IgnoreDaemonSets
 	var p Plan
 	for _, pod := range pods {
 		name := pod.Namespace + "/" + pod.Name
+		why, ours := nodeopsPod(&pod)
 		switch {
 		case !sel.Matches(labels.Set(pod.Labels)):
 			continue
@@ -78,11 +95,8 @@ func PlanFor(pods []corev1.Pod, d *v1alpha1.DrainCommand, spared Spared) (Plan, 
 			p.Left = append(p.Left, name+" (the agent's own pod)")
 		case is(pod, spared.Manager):
 			p.Left = append(p.Left, name+" (the manager's own pod, which drains)")
-		case agents.Matches(labels.Set(pod.Labels)):
-			p.Left = append(p.Left, name+" (a nodeops agent)")
-		case holders.Matches(labels.Set(pod.Labels)) && pod.Namespace == secretholder.Namespace:
-			// Bound to the node for a task that runs there: its scripts read their Secrets through it.
-			p.Left = append(p.Left, name+" (a task's secret holder)")
+		case ours:
+			p.Left = append(p.Left, name+" ("+why+")")
 		case pod.DeletionTimestamp != nil:
 			// Already going; the drain waits for it.
 			p.Evict = append(p.Evict, pod)

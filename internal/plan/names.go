@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -115,13 +114,11 @@ func isSubdomainChar(r rune) bool { return isAlnum(r) || r == '-' || r == '.' }
 
 func isLabelValueChar(r rune) bool { return isAlnum(r) || r == '-' || r == '.' || r == '_' }
 
-// PodName is the name of the pod that command index of task runs (the pod command): a readable prefix
-// of "<task>-<index>" and a hash of both, a DNS label (at most 63 characters) so a restarted agent
-// finds the pod it created by name.
-func PodName(task string, index int) string {
-	i := strconv.Itoa(index)
-	return shorten(task+"-"+i, hashOf(task, i), validation.DNS1123LabelMaxLength, isLabelChar)
-}
+// InstallerPodName is the name of the pod a pod command runs on node: one name per node, since a node
+// runs one task at a time (safety rule 1) and so one pod command. Admission lets a node's agent
+// create a pod of this name only (config/admission), so no agent can take another node's pod name,
+// and none holds more than one pod. A restarted agent finds its pod by it.
+func InstallerPodName(node string) string { return "installer-" + node }
 
 func isLabelChar(r rune) bool { return isAlnum(r) || r == '-' }
 

@@ -113,22 +113,10 @@ func TestNodeLeaseName(t *testing.T) {
 	}
 }
 
-func TestPodName(t *testing.T) {
-	tasks := []string{"upgrade-workers-worker-1", "op-g-ip-10-0-0-1.ec2.internal", strings.Repeat("t", 253), "x"}
-	seen := map[string]bool{}
-	for _, task := range tasks {
-		for i := range 3 {
-			got := PodName(task, i)
-			if errs := validation.IsDNS1123Label(got); len(errs) > 0 {
-				t.Errorf("PodName(%q, %d) = %q, not a DNS-1123 label: %v", task, i, got, errs)
-			}
-			if again := PodName(task, i); again != got {
-				t.Errorf("PodName(%q, %d) not deterministic: %q then %q", task, i, got, again)
-			}
-			if seen[got] {
-				t.Errorf("PodName(%q, %d) = %q, the name of another task's or command's pod", task, i, got)
-			}
-			seen[got] = true
+func TestInstallerPodName(t *testing.T) {
+	for _, node := range []string{"worker-1", "ip-10-0-0-1.ec2.internal", strings.Repeat("n", 243)} {
+		if errs := validation.IsDNS1123Subdomain(InstallerPodName(node)); len(errs) > 0 {
+			t.Errorf("InstallerPodName(%q) = %q, not a DNS subdomain: %v", node, InstallerPodName(node), errs)
 		}
 	}
 }
@@ -144,10 +132,10 @@ func TestSecretHolderPodName(t *testing.T) {
 		if again := SecretHolderPodName(task); again != got {
 			t.Errorf("SecretHolderPodName(%q) not deterministic: %q then %q", task, got, again)
 		}
-		if seen[got] || seen[PodName(task, 0)] {
+		if seen[got] || seen[InstallerPodName(task)] {
 			t.Errorf("SecretHolderPodName(%q) = %q, the name of another task's pod", task, got)
 		}
-		seen[got], seen[PodName(task, 0)] = true, true
+		seen[got], seen[InstallerPodName(task)] = true, true
 	}
 }
 

@@ -20,6 +20,9 @@ type Options struct {
 	// confined to their node, NodeTasks created only by the manager's ServiceAccount. Off by
 	// default, since controller tests create tasks as an administrator.
 	Admission bool
+	// NodeAuthorizer adds Kubernetes' Node authorizer before RBAC, as a real cluster has it: a kubelet's
+	// user (system:node:<name>) then reads the Secrets of its node's pods.
+	NodeAuthorizer bool
 }
 
 // StartWith is Start with options.
@@ -40,6 +43,9 @@ func StartWith(o Options) (*Env, error) {
 		CRDInstallOptions:     envtest.CRDInstallOptions{CRDs: defs},
 		BinaryAssetsDirectory: assets,
 		Scheme:                scheme,
+	}
+	if o.NodeAuthorizer {
+		te.ControlPlane.GetAPIServer().Configure().Set("authorization-mode", "Node,RBAC")
 	}
 	cfg, err := te.Start()
 	if err != nil {

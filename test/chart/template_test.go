@@ -303,8 +303,9 @@ func TestChartMatchesConfig(t *testing.T) {
 		sort.Strings(out)
 		return out
 	}
-	// The chart leaves the namespace to --create-namespace and adds the manager's PDB.
-	if c, k := keys(chart, "PodDisruptionBudget"), keys(kust, "Namespace"); !reflect.DeepEqual(c, k) {
+	// The chart leaves the namespace to --create-namespace and adds the manager's PDB and its metrics
+	// certificate (config/default leaves the manager its self-signed one).
+	if c, k := keys(chart, "PodDisruptionBudget", "Secret"), keys(kust, "Namespace"); !reflect.DeepEqual(c, k) {
 		t.Errorf("the chart renders\n  %v\nconfig/default\n  %v", c, k)
 	}
 	for _, o := range kust {

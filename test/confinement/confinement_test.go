@@ -53,7 +53,7 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	var err error
-	env, err = testutil.StartWith(testutil.Options{CRDs: []string{"nodetasks"}, Admission: true})
+	env, err = testutil.StartWith(testutil.Options{CRDs: []string{"nodetasks"}, Admission: true, NodeAuthorizer: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -244,7 +244,6 @@ func installer() *v1alpha1.PodCommand {
 func createPod(change func(*corev1.Pod)) func(context.Context, client.Client) error {
 	return func(ctx context.Context, c client.Client) error {
 		pod := installerPod("node-a")
-		pod.Name = "by-agent"
 		change(pod)
 		return c.Create(ctx, pod)
 	}
@@ -267,18 +266,18 @@ var podAttempts = []confine.Attempt{
 	{Name: "create a pod as another ServiceAccount", Do: createPod(func(p *corev1.Pod) { p.Spec.ServiceAccountName = agentSA }),
 		Policy: []string{"creates pods only with spec.serviceAccountName nodeops-installer", "(spec.serviceAccountName nodeops-agent)"}},
 	{Name: "create a pod that may mount a token", Do: createPod(func(p *corev1.Pod) { p.Spec.AutomountServiceAccountToken = nil }),
-		Policy: []string{"spec.automountServiceAccountToken false", "CREATE pods by-agent"}},
+		Policy: []string{"spec.automountServiceAccountToken false", "CREATE pods installer-node-a"}},
 	{Name: "create a pod mounting a Secret", Do: createPod(func(p *corev1.Pod) {
 		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "kept"}}})
-	}), Policy: []string{"spec.volumes are only the hostPath / (no secret", "CREATE pods by-agent"}},
+	}), Policy: []string{"spec.volumes are only the hostPath / (no secret", "CREATE pods installer-node-a"}},
 	{Name: "create a pod mounting a host path other than /", Do: createPod(func(p *corev1.Pod) { p.Spec.Volumes[0].HostPath.Path = "/etc/kubernetes/pki" }),
-		Policy: []string{"spec.volumes are only the hostPath /", "CREATE pods by-agent"}},
+		Policy: []string{"spec.volumes are only the hostPath /", "CREATE pods installer-node-a"}},
 	{Name: "create a pod taking env from a Secret", Do: createPod(func(p *corev1.Pod) {
 		p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, corev1.EnvVar{Name: "TOKEN", ValueFrom: &corev1.EnvVarSource{
 			SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "kept"}, Key: "k"}}})
-	}), Policy: []string{"env has plain values only (no envFrom, no valueFrom)", "CREATE pods by-agent"}},
+	}), Policy: []string{"env has plain values only (no envFrom, no valueFrom)", "CREATE pods installer-node-a"}},
 	{Name: "create a pod on the host's network", Do: createPod(func(p *corev1.Pod) { p.Spec.HostNetwork = true }),
-		Policy: []string{"without spec.hostNetwork or spec.hostIPC", "CREATE pods by-agent"}},
+		Policy: []string{"without spec.hostNetwork or spec.hostIPC", "CREATE pods installer-node-a"}},
 	{Name: "delete node-b's installer pod", Do: deletePod("installer-b"),
 		Policy: []string{"deletes only its node's nodeops-installer pods", "DELETE pods installer-b", "(spec.nodeName node-b)"}},
 	{Name: "delete a pod on node-a that is no installer's", Do: deletePod("other-a"),

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,11 +38,14 @@ const (
 	podLogLines = 400
 	// podLogLimit bounds what is read of the log however long its lines.
 	podLogLimit = 1 << 20
+	// LabelCommand holds the index of the command whose pod it is, so a restarted agent knows its own.
+	LabelCommand = "nodeops.io/command"
 )
 
 // InstallerPod is the pod that command index of task runs on node, in namespace (the agent's):
-// named by plan.PodName so a restarted agent finds it, bound to the node, tolerating every taint
-// (it must reach control planes, as the agent does), never restarted, with no token.
+// named by plan.InstallerPodName (one per node) so a restarted agent finds it, bound to the node,
+// tolerating every taint (it must reach control planes, as the agent does), never restarted, with
+// no token, and with exactly the labels admission lets an agent's pod carry (config/admission).
 func InstallerPod(namespace, node, task string, index int, c *v1alpha1.PodCommand) *corev1.Pod {
 	ctr := corev1.Container{
 		Name:            InstallerContainer,
@@ -60,17 +64,20 @@ func InstallerPod(namespace, node, task string, index int, c *v1alpha1.PodComman
 	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      plan.PodName(task, index),
+			Name:      plan.InstallerPodName(node),
 			Namespace: namespace,
 			Labels: map[string]string{
 				v1alpha1.LabelNode:          plan.LabelValue(node),
 				v1alpha1.LabelTask:          plan.LabelValue(task),
+				LabelCommand:                strconv.Itoa(index),
 				"app.kubernetes.io/name":    InstallerServiceAccount,
 				"app.kubernetes.io/part-of": "nodeops",
 			},
 		},
 		Spec: corev1.PodSpec{
-			NodeName:                     node,
+			NodeName: node,
+			// The name holds the node's, dots included; a hostname is one DNS label.
+			Hostname:                     "installer",
 			RestartPolicy:                corev1.RestartPolicyNever,
 			ServiceAccountName:           InstallerServiceAccount,
 			AutomountServiceAccountToken: ptr.To(false),
@@ -162,10 +169,20 @@ func ensurePod(ctx context.Context, env *Env, want *corev1.Pod) (*corev1.Pod, er
 			}
 			return nil, fmt.Errorf("reading pod %s: %w", ref, err)
 		}
-		if found.Spec.NodeName != want.Spec.NodeName || found.Labels[v1alpha1.LabelTask] != want.Labels[v1alpha1.LabelTask] {
-			return nil, fmt.Errorf("pod %s exists and is not this task's (node %q, task label %q)", ref, found.Spec.NodeName, found.Labels[v1alpha1.LabelTask])
+		if found.Spec.NodeName != want.Spec.NodeName {
+			return nil, fmt.Errorf("pod %s exists and is not this node's (node %q)", ref, found.Spec.NodeName)
 		}
-		if found.DeletionTimestamp == nil {
+		mine := found.Labels[v1alpha1.LabelTask] == want.Labels[v1alpha1.LabelTask] && found.Labels[LabelCommand] == want.Labels[LabelCommand]
+		if !mine && found.DeletionTimestamp == nil {
+			// The pod of an earlier command or task on this node, left by an agent that stopped: this
+			// task holds the node now (safety rule 1), so that pod's command is over.
+			env.printf("deleting pod %s, left by %s's command %s\n", ref, found.Labels[v1alpha1.LabelTask], found.Labels[LabelCommand])
+			if err := transient.Retry(ctx, func() error {
+				return client.IgnoreNotFound(env.Client.Delete(ctx, found, client.Preconditions{UID: &found.UID}))
+			}); err != nil {
+				return nil, fmt.Errorf("deleting pod %s, left by task %s: %w", ref, found.Labels[v1alpha1.LabelTask], err)
+			}
+		} else if found.DeletionTimestamp == nil {
 			env.printf("found pod %s, created by an earlier run of this command (interrupted, or not deleted): waiting for it instead of starting another\n", ref)
 			return found, nil
 		}

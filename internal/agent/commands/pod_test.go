@@ -1,6 +1,7 @@
 package commands_test
 
 import (
+	"maps"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,17 +21,17 @@ func TestInstallerPod(t *testing.T) {
 	if pod.Namespace != "agents" || s.NodeName != "worker-1" || s.RestartPolicy != corev1.RestartPolicyNever {
 		t.Errorf("namespace %q node %q restartPolicy %q", pod.Namespace, s.NodeName, s.RestartPolicy)
 	}
-	if errs := validation.IsDNS1123Label(pod.Name); len(errs) > 0 {
+	// One name per node, admission's (config/admission): no other node's agent can take it.
+	if pod.Name != "installer-worker-1" || s.Hostname != "installer" {
+		t.Errorf("name %q hostname %q, want installer-worker-1, installer", pod.Name, s.Hostname)
+	}
+	if errs := validation.IsDNS1123Subdomain(pod.Name); len(errs) > 0 {
 		t.Errorf("name %q: %v", pod.Name, errs)
 	}
-	if again := commands.InstallerPod("agents", "worker-1", "kwasm-install-worker-1", 2, c); again.Name != pod.Name {
-		t.Errorf("name not deterministic: %q then %q", pod.Name, again.Name)
-	}
-	if other := commands.InstallerPod("agents", "worker-1", "kwasm-install-worker-1", 3, c); other.Name == pod.Name {
-		t.Errorf("commands 2 and 3 share the pod name %q", pod.Name)
-	}
-	if pod.Labels[v1alpha1.LabelNode] != "worker-1" || pod.Labels[v1alpha1.LabelTask] != "kwasm-install-worker-1" {
-		t.Errorf("labels %v", pod.Labels)
+	want := map[string]string{v1alpha1.LabelNode: "worker-1", v1alpha1.LabelTask: "kwasm-install-worker-1", commands.LabelCommand: "2",
+		"app.kubernetes.io/name": "nodeops-installer", "app.kubernetes.io/part-of": "nodeops"}
+	if !maps.Equal(pod.Labels, want) || len(pod.OwnerReferences) != 0 {
+		t.Errorf("labels %v ownerReferences %v, want exactly %v and none (admission refuses others)", pod.Labels, pod.OwnerReferences, want)
 	}
 	if s.ServiceAccountName != commands.InstallerServiceAccount || s.AutomountServiceAccountToken == nil || *s.AutomountServiceAccountToken {
 		t.Errorf("serviceAccountName %q automountServiceAccountToken %v", s.ServiceAccountName, s.AutomountServiceAccountToken)

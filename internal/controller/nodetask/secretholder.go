@@ -3,6 +3,7 @@ package nodetask
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -43,7 +44,9 @@ type SecretHolderReconciler struct {
 	// Client reads tasks from the manager's cache and writes pods.
 	Client client.Client
 	// Pods reads holder pods from their own cache (nodeops-system, the holder label only).
-	Pods     client.Reader
+	Pods client.Reader
+	// Live reads a pod that holds a holder's name without the holder's label, which Pods never sees.
+	Live     client.Reader
 	Options  secretholder.Options
 	Recorder events.EventRecorder
 }
@@ -76,7 +79,7 @@ func SetupSecretHoldersWithManager(mgr ctrl.Manager, o SecretHolderOptions) erro
 	if err := mgr.Add(holders); err != nil {
 		return fmt.Errorf("add the secret holder pod cache: %w", err)
 	}
-	r := &SecretHolderReconciler{Client: mgr.GetClient(), Pods: holders, Options: o.Options,
+	r := &SecretHolderReconciler{Client: mgr.GetClient(), Pods: holders, Live: mgr.GetAPIReader(), Options: o.Options,
 		Recorder: mgr.GetEventRecorder("nodetask-secretholder")}
 	named := func(obj client.Object) bool {
 		t, ok := obj.(*v1alpha1.NodeTask)
@@ -173,7 +176,7 @@ func (r *SecretHolderReconciler) act(ctx context.Context, s *holderScope) (ctrl.
 		err := r.Client.Create(ctx, p)
 		switch {
 		case apierrors.IsAlreadyExists(err):
-			return ctrl.Result{}, nil // the pod's event brings the cache up to it
+			return r.nameTaken(ctx, s, p)
 		case err != nil:
 			r.event(s.task, corev1.EventTypeWarning, "SecretHolderCreateFailed", "CreateSecretHolder", "could not create pod %s/%s, so its scripts cannot read their Secrets: %v", p.Namespace, p.Name, err)
 			return ctrl.Result{}, fmt.Errorf("creating secret holder pod %s: %w", p.Name, err)
@@ -182,6 +185,33 @@ func (r *SecretHolderReconciler) act(ctx context.Context, s *holderScope) (ctrl.
 		r.event(s.task, corev1.EventTypeNormal, "SecretHolderCreated", "CreateSecretHolder", "created pod %s/%s on node %s, whose kubelet mounts Secrets %v for the task's scripts", p.Namespace, p.Name, p.Spec.NodeName, secretholder.SecretNames(&s.task.Spec))
 	}
 	return ctrl.Result{}, nil
+}
+
+// nameTaken handles a holder's name taken by a pod the holder cache does not hold: the task's own (the
+// cache is behind; its event comes) or a pod without the holder's label, whose events never come. That
+// one is not the task's holder and is deleted, so the holder is made again; nothing else would retry it.
+func (r *SecretHolderReconciler) nameTaken(ctx context.Context, s *holderScope, want *corev1.Pod) (ctrl.Result, error) {
+	if r.Live == nil {
+		return ctrl.Result{}, nil
+	}
+	found := &corev1.Pod{}
+	switch err := r.Live.Get(ctx, client.ObjectKeyFromObject(want), found); {
+	case apierrors.IsNotFound(err):
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("reading pod %s, which holds the secret holder's name: %w", want.Name, err)
+	case secretholder.OwnedBy(found, s.task.UID):
+		return ctrl.Result{}, nil // the pod's event brings the cache up to it
+	case found.DeletionTimestamp == nil:
+		err := r.Client.Delete(ctx, found, client.Preconditions{UID: &found.UID})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return ctrl.Result{}, fmt.Errorf("deleting pod %s, which holds the secret holder's name: %w", found.Name, err)
+		}
+		r.event(s.task, corev1.EventTypeWarning, "SecretHolderNameTaken", "DeleteSecretHolder",
+			"deleted pod %s/%s, which had the name of the task's secret holder and is not it; the holder is made again", found.Namespace, found.Name)
+	}
+	// The pod is not in the holder cache, so no event of its deletion comes: look again.
+	return ctrl.Result{RequeueAfter: time.Second}, nil
 }
 
 func (r *SecretHolderReconciler) event(task *v1alpha1.NodeTask, kind, reason, action, note string, args ...any) {

@@ -201,3 +201,36 @@ func TestSecretHolderPodOfAnotherTaskIsReplaced(t *testing.T) {
 	finishDeletion(t, task.Name)
 	waitHolder(t, task.Name, task.UID)
 }
+
+// TestSecretHolderNameTakenByAnotherPodIsReplaced (issue 24, point 4): a pod that is no holder (no
+// holder label, no owner) sitting on a task's holder name is deleted and the task's holder made: the
+// task's scripts are not left without their Secrets.
+func TestSecretHolderNameTakenByAnotherPodIsReplaced(t *testing.T) {
+	ctx := context.Background()
+	holderNamespace(t, "holder-n4")
+	task := &v1alpha1.NodeTask{
+		ObjectMeta: metav1.ObjectMeta{Name: "holder-squatted", Labels: map[string]string{v1alpha1.LabelNode: "holder-n4"}},
+		Spec:       v1alpha1.NodeTaskSpec{NodeName: "holder-n4", Commands: []v1alpha1.Command{secretScript("nodeops-script-a", "nodeops-script-b")}},
+	}
+	squatter := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: secretholder.PodName(task.Name), Namespace: secretholder.Namespace},
+		Spec: corev1.PodSpec{NodeName: "holder-n4", ServiceAccountName: secretholder.ServiceAccount,
+			Containers: []corev1.Container{{Name: "c", Image: "squat"}}},
+	}
+	if err := cl.Create(ctx, squatter); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Create(ctx, task); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, "the squatting pod deleted", func() error {
+		p := &corev1.Pod{}
+		err := cl.Get(ctx, client.ObjectKeyFromObject(squatter), p)
+		if err == nil && p.UID == squatter.UID && p.DeletionTimestamp == nil {
+			return fmt.Errorf("still there")
+		}
+		return client.IgnoreNotFound(err)
+	})
+	finishDeletion(t, task.Name)
+	waitHolder(t, task.Name, task.UID)
+}

@@ -25,6 +25,7 @@ import (
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/agent"
 	"github.com/nodeops/nodeops/internal/agent/commands"
+	"github.com/nodeops/nodeops/internal/plan"
 )
 
 // Cluster names what the attempts act on: the agent on NodeA, TaskA on NodeA and TaskB on NodeB
@@ -124,6 +125,7 @@ func (k Cluster) Attempts() []Attempt {
 			return c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "by-agent", Namespace: k.Namespace}})
 		}, Policy: []string{"writes only NodeTask status, its own Node, its node's Lease and its node's installer pods", "CREATE configmaps by-agent"}, RBAC: []string{`cannot create resource "configmaps"`}},
 	}
+	attempts = append(attempts, k.podAttempts()...)
 	if k.WorkloadNamespace == "" {
 		return attempts
 	}
@@ -135,6 +137,53 @@ func (k Cluster) Attempts() []Attempt {
 		}, Policy: []string{"writes only NodeTask status, its own Node, its node's Lease and its node's installer pods", "CREATE pods/eviction " + pod}, RBAC: []string{`cannot create resource "pods/eviction"`}})
 	}
 	return attempts
+}
+
+// InstallerPod is the pod a pod command of TaskA makes on NodeA, as the agent on NodeA makes it
+// (commands.InstallerPod), changed by change.
+func (k Cluster) InstallerPod(change func(*corev1.Pod)) *corev1.Pod {
+	pod := commands.InstallerPod(k.Namespace, k.NodeA, k.TaskA, 0, &v1alpha1.PodCommand{Image: "registry.k8s.io/pause:3.10"})
+	if change != nil {
+		change(pod)
+	}
+	return pod
+}
+
+// createPod creates, with the agent's client, NodeA's installer pod changed by change.
+func (k Cluster) createPod(change func(*corev1.Pod)) func(context.Context, client.Client) error {
+	return func(ctx context.Context, c client.Client) error { return c.Create(ctx, k.InstallerPod(change)) }
+}
+
+// podAttempts are the pods the agent on NodeA must not make on its own node: none that hands its
+// node's kubelet a Secret (the Node authorizer follows imagePullSecrets and resourceClaims too), none
+// with labels of nodeops' other pods (the manager's metrics Service), none under another name than
+// its node's one (another node's pod, or a second pod).
+func (k Cluster) podAttempts() []Attempt {
+	a, b := k.NodeA, k.NodeB
+	mine := "CREATE pods " + plan.InstallerPodName(a)
+	return []Attempt{
+		{Name: "a pod naming a Secret in imagePullSecrets", Do: k.createPod(func(p *corev1.Pod) {
+			p.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "kept"}}
+		}), Policy: []string{"creates pods without spec.imagePullSecrets", mine}},
+		{Name: "a pod with a resourceClaim", Do: k.createPod(func(p *corev1.Pod) {
+			p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("someone-elses")}}
+		}), Policy: []string{"spec.resourceClaims", mine}},
+		{Name: "a pod labelled as the manager", Do: k.createPod(func(p *corev1.Pod) {
+			p.Labels = map[string]string{"app.kubernetes.io/name": "nodeops-manager", "app.kubernetes.io/instance": "nodeops",
+				"app.kubernetes.io/component": "manager", "app.kubernetes.io/part-of": "nodeops"}
+		}), Policy: []string{"creates pods with exactly the labels nodeops sets", mine}},
+		{Name: "a pod with one label more", Do: k.createPod(func(p *corev1.Pod) { p.Labels["app.kubernetes.io/instance"] = "nodeops" }),
+			Policy: []string{"creates pods with exactly the labels nodeops sets", mine}},
+		{Name: "a pod owned by a NodeTask", Do: k.createPod(func(p *corev1.Pod) {
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeTask", Name: k.TaskA, UID: "u", Controller: ptr.To(true)}}
+		}), Policy: []string{"creates pods with exactly the labels nodeops sets", mine}},
+		{Name: "a pod under " + b + "'s installer pod name", Do: k.createPod(func(p *corev1.Pod) { p.Name = plan.InstallerPodName(b) }),
+			Policy: []string{"agent on node " + a + " creates one pod at a time, named " + plan.InstallerPodName(a), "CREATE pods " + plan.InstallerPodName(b)}},
+		{Name: "a pod under a secret holder's name", Do: k.createPod(func(p *corev1.Pod) { p.Name = plan.SecretHolderPodName(k.TaskB) }),
+			Policy: []string{"creates one pod at a time, named " + plan.InstallerPodName(a), "CREATE pods " + plan.SecretHolderPodName(k.TaskB)}},
+		{Name: "a second pod", Do: k.createPod(func(p *corev1.Pod) { p.Name = plan.InstallerPodName(a) + "-2" }),
+			Policy: []string{"creates one pod at a time", "CREATE pods " + plan.InstallerPodName(a) + "-2"}},
+	}
 }
 
 // Evict asks, with c, for the eviction of the pod namespace/name.
