@@ -110,7 +110,7 @@ e2e-realnode: tools build ## Upgrade the real node to v1.37.2 through kubectl no
 
 docs: ## Build the docs site into bin/site with mkdocs --strict: a page missing from the nav, a broken link or anchor, or a missing example fails.
 	@hack/install-deps.sh docs
-	@start=$$SECONDS; /usr/bin/mkdocs build --strict --quiet && echo "docs: bin/site built in $$((SECONDS - start))s"
+	@start=$$SECONDS; /usr/bin/mkdocs build --strict && echo "docs: bin/site built in $$((SECONDS - start))s"
 
 docs-check: ## Open every page of the docs site in headless chromium on loopback; fails on a broken link or missing image.
 	@hack/docs-check.sh

@@ -3,7 +3,8 @@
 Debian 12 ships mkdocs 1.4, which lacks 1.5's `validation:` settings. These hooks log as warnings what
 those settings would (`omitted_files`, `absolute_links`, `anchors: warn`), so `mkdocs build --strict`
 fails on an orphan page, an absolute link or a link to a heading that does not exist. Links to missing
-pages are mkdocs' own warnings already. A nav entry holding a glob (`reference/cli/*.md`) is expanded to
+pages are mkdocs' own warnings already. The README, the landing page, must stay under 12 KB and link only to
+files that exist. A nav entry holding a glob (`reference/cli/*.md`) is expanded to
 the matching pages not listed elsewhere, so the generated CLI reference needs no hand-kept nav.
 """
 
@@ -94,7 +95,28 @@ def on_page_content(html, page, config, files):
     return html
 
 
+README_LIMIT = 12 * 1024
+_md_link = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _check_readme(config):
+    root = os.path.dirname(config["config_file_path"])
+    path = os.path.join(root, "README.md")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    size = len(text.encode("utf-8"))
+    if size > README_LIMIT:
+        log.warning("README.md is %d bytes, over the landing page's %d: move detail to docs/", size, README_LIMIT)
+    for href in _md_link.findall(text):
+        parts = urlsplit(href)
+        if parts.scheme or parts.netloc or not parts.path:
+            continue
+        if not os.path.exists(os.path.join(root, unquote(parts.path))):
+            log.warning("README.md: link %r leads to a file that does not exist", href)
+
+
 def on_post_build(config):
+    _check_readme(config)
     for url, src, href in _links:
         parts = urlsplit(href)
         if parts.scheme or parts.netloc:
