@@ -17,7 +17,7 @@ IMAGES_OUT ?= $(BIN)/images
 IMAGE_REGISTRY ?= ghcr.io/nodeops
 
 .PHONY: all tools tools-run build images generate verify-generate lint test test-unit test-fuzz test-e2e test-faults demo bench clean \
-	realnode realnode-down e2e-realnode realnode-bin
+	realnode realnode-down e2e-realnode realnode-bin docs docs-check
 
 all: build
 
@@ -109,6 +109,13 @@ e2e-realnode: tools build ## Upgrade the real node to v1.37.2 through kubectl no
 	  NODEOPS_IMAGES=$(IMAGES_OUT) go test -tags realnode -count=1 -v -timeout 30m ./test/realnode/; } || status=$$?; \
 	$(MAKE) --no-print-directory realnode-down || status=1; \
 	echo "e2e-realnode: exit $$status after $$((SECONDS - start))s"; exit $$status
+
+docs: ## Build the docs site into bin/site with mkdocs --strict: a page missing from the nav, a broken link or anchor, or a missing example fails.
+	@hack/install-deps.sh docs
+	@start=$$SECONDS; /usr/bin/mkdocs build --strict && echo "docs: bin/site built in $$((SECONDS - start))s"
+
+docs-check: ## Open every page of the docs site in headless chromium on loopback; fails on a broken link or missing image.
+	@hack/docs-check.sh
 
 clean:
 	rm -rf $(BIN)

@@ -4,6 +4,8 @@
 #   hack/install-deps.sh            what make test needs
 #   hack/install-deps.sh run        what a local cluster needs (make demo)
 #   hack/install-deps.sh realnode   make test's and the real node's
+#   hack/install-deps.sh docs       make test's, and the docs site's (make docs)
+#   hack/install-deps.sh docs-check make test's, the docs site's and headless chromium (hack/docs-check.sh)
 set -euo pipefail
 need=()
 [ -x /bin/busybox ] || need+=(busybox-static)   # /bin/sh and applets inside local node roots
@@ -16,6 +18,16 @@ if [ "${1:-}" = realnode ]; then
 	command -v gcc >/dev/null || need+=(gcc libc6-dev)
 	command -v pkg-config >/dev/null || need+=(pkg-config)
 	command -v ip >/dev/null || need+=(iproute2)
+fi
+if [ "${1:-}" = docs ] || [ "${1:-}" = docs-check ]; then
+	# `make docs` builds the site with Debian's mkdocs (1.4) and its Material theme; the Makefile runs
+	# /usr/bin/mkdocs, whatever python3 comes first on the PATH.
+	[ -x /usr/bin/mkdocs ] || need+=(mkdocs)
+	[ -d /usr/share/mkdocs/themes/material ] || need+=(mkdocs-material)
+fi
+if [ "${1:-}" = docs-check ]; then
+	# hack/docs-check.sh opens every page in Debian's headless chromium.
+	command -v chromium >/dev/null || need+=(chromium)
 fi
 if [ ${#need[@]} -gt 0 ]; then
 	echo "install-deps: installing Debian packages: ${need[*]}"

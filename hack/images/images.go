@@ -1,7 +1,7 @@
 // Package images builds nodeops' container images without a container daemon: it cross-compiles
 // the manager and the agent, puts each binary alone on scratch, and writes one OCI image layout per
 // image holding an index of every platform. The same source, toolchain and created time give the
-// same digests, so a digest names what was built (README.md, "Install on a cluster").
+// same digests, so a digest names what was built (docs/operations/install.md, "Images").
 //
 // It is its own module so that the main go.mod does not carry go-containerregistry, which no
 // nodeops binary links; hack/realnode (also its own module) can require it with a replace.

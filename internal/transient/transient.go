@@ -25,7 +25,7 @@ const (
 
 // Is reports whether an API error says the API server could not answer just now (503,
 // 500, 504, a server-side timeout) rather than that the request was wrong: the same request may
-// well succeed in a moment, as the fault suite's 503 windows show (test/faults, README "Safety").
+// well succeed in a moment, as the fault suite's 503 windows show (test/faults, docs/development/evidence/faults.md).
 func Is(err error) bool {
 	return apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) || apierrors.IsServerTimeout(err) ||
 		apierrors.IsTimeout(err) || apierrors.IsUnexpectedServerError(err)

@@ -45,7 +45,7 @@ const (
 
 var operations = []string{"op-a", "op-b"}
 
-// TestFaults is `make test-faults`: see the package documentation and README.md (Safety).
+// TestFaults is `make test-faults`: see the package documentation and docs/development/evidence/faults.md.
 func TestFaults(t *testing.T) {
 	began := time.Now()
 	seed := uint64(1)

@@ -186,7 +186,7 @@ func pruned(v any) any {
 var decimal = regexp.MustCompile(`^-?[0-9]+(\.[0-9]+)?$`)
 
 // optionValues types the API's option strings for TOML: true and false as booleans, decimals as
-// numbers (README, NodeProfile), the rest as strings.
+// numbers (docs/how-to/wasm-shims.md), the rest as strings.
 func optionValues(in map[string]string) map[string]any {
 	if len(in) == 0 {
 		return nil

@@ -44,7 +44,7 @@ type Local struct {
 }
 
 // LocalPreflightIgnores are the kubeadm preflight checks that cannot pass in a local node root: it
-// has no container runtime, /proc, kernel config or images (see the README).
+// has no container runtime, /proc, kernel config or images (see docs/development/local-cluster.md).
 var LocalPreflightIgnores = []string{"SystemVerification", "ContainerRuntimeVersion", "ImagePull"}
 
 // BinDir is the directory of the binaries ($NODEOPS_BIN, or bin/ of the repository); it fails t

@@ -1,5 +1,5 @@
 // Command realnode builds, starts and tears down one real single-node kubeadm cluster on this
-// machine, with nodeops installed on it (see the README's "A real node" section):
+// machine, with nodeops installed on it (see docs/development/evidence/realnode.md):
 //
 //	realnode build      build Kubernetes v1.36, containerd, runc, the CNI plugins and their images
 //	realnode up         build, then start containerd and the kubelet, kubeadm init, import the
