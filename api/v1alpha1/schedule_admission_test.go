@@ -35,6 +35,7 @@ func windowCases() []admission {
 		{"cron hour 24", scheduled("w9", "windows:\n- {schedule: \"0 24 * * *\", duration: 1h}"), w + ".schedule", "must be a five-field cron expression"},
 		{"cron descriptor", scheduled("w10", "windows:\n- {schedule: \"@daily\", duration: 1h}"), w + ".schedule", "must be a five-field cron expression"},
 		{"cron day-of-week 7", scheduled("w11", "windows:\n- {schedule: \"0 1 * * 7\", duration: 1h}"), w + ".schedule", "must be a five-field cron expression"},
+		{"cron step zero", scheduled("w18", "windows:\n- {schedule: \"*/0 * * * *\", duration: 1h}"), w + ".schedule", "must be a five-field cron expression"},
 		{"cron without duration", scheduled("w12", "windows:\n- {schedule: \"0 1 * * *\"}"), w, "set either start and end"},
 		{"cron duration too short", scheduled("w13", "windows:\n- {schedule: \"0 1 * * *\", duration: 30s}"), w + ".duration", "must be from 1m to 168h"},
 		{"time zone with spaces", scheduled("w14", "windows:\n- {start: \"09:00\", end: \"10:00\", timeZone: \"Europe/ Berlin\"}"), w + ".timeZone", "should match"},

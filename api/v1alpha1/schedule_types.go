@@ -30,10 +30,12 @@ type MaintenanceWindow struct {
 	// +kubebuilder:validation:Pattern=`^([01][0-9]|2[0-3]):[0-5][0-9]$`
 	End string `json:"end,omitempty"`
 	// Schedule opens the window at each time of a standard five-field cron expression (minute hour
-	// day-of-month month day-of-week, numbers, `*`, ranges, lists and steps), for Duration.
+	// day-of-month month day-of-week, numbers, `*`, ranges, lists and steps), for Duration. Admission
+	// checks its shape; a range that runs backwards (22-3) or a schedule that never fires (0 0 30 2 *)
+	// fails the operation on the manager's first look, naming this field, before anything runs.
 	// +optional
 	// +kubebuilder:validation:MaxLength=128
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([*]|[0-5]?[0-9](-[0-5]?[0-9])?)(/[0-9]+)?(,([*]|[0-5]?[0-9](-[0-5]?[0-9])?)(/[0-9]+)?)* +([*]|([01]?[0-9]|2[0-3])(-([01]?[0-9]|2[0-3]))?)(/[0-9]+)?(,([*]|([01]?[0-9]|2[0-3])(-([01]?[0-9]|2[0-3]))?)(/[0-9]+)?)* +([*]|([1-9]|[12][0-9]|3[01])(-([1-9]|[12][0-9]|3[01]))?)(/[0-9]+)?(,([*]|([1-9]|[12][0-9]|3[01])(-([1-9]|[12][0-9]|3[01]))?)(/[0-9]+)?)* +([*]|([1-9]|1[0-2])(-([1-9]|1[0-2]))?)(/[0-9]+)?(,([*]|([1-9]|1[0-2])(-([1-9]|1[0-2]))?)(/[0-9]+)?)* +([*]|[0-6](-[0-6])?)(/[0-9]+)?(,([*]|[0-6](-[0-6])?)(/[0-9]+)?)*$')",message="must be a five-field cron expression: minute (0-59) hour (0-23) day-of-month (1-31) month (1-12) day-of-week (0-6, 0 is Sunday), each *, a number, a range a-b, a step /n, or a comma list of those"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([*]|[0-5]?[0-9](-[0-5]?[0-9])?)(/[1-9][0-9]?)?(,([*]|[0-5]?[0-9](-[0-5]?[0-9])?)(/[1-9][0-9]?)?)* +([*]|([01]?[0-9]|2[0-3])(-([01]?[0-9]|2[0-3]))?)(/[1-9][0-9]?)?(,([*]|([01]?[0-9]|2[0-3])(-([01]?[0-9]|2[0-3]))?)(/[1-9][0-9]?)?)* +([*]|([1-9]|[12][0-9]|3[01])(-([1-9]|[12][0-9]|3[01]))?)(/[1-9][0-9]?)?(,([*]|([1-9]|[12][0-9]|3[01])(-([1-9]|[12][0-9]|3[01]))?)(/[1-9][0-9]?)?)* +([*]|([1-9]|1[0-2])(-([1-9]|1[0-2]))?)(/[1-9][0-9]?)?(,([*]|([1-9]|1[0-2])(-([1-9]|1[0-2]))?)(/[1-9][0-9]?)?)* +([*]|[0-6](-[0-6])?)(/[1-9][0-9]?)?(,([*]|[0-6](-[0-6])?)(/[1-9][0-9]?)?)*$')",message="must be a five-field cron expression: minute (0-59) hour (0-23) day-of-month (1-31) month (1-12) day-of-week (0-6, 0 is Sunday), each *, a number, a range a-b, a step /n (1-99), or a comma list of those"
 	Schedule string `json:"schedule,omitempty"`
 	// Duration is how long the window stays open after each time of Schedule.
 	// +optional

@@ -69,6 +69,9 @@ func Compile(field string, in []v1alpha1.MaintenanceWindow) (Windows, error) {
 				return Windows{}, fmt.Errorf("%s.schedule: %q is not a five-field cron expression", path, w.Schedule)
 			}
 			spec.Location = loc
+			if first := spec.Next(time.Date(2026, 1, 1, 0, 0, 0, 0, loc)); first.IsZero() {
+				return Windows{}, fmt.Errorf("%s.schedule: %q never fires (a day that no month has?)", path, w.Schedule)
+			}
 			c.cron = spec
 			if w.Duration == nil || w.Duration.Duration <= 0 {
 				return Windows{}, fmt.Errorf("%s.duration: must be set and positive with a schedule", path)
@@ -151,28 +154,60 @@ func (c window) openAt(t time.Time) (start, end time.Time, ok bool) {
 	local := t.In(c.loc)
 	// A span that crosses midnight may have opened yesterday.
 	for _, back := range []int{0, -1} {
-		s, e := c.span(local, back)
-		if !s.After(t) && t.Before(e) && c.dayOK(s) {
+		s, e, day := c.span(local, back)
+		if e.After(s) && !s.After(t) && t.Before(e) && c.dayOK(day) {
 			return s, e, true
 		}
 	}
 	return time.Time{}, time.Time{}, false
 }
 
-// span is c's opening on the local day of t plus days, and its close.
-func (c window) span(t time.Time, days int) (start, end time.Time) {
+// span is c's opening on the local day of t plus days, its close, and the weekday it opens on.
+func (c window) span(t time.Time, days int) (start, end time.Time, day time.Weekday) {
 	y, m, d := t.Date()
-	start = time.Date(y, m, d+days, c.start/60, c.start%60, 0, 0, c.loc)
+	start = wall(y, m, d+days, c.start, c.loc)
 	endDay := d + days
 	if c.end <= c.start {
 		endDay++
 	}
-	end = time.Date(y, m, endDay, c.end/60, c.end%60, 0, 0, c.loc)
-	return start, end
+	end = wall(y, m, endDay, c.end, c.loc)
+	return start, end, time.Date(y, m, d+days, 12, 0, 0, 0, time.UTC).Weekday()
 }
 
-func (c window) dayOK(start time.Time) bool {
-	return c.days == nil || c.days[start.In(c.loc).Weekday()]
+// wall is the first instant at which loc's clock reads minutes after midnight on that date, or
+// later: a time skipped by a daylight-saving change (02:30 when clocks go from 02:00 to 03:00) is
+// the change itself. Go's time.Date leaves the choice of zone in that gap unspecified, so both
+// offsets are tried here.
+func wall(y int, m time.Month, d, minutes int, loc *time.Location) time.Time {
+	naive := time.Date(y, m, d, minutes/60, minutes%60, 0, 0, time.UTC)
+	var found []time.Time
+	for _, probe := range []time.Duration{-36 * time.Hour, 36 * time.Hour} {
+		_, off := naive.Add(probe).In(loc).Zone()
+		at := naive.Add(-time.Duration(off) * time.Second)
+		l := at.In(loc)
+		if l.Hour()*60+l.Minute() == minutes && l.Day() == naive.Day() {
+			found = append(found, at)
+		}
+	}
+	if len(found) > 0 {
+		// An hour that happens twice (clocks going back): its first occurrence.
+		first := found[0]
+		for _, f := range found[1:] {
+			if f.Before(first) {
+				first = f
+			}
+		}
+		return first
+	}
+	// In the gap: read with the earlier offset, the time falls after the change, in the zone
+	// that begins at the change.
+	_, offBefore := naive.Add(-36 * time.Hour).In(loc).Zone()
+	start, _ := naive.Add(-time.Duration(offBefore) * time.Second).In(loc).ZoneBounds()
+	return start
+}
+
+func (c window) dayOK(day time.Weekday) bool {
+	return c.days == nil || c.days[day]
 }
 
 // nextOpening is c's first opening after t, or zero within the horizon there is none.
@@ -185,8 +220,9 @@ func (c window) nextOpening(t time.Time) time.Time {
 		return n
 	}
 	local := t.In(c.loc)
-	for days := 0; days <= 8; days++ {
-		if s, _ := c.span(local, days); s.After(t) && c.dayOK(s) {
+	// Two weeks: a weekly window whose one day falls in a daylight-saving gap opens the week after.
+	for days := -1; days <= 15; days++ {
+		if s, e, day := c.span(local, days); e.After(s) && s.After(t) && c.dayOK(day) {
 			return s
 		}
 	}

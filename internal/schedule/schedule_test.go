@@ -89,6 +89,13 @@ func TestWindowsAt(t *testing.T) {
 			at(t, "UTC", "2026-03-07 12:00"), false, at(t, "UTC", "2026-03-08 06:00")},
 		{"cron: the day after the change", []v1alpha1.MaintenanceWindow{cronWindow("0 1 * * *", time.Hour, "America/New_York")},
 			at(t, "UTC", "2026-03-08 12:00"), false, at(t, "UTC", "2026-03-09 05:00")},
+		// A start or end the clocks skip is the change itself.
+		{"a start in the spring-forward gap opens at the change", []v1alpha1.MaintenanceWindow{daily(nil, "02:30", "03:30", "Europe/Berlin")},
+			at(t, "UTC", "2026-03-29 01:15"), true, at(t, "UTC", "2026-03-29 01:30")},
+		{"an end in the gap closes at the change", []v1alpha1.MaintenanceWindow{daily([]v1alpha1.Weekday{"Sunday"}, "01:45", "02:10", "America/New_York")},
+			at(t, "UTC", "2026-03-08 06:50"), true, at(t, "UTC", "2026-03-08 07:00")},
+		{"the next opening before a gap day is real", []v1alpha1.MaintenanceWindow{daily([]v1alpha1.Weekday{"Sunday"}, "01:45", "02:10", "America/New_York")},
+			at(t, "UTC", "2026-03-07 12:00"), false, at(t, "UTC", "2026-03-08 06:45")},
 		{"cron: the first of the month", []v1alpha1.MaintenanceWindow{cronWindow("0 0 1 * *", 2*time.Hour, "UTC")},
 			at(t, "UTC", "2026-12-02 12:00"), false, at(t, "UTC", "2027-01-01 00:00")},
 	}
@@ -114,6 +121,8 @@ func TestCompileNamesTheField(t *testing.T) {
 		{daily(nil, "09:00", "17:00", "Europe/Berln"), `spec.windows[1].timeZone: unknown time zone "Europe/Berln"`},
 		{cronWindow("61 * * * *", time.Hour, ""), "spec.windows[1].schedule:"},
 		{cronWindow("@daily", time.Hour, ""), "spec.windows[1].schedule"},
+		{cronWindow("0 22-3 * * *", time.Hour, ""), "spec.windows[1].schedule"},
+		{cronWindow("0 0 30 2 *", time.Hour, ""), "spec.windows[1].schedule: \"0 0 30 2 *\" never fires"},
 		{v1alpha1.MaintenanceWindow{Schedule: "0 1 * * *"}, "spec.windows[1].duration: must be set"},
 		{daily(nil, "9am", "17:00", ""), `spec.windows[1].start: "9am" is not HH:MM`},
 		{daily(nil, "09:00", "09:00", ""), "spec.windows[1].end: must differ from start"},
@@ -135,5 +144,40 @@ func TestDescribe(t *testing.T) {
 	want := "Mon,Tue 22:00-04:00 Europe/Berlin; cron '0 2 * * 6' for 4h0m0s UTC"
 	if got != want {
 		t.Errorf("DescribeAll = %q, want %q", got, want)
+	}
+}
+
+// TestNextOpeningIsOpen: wherever a window set is closed, the opening it announces is open and
+// later, across a year of daylight-saving changes in several zones. A window that promises an
+// opening that never comes would keep an operation waiting.
+func TestNextOpeningIsOpen(t *testing.T) {
+	zones := []string{"UTC", "Europe/Berlin", "America/New_York", "America/Havana", "America/Santiago", "Australia/Lord_Howe", "Asia/Kolkata"}
+	spans := [][2]string{{"22:00", "04:00"}, {"01:45", "02:10"}, {"02:30", "03:30"}, {"00:00", "01:00"}, {"23:30", "00:30"}, {"09:00", "17:00"}}
+	days := [][]v1alpha1.Weekday{nil, {"Sunday"}, {"Saturday", "Sunday"}}
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, z := range zones {
+		for _, sp := range spans {
+			for _, d := range days {
+				ws, err := Compile("w", []v1alpha1.MaintenanceWindow{daily(d, sp[0], sp[1], z)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for at := start; at.Before(start.AddDate(1, 0, 0)); at = at.Add(97 * time.Minute) {
+					open, next := ws.At(at)
+					if open {
+						if !next.After(at) {
+							t.Fatalf("%s %v %v at %s: open, closing at %s, not after", z, sp, d, at, next)
+						}
+						continue
+					}
+					if next.IsZero() || !next.After(at) {
+						t.Fatalf("%s %v %v at %s: closed, next opening %s", z, sp, d, at, next)
+					}
+					if o, _ := ws.At(next); !o {
+						t.Fatalf("%s %v %v at %s: announced opening %s is closed", z, sp, d, at, next)
+					}
+				}
+			}
+		}
 	}
 }

@@ -293,7 +293,8 @@ func timings(op *v1alpha1.NodeOperation, groups []plan.ResolvedGroup) ([]timing,
 	for i, g := range groups {
 		field, ws := "spec.windows", op.Spec.Windows
 		if len(g.Windows) > 0 {
-			field, ws = fmt.Sprintf("spec.custom.groups[%s].windows", g.Name), g.Windows
+			// Only custom groups carry windows, and Resolve keeps their order.
+			field, ws = fmt.Sprintf("spec.custom.groups[%d].windows", i), g.Windows
 		}
 		compiled, err := schedule.Compile(field, ws)
 		if err != nil {

@@ -107,6 +107,8 @@ func decide(in *input) decision {
 	op := in.op
 	st := *op.Status.DeepCopy()
 	st.ObservedGeneration = op.Generation
+	// Set again below only while the current group is held by a window or a delay.
+	st.NextStart = nil
 	if st.StartTime == nil {
 		st.StartTime = &in.now
 	}
@@ -156,7 +158,8 @@ func decide(in *input) decision {
 			gs.Message = succeededMessage(g, gs.Nodes)
 			gs.Finished = nil
 			if gs.CompletionTime == nil {
-				gs.CompletionTime = &in.now
+				done := in.now
+				gs.CompletionTime = &done
 			}
 			continue
 		}
@@ -184,23 +187,20 @@ func decide(in *input) decision {
 		default:
 			gs.Phase = v1alpha1.GroupRunning
 			phase, reason = v1alpha1.OperationRunning, ReasonRunning
-			if r, m, until, held := scheduled(in, i, st.Groups, tasks, running); held {
-				reason, message, gs.Message = r, m, m
-				d.recheck = until
-				if !until.IsZero() {
-					st.NextStart = &metav1.Time{Time: until}
-				}
-				break
-			}
+			// A hold by windows or delays never hides a node held by another owner's failed
+			// task: that still blocks, so a person is told before the window opens.
 			soakEnd := time.Time{}
-			for _, node := range next(in, g, nodes, tasks, d.waiting, i, &soakEnd) {
-				d.create = append(d.create, start{group: &g.Group, node: node})
+			candidates := next(in, g, nodes, tasks, d.waiting, i, &soakEnd)
+			hReason, hMessage, until, hold := scheduled(in, i, st.Groups, tasks, running)
+			if !hold {
+				for _, node := range candidates {
+					d.create = append(d.create, start{group: &g.Group, node: node})
+				}
 			}
 			d.budget = nodelock.Budget{Nodes: nodes, Limit: g.MaxUnavailable, Down: func(n string) bool {
 				_, has := tasks[n]
 				return in.notReady[n] || in.cordoned[n] && !has
 			}}
-			message = runningMessage(g.Name, gs.Nodes, len(d.create))
 			if held, others := heldByFailed(in, g, nodes, tasks, d.create, d.waiting); len(held) > 0 {
 				gs.Phase = v1alpha1.GroupBlocked
 				phase, reason = v1alpha1.OperationBlocked, v1alpha1.ReasonNodeHeldByFailedTask
@@ -208,6 +208,18 @@ func decide(in *input) decision {
 				gs.Message = message
 				break
 			}
+			if hold {
+				reason, message, gs.Message = hReason, hMessage, hMessage
+				if until.IsZero() {
+					// Nothing opens within a year: look again tomorrow rather than never.
+					d.recheck = in.now.Add(24 * time.Hour)
+				} else {
+					d.recheck = until
+					st.NextStart = &metav1.Time{Time: until}
+				}
+				break
+			}
+			message = runningMessage(g.Name, gs.Nodes, len(d.create))
 			if waits := waitingMessage(nodes, tasks, in.notReady, in.cordoned, d.waiting); waits != "" {
 				gs.Message = waits
 				message += "; " + waits
@@ -229,9 +241,6 @@ func decide(in *input) decision {
 	}
 	if phase == v1alpha1.OperationSucceeded {
 		message = fmt.Sprintf("all %d groups succeeded", len(in.groups))
-	}
-	if d.recheck.IsZero() {
-		st.NextStart = nil
 	}
 	st.Phase = phase
 	st.Progress = progress(st.Groups)
@@ -294,7 +303,13 @@ func soaking(in *input, index int, t taskView) time.Time {
 	if index >= len(in.timing) || in.timing[index].postNode <= 0 || t.Phase != v1alpha1.TaskSucceeded || t.Done.IsZero() {
 		return time.Time{}
 	}
-	if end := t.Done.Add(in.timing[index].postNode); end.After(in.now.Time) {
+	// Rounded up to the second, as status stores it: otherwise every reconcile would see a
+	// different nextStart and write it.
+	end := t.Done.Add(in.timing[index].postNode)
+	if r := end.Truncate(time.Second); !r.Equal(end) {
+		end = r.Add(time.Second)
+	}
+	if end.After(in.now.Time) {
 		return end
 	}
 	return time.Time{}
@@ -310,11 +325,16 @@ func scheduled(in *input, index int, groups []v1alpha1.GroupStatus, tasks map[st
 	}
 	t, now := in.timing[index], in.now.Time
 	name := groups[index].Name
-	if index > 0 && len(tasks) == 0 && t.postGroup > 0 {
+	// The last node of the group before soaks too: its postNodeDelay holds this group's first.
+	if delay := max(t.postGroup, t.postNode); index > 0 && len(tasks) == 0 && delay > 0 {
 		if prev := groups[index-1].CompletionTime; prev != nil {
-			if end := prev.Add(t.postGroup); end.After(now) {
-				return ReasonWaitingForDelay, fmt.Sprintf("group %s waits %s after group %s succeeded (postGroupDelay): starts at %s",
-					name, t.postGroup, groups[index-1].Name, end.UTC().Format(time.RFC3339)), end, true
+			if end := prev.Add(delay); end.After(now) {
+				which := "postGroupDelay"
+				if t.postNode > t.postGroup {
+					which = "postNodeDelay of its last node"
+				}
+				return ReasonWaitingForDelay, fmt.Sprintf("group %s waits %s after group %s succeeded (%s): starts at %s",
+					name, delay, groups[index-1].Name, which, end.UTC().Format(time.RFC3339)), end, true
 			}
 		}
 	}

@@ -33,6 +33,7 @@ func TestDecideScheduling(t *testing.T) {
 		groups    []plan.ResolvedGroup
 		tasks     []taskView
 		completed map[int]time.Time // group index -> completion time recorded in status
+		before    time.Time         // status.nextStart as last written
 		create    []string
 		reason    string
 		message   []string
@@ -91,6 +92,29 @@ func TestDecideScheduling(t *testing.T) {
 			nextStart: now.Add(8 * time.Minute),
 		},
 		{
+			name:   "the window opened: the nextStart written while waiting goes",
+			spec:   v1alpha1.Scheduling{Windows: window("11:00", "13:00")},
+			groups: []plan.ResolvedGroup{resolved("a", 1, "n1")},
+			before: now.Add(-time.Hour),
+			create: []string{"n1"}, reason: ReasonRunning,
+		},
+		{
+			name:      "postNodeDelay holds the next group's first node too",
+			spec:      v1alpha1.Scheduling{PostNodeDelay: d(5 * time.Minute)},
+			groups:    []plan.ResolvedGroup{resolved("a", 1, "n1"), resolved("b", 1, "n2")},
+			tasks:     []taskView{succeededAt("a", "n1", now.Add(-2*time.Minute))},
+			completed: map[int]time.Time{0: now.Add(-2 * time.Minute)},
+			reason:    ReasonWaitingForDelay, message: []string{"group b waits 5m0s after group a succeeded (postNodeDelay of its last node)"},
+			nextStart: now.Add(3 * time.Minute),
+		},
+		{
+			name:   "a soak ending within a second is rounded up, as status stores it",
+			spec:   v1alpha1.Scheduling{PostNodeDelay: d(5 * time.Minute)},
+			groups: []plan.ResolvedGroup{resolved("a", 1, "n1", "n2")},
+			tasks:  []taskView{succeededAt("a", "n1", now.Add(-time.Minute+123456*time.Microsecond))},
+			reason: ReasonWaitingForDelay, nextStart: now.Add(4*time.Minute + time.Second),
+		},
+		{
 			name:      "postGroupDelay over: the next group starts",
 			spec:      v1alpha1.Scheduling{PostGroupDelay: d(10 * time.Minute)},
 			groups:    []plan.ResolvedGroup{resolved("a", 1, "n1"), resolved("b", 1, "n2")},
@@ -110,6 +134,9 @@ func TestDecideScheduling(t *testing.T) {
 					gs.Phase, gs.CompletionTime = v1alpha1.GroupSucceeded, &metav1.Time{Time: at}
 				}
 				op.Status.Groups = append(op.Status.Groups, gs)
+			}
+			if !tc.before.IsZero() {
+				op.Status.NextStart = &metav1.Time{Time: tc.before}
 			}
 			timing, err := timings(op, tc.groups)
 			if err != nil {
@@ -144,7 +171,7 @@ func TestDecideScheduling(t *testing.T) {
 			if got.status.NextStart != nil {
 				next = got.status.NextStart.Time
 			}
-			if !next.Equal(tc.nextStart) || !got.recheck.Equal(tc.nextStart) && !tc.nextStart.IsZero() {
+			if !next.Equal(tc.nextStart) || !tc.nextStart.IsZero() && !got.recheck.Equal(tc.nextStart) {
 				t.Errorf("nextStart = %v, recheck = %v, want %v", next, got.recheck, tc.nextStart)
 			}
 			if got.status.Phase != v1alpha1.OperationRunning {
