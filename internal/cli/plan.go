@@ -16,6 +16,7 @@ import (
 
 	nodeopsv1 "github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/schedule"
 )
 
 // Plan is what `plan` shows (and prints with -o json|yaml): the groups, their nodes in order and their commands.
@@ -35,7 +36,11 @@ type PlanGroup struct {
 	MaxUnavailable int                  `json:"maxUnavailable"`
 	Nodes          []string             `json:"nodes"`
 	NotReady       []string             `json:"notReady,omitempty"`
-	Commands       []PlanCommand        `json:"commands"`
+	// Windows are the maintenance windows new nodes of the group start in; empty means always.
+	Windows string `json:"windows,omitempty"`
+	// Soak is how long a finished node (postNodeDelay) and the group before (postGroupDelay) hold it.
+	Soak     string        `json:"soak,omitempty"`
+	Commands []PlanCommand `json:"commands"`
 }
 
 // PlanCommand is one command of a PlanGroup.
@@ -191,6 +196,7 @@ func buildPlan(op *nodeopsv1.NodeOperation, nodes []corev1.Node) (*Plan, error) 
 	p := &Plan{Operation: operationDetail(op), Mode: op.Spec.ExecutionMode, Nodes: selectorText(op.Spec.NodeSelector)}
 	for _, g := range groups {
 		pg := PlanGroup{Name: g.Name, NodeFilter: g.NodeFilter, MaxUnavailable: g.MaxUnavailable, Nodes: g.Nodes}
+		pg.Windows, pg.Soak = groupScheduling(op.Spec.Scheduling, g.Scheduling)
 		if pg.Nodes == nil {
 			pg.Nodes = []string{}
 		}
@@ -280,6 +286,12 @@ func writePlan(w io.Writer, op *nodeopsv1.NodeOperation, p *Plan, colour bool) {
 		if len(g.NotReady) > 0 {
 			fmt.Fprintf(w, "   %d NotReady (they count against max unavailable)\n", len(g.NotReady))
 		}
+		if g.Windows != "" {
+			fmt.Fprintf(w, "   windows: %s (no new node starts outside them)\n", g.Windows)
+		}
+		if g.Soak != "" {
+			fmt.Fprintf(w, "   soak: %s\n", g.Soak)
+		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		for j, c := range g.Commands {
 			fmt.Fprintf(tw, "   %d. %s\t%s\n", j+1, c.Name, c.Does)
@@ -289,6 +301,22 @@ func writePlan(w io.Writer, op *nodeopsv1.NodeOperation, p *Plan, colour bool) {
 		}
 		_ = tw.Flush()
 	}
+}
+
+// groupScheduling is a group's windows and soak in words: its own fields over the operation's,
+// as the manager applies them.
+func groupScheduling(op, group nodeopsv1.Scheduling) (windows, soak string) {
+	eff := op
+	if len(group.Windows) > 0 {
+		eff.Windows = group.Windows
+	}
+	if group.PostNodeDelay != nil {
+		eff.PostNodeDelay = group.PostNodeDelay
+	}
+	if group.PostGroupDelay != nil {
+		eff.PostGroupDelay = group.PostGroupDelay
+	}
+	return schedule.DescribeAll(eff.Windows), soakText(eff)
 }
 
 func nodeCount(n int) string {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -130,5 +131,42 @@ func TestPlanShowsInsecureHTTP(t *testing.T) {
 	_, errOut, code := run(t, "plan", "upgrade", "v1.37.2", "--binary-source", "http://bins.local")
 	if code != CodeError || !strings.Contains(errOut, "plain http") || !strings.Contains(errOut, "--insecure-http") {
 		t.Errorf("plain http without --insecure-http: exit %d, stderr %q; want it refused naming --insecure-http", code, errOut)
+	}
+}
+
+// The plan names each group's maintenance windows and soak, the group's own over the operation's.
+func TestPlanShowsWindowsAndSoak(t *testing.T) {
+	node := func(name string) corev1.Node {
+		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+	}
+	wait := []nodeopsv1.Command{{Wait: &nodeopsv1.WaitCommand{}}}
+	op := &nodeopsv1.NodeOperation{Spec: nodeopsv1.NodeOperationSpec{
+		Scheduling: nodeopsv1.Scheduling{
+			Windows:       []nodeopsv1.MaintenanceWindow{{Days: []nodeopsv1.Weekday{"Saturday"}, Start: "22:00", End: "04:00", TimeZone: "Europe/Berlin"}},
+			PostNodeDelay: &metav1.Duration{Duration: 10 * time.Minute},
+		},
+		Custom: &nodeopsv1.CustomOperation{Groups: []nodeopsv1.Group{
+			{Name: "canary", NodeFilter: nodeopsv1.NodeFilterHead, Commands: wait},
+			{Name: "rest", NodeFilter: nodeopsv1.NodeFilterTail, Commands: wait, Scheduling: nodeopsv1.Scheduling{
+				Windows: []nodeopsv1.MaintenanceWindow{{Schedule: "0 2 * * 0", Duration: &metav1.Duration{Duration: 4 * time.Hour}}}}},
+		}},
+	}}
+	p, err := buildPlan(op, []corev1.Node{node("a"), node("b")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	writePlan(&out, op, p, false)
+	for _, want := range []string{
+		"windows: Sat 22:00-04:00 Europe/Berlin (no new node starts outside them)",
+		"windows: cron '0 2 * * 0' for 4h0m0s UTC (no new node starts outside them)",
+		"soak: 10m0s after each node",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("plan lacks %q:\n%s", want, out.String())
+		}
+	}
+	if n := strings.Count(out.String(), "soak: 10m0s after each node"); n != 2 {
+		t.Errorf("soak shown %d times, want once per group:\n%s", n, out.String())
 	}
 }
