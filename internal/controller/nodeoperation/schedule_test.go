@@ -99,6 +99,14 @@ func TestDecideScheduling(t *testing.T) {
 			create: []string{"n1"}, reason: ReasonRunning,
 		},
 		{
+			name:   "a soak beside a running node: the nextStart of an earlier wait goes",
+			spec:   v1alpha1.Scheduling{Windows: window("11:00", "13:00"), PostNodeDelay: d(5 * time.Minute)},
+			groups: []plan.ResolvedGroup{resolved("a", 2, "n1", "n2", "n3")},
+			tasks:  []taskView{succeededAt("a", "n1", now.Add(-time.Minute)), tv("a", "n2", v1alpha1.TaskRunning)},
+			before: now.Add(-time.Hour),
+			reason: ReasonRunning,
+		},
+		{
 			name:      "postNodeDelay holds the next group's first node too",
 			spec:      v1alpha1.Scheduling{PostNodeDelay: d(5 * time.Minute)},
 			groups:    []plan.ResolvedGroup{resolved("a", 1, "n1"), resolved("b", 1, "n2")},
@@ -198,5 +206,31 @@ func TestGroupCompletionTimeIsRecordedOnce(t *testing.T) {
 	again := decide(in)
 	if ct := again.status.Groups[0].CompletionTime; ct == nil || !ct.Time.Equal(first) {
 		t.Errorf("group a completionTime moved to %v, want %v", ct, first)
+	}
+}
+
+// TestWindowHoldNeverHidesAFailedHolder: a group outside its window whose node another owner's
+// failed task holds is Blocked, naming the holder, so a person is told before the window opens.
+func TestWindowHoldNeverHidesAFailedHolder(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	op := &v1alpha1.NodeOperation{}
+	op.Name = "op"
+	op.Spec.Windows = []v1alpha1.MaintenanceWindow{{Start: "22:00", End: "04:00"}}
+	groups := []plan.ResolvedGroup{resolved("a", 1, "n1")}
+	timing, err := timings(op, groups)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &input{op: op, groups: groups, timing: timing, tasks: map[string]map[string]taskView{}, notReady: map[string]bool{},
+		cordoned: map[string]bool{}, now: metav1.NewTime(now),
+		locks:   nodelock.View{Nodes: map[string]nodelock.Holder{"n1": {Task: "wasm-n1", Owner: "NodeProfile/wasm"}}},
+		holders: map[string]taskView{"wasm-n1": {Name: "wasm-n1", Node: "n1", Phase: v1alpha1.TaskFailed, FailedCommand: "install"}}}
+	d := decide(in)
+	c := meta.FindStatusCondition(d.status.Conditions, v1alpha1.ConditionBlocked)
+	if d.status.Phase != v1alpha1.OperationBlocked || c == nil || c.Reason != v1alpha1.ReasonNodeHeldByFailedTask || !strings.Contains(c.Message, "wasm-n1") {
+		t.Fatalf("phase %s, Blocked %+v; want Blocked by NodeTask wasm-n1 even outside the window", d.status.Phase, c)
+	}
+	if len(d.create) != 0 {
+		t.Errorf("created %v outside the window", d.create)
 	}
 }
