@@ -336,8 +336,15 @@ func writeFields(b *strings.Builder, types map[string]*apiType, t *apiType) {
 			req = "optional"
 		}
 		fmt.Fprintf(b, "- **`%s`** %s, %s", f.json, typ, req)
-		if len(f.doc) > 0 {
-			fmt.Fprintf(b, ": %s", escapeHTML(strings.Join(f.doc, " ")))
+		doc := f.doc
+		if len(doc) == 0 {
+			// A field without a comment (each kind of Command) is what its type says it is.
+			if names := localTypes(f.expr); len(names) == 1 && types[names[0]] != nil {
+				doc = types[names[0]].doc
+			}
+		}
+		if len(doc) > 0 {
+			fmt.Fprintf(b, ": %s", escapeHTML(strings.Join(doc, " ")))
 		}
 		b.WriteString("\n")
 		for _, c := range constraints(f.markers) {
