@@ -148,7 +148,7 @@ func syncSimKubelets(ctx context.Context, c client.Client, sims map[string]bool,
 	}
 	for i := range ops.Items {
 		op := &ops.Items[i]
-		if done[op.UID] || !restartsKubelet(&op.Spec) {
+		if done[op.UID] || op.Spec.ExecutionMode == v1alpha1.ExecutionDryRun || !restartsKubelet(&op.Spec) {
 			continue
 		}
 		// Read before the tasks: a finished operation's tasks are all final when listed after.
@@ -193,8 +193,11 @@ func restartsKubelet(spec *v1alpha1.NodeOperationSpec) bool {
 
 // RestartedKubeletVersion is the version a task's node's kubelet runs after the task, as far as the
 // task tells: that of the last kubelet it installed before a kubelet restart that succeeded; empty
-// when no restart followed an install.
+// when no restart followed an install, or the task ran in DryRun (its commands changed nothing).
 func RestartedKubeletVersion(t *v1alpha1.NodeTask) string {
+	if t.Spec.ExecutionMode == v1alpha1.ExecutionDryRun {
+		return ""
+	}
 	installed, running := "", ""
 	for i, cmd := range t.Spec.Commands {
 		if i >= len(t.Status.Commands) || t.Status.Commands[i].Phase != v1alpha1.CommandSucceeded {

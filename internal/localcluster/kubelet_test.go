@@ -8,7 +8,7 @@ import (
 )
 
 // A simulated node's kubelet reports the version its task installed only once a kubelet restart
-// after that install succeeded, as a real kubelet does.
+// after that install succeeded, as a real kubelet does; a DryRun task installed nothing.
 func TestRestartedKubeletVersion(t *testing.T) {
 	install := func(v string, components ...string) v1alpha1.Command {
 		return v1alpha1.Command{InstallBinaries: &v1alpha1.InstallBinariesCommand{Components: components, Version: v}}
@@ -19,25 +19,28 @@ func TestRestartedKubeletVersion(t *testing.T) {
 	ok, failed, pending := v1alpha1.CommandSucceeded, v1alpha1.CommandFailed, v1alpha1.CommandPending
 	for _, tc := range []struct {
 		name   string
+		mode   v1alpha1.ExecutionMode
 		cmds   []v1alpha1.Command
 		phases []v1alpha1.CommandPhase
 		want   string
 	}{
-		{"installed and restarted", []v1alpha1.Command{install("v1.37.2", "kubeadm"), install("v1.37.2", "kubelet", "kubectl"), restart("kubelet")},
+		{"a DryRun task changed nothing", v1alpha1.ExecutionDryRun, []v1alpha1.Command{install("v1.37.2", "kubelet"), restart("kubelet")},
+			[]v1alpha1.CommandPhase{ok, ok}, ""},
+		{"installed and restarted", "", []v1alpha1.Command{install("v1.37.2", "kubeadm"), install("v1.37.2", "kubelet", "kubectl"), restart("kubelet")},
 			[]v1alpha1.CommandPhase{ok, ok, ok}, "v1.37.2"},
-		{"installed, restart not run yet", []v1alpha1.Command{install("v1.37.2", "kubelet"), restart("kubelet")},
+		{"installed, restart not run yet", "", []v1alpha1.Command{install("v1.37.2", "kubelet"), restart("kubelet")},
 			[]v1alpha1.CommandPhase{ok, pending}, ""},
-		{"restart failed", []v1alpha1.Command{install("v1.37.2", "kubelet"), restart("kubelet")},
+		{"restart failed", "", []v1alpha1.Command{install("v1.37.2", "kubelet"), restart("kubelet")},
 			[]v1alpha1.CommandPhase{ok, failed}, ""},
-		{"only kubeadm installed", []v1alpha1.Command{install("v1.37.2", "kubeadm"), restart("kubelet")},
+		{"only kubeadm installed", "", []v1alpha1.Command{install("v1.37.2", "kubeadm"), restart("kubelet")},
 			[]v1alpha1.CommandPhase{ok, ok}, ""},
-		{"another service restarted", []v1alpha1.Command{install("v1.37.2", "kubelet"), restart("containerd")},
+		{"another service restarted", "", []v1alpha1.Command{install("v1.37.2", "kubelet"), restart("containerd")},
 			[]v1alpha1.CommandPhase{ok, ok}, ""},
-		{"status shorter than spec", []v1alpha1.Command{install("v1.37.2", "kubelet"), restart("kubelet")},
+		{"status shorter than spec", "", []v1alpha1.Command{install("v1.37.2", "kubelet"), restart("kubelet")},
 			[]v1alpha1.CommandPhase{ok}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			task := &v1alpha1.NodeTask{Spec: v1alpha1.NodeTaskSpec{Commands: tc.cmds}}
+			task := &v1alpha1.NodeTask{Spec: v1alpha1.NodeTaskSpec{Commands: tc.cmds, ExecutionMode: tc.mode}}
 			for _, p := range tc.phases {
 				task.Status.Commands = append(task.Status.Commands, v1alpha1.CommandStatus{Phase: p})
 			}
