@@ -37,7 +37,7 @@ images: ## OCI layouts of the manager and agent (linux/amd64 and linux/arm64) in
 	@echo "images: cross-compiling the manager and agent for linux/amd64 and linux/arm64 (CGO off); on an empty Go cache about 4 minutes on 2 cores, seconds afterwards"
 	@start=$$SECONDS; cd hack/images && go run ./cmd/images --repo $(CURDIR) --out $(IMAGES_OUT) --registry $(IMAGE_REGISTRY) --version "$(VERSION)" --revision "$(REVISION)" && echo "images: done in $$((SECONDS - start))s"
 
-generate: tools ## Regenerate the command kinds' CEL rules (hack/commandkinds), deepcopy and CRDs.
+generate: tools ## Regenerate the command kinds' CEL rules (hack/commandkinds), deepcopy, CRDs, RBAC and the reference pages under docs/reference.
 	go generate ./api/...
 	$(BIN)/controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(BIN)/controller-gen crd paths=./api/... output:crd:artifacts:config=config/crd
@@ -48,9 +48,11 @@ generate: tools ## Regenerate the command kinds' CEL rules (hack/commandkinds), 
 	cp config/admission/agent-confinement.yaml config/admission/nodetask-creation.yaml config/admission/manager-pods.yaml charts/nodeops/files/
 	cp config/rbac/people.yaml charts/nodeops/files/people-rbac.yaml
 	cp config/rbac/metrics-reader.yaml charts/nodeops/files/metrics-reader.yaml
+	go run ./hack/docgen
 
 verify-generate: generate ## Fail when committed generated files are stale.
-	@git diff --exit-code -- api config/crd config/rbac charts/nodeops/crds charts/nodeops/files || { echo "generated files are stale: run 'make generate' and commit" >&2; exit 1; }
+	@git diff --exit-code -- api config/crd config/rbac charts/nodeops/crds charts/nodeops/files docs/reference || { echo "generated files are stale: run 'make generate' and commit" >&2; exit 1; }
+	@new=$$(git ls-files --others --exclude-standard -- docs/reference); [ -z "$$new" ] || { echo "generated files are not committed: $$new" >&2; exit 1; }
 
 lint: tools ## gofmt, go mod tidy, go vet and golangci-lint.
 	@for m in . hack/images hack/realnode hack/realnode/kubernetes-v1.36 hack/tools hack/tools/helm hack/tools/kwok hack/tools/lint; do \

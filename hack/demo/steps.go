@@ -524,13 +524,10 @@ func (d *demo) clusterTarget(ctx context.Context) error {
 	if version != upgradeVersion {
 		return fmt.Errorf("after %s kubeadm-config says %s, not %s", op, version, upgradeVersion)
 	}
-	if err := d.sh(ctx, "kubectl", "nodeops", "target"); err != nil {
+	d.sayf("\nkubeadm-config and the control planes' static pods are at %s. The ClusterTarget says UpToDate once", upgradeVersion)
+	d.sayf("every kubelet reports it (here nodeops-local plays the restarted kubelets, simulated nodes included):")
+	if err := d.sh(ctx, "kubectl", "wait", "clustertarget/cluster", "--for=condition=UpToDate", "--timeout=2m"); err != nil {
 		return err
 	}
-	d.sayf("\nkubeadm-config and the control planes' static pods are at %s. The ClusterTarget waits for every", upgradeVersion)
-	d.sayf("kubelet to report it before it says UpToDate. Here nodeops-local plays the restarted kubelets of the")
-	d.sayf("nodes with a root, which report v1.37.2; the sim nodes' agent runs nothing, so their kubelets still say")
-	d.sayf("v1.36.4 and the target stays Progressing (AwaitingObservedVersion), naming them. On a real cluster it")
-	d.sayf("ends UpToDate, and 'kubectl wait clustertarget/cluster --for=condition=UpToDate' returns.")
-	return nil
+	return d.sh(ctx, "kubectl", "nodeops", "target")
 }

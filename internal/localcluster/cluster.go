@@ -144,6 +144,10 @@ func startStandIns(ctx, startCtx context.Context, o Options, c client.Client, et
 	logf("mirroring the control planes' static pod manifests into kube-system (the local stand-in for their kubelets)")
 	go runMirrorPods(ctx, c, o.Dir, cps, etcdURL, logf)
 	go runKubeletVersions(ctx, c, o.Dir, rootedNodes(o), logf)
+	if sims := simNodes(o); len(sims) > 0 && !o.NoAgents {
+		logf("reporting the kubelet version a task installed and restarted on the %d simulated nodes (the local stand-in for their kubelets)", len(sims))
+		go runSimKubelets(ctx, c, sims, logf)
+	}
 	logf("writing the secret volumes of pods on the local nodes into their roots (the local stand-in for their kubelets; it reads Secrets as the administrator)")
 	go (&SecretVolumes{Client: c, Roots: nodeRoots(o)}).Run(ctx, logf)
 	return nil
@@ -156,6 +160,15 @@ func rootedNodes(o Options) []string {
 		rooted = append(rooted, s.Name)
 	}
 	return rooted
+}
+
+// simNodes names the simulated nodes, which have no root.
+func simNodes(o Options) map[string]bool {
+	sims := map[string]bool{}
+	for _, s := range NodeSpecs(0, 0, o.SimNodes) {
+		sims[s.Name] = true
+	}
+	return sims
 }
 
 // nodeRoots are the host roots of the rooted nodes, by node name.

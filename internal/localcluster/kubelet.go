@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,8 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/clock"
 	"github.com/nodeops/nodeops/internal/host"
+	"github.com/nodeops/nodeops/internal/plan"
 )
 
 // kubeletInterval is how often the kubelet-version stand-in looks at the roots' service tables.
@@ -97,6 +100,11 @@ func reportKubeletVersion(ctx context.Context, c client.Client, node, root strin
 	if err != nil {
 		return err
 	}
+	return setKubeletVersion(ctx, c, node, v)
+}
+
+// setKubeletVersion writes v as node's kubelet version, if it differs.
+func setKubeletVersion(ctx context.Context, c client.Client, node, v string) error {
 	var n corev1.Node
 	if err := c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
 		return err
@@ -112,4 +120,95 @@ func reportKubeletVersion(ctx context.Context, c client.Client, node, root strin
 		return fmt.Errorf("recording kubelet %s on node %s: %w", v, node, err)
 	}
 	return nil
+}
+
+// runSimKubelets is the same stand-in for the simulated nodes, which have no root and whose one
+// agent runs nothing: a sim node's kubelet "restarts onto" the kubelet its task installed, so an
+// upgrade that reaches them ends with every node reporting the new version, as on a real cluster
+// (the ClusterTarget says UpToDate only then). Only operations that restart the kubelet are read,
+// and each finished one once, so a custom operation over thousands of sim nodes costs no reads.
+func runSimKubelets(ctx context.Context, c client.Client, sims map[string]bool, logf func(string, ...any)) {
+	done := map[types.UID]bool{}
+	var lastLog time.Time
+	for {
+		if clock.Sleep(ctx, kubeletInterval) != nil {
+			return
+		}
+		if err := syncSimKubelets(ctx, c, sims, done); err != nil && ctx.Err() == nil && time.Since(lastLog) > time.Minute {
+			logf("kubelet versions of the simulated nodes: %v", err)
+			lastLog = time.Now()
+		}
+	}
+}
+
+func syncSimKubelets(ctx context.Context, c client.Client, sims map[string]bool, done map[types.UID]bool) error {
+	var ops v1alpha1.NodeOperationList
+	if err := c.List(ctx, &ops); err != nil {
+		return err
+	}
+	for i := range ops.Items {
+		op := &ops.Items[i]
+		if done[op.UID] || op.Spec.ExecutionMode == v1alpha1.ExecutionDryRun || !restartsKubelet(&op.Spec) {
+			continue
+		}
+		// Read before the tasks: a finished operation's tasks are all final when listed after.
+		finished := op.Status.Phase.Finished()
+		var tasks v1alpha1.NodeTaskList
+		if err := c.List(ctx, &tasks, client.MatchingLabels{v1alpha1.LabelOperation: op.Name}); err != nil {
+			return err
+		}
+		for j := range tasks.Items {
+			t := &tasks.Items[j]
+			if !sims[t.Spec.NodeName] {
+				continue
+			}
+			if v := RestartedKubeletVersion(t); v != "" {
+				if err := setKubeletVersion(ctx, c, t.Spec.NodeName, v); err != nil {
+					return err
+				}
+			}
+		}
+		if finished {
+			done[op.UID] = true
+		}
+	}
+	return nil
+}
+
+// restartsKubelet says whether an operation's plan restarts the kubelet anywhere.
+func restartsKubelet(spec *v1alpha1.NodeOperationSpec) bool {
+	groups, err := plan.Expand(spec)
+	if err != nil {
+		return false
+	}
+	for _, g := range groups {
+		for _, cmd := range g.Commands {
+			if cmd.RestartService != nil && cmd.RestartService.Name == "kubelet" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// RestartedKubeletVersion is the version a task's node's kubelet runs after the task, as far as the
+// task tells: that of the last kubelet it installed before a kubelet restart that succeeded; empty
+// when no restart followed an install, or the task ran in DryRun (its commands changed nothing).
+func RestartedKubeletVersion(t *v1alpha1.NodeTask) string {
+	if t.Spec.ExecutionMode == v1alpha1.ExecutionDryRun {
+		return ""
+	}
+	installed, running := "", ""
+	for i, cmd := range t.Spec.Commands {
+		if i >= len(t.Status.Commands) || t.Status.Commands[i].Phase != v1alpha1.CommandSucceeded {
+			continue
+		}
+		switch {
+		case cmd.InstallBinaries != nil && slices.Contains(cmd.InstallBinaries.Components, "kubelet"):
+			installed = cmd.InstallBinaries.Version
+		case cmd.RestartService != nil && cmd.RestartService.Name == "kubelet" && installed != "":
+			running = installed
+		}
+	}
+	return running
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
@@ -26,14 +27,24 @@ type Agent struct {
 	commands, last, build *prometheus.Desc
 }
 
+// AgentSeries are the agent's series, in the order the metrics reference lists them.
+func AgentSeries() []Series {
+	return []Series{
+		{AgentCommands, dto.MetricType_GAUGE, "Commands of this agent's nodes' NodeTasks by kind and result (Succeeded, Failed, Skipped), as their status records them.", []string{"kind", "result"}},
+		{AgentLastResult, dto.MetricType_GAUGE, "When a command of this kind last ended with this result on this agent's nodes, in Unix seconds.", []string{"kind", "result"}},
+		{AgentBuildInfo, dto.MetricType_GAUGE, "The agent's build: always 1.", []string{"version", "revision", "goversion"}},
+	}
+}
+
 // NewAgent reads the agent's tasks through reader at every scrape; serves says which nodes are the agent's.
 func NewAgent(reader client.Reader, serves func(node string) bool) *Agent {
+	d := descs(AgentSeries())
 	return &Agent{
 		reader:   reader,
 		serves:   serves,
-		commands: prometheus.NewDesc(AgentCommands, "Commands of this agent's nodes' NodeTasks by kind and result (Succeeded, Failed, Skipped), as their status records them.", []string{"kind", "result"}, nil),
-		last:     prometheus.NewDesc(AgentLastResult, "When a command of this kind last ended with this result on this agent's nodes, in Unix seconds.", []string{"kind", "result"}, nil),
-		build:    prometheus.NewDesc(AgentBuildInfo, "The agent's build: always 1.", []string{"version", "revision", "goversion"}, nil),
+		commands: d[AgentCommands],
+		last:     d[AgentLastResult],
+		build:    d[AgentBuildInfo],
 	}
 }
 

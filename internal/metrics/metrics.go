@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -64,29 +65,56 @@ type Manager struct {
 	operations, tasks, unavailable, maxUnavailable, duration, failed, blockedSince, certExpiry, build *prometheus.Desc
 }
 
+// Series is one metric family a collector exports, declared once: the collector builds its
+// descriptor from it and the metrics reference (docs/reference/metrics.md) is generated from it.
+type Series struct {
+	Name   string
+	Type   dto.MetricType
+	Help   string
+	Labels []string
+}
+
+func (s Series) desc() *prometheus.Desc { return prometheus.NewDesc(s.Name, s.Help, s.Labels, nil) }
+
+// ManagerSeries are the manager's series, in the order the metrics reference lists them.
+func ManagerSeries() []Series {
+	return []Series{
+		{Operations, dto.MetricType_GAUGE, "NodeOperations by phase.", []string{"phase"}},
+		{Tasks, dto.MetricType_GAUGE, "NodeTasks by phase (a task whose agent was lost counts as Failed).", []string{"phase"}},
+		{GroupUnavailableNodes, dto.MetricType_GAUGE, "Nodes of a running or blocked group that count against its maxUnavailable: held by an unfinished task (any operation's or profile's), NotReady or cordoned.", []string{"operation", "group"}},
+		{GroupMaxUnavailable, dto.MetricType_GAUGE, "A running or blocked group's maxUnavailable, in nodes.", []string{"operation", "group"}},
+		{CommandDuration, dto.MetricType_HISTOGRAM, "Duration of the succeeded commands the NodeTasks in the cluster record, by command kind.", []string{"kind"}},
+		{CommandsFailed, dto.MetricType_COUNTER, "Command runs this manager saw fail since it started, by command kind and the task's failure reason (CommandFailed, Interrupted, AgentLost, NodeDeleted).", []string{"kind", "reason"}},
+		{OperationBlockedSince, dto.MetricType_GAUGE, "When a Blocked NodeOperation became Blocked, in Unix seconds.", []string{"operation"}},
+		{CertificateExpiry, dto.MetricType_GAUGE, "When a control plane's kubeadm certificate expires, in Unix seconds, as the ClusterTarget observed it.", []string{"node", "certificate"}},
+		{BuildInfo, dto.MetricType_GAUGE, "The manager's build: always 1.", []string{"version", "revision", "goversion"}},
+	}
+}
+
+// descs builds every series' descriptor by name.
+func descs(series []Series) map[string]*prometheus.Desc {
+	out := make(map[string]*prometheus.Desc, len(series))
+	for _, s := range series {
+		out[s.Name] = s.desc()
+	}
+	return out
+}
+
 // NewManager reads the cluster through reader (the manager's cache) at every scrape.
 func NewManager(reader client.Reader) *Manager {
+	d := descs(ManagerSeries())
 	return &Manager{
-		reader:   reader,
-		failures: newFailures(),
-		operations: prometheus.NewDesc(Operations, "NodeOperations by phase.",
-			[]string{"phase"}, nil),
-		tasks: prometheus.NewDesc(Tasks, "NodeTasks by phase (a task whose agent was lost counts as Failed).",
-			[]string{"phase"}, nil),
-		unavailable: prometheus.NewDesc(GroupUnavailableNodes, "Nodes of a running or blocked group that count against its maxUnavailable: held by an unfinished task (any operation's or profile's), NotReady or cordoned.",
-			[]string{"operation", "group"}, nil),
-		maxUnavailable: prometheus.NewDesc(GroupMaxUnavailable, "A running or blocked group's maxUnavailable, in nodes.",
-			[]string{"operation", "group"}, nil),
-		duration: prometheus.NewDesc(CommandDuration, "Duration of the succeeded commands the NodeTasks in the cluster record, by command kind.",
-			[]string{"kind"}, nil),
-		failed: prometheus.NewDesc(CommandsFailed, "Command runs this manager saw fail since it started, by command kind and the task's failure reason (CommandFailed, Interrupted, AgentLost, NodeDeleted).",
-			[]string{"kind", "reason"}, nil),
-		blockedSince: prometheus.NewDesc(OperationBlockedSince, "When a Blocked NodeOperation became Blocked, in Unix seconds.",
-			[]string{"operation"}, nil),
-		certExpiry: prometheus.NewDesc(CertificateExpiry, "When a control plane's kubeadm certificate expires, in Unix seconds, as the ClusterTarget observed it.",
-			[]string{"node", "certificate"}, nil),
-		build: prometheus.NewDesc(BuildInfo, "The manager's build: always 1.",
-			[]string{"version", "revision", "goversion"}, nil),
+		reader:         reader,
+		failures:       newFailures(),
+		operations:     d[Operations],
+		tasks:          d[Tasks],
+		unavailable:    d[GroupUnavailableNodes],
+		maxUnavailable: d[GroupMaxUnavailable],
+		duration:       d[CommandDuration],
+		failed:         d[CommandsFailed],
+		blockedSince:   d[OperationBlockedSince],
+		certExpiry:     d[CertificateExpiry],
+		build:          d[BuildInfo],
 	}
 }
 

@@ -305,8 +305,16 @@ func gather(t *testing.T, c prometheus.Collector) map[string]float64 {
 	if err != nil {
 		t.Fatalf("gather: %v", err)
 	}
+	declared := map[string]metrics.Series{}
+	for _, s := range append(metrics.ManagerSeries(), metrics.AgentSeries()...) {
+		declared[s.Name] = s
+	}
 	out := map[string]float64{}
 	for _, f := range families {
+		// The metrics reference is generated from the declared series: a family must be what it says.
+		if s, ok := declared[f.GetName()]; !ok || s.Type != f.GetType() {
+			t.Errorf("%s is exported as a %v but declared as %+v", f.GetName(), f.GetType(), s)
+		}
 		for _, m := range f.GetMetric() {
 			var parts []string
 			for _, l := range m.GetLabel() {

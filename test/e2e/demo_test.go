@@ -72,7 +72,8 @@ func TestDemo(t *testing.T) {
 		"$ kubectl nodeops target set --version v1.37.2",
 		"$ kubectl nodeops watch cluster-upgrade-v1.37.2-1",
 		"ClusterTarget cluster: UpToDate\n  kubernetes version   v1.36.4, target v1.36.4",
-		"ClusterTarget cluster: Progressing\n  kubernetes version   v1.37.2, target v1.37.2",
+		"$ kubectl wait clustertarget/cluster --for=condition=UpToDate --timeout=2m",
+		"ClusterTarget cluster: UpToDate\n  kubernetes version   v1.37.2, target v1.37.2",
 	} {
 		if !strings.Contains(output, want) {
 			t.Errorf("the demo's output lacks %q", want)
