@@ -26,7 +26,7 @@ func controlPlaneRoot(t *testing.T) (string, *host.Host) {
 	t.Helper()
 	bin := os.Getenv("NODEOPS_BIN")
 	if bin == "" {
-		t.Fatal("NODEOPS_BIN is not set: run `make test-unit`, or export NODEOPS_BIN=/work/main/bin after `make tools`")
+		t.Fatal("NODEOPS_BIN is not set: run `make test-unit`, or `export NODEOPS_BIN=\"$PWD/bin\"` in the repository after `make tools`")
 	}
 	kubeadm, err := os.ReadFile(filepath.Join(bin, "kubeadm"))
 	if err != nil {
