@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -36,6 +37,7 @@ import (
 	"github.com/nodeops/nodeops/internal/host"
 	"github.com/nodeops/nodeops/internal/host/hosttest"
 	"github.com/nodeops/nodeops/internal/nodelock"
+	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/secretholder"
 	"github.com/nodeops/nodeops/internal/taskpolicy"
 	"github.com/nodeops/nodeops/internal/testutil"
@@ -145,7 +147,14 @@ func startAgentWith(t *testing.T, cfg *rest.Config, o agent.Options) (stop func(
 	}()
 	var once sync.Once
 	stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
-	t.Cleanup(stop)
+	t.Cleanup(func() {
+		stop()
+		// The node's Lease outlives the agent: a test run again (-count=2) starts without it.
+		if o.NodeName != "" {
+			lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: agent.DefaultLeaseNamespace, Name: plan.NodeLeaseName(o.NodeName)}}
+			_ = cl.Delete(context.Background(), lease)
+		}
+	})
 	return stop
 }
 
