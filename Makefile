@@ -16,7 +16,7 @@ VERSION_LDFLAGS = -X github.com/nodeops/nodeops/internal/version.version=$(VERSI
 IMAGES_OUT ?= $(BIN)/images
 IMAGE_REGISTRY ?= ghcr.io/nodeops
 
-.PHONY: all tools tools-run build images generate verify-generate lint test test-unit test-fuzz test-e2e test-faults demo bench clean \
+.PHONY: all tools tools-run build images generate verify-generate lint test test-unit test-race test-load test-fuzz test-e2e test-faults demo bench clean \
 	realnode realnode-down e2e-realnode realnode-bin docs docs-check
 
 all: build
@@ -67,6 +67,17 @@ test: tools verify-generate build test-unit test-fuzz test-e2e test-faults ## Al
 test-unit: ## Unit and envtest (controller) tests.
 	go test $(GO_TEST_FLAGS) -timeout 30m $$(go list ./... | grep -v /test/e2e)
 	cd hack/images && go test $(GO_TEST_FLAGS) -timeout 30m ./...
+
+test-race: ## Unit and envtest tests of internal/... and api/... under the race detector.
+	@echo "test-race: go test -race over internal/... and api/... (builds with race instrumentation first; minutes on an empty Go cache)"
+	@start=$$SECONDS; go test -race $(GO_TEST_FLAGS) -timeout 45m ./internal/... ./api/...; rc=$$?; \
+		echo "test-race: $$((SECONDS - start))s"; exit $$rc
+
+# The load check's rounds; LOAD_PKGS, LOAD_RUN and LOAD_HOG narrow it (hack/test-load.sh).
+LOAD_ROUNDS ?= 3
+
+test-load: tools build ## Unit and envtest tests while a CPU hog holds one core, LOAD_ROUNDS times; a table of failures per test in bin/test-load.md.
+	@LOAD_ROUNDS=$(LOAD_ROUNDS) hack/test-load.sh
 
 # Each fuzz target runs this long on top of its committed seeds (testdata/fuzz), which test-unit replays.
 FUZZ_TIME ?= 15s

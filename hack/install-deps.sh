@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages nodeops' set-up needs when they are missing. Go modules come
 # from the Go module proxy through the go command itself (hack/tools.sh).
-#   hack/install-deps.sh            what make test needs
+#   hack/install-deps.sh            what make test and make test-race need
 #   hack/install-deps.sh run        what a local cluster needs (make demo)
 #   hack/install-deps.sh realnode   make test's and the real node's
 #   hack/install-deps.sh docs       make test's, and the docs site's (make docs)
@@ -12,10 +12,11 @@ need=()
 # the CLI's live display is checked in a real terminal (tests); `make demo` (install-deps.sh run) needs none
 [ "${1:-}" = run ] || command -v tmux >/dev/null || need+=(tmux)
 command -v git >/dev/null || need+=(git)
+# `make test-race` (in CI): the race detector needs cgo, so a C compiler
+[ "${1:-}" = run ] || command -v gcc >/dev/null || need+=(gcc libc6-dev)
 if [ "${1:-}" = realnode ]; then
 	# `make realnode` builds runc with seccomp (cgo) and runs the node's network with iproute2.
 	[ -e /usr/include/seccomp.h ] || need+=(libseccomp-dev)
-	command -v gcc >/dev/null || need+=(gcc libc6-dev)
 	command -v pkg-config >/dev/null || need+=(pkg-config)
 	command -v ip >/dev/null || need+=(iproute2)
 fi

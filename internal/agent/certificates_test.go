@@ -26,7 +26,7 @@ func controlPlaneRoot(t *testing.T) (string, *host.Host) {
 	t.Helper()
 	bin := os.Getenv("NODEOPS_BIN")
 	if bin == "" {
-		t.Fatal("NODEOPS_BIN is not set: run `make test-unit`, or export NODEOPS_BIN=/work/main/bin after `make tools`")
+		t.Fatal("NODEOPS_BIN is not set: run `make test-unit`, or `export NODEOPS_BIN=\"$PWD/bin\"` in the repository after `make tools`")
 	}
 	kubeadm, err := os.ReadFile(filepath.Join(bin, "kubeadm"))
 	if err != nil {
@@ -57,9 +57,7 @@ func TestCertificateReaderWritesOnlyWhatChanged(t *testing.T) {
 	ctx := context.Background()
 	_, h := controlPlaneRoot(t)
 	for _, n := range []string{"certs-cp-1", "certs-worker-1"} {
-		if err := cl.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}); err != nil {
-			t.Fatal(err)
-		}
+		create(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}})
 	}
 	r := &agent.CertificateReader{Client: cl, Node: "certs-cp-1", Host: h}
 	if err := r.ReadOnce(ctx); err != nil {
@@ -116,9 +114,7 @@ func TestCertificateReaderWritesOnlyWhatChanged(t *testing.T) {
 // (--certificate-check-interval).
 func TestAgentRecordsItsControlPlanesCertificates(t *testing.T) {
 	root, _ := controlPlaneRoot(t)
-	if err := cl.Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "certs-cp-2"}}); err != nil {
-		t.Fatal(err)
-	}
+	create(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "certs-cp-2"}})
 	stop := startAgent(t, agent.Options{NodeName: "certs-cp-2", HostRoot: root, CertificateCheckInterval: 2 * time.Second})
 	defer stop()
 	testutil.Eventually(t, 30*time.Second, "the agent recorded the certificates' expiry on its node", func() error {

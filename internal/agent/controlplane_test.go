@@ -35,6 +35,7 @@ func newControlPlaneNode(t *testing.T, name string) *controlPlaneNode {
 	for _, comp := range controlPlaneComponents {
 		files["/etc/kubernetes/manifests/"+comp+".yaml"] = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: " + comp + "\n"
 	}
+	t.Cleanup(func() { _ = cl.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}) })
 	if err := testutil.CreateNode(context.Background(), cl, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, true); err != nil {
 		t.Fatal(err)
 	}

@@ -169,9 +169,11 @@ func TestSafetyRule10_ARetriedDrainIgnoresTheEarlierOutcome(t *testing.T) {
 	}
 	startAgent(t, agent.Options{NodeName: s.node, HostRoot: hosttest.NewRoot(t, nil)})
 	zero := int64(0)
+	refused := refusedEvictions(t)
 	create(t, newTask("stale-drain-1", s.node, v1alpha1.ExecutionAuto,
 		v1alpha1.Command{Drain: &v1alpha1.DrainCommand{Timeout: &metav1.Duration{Duration: 2 * time.Second}, GracePeriodSeconds: &zero}},
 	))
+	timeOutDrainOnceRefused(t, refused, 2*time.Second)
 	task := waitTask(t, "stale-drain-1", phaseIs(v1alpha1.TaskFailed))
 	if c := drained(t, task); c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonDrainFailed ||
 		!strings.HasPrefix(c.Message, v1alpha1.DrainKey("drain", 1)+": ") || !strings.Contains(c.Message, "PodDisruptionBudget stale-drain/db-pdb") {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,6 +37,7 @@ import (
 	"github.com/nodeops/nodeops/internal/host"
 	"github.com/nodeops/nodeops/internal/host/hosttest"
 	"github.com/nodeops/nodeops/internal/nodelock"
+	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/secretholder"
 	"github.com/nodeops/nodeops/internal/taskpolicy"
 	"github.com/nodeops/nodeops/internal/testutil"
@@ -75,6 +78,33 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
+// drainClock measures the drains' timeouts: it stands still, so that a drain times out only when a
+// test has seen what it must report (timeOutDrainOnceRefused), however slowly the API server answers.
+var drainClock = clocktesting.NewFakeClock(time.Now())
+
+// refusedEvictions is the API server's count of the evictions a disruption budget refused (429).
+func refusedEvictions(t *testing.T) int64 {
+	t.Helper()
+	n, err := testutil.APIServerRequests(context.Background(), cfg, "pods/eviction", "429")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// timeOutDrainOnceRefused waits until the API server refused an eviction since it counted before,
+// then moves the drains' clock past timeout: the drain has seen the budget's refusal when it times out.
+func timeOutDrainOnceRefused(t *testing.T, before int64, timeout time.Duration) {
+	t.Helper()
+	testutil.Eventually(t, 30*time.Second, "an eviction refused by a disruption budget", func() error {
+		if n := refusedEvictions(t); n <= before {
+			return fmt.Errorf("%d refused evictions, as before the drain", n)
+		}
+		return nil
+	})
+	drainClock.Step(timeout)
+}
+
 // startDrainController runs the manager's drain and secret holder controllers for every test: the
 // agent asks the one to drain (agents confined to their own node, rule 10) and reads its scripts' Secrets through
 // the other's pods, as with the manager beside it in a cluster.
@@ -84,7 +114,7 @@ func startDrainController(cfg *rest.Config) (stop func(), err error) {
 		return nil, err
 	}
 	return testutil.StartManager(cfg, scheme, func(mgr manager.Manager, _ *nodelock.Table) error {
-		if err := nodetask.SetupDrainWithManager(mgr, nodetask.DrainOptions{Poll: 100 * time.Millisecond}); err != nil {
+		if err := nodetask.SetupDrainWithManager(mgr, nodetask.DrainOptions{Poll: 100 * time.Millisecond, Clock: drainClock}); err != nil {
 			return err
 		}
 		// The secret holder pods of scripts' Secrets, which secretVolumes plays the kubelet for.
@@ -117,7 +147,14 @@ func startAgentWith(t *testing.T, cfg *rest.Config, o agent.Options) (stop func(
 	}()
 	var once sync.Once
 	stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
-	t.Cleanup(stop)
+	t.Cleanup(func() {
+		stop()
+		// The node's Lease outlives the agent: a test run again (-count=2) starts without it.
+		if o.NodeName != "" {
+			lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: agent.DefaultLeaseNamespace, Name: plan.NodeLeaseName(o.NodeName)}}
+			_ = cl.Delete(context.Background(), lease)
+		}
+	})
 	return stop
 }
 
@@ -140,11 +177,26 @@ func script(s string, idempotent bool) v1alpha1.Command {
 	return v1alpha1.Command{Script: &v1alpha1.ScriptCommand{Inline: s, Idempotent: idempotent}}
 }
 
+// create makes obj and deletes it when the test ends, so that a test run again (-count=2) starts
+// from nothing; a namespace, which nothing here finishes deleting, is kept and used again.
 func create(t *testing.T, obj client.Object) {
 	t.Helper()
-	if err := cl.Create(context.Background(), obj); err != nil {
+	err := cl.Create(context.Background(), obj)
+	_, isNamespace := obj.(*corev1.Namespace)
+	if isNamespace && apierrors.IsAlreadyExists(err) {
+		return
+	}
+	if err != nil {
 		t.Fatalf("creating %s: %v", obj.GetName(), err)
 	}
+	if isNamespace {
+		return
+	}
+	t.Cleanup(func() {
+		if err := cl.Delete(context.Background(), obj, client.GracePeriodSeconds(0)); client.IgnoreNotFound(err) != nil {
+			t.Errorf("deleting %T %s: %v", obj, obj.GetName(), err)
+		}
+	})
 }
 
 // waitTask waits until cond holds for the task, failing with its last state after the deadline.
@@ -465,10 +517,12 @@ func TestSafetyRule6_DrainHonoursPDBAndUncordonRestores(t *testing.T) {
 	root := hosttest.NewRoot(t, nil)
 	startAgent(t, agent.Options{NodeName: node.Name, HostRoot: root})
 	zero := int64(0)
+	refused := refusedEvictions(t)
 	create(t, ownedByOperation(newTask("drain-1", node.Name, v1alpha1.ExecutionAuto,
 		v1alpha1.Command{Cordon: &v1alpha1.CordonCommand{}},
 		v1alpha1.Command{Drain: &v1alpha1.DrainCommand{Timeout: &metav1.Duration{Duration: 3 * time.Second}, GracePeriodSeconds: &zero}},
 	), "drain"))
+	timeOutDrainOnceRefused(t, refused, 3*time.Second)
 	task := waitTask(t, "drain-1", phaseIs(v1alpha1.TaskFailed))
 	msg := task.Status.Commands[1].Message
 	for _, want := range []string{"timed out", "drain-test/db", "PodDisruptionBudget drain-test/db-pdb"} {

@@ -210,9 +210,13 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	}
 	if serveMetrics {
 		// controller-runtime serves its one registry; registering there is the only global state.
-		if err := ctrlmetrics.Registry.Register(metrics.NewAgent(mgr.GetCache(), r.Serves)); err != nil {
+		c := metrics.NewAgent(mgr.GetCache(), r.Serves)
+		if err := ctrlmetrics.Registry.Register(c); err != nil {
 			return fmt.Errorf("registering the agent's metrics: %w", err)
 		}
+		// The collector reads this run's cache: it goes with it, so that a later run in the same
+		// process (a test run again) registers its own.
+		defer ctrlmetrics.Registry.Unregister(c)
 	}
 	// The manager, and with it every reconcile and command, runs in work, which outlives ctx by
 	// the grace period: ctx's end only closes stopping.

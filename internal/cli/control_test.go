@@ -98,6 +98,7 @@ func TestRecoveryPauseResumeAbort(t *testing.T) {
 }
 
 func TestCreateOperations(t *testing.T) {
+	deleteAtEnd(t, &nodeopsv1.NodeOperation{ObjectMeta: metav1.ObjectMeta{Name: "up-1"}})
 	out := mustRun(t, "upgrade", "v1.37.2", "--name", "up-1", "--dry-run", "-l", "pool=blue", "--max-unavailable", "20%", "--binary-source", "https://bins.local")
 	if !strings.Contains(out, "nodeoperation/up-1 created (upgrade v1.37.2, DryRun)") {
 		t.Errorf("upgrade output:\n%s", out)
@@ -113,6 +114,7 @@ func TestCreateOperations(t *testing.T) {
 	if err := json.Unmarshal([]byte(js), &created); err != nil {
 		t.Fatalf("renew-certs -o json: %v\n%s", err, js)
 	}
+	deleteAtEnd(t, &created)
 	if !strings.HasPrefix(created.Name, "certs-") || created.Kind != "NodeOperation" || created.Spec.ExecutionMode != nodeopsv1.ExecutionControlled ||
 		strings.Join(created.Spec.RenewCertificates.Certificates, ",") != "apiserver" {
 		t.Errorf("renew-certs created %s %s %+v", created.Kind, created.Name, created.Spec)
@@ -131,6 +133,7 @@ func TestProfileStatus(t *testing.T) {
 	if err := k8s.Create(ctx(t), p); err != nil {
 		t.Fatal(err)
 	}
+	deleteAtEnd(t, p)
 	p.Status.Nodes = nodeopsv1.ProfileNodeCounts{Matched: 3, Provisioned: 1, Provisioning: 1, Failed: 1}
 	p.Status.Conditions = []metav1.Condition{cond(nodeopsv1.ConditionReady, metav1.ConditionFalse, "Degraded", "1 node failed")}
 	if err := k8s.Status().Update(ctx(t), p); err != nil {
@@ -151,6 +154,7 @@ func TestProfileStatus(t *testing.T) {
 		if err := k8s.Create(ctx(t), task); err != nil {
 			t.Fatal(err)
 		}
+		deleteAtEnd(t, task)
 		setTaskStatus(t, task.Name, func(s *nodeopsv1.NodeTaskStatus) {
 			s.Phase, s.Progress = tc.phase, "0/1"
 			if tc.phase == nodeopsv1.TaskFailed {

@@ -168,7 +168,18 @@ func createOperation(t *testing.T, name string, spec nodeopsv1.NodeOperationSpec
 	if err := k8s.Create(ctx(t), op); err != nil {
 		t.Fatalf("creating nodeoperation %s: %v", name, err)
 	}
+	deleteAtEnd(t, op)
 	return op
+}
+
+// deleteAtEnd deletes obj when the test ends, so that a test run again (-count=2) can make it
+// again: nothing here collects garbage.
+func deleteAtEnd(t *testing.T, obj client.Object) {
+	t.Cleanup(func() {
+		if err := k8s.Delete(context.Background(), obj); client.IgnoreNotFound(err) != nil {
+			t.Errorf("deleting %T %s: %v", obj, obj.GetName(), err)
+		}
+	})
 }
 
 // setOperationStatus plays the manager.
@@ -196,6 +207,7 @@ func createTask(t *testing.T, op *nodeopsv1.NodeOperation, group, node string, c
 	if err := k8s.Create(ctx(t), task); err != nil {
 		t.Fatalf("creating nodetask %s: %v", task.Name, err)
 	}
+	deleteAtEnd(t, task)
 	return task
 }
 

@@ -29,6 +29,7 @@ func TestTarget(t *testing.T) {
 	if err := k8s.Create(ctx(t), ct); err != nil {
 		t.Fatal(err)
 	}
+	deleteAtEnd(t, ct)
 	// The manager's status, as it writes it for a cluster at v1.36.4 that is up to date.
 	ct.Status = nodeopsv1.ClusterTargetStatus{
 		ObservedGeneration: ct.Generation, Phase: nodeopsv1.ClusterUpToDate, KubernetesVersion: "v1.36.4",
@@ -128,6 +129,7 @@ func TestTargetSetRetriesConflict(t *testing.T) {
 		if err := k8s.Create(ctx(t), &before); err != nil {
 			t.Fatal(err)
 		}
+		deleteAtEnd(t, &before)
 	} else if err != nil {
 		t.Fatal(err)
 	}

@@ -23,10 +23,11 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
-	"github.com/nodeops/nodeops/internal/clock"
+	nodeopsclock "github.com/nodeops/nodeops/internal/clock"
 	"github.com/nodeops/nodeops/internal/secretholder"
 	"github.com/nodeops/nodeops/internal/transient"
 )
@@ -165,6 +166,9 @@ type Target struct {
 	Poll time.Duration
 	// Out receives a line for each pod left, evicted or held up; nil for none.
 	Out io.Writer
+	// Clock measures the drain's timeout; the real clock when nil. A test holds it to end a drain
+	// only once it has seen what the drain must report.
+	Clock clock.WithDelayedExecution
 }
 
 func (t *Target) printf(format string, args ...any) {
@@ -189,8 +193,14 @@ func Run(ctx context.Context, t Target, d *v1alpha1.DrainCommand) (string, error
 	if d.Timeout != nil && d.Timeout.Duration > 0 {
 		timeout = d.Timeout.Duration
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	clk := t.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	deadline := clk.AfterFunc(timeout, cancel)
+	defer deadline.Stop()
 	if t.DryRun {
 		t.Client = client.NewDryRunClient(t.Client)
 	}
@@ -235,6 +245,10 @@ func Run(ctx context.Context, t Target, d *v1alpha1.DrainCommand) (string, error
 				}
 				blocked[pod.UID] = pdbFor(ctx, t.Reader, &pod, err)
 			case ctx.Err() != nil:
+				// The timeout came during the request: a pod never answered for is not "still terminating".
+				if _, seen := blocked[pod.UID]; !seen {
+					blocked[pod.UID] = "the API server, which had not answered the eviction when the drain timed out"
+				}
 			case transient.Is(err):
 				// The API server failed for a moment (a 503): the eviction is tried again with the others.
 				blocked[pod.UID] = "the API server, which failed the eviction: " + err.Error()
@@ -255,7 +269,7 @@ func Run(ctx context.Context, t Target, d *v1alpha1.DrainCommand) (string, error
 		if len(pending) == 0 {
 			break
 		}
-		if err := clock.Sleep(ctx, t.poll()); err != nil {
+		if err := nodeopsclock.Sleep(ctx, t.poll()); err != nil {
 			return "", drainTimeoutError(t.Node, timeout, pending, blocked)
 		}
 	}

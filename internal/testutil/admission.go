@@ -29,7 +29,7 @@ type Options struct {
 func StartWith(o Options) (*Env, error) {
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
-		return nil, fmt.Errorf("KUBEBUILDER_ASSETS is not set: run `make test-unit`, or export KUBEBUILDER_ASSETS=/work/main/bin after `make tools`")
+		return nil, fmt.Errorf("KUBEBUILDER_ASSETS is not set: run `make test-unit`, or `export KUBEBUILDER_ASSETS=\"$PWD/bin\"` in the repository after `make tools`")
 	}
 	scheme, err := NewScheme()
 	if err != nil {

@@ -248,7 +248,7 @@ ca                      Dec 30, 2035 15:04 UTC   9y              no
 func TestRenewCertificatesWithRealKubeadm(t *testing.T) {
 	bin := os.Getenv("NODEOPS_BIN")
 	if bin == "" {
-		t.Fatal("NODEOPS_BIN is not set: run `make test-unit`, or export NODEOPS_BIN=/work/main/bin after `make tools`")
+		t.Fatal("NODEOPS_BIN is not set: run `make test-unit`, or `export NODEOPS_BIN=\"$PWD/bin\"` in the repository after `make tools`")
 	}
 	kubeadmBin, err := os.ReadFile(filepath.Join(bin, "kubeadm"))
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -259,6 +260,29 @@ func (f *fixture) edit(mutate func(*v1alpha1.ClusterTarget)) {
 		mutate(&ct)
 		return f.c.Update(f.ctx, &ct)
 	}))
+}
+
+// observed edits upgrade.maxUnavailable, which nothing here depends on while no upgrade is due, and
+// waits until the controller observed that generation, which it returns: the controller reconciles
+// the one ClusterTarget at a time, so whatever it would do on what it saw before is done by then.
+func (f *fixture) observed() int64 {
+	f.t.Helper()
+	var gen int64
+	f.edit(func(ct *v1alpha1.ClusterTarget) {
+		mu := intstr.FromInt32(2)
+		if m := ct.Spec.Upgrade.MaxUnavailable; m != nil && m.IntValue() == 2 {
+			mu = intstr.FromInt32(1)
+		}
+		ct.Spec.Upgrade.MaxUnavailable = &mu
+		gen = ct.Generation + 1
+	})
+	testutil.Eventually(f.t, 30*time.Second, fmt.Sprintf("ClusterTarget generation %d observed", gen), func() error {
+		if ct := f.target(); ct.Status.ObservedGeneration < gen {
+			return fmt.Errorf("generation %d observed %d", ct.Generation, ct.Status.ObservedGeneration)
+		}
+		return nil
+	})
+	return gen
 }
 
 // waitCondition waits for the ClusterTarget's condition to have status and reason.

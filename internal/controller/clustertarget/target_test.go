@@ -262,8 +262,12 @@ func TestZeroWritesAtRest(t *testing.T) {
 	f.edit(func(ct *v1alpha1.ClusterTarget) { ct.Spec.Certificates.RotationCount = 1 })
 	f.runOperation("cluster-rotate-certificates-1-1", []v1alpha1.CertificateExpiry{{Name: "apiserver", NotAfter: metav1.NewTime(time.Now().Add(300 * 24 * time.Hour))}}, v1alpha1.OperationSucceeded)
 	f.waitCondition(v1alpha1.ConditionUpToDate, metav1.ConditionTrue, clustertarget.ReasonUpToDate)
-	time.Sleep(time.Second) // let the last events settle before counting from zero
+	f.observed() // the writes the operation's end called for are made
 	rv := f.target().ResourceVersion
+	w, err := f.c.Watch(f.ctx, &v1alpha1.ClusterTargetList{}, client.MatchingFields{"metadata.name": "cluster"},
+		&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
+	f.must(err)
+	defer w.Stop()
 	for i := range 6 {
 		f.nodeStatus("cp-1", "v1.37.2") // a heartbeat
 		f.nodeStatus("w-1", "v1.37.2")
@@ -272,11 +276,21 @@ func TestZeroWritesAtRest(t *testing.T) {
 			f.must(f.c.Patch(f.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w-1"}},
 				client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"pool":"b"}}}`))))
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // heartbeats come apart, each a chance to write
 	}
-	if got := f.target().ResourceVersion; got != rv {
-		t.Fatalf("ClusterTarget written at rest: resourceVersion %s -> %s", rv, got)
+	// Every write between rv and the edit that observed() makes was made at rest.
+	gen := f.observed()
+	for ev := range w.ResultChan() {
+		ct, ok := ev.Object.(*v1alpha1.ClusterTarget)
+		if !ok {
+			t.Fatalf("watch: %v", ev.Object)
+		}
+		if ct.Generation >= gen {
+			return
+		}
+		t.Fatalf("ClusterTarget written at rest: resourceVersion %s -> %s, status %+v", rv, ct.ResourceVersion, ct.Status)
 	}
+	t.Fatal("the watch ended before the edit")
 }
 
 type errString string

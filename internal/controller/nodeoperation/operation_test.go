@@ -1,9 +1,11 @@
 package nodeoperation_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -461,40 +463,138 @@ func TestEvents(t *testing.T) {
 }
 
 // A one-command task costs at most 4 API writes per node, everything counted: here the manager
-// spends one create per node and a handful of status writes and events per operation.
+// spends one create per node and a handful of status writes and events per operation. The writes
+// are the API server's own count, and the controller's clock is held, so that the status
+// throttle's windows open only when the test moves it: the figures hold however slowly anything runs.
 func TestWriteBudget(t *testing.T) {
 	f := newFixture(t)
-	const n = 60
+	const n, windows = 60, 6
 	names := make([]string, n)
 	for i := range names {
 		names[i] = fmt.Sprintf("n%02d", i)
 	}
 	f.nodes(nil, names...)
-	before, createsBefore := managerWrites.total.Load(), managerWrites.taskCreates.Load()
+	clock.hold(t)
+	name := f.id + "-budget"
+	states := f.watchStates(name)
+	before := f.apiServerWrites()
+	createsBefore := managerWrites.taskCreates.Load()
 	op := f.operation("budget", func(o *v1alpha1.NodeOperation) { o.Spec.MaxUnavailable = intOrStr("100%") },
 		v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{waitCmd()}})
-	agentWrites := 0
-	for _, task := range f.waitTasks(op.Name, n) {
+	for i, task := range f.waitTasks(op.Name, n) {
 		f.begin(task.Name, 0)
 		f.end(task.Name, 0, true, "ok")
-		agentWrites += 2
+		// Every tenth task a status window opens: one count-only write may follow, never more.
+		if (i+1)%(n/windows) == 0 {
+			clock.advance(statusInterval)
+		}
 	}
 	f.waitPhase(op.Name, v1alpha1.OperationSucceeded)
-	// Let the last events drain through the recorder before counting.
+	// The last event is written after the status that caused it.
 	f.waitEvent(op.Name, "Succeeded")
+	writes := f.apiServerWrites().Sub(before)
 	creates := managerWrites.taskCreates.Load() - createsBefore
-	manager := managerWrites.total.Load() - before
-	perNode := float64(manager+int64(agentWrites)+1) / n // +1: the operation's create
-	t.Logf("%d nodes: manager %d writes (%d task creates), agent %d: %.2f writes per node", n, manager, creates, agentWrites, perNode)
+	status, seen := managerWrites.statusWrites(op.Name), states()
+	perNode := float64(writes.Done) / n
+	t.Logf("%d nodes: %d writes by everyone (%d refused besides, conflicts): %.2f per node; %d task creates; %d status writes for %d states a watcher saw and %d windows",
+		n, writes.Done, writes.Refused, perNode, creates, status, len(seen), windows)
 	if creates != n {
 		t.Errorf("%d task creates for %d nodes", creates, n)
 	}
 	if perNode > 4 {
 		t.Errorf("%.2f writes per node, budget 4", perNode)
 	}
-	if manager > n+20 {
-		t.Errorf("manager wrote %d times for %d nodes: status is not batched", manager, n)
+	// Status is batched: one write per state a watcher must see at once (a phase, a condition)
+	// and at most one per window for counts that moved.
+	if status > len(seen)+windows {
+		t.Errorf("%d status writes for %d states (%v) and %d windows: status is not batched", status, len(seen), seen, windows)
 	}
+}
+
+// apiServerWrites is the API server's count of the writes it answered.
+func (f *fixture) apiServerWrites() testutil.Writes {
+	f.t.Helper()
+	w, err := testutil.APIServerWrites(f.ctx, env.Config)
+	f.must(err)
+	return w
+}
+
+// watchStates watches operation name from now until the test ends and returns what reports the
+// distinct states its status writes made, a state being what a watcher must see at once: the phase,
+// each group's phase, each condition's status and reason. A watch the API server closes is resumed
+// from the last version seen.
+func (f *fixture) watchStates(name string) func() []string {
+	f.t.Helper()
+	var mu sync.Mutex
+	// The states after the created one, each of which some status write made.
+	var states []string
+	last := stateOf(&v1alpha1.NodeOperationStatus{})
+	var lost error
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan struct{})
+	f.t.Cleanup(func() { cancel(); <-done })
+	started := make(chan error, 1)
+	go func() {
+		defer close(done)
+		rv := ""
+		for ctx.Err() == nil {
+			opts := []client.ListOption{client.MatchingFields{"metadata.name": name}}
+			if rv != "" {
+				opts = append(opts, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
+			}
+			w, err := f.c.Watch(ctx, &v1alpha1.NodeOperationList{}, opts...)
+			if rv == "" {
+				started <- err
+			}
+			if err != nil {
+				if rv == "" || ctx.Err() != nil {
+					return
+				}
+				mu.Lock()
+				lost = err
+				mu.Unlock()
+				return
+			}
+			for ev := range w.ResultChan() {
+				op, ok := ev.Object.(*v1alpha1.NodeOperation)
+				if !ok {
+					continue
+				}
+				rv = op.ResourceVersion
+				st := stateOf(&op.Status)
+				mu.Lock()
+				if st != last {
+					states, last = append(states, st), st
+				}
+				mu.Unlock()
+			}
+			w.Stop()
+			if rv == "" {
+				rv = "0"
+			}
+		}
+	}()
+	f.must(<-started)
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		if lost != nil {
+			f.t.Fatalf("watch of %s lost: %v", name, lost)
+		}
+		return append([]string(nil), states...)
+	}
+}
+
+// stateOf is what of an operation's status a watcher must see at once.
+func stateOf(st *v1alpha1.NodeOperationStatus) string {
+	parts := []string{string(st.Phase)}
+	for _, g := range st.Groups {
+		parts = append(parts, g.Name+"="+string(g.Phase))
+	}
+	for _, c := range st.Conditions {
+		parts = append(parts, c.Type+"="+string(c.Status)+"/"+c.Reason)
+	}
+	return strings.Join(parts, " ")
 }
 
 func (f *fixture) waitEvent(op, reason string) {

@@ -264,16 +264,21 @@ func TestSafetyRule11_TwoOperationsShareOneBudget(t *testing.T) {
 	}, a.Name, b.Name)
 	f.waitPhase(a.Name, v1alpha1.OperationSucceeded)
 	f.waitPhase(b.Name, v1alpha1.OperationSucceeded)
-	time.Sleep(200 * time.Millisecond) // the last events
+	// The watch has checked every task once it saw all 8 and none still holds its node.
+	testutil.Eventually(t, 30*time.Second, "the watch saw every task end", func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(seen) != 8 || len(holding) > 0 {
+			return fmt.Errorf("the watch saw %d of 8 tasks, %v still holding", len(seen), holding)
+		}
+		return nil
+	})
 	watchTasks.Stop()
 	watchNodes.Stop()
 	mu.Lock()
 	defer mu.Unlock()
 	if violation != "" {
 		t.Fatal(violation)
-	}
-	if len(seen) != 8 {
-		t.Fatalf("the watch saw %d of 8 tasks", len(seen))
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,9 +36,15 @@ var (
 	env *testutil.Env
 	// managerWrites counts every request the manager makes that is not a read.
 	managerWrites writeCounter
+	// clock is the controller's clock: the real one, unless a test holds it to open the status
+	// throttle's windows itself.
+	clock testClock
 )
 
 const testLabel = "nodeops.test/id"
+
+// statusInterval is the controller's StatusInterval here: count-only status writes at most this often.
+const statusInterval = 200 * time.Millisecond
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
@@ -59,8 +66,9 @@ func run(m *testing.M) int {
 	cfg.Wrap(managerWrites.wrap)
 	stop, err := testutil.StartManager(cfg, env.Scheme, func(mgr manager.Manager, locks *nodelock.Table) error {
 		r := nodeoperation.New(mgr.GetClient(), mgr.GetAPIReader(), locks, mgr.GetEventRecorder("nodeoperation-controller"))
-		r.StatusInterval = 200 * time.Millisecond
+		r.StatusInterval = statusInterval
 		r.WaitRecheck = time.Second
+		r.Now = clock.Now
 		if err := r.SetupWithManager(mgr); err != nil {
 			return err
 		}
@@ -75,9 +83,11 @@ func run(m *testing.M) int {
 	return code
 }
 
-// writeCounter counts non-read requests, in total and creates of NodeTasks.
+// writeCounter counts non-read requests, in total, creates of NodeTasks, and status writes by operation.
 type writeCounter struct {
 	total, taskCreates atomic.Int64
+	mu                 sync.Mutex
+	status             map[string]int
 }
 
 func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
@@ -87,9 +97,60 @@ func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 			if req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/nodetasks") {
 				w.taskCreates.Add(1)
 			}
+			if rest, ok := strings.CutSuffix(req.URL.Path, "/status"); ok && strings.Contains(rest, "/nodeoperations/") {
+				w.mu.Lock()
+				if w.status == nil {
+					w.status = map[string]int{}
+				}
+				w.status[rest[strings.LastIndex(rest, "/")+1:]]++
+				w.mu.Unlock()
+			}
 		}
 		return rt.RoundTrip(req)
 	})
+}
+
+// statusWrites is how many status writes of operation op the manager made.
+func (w *writeCounter) statusWrites(op string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.status[op]
+}
+
+// testClock is the real clock until held: then it stands still, moving only by advance.
+type testClock struct {
+	mu   sync.Mutex
+	held *time.Time
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.held != nil {
+		return *c.held
+	}
+	return time.Now()
+}
+
+// hold stops the clock until the test ends.
+func (c *testClock) hold(t *testing.T) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	c.held = &now
+	t.Cleanup(func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.held = nil
+	})
+}
+
+// advance moves a held clock on by d.
+func (c *testClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	next := c.held.Add(d)
+	c.held = &next
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)

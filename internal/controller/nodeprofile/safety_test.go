@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -30,6 +31,40 @@ func noTaskOn(t *testing.T, ctx context.Context, profile, node, why string, d ti
 		}
 		return nil
 	})
+}
+
+// untilObserved checks that check holds from now until the profile's controller has observed a
+// new generation of it (a maxUnavailable of 1 made 2, or back, which no test here depends on once its
+// nodes are provisioned): the controller reconciles one profile at a time, so everything it would
+// have done on what it saw before is done by then, however slowly it runs.
+func untilObserved(t *testing.T, ctx context.Context, profile, what string, check func() error) {
+	t.Helper()
+	if err := check(); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	var gen int64
+	updateProfile(t, ctx, profile, func(p *v1alpha1.NodeProfile) {
+		mu := intstr.FromInt32(2)
+		if p.Spec.MaxUnavailable != nil && p.Spec.MaxUnavailable.IntValue() == 2 {
+			mu = intstr.FromInt32(1)
+		}
+		p.Spec.MaxUnavailable = &mu
+		gen = p.Generation + 1
+	})
+	observed, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	testutil.ConsistentlyUntil(t, observed, what, func() error {
+		if err := check(); err != nil {
+			return err
+		}
+		if p := getProfile(t, ctx, profile); p.Status.ObservedGeneration >= gen {
+			cancel()
+		}
+		return nil
+	})
+	if p := getProfile(t, ctx, profile); p.Status.ObservedGeneration < gen {
+		t.Fatalf("%s: the controller did not observe generation %d in %s", what, gen, wait)
+	}
 }
 
 // retryTask sets spec.recoveryMode Retry, as `kubectl nodeops retry` does, and then records the
@@ -101,15 +136,19 @@ func TestSafetyRule7_ProfileKeepsSupersededTasks(t *testing.T) {
 	agentSucceed(t, ctx, un.Name)
 	waitLabel(t, ctx, "keep", "keep-1", false, "")
 	waitCondition(t, ctx, "keep", v1alpha1.ConditionReady, metav1.ConditionTrue)
-	time.Sleep(time.Second) // the profile would delete them now
 	want := sorted(first.Name+"(Succeeded)", second.Name+"(Succeeded)", un.Name+"(Succeeded)")
-	byNode, err := tasksOf(ctx, "keep")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := sorted(names(byNode["keep-1"])...); strings.Join(got, " ") != strings.Join(want, " ") {
-		t.Fatalf("tasks %v, want every one kept: %v", got, want)
-	}
+	// The profile would delete them in the reconcile that saw the uninstall end, which is over
+	// once the controller observed a later generation.
+	untilObserved(t, ctx, "keep", "every superseded task kept", func() error {
+		byNode, err := tasksOf(ctx, "keep")
+		if err != nil {
+			return err
+		}
+		if got := sorted(names(byNode["keep-1"])...); strings.Join(got, " ") != strings.Join(want, " ") {
+			return fmt.Errorf("tasks %v, want every one kept: %v", got, want)
+		}
+		return nil
+	})
 
 	// With a TTL the superseded ones go; the latest stays.
 	updateProfile(t, ctx, "keep", func(p *v1alpha1.NodeProfile) { p.Spec.TTLSecondsAfterFinished = ptrInt32(1) })

@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -39,6 +40,8 @@ type DrainOptions struct {
 	Poll time.Duration
 	// Self is the manager's own pod, which its drains leave; empty outside a pod.
 	Self types.NamespacedName
+	// Clock measures drains' timeouts; the real clock when nil (see drain.Target.Clock).
+	Clock clock.WithDelayedExecution
 }
 
 // DrainReconciler drains the node of a task whose agent asks for it (a running command that
@@ -55,6 +58,8 @@ type DrainReconciler struct {
 	Poll   time.Duration
 	// Self is the manager's own pod, which a drain leaves (see drain.Target.Manager).
 	Self types.NamespacedName
+	// Clock measures drains' timeouts; the real clock when nil.
+	Clock clock.WithDelayedExecution
 }
 
 // SetupDrainWithManager registers the drain controller.
@@ -62,7 +67,7 @@ func SetupDrainWithManager(mgr ctrl.Manager, o DrainOptions) error {
 	if o.Workers <= 0 {
 		o.Workers = DefaultDrainWorkers
 	}
-	r := &DrainReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Poll: o.Poll, Self: o.Self}
+	r := &DrainReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Poll: o.Poll, Self: o.Self, Clock: o.Clock}
 	pending := func(obj client.Object) bool {
 		t, ok := obj.(*v1alpha1.NodeTask)
 		if !ok {
@@ -117,6 +122,7 @@ func (r *DrainReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		DryRun:   task.Spec.ExecutionMode == v1alpha1.ExecutionDryRun,
 		Poll:     r.Poll,
 		Out:      &out,
+		Clock:    r.Clock,
 	}
 	msg, derr := drain.Run(ctx, target, d)
 	if ctx.Err() != nil {
