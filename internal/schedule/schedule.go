@@ -62,7 +62,7 @@ func Compile(field string, in []v1alpha1.MaintenanceWindow) (Windows, error) {
 			}
 			s, err := cron.ParseStandard(w.Schedule)
 			if err != nil {
-				return Windows{}, fmt.Errorf("%s.schedule: %v", path, err)
+				return Windows{}, fmt.Errorf("%s.schedule: %w", path, err)
 			}
 			spec, ok := s.(*cron.SpecSchedule)
 			if !ok {
@@ -80,10 +80,10 @@ func Compile(field string, in []v1alpha1.MaintenanceWindow) (Windows, error) {
 		default:
 			var err error
 			if c.start, err = clock(w.Start); err != nil {
-				return Windows{}, fmt.Errorf("%s.start: %v", path, err)
+				return Windows{}, fmt.Errorf("%s.start: %w", path, err)
 			}
 			if c.end, err = clock(w.End); err != nil {
-				return Windows{}, fmt.Errorf("%s.end: %v", path, err)
+				return Windows{}, fmt.Errorf("%s.end: %w", path, err)
 			}
 			if c.start == c.end {
 				return Windows{}, fmt.Errorf("%s.end: must differ from start", path)

@@ -176,7 +176,7 @@ func forceDelete(ctx context.Context, name string) {
 	none := 0
 	_ = testutil.Poll(ctx, 50*time.Millisecond, func(ctx context.Context) error {
 		if err := env.client.Get(ctx, client.ObjectKey{Name: name}, &v1alpha1.NodeProfile{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("profile %s still there (%v)", name, err)
+			return fmt.Errorf("profile %s still there (%w)", name, err)
 		}
 		var tasks v1alpha1.NodeTaskList
 		if err := env.client.List(ctx, &tasks, client.MatchingLabels{v1alpha1.LabelProfile: name}); err != nil {
