@@ -99,15 +99,18 @@ func TestSafetyRule13_WaitNodeReadyWaitsForTheControlPlaneAtTheNewVersion(t *tes
 	n := newControlPlaneNode(t, "cp-health-1")
 	startAgent(t, agent.Options{NodeName: n.name, HostRoot: n.root})
 
+	// The waits meant to fail get 10 s: long enough that their first look at the pods ends before
+	// the timeout on a loaded machine (with 2 s the client's rate limiter alone could use it up, and
+	// the message then names no pod), short enough to keep the test quick.
 	n.setPods(t, from, true)
-	create(t, newTask("cp-health-old", n.name, v1alpha1.ExecutionAuto, controlPlaneHealthy(to, 2*time.Second)))
+	create(t, newTask("cp-health-old", n.name, v1alpha1.ExecutionAuto, controlPlaneHealthy(to, 10*time.Second)))
 	task := waitTask(t, "cp-health-old", phaseIs(v1alpha1.TaskFailed))
 	if msg := task.Status.Commands[0].Message; !strings.Contains(msg, "kube-apiserver:"+from) || !strings.Contains(msg, "not "+to) {
 		t.Errorf("with the old images the wait failed with %q, want it to name kube-apiserver's image %s", msg, from)
 	}
 
 	n.setPods(t, to, false)
-	create(t, newTask("cp-health-unready", n.name, v1alpha1.ExecutionAuto, controlPlaneHealthy(to, 2*time.Second)))
+	create(t, newTask("cp-health-unready", n.name, v1alpha1.ExecutionAuto, controlPlaneHealthy(to, 10*time.Second)))
 	task = waitTask(t, "cp-health-unready", phaseIs(v1alpha1.TaskFailed))
 	if msg := task.Status.Commands[0].Message; !strings.Contains(msg, "kube-system/kube-apiserver-"+n.name+" is not Ready") {
 		t.Errorf("with the new images not Ready the wait failed with %q, want it to name kube-apiserver not Ready", msg)
