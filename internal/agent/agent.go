@@ -404,7 +404,7 @@ func keepManagerConditions(st *v1alpha1.NodeTaskStatus, read *v1alpha1.NodeTask)
 // run runs command a.Index once, renewing the heartbeat meanwhile.
 func (r *Reconciler) run(ctx context.Context, task *v1alpha1.NodeTask, a taskpolicy.Action) taskpolicy.Outcome {
 	cmd := &task.Spec.Commands[a.Index]
-	// Every string recorded from this run goes through secrets (README "Security").
+	// Every string recorded from this run goes through secrets (docs/operations/security.md, "Secrets for scripts").
 	secrets := &redact.Secrets{}
 	tail := &tailBuffer{secrets: secrets}
 	if a.Rerun {

@@ -16,7 +16,7 @@ const hashLen = 16
 // (an operation or profile name). Distinct triples always get distinct names:
 //
 //   - "<owner>-<group>-<node>" when owner and group hold no '-', so the first two dashes split the
-//     name back into its parts; the README's upgrade-workers-worker-1 stays as it was.
+//     name back into its parts; a name such as upgrade-workers-worker-1 stays as it was.
 //   - otherwise a readable prefix of the same join (sanitized, shortened to fit 253 characters) and
 //     "-" and a hash of the three parts, as ("a-b", "c", "n") and ("a", "b-c", "n") join alike.
 //

@@ -1,6 +1,6 @@
 // Package redact takes secrets out of the strings the agent writes into status: the values of a
-// script's Secret-backed variables, and the user:password of any URL (docs/design.md, README
-// "Security"). One function, applied by the agent to every output tail and message it records.
+// script's Secret-backed variables, and the user:password of any URL (docs/design.md,
+// docs/operations/security.md). One function, applied by the agent to every output tail and message it records.
 //
 // It is pure and knows no source of secrets: the agent hands it the values to hide.
 package redact

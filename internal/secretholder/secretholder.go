@@ -4,7 +4,7 @@
 // secretholder.go) keeps one holder pod per unfinished task whose scripts name Secrets, bound to the
 // task's node and mounting each of them; the node's kubelet mounts them on its host, and the task's
 // agent reads the values there (internal/agent/commands, script.go). No agent and no manager may read
-// a Secret through the API (README "Security").
+// a Secret through the API (docs/operations/security.md).
 //
 // It only builds and names objects: the nodetask controller creates the pod, and nothing here reads a
 // Secret.

@@ -328,7 +328,7 @@ func TestSafetyRule10_AgentOnNodeAIsRefused(t *testing.T) {
 			t.Fatalf("the secret is not there: %v", err)
 		}
 		// No Secret at all, not even by name in nodeops-system: scripts read theirs from the volumes
-		// their node's kubelet mounts for the task's secret holder pod (README "Security").
+		// their node's kubelet mounts for the task's secret holder pod (docs/operations/security.md).
 		cluster().CheckSecretReads(t, c, agentCS, "kept", "default", "kept")
 	})
 	t.Run("admission alone", func(t *testing.T) {
