@@ -1,21 +1,9 @@
 package v1alpha1_test
 
-import "fmt"
-
-// scheduled is a custom NodeOperation with the given scheduling fields (YAML, indented as under
-// spec:) and one wait command.
+// scheduled is op's NodeOperation with one wait command and the given scheduling fields (YAML,
+// indented as under spec:).
 func scheduled(name, scheduling string) string {
-	return fmt.Sprintf(`apiVersion: nodeops.io/v1alpha1
-kind: NodeOperation
-metadata:
-  name: %s
-spec:
-  custom:
-    groups:
-    - name: g
-      commands:
-      - wait: {duration: 1s}
-%s`, name, indent(scheduling, "  "))
+	return op(name, "- wait: {duration: 1s}") + indent(scheduling, "  ")
 }
 
 // windowCases are maintenance windows and soak delays, refused at admission with the field path.

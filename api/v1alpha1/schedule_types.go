@@ -66,3 +66,18 @@ type Scheduling struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('24h')",message="must be from 0s to 24h"
 	PostGroupDelay *metav1.Duration `json:"postGroupDelay,omitempty"`
 }
+
+// Over is s with each field it leaves unset taken from def: a group's scheduling over its
+// operation's, as the manager applies it and the CLI shows it.
+func (s Scheduling) Over(def Scheduling) Scheduling {
+	if len(s.Windows) == 0 {
+		s.Windows = def.Windows
+	}
+	if s.PostNodeDelay == nil {
+		s.PostNodeDelay = def.PostNodeDelay
+	}
+	if s.PostGroupDelay == nil {
+		s.PostGroupDelay = def.PostGroupDelay
+	}
+	return s
+}

@@ -306,16 +306,7 @@ func writePlan(w io.Writer, op *nodeopsv1.NodeOperation, p *Plan, colour bool) {
 // groupScheduling is a group's windows and soak in words: its own fields over the operation's,
 // as the manager applies them.
 func groupScheduling(op, group nodeopsv1.Scheduling) (windows, soak string) {
-	eff := op
-	if len(group.Windows) > 0 {
-		eff.Windows = group.Windows
-	}
-	if group.PostNodeDelay != nil {
-		eff.PostNodeDelay = group.PostNodeDelay
-	}
-	if group.PostGroupDelay != nil {
-		eff.PostGroupDelay = group.PostGroupDelay
-	}
+	eff := group.Over(op)
 	return schedule.DescribeAll(eff.Windows), soakText(eff)
 }
 

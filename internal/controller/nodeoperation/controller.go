@@ -291,29 +291,28 @@ func (r *Reconciler) othersHolding(ctx context.Context, in *input) (map[string]t
 func timings(op *v1alpha1.NodeOperation, groups []plan.ResolvedGroup) ([]timing, error) {
 	out := make([]timing, len(groups))
 	for i, g := range groups {
-		field, ws := "spec.windows", op.Spec.Windows
+		eff := g.Scheduling.Over(op.Spec.Scheduling)
+		field := "spec.windows"
 		if len(g.Windows) > 0 {
 			// Only custom groups carry windows, and Resolve keeps their order.
-			field, ws = fmt.Sprintf("spec.custom.groups[%d].windows", i), g.Windows
+			field = fmt.Sprintf("spec.custom.groups[%d].windows", i)
 		}
-		compiled, err := schedule.Compile(field, ws)
+		compiled, err := schedule.Compile(field, eff.Windows)
 		if err != nil {
 			return nil, err
 		}
-		out[i] = timing{windows: compiled, describe: schedule.DescribeAll(ws),
-			postNode: duration(g.PostNodeDelay, op.Spec.PostNodeDelay), postGroup: duration(g.PostGroupDelay, op.Spec.PostGroupDelay)}
+		out[i] = timing{windows: compiled, describe: schedule.DescribeAll(eff.Windows),
+			postNode: durationOf(eff.PostNodeDelay), postGroup: durationOf(eff.PostGroupDelay)}
 	}
 	return out, nil
 }
 
-// duration is the first of the durations set, zero when none is.
-func duration(ds ...*metav1.Duration) time.Duration {
-	for _, d := range ds {
-		if d != nil {
-			return d.Duration
-		}
+// durationOf is d, zero when unset.
+func durationOf(d *metav1.Duration) time.Duration {
+	if d == nil {
+		return 0
 	}
-	return 0
+	return d.Duration
 }
 
 // ownTasks lists the operation's tasks from the cache, read-only.
