@@ -26,6 +26,14 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope) (ctrl.Result, er
 	if wait := r.status.Wait(s.op.Name, significant(s.before, st), r.StatusInterval, now); wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
+	for _, k := range s.checked {
+		// Checks that changed nothing wrote nothing; this write carries when they happened.
+		for i := range st.Gates {
+			if st.Gates[i].Group == k.group && st.Gates[i].Name == k.name {
+				st.Gates[i].LastChecked = metav1.NewTime(now)
+			}
+		}
+	}
 	orig := s.op.DeepCopy()
 	s.op.Status = *st
 	if err := r.Client.Status().Patch(ctx, s.op, client.MergeFrom(orig)); err != nil {
