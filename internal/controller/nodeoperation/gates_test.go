@@ -18,7 +18,9 @@ import (
 	"github.com/nodeops/nodeops/internal/testutil"
 )
 
-func seconds(n int) *metav1.Duration { return &metav1.Duration{Duration: time.Duration(n) * time.Second} }
+func seconds(n int) *metav1.Duration {
+	return &metav1.Duration{Duration: time.Duration(n) * time.Second}
+}
 
 // gateOf is the operation's recorded result of gate name in group.
 func gateOf(op *v1alpha1.NodeOperation, group, name string) *v1alpha1.GateStatus {
