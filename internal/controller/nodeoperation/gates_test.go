@@ -132,7 +132,7 @@ func TestBadCELFailsTheOperationNamingTheField(t *testing.T) {
 	}
 }
 
-// An approval gate holds until the annotation is set; then the node starts.
+// An approval gate holds until the annotation is set, writing nothing per check; then the node starts.
 func TestApprovalGateReleasesOnTheAnnotation(t *testing.T) {
 	f := newFixture(t)
 	f.nodes(nil, "n1")
@@ -143,7 +143,12 @@ func TestApprovalGateReleasesOnTheAnnotation(t *testing.T) {
 	if c := condition(got, v1alpha1.ConditionProgressing); !strings.Contains(c.Message, "kubectl nodeops approve "+op.Name+" --gate change-board") {
 		t.Errorf("message does not say how to approve: %s", c.Message)
 	}
-	f.noTaskIn(op.Name, "g", time.Second)
+	// Checked every 300 ms here, the holding gate writes nothing while its result stays the same.
+	writes := managerWrites.statusWrites(op.Name)
+	f.noTaskIn(op.Name, "g", 2*time.Second)
+	if n := managerWrites.statusWrites(op.Name) - writes; n != 0 {
+		t.Errorf("%d status writes while the gate held with the same result", n)
+	}
 	f.update(op.Name, func(o *v1alpha1.NodeOperation) {
 		o.Annotations = map[string]string{v1alpha1.AnnotationApproveGatePrefix + "change-board": "true"}
 	})
