@@ -232,7 +232,7 @@ func decide(in *input) decision {
 				}
 				break
 			}
-			if len(d.create) > 0 && len(in.timing[i].gates) > 0 {
+			if len(d.create) > 0 && i < len(in.timing) && len(in.timing[i].gates) > 0 {
 				gReason, gMessage, recheck := gated(in, g.Name, in.timing[i].gates, &st, &d)
 				if gReason != "" {
 					d.create = nil
