@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -170,6 +171,53 @@ type CommandStatus struct {
 	// node (ConditionDrained).
 	// +optional
 	Drain *DrainRequest `json:"drain,omitempty"`
+	// Waits is the time this run of the command spent waiting for something outside its own work
+	// (a mirror pod to go or come back, the control plane to answer, the manager's drain), by what it
+	// waited for; the rest of startTime to completionTime is the time the work ran.
+	// +optional
+	// +listType=map
+	// +listMapKey=for
+	// +kubebuilder:validation:MaxItems=16
+	Waits []CommandWait `json:"waits,omitempty"`
+}
+
+// WaitFor names what a command waited for.
+// +kubebuilder:validation:Enum=MirrorPodGone;MirrorPodBack;NodeReady;ControlPlaneHealthy;Drain;SecretMount;Wait
+type WaitFor string
+
+// What a command may wait for.
+const (
+	// WaitMirrorPodGone: a static pod whose manifest was moved out, until the kubelet stopped it.
+	WaitMirrorPodGone WaitFor = "MirrorPodGone"
+	// WaitMirrorPodBack: a static pod whose manifest was put back, until it is Ready again.
+	WaitMirrorPodBack WaitFor = "MirrorPodBack"
+	// WaitNodeReady: the node, until it is Ready.
+	WaitNodeReady WaitFor = "NodeReady"
+	// WaitControlPlaneHealthy: the node's control plane, until every component is Ready at its
+	// version and the API server answers /readyz and an authorized read.
+	WaitControlPlaneHealthy WaitFor = "ControlPlaneHealthy"
+	// WaitDrain: the manager, until it drained the node.
+	WaitDrain WaitFor = "Drain"
+	// WaitSecretMount: the kubelet, until it mounted a script's Secrets.
+	WaitSecretMount WaitFor = "SecretMount"
+	// WaitWait: the wait command itself.
+	WaitWait WaitFor = "Wait"
+)
+
+// CommandWait is the time a run of a command spent waiting for one thing.
+type CommandWait struct {
+	For WaitFor `json:"for"`
+	// Duration is the time waited, summed over the run.
+	Duration metav1.Duration `json:"duration"`
+}
+
+// Waited is the command run's total wait.
+func (c *CommandStatus) Waited() time.Duration {
+	var d time.Duration
+	for _, w := range c.Waits {
+		d += w.Duration.Duration
+	}
+	return d
 }
 
 // CertificateExpiry is one certificate's expiry as kubeadm reports it.

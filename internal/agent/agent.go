@@ -437,6 +437,7 @@ func (r *Reconciler) run(ctx context.Context, task *v1alpha1.NodeTask, a taskpol
 		KubeletRootDir:  r.KubeletRootDir,
 		SecretMountWait: r.SecretMountWait,
 		Note:            func(m string) { r.note(ctx, task, secrets.String(m)) },
+		Waits:           &commands.Waits{},
 	}
 	if cmd.Drains() != nil {
 		// Such a command is never run before its Running record, so task.Status is this run's.
@@ -444,7 +445,7 @@ func (r *Reconciler) run(ctx context.Context, task *v1alpha1.NodeTask, a taskpol
 	}
 	res, err := commands.Run(cctx, env, cmd)
 	stop()
-	o := taskpolicy.Outcome{Err: err, Message: secrets.String(res.Message), Certs: res.Certificates}
+	o := taskpolicy.Outcome{Err: err, Message: secrets.String(res.Message), Certs: res.Certificates, Waits: env.Waits.List()}
 	if err != nil {
 		o.ExitCode = int32(host.ExitCode(err)) //nolint:gosec // exit codes are small
 		if cctx.Err() != nil && ctx.Err() == nil {

@@ -126,6 +126,13 @@ func TestSafetyRule13_WaitNodeReadyWaitsForTheControlPlaneAtTheNewVersion(t *tes
 	if msg := task.Status.Commands[0].Message; !strings.Contains(msg, "control plane healthy at "+to) {
 		t.Errorf("the wait succeeded with %q", msg)
 	}
+	// The time spent waiting for the control plane is recorded apart from the command's run time:
+	// the wait is within the run (to the millisecond it is rounded to).
+	c := task.Status.Commands[0]
+	took := c.CompletionTime.Sub(c.StartTime.Time)
+	if len(c.Waits) != 1 || c.Waits[0].For != v1alpha1.WaitControlPlaneHealthy || c.Waited() <= 0 || c.Waited() > took+time.Millisecond {
+		t.Errorf("the wait took %s and recorded waits %+v, want it all waiting for ControlPlaneHealthy", took, c.Waits)
+	}
 }
 
 // apiServerFaults is a fault proxy in front of the package's API server (test/faults' approach, one

@@ -175,6 +175,8 @@ func describeTo(w io.Writer, op *nodeopsv1.NodeOperation, tasks []nodeopsv1.Node
 		_ = tw.Flush()
 	}
 
+	writeTimes(w, tasks)
+
 	for i := range tasks {
 		t := &tasks[i]
 		if t.EffectivePhase() != nodeopsv1.TaskFailed {
@@ -401,10 +403,10 @@ func writeTaskDescription(w io.Writer, t *nodeopsv1.NodeTask, tail int) {
 	_ = tw.Flush()
 	fmt.Fprintln(w, "\nCommands:")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  #\tNAME\tPHASE\tATTEMPT\tEXIT\tTOOK\tDOES")
+	fmt.Fprintln(tw, "  #\tNAME\tPHASE\tATTEMPT\tEXIT\tTOOK\tRAN\tWAITED\tDOES")
 	for i := range t.Spec.Commands {
 		c := &t.Spec.Commands[i]
-		phase, attempt, code, took := string(nodeopsv1.CommandPending), "-", "-", "-"
+		phase, attempt, code, took, ran, waited := string(nodeopsv1.CommandPending), "-", "-", "-", "-", "-"
 		if cs := commandStatus(t, i); cs != nil {
 			phase = string(cs.Phase)
 			if cs.Attempt > 0 {
@@ -413,15 +415,69 @@ func writeTaskDescription(w io.Writer, t *nodeopsv1.NodeTask, tail int) {
 			if cs.ExitCode != nil {
 				code = fmt.Sprint(*cs.ExitCode)
 			}
-			if cs.StartTime != nil && cs.CompletionTime != nil {
-				took = cs.CompletionTime.Sub(cs.StartTime.Time).Round(time.Millisecond).String()
-			}
+			took, ran, waited = commandTimes(cs)
 		}
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, c.DisplayName(), phase, attempt, code, took, commandText(c))
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, c.DisplayName(), phase, attempt, code, took, ran, waited, commandText(c))
 	}
 	_ = tw.Flush()
 	if t.EffectivePhase() == nodeopsv1.TaskFailed {
 		writeFailure(w, t, tail)
 		fmt.Fprintf(w, "\nNext: kubectl nodeops retry %s, or kubectl nodeops skip %s\n", t.Name, t.Name)
 	}
+}
+
+// maxTimedTasks bounds the per-command time table of an operation's description; past it the
+// table would bury the rest (describe a task for its own).
+const maxTimedTasks = 50
+
+// writeTimes shows, per node and finished command, the time the work ran apart from the time it
+// waited (for a mirror pod, the control plane, the manager's drain), and how long each task queued
+// between its creation and its first command.
+func writeTimes(w io.Writer, tasks []nodeopsv1.NodeTask) {
+	if len(tasks) == 0 || len(tasks) > maxTimedTasks {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	rows := 0
+	for i := range tasks {
+		t := &tasks[i]
+		for j := range t.Status.Commands {
+			cs := &t.Status.Commands[j]
+			if cs.StartTime == nil || cs.CompletionTime == nil {
+				continue
+			}
+			if rows == 0 {
+				fmt.Fprintln(w, "\nTime per node and command (ran: the work itself; waited: for something else):")
+				fmt.Fprintln(tw, "  NODE\t#\tCOMMAND\tQUEUED\tTOOK\tRAN\tWAITED\tWAITED FOR")
+			}
+			rows++
+			queued := "-"
+			if j == 0 && t.Status.StartTime != nil {
+				queued = max(t.Status.StartTime.Sub(t.CreationTimestamp.Time), 0).Round(time.Millisecond).String()
+			}
+			took, ran, waited := commandTimes(cs)
+			fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Spec.NodeName, j+1, cs.Name, queued, took, ran, waited, orDash(waitsText(cs.Waits)))
+		}
+	}
+	_ = tw.Flush()
+}
+
+// commandTimes are a finished command run's duration, the part its work ran and the part it
+// waited; "-" while it runs.
+func commandTimes(cs *nodeopsv1.CommandStatus) (took, ran, waited string) {
+	if cs.StartTime == nil || cs.CompletionTime == nil {
+		return "-", "-", "-"
+	}
+	d := cs.CompletionTime.Sub(cs.StartTime.Time)
+	wt := min(cs.Waited(), d)
+	return d.Round(time.Millisecond).String(), (d - wt).Round(time.Millisecond).String(), wt.Round(time.Millisecond).String()
+}
+
+// waitsText lists what a command waited for, such as "MirrorPodGone 21.2s, MirrorPodBack 9.8s".
+func waitsText(waits []nodeopsv1.CommandWait) string {
+	parts := make([]string, 0, len(waits))
+	for _, wt := range waits {
+		parts = append(parts, fmt.Sprintf("%s %s", wt.For, wt.Duration.Round(100*time.Millisecond)))
+	}
+	return strings.Join(parts, ", ")
 }

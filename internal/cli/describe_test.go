@@ -39,6 +39,8 @@ func blockedRollout(t *testing.T, name string) {
 	setTaskStatus(t, ok.Name, func(s *nodeopsv1.NodeTaskStatus) {
 		s.Phase, s.Progress, s.CurrentCommand, s.Attempt = nodeopsv1.TaskSucceeded, "3/3", 2, 1
 		s.Commands = []nodeopsv1.CommandStatus{done("cordon", -3*time.Minute), done("restart-app", -3*time.Minute), done("uncordon", -3*time.Minute)}
+		// The describe shows the time a command waited apart from the time its work ran.
+		s.Commands[1].Waits = []nodeopsv1.CommandWait{{For: nodeopsv1.WaitSecretMount, Duration: metav1.Duration{Duration: 1500 * time.Millisecond}}}
 	})
 	setTaskStatus(t, bad.Name, func(s *nodeopsv1.NodeTaskStatus) {
 		s.Phase, s.Progress, s.CurrentCommand, s.Attempt = nodeopsv1.TaskFailed, "1/3", 1, 1

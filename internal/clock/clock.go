@@ -1,4 +1,5 @@
-// Package clock holds the small time helpers that waiting code shares (the agent, its commands, the benchmark).
+// Package clock holds the small time helpers that waiting code shares (the agent, its commands, the benchmark)
+// and the clock the controllers take (Func), so that a test can hold time.
 //
 // It holds no state and imports nothing of nodeops.
 package clock
@@ -18,4 +19,16 @@ func Sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// Func is an injected clock; the nil Func reads the machine's. A controller takes one so that a
+// test can move time itself (the status throttle's windows, TTLs, certificate expiry).
+type Func func() time.Time
+
+// Now is f's time, or the machine's when f is nil.
+func (f Func) Now() time.Time {
+	if f == nil {
+		return time.Now()
+	}
+	return f()
 }

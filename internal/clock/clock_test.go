@@ -21,3 +21,14 @@ func TestSleep(t *testing.T) {
 		t.Errorf("Sleep on a cancelled context waited %s", time.Since(start))
 	}
 }
+
+func TestFunc(t *testing.T) {
+	held := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	if got := Func(func() time.Time { return held }).Now(); !got.Equal(held) {
+		t.Errorf("a held clock reads %v, want %v", got, held)
+	}
+	before := time.Now()
+	if got := Func(nil).Now(); got.Before(before) {
+		t.Errorf("the nil clock reads %v, before the machine's %v", got, before)
+	}
+}

@@ -37,6 +37,7 @@ const (
 	GroupUnavailableNodes = "nodeops_group_unavailable_nodes"
 	GroupMaxUnavailable   = "nodeops_group_max_unavailable"
 	CommandDuration       = "nodeops_command_duration_seconds"
+	CommandPhaseDuration  = "nodeops_command_phase_duration_seconds"
 	CommandsFailed        = "nodeops_commands_failed_total"
 	OperationBlockedSince = "nodeops_operation_blocked_since_timestamp_seconds"
 	CertificateExpiry     = "nodeops_certificate_expiry_timestamp_seconds"
@@ -64,7 +65,7 @@ type Manager struct {
 	reader   client.Reader
 	failures *failures
 
-	operations, tasks, unavailable, maxUnavailable, duration, failed, blockedSince, certExpiry, build, gates, gateSince *prometheus.Desc
+	operations, tasks, unavailable, maxUnavailable, duration, phaseDuration, failed, blockedSince, certExpiry, build, gates, gateSince *prometheus.Desc
 }
 
 // Series is one metric family a collector exports, declared once: the collector builds its
@@ -86,6 +87,7 @@ func ManagerSeries() []Series {
 		{GroupUnavailableNodes, dto.MetricType_GAUGE, "Nodes of a running or blocked group that count against its maxUnavailable: held by an unfinished task (any operation's or profile's), NotReady or cordoned.", []string{"operation", "group"}},
 		{GroupMaxUnavailable, dto.MetricType_GAUGE, "A running or blocked group's maxUnavailable, in nodes.", []string{"operation", "group"}},
 		{CommandDuration, dto.MetricType_HISTOGRAM, "Duration of the succeeded commands the NodeTasks in the cluster record, by command kind.", []string{"kind"}},
+		{CommandPhaseDuration, dto.MetricType_HISTOGRAM, "The succeeded commands' durations split by phase: Run, the time the work ran, and each thing a command waited for (MirrorPodGone, MirrorPodBack, NodeReady, ControlPlaneHealthy, Drain, SecretMount, Wait), by command kind.", []string{"kind", "phase"}},
 		{CommandsFailed, dto.MetricType_COUNTER, "Command runs this manager saw fail since it started, by command kind and the task's failure reason (CommandFailed, Interrupted, AgentLost, NodeDeleted).", []string{"kind", "reason"}},
 		{OperationBlockedSince, dto.MetricType_GAUGE, "When a Blocked NodeOperation became Blocked, in Unix seconds.", []string{"operation"}},
 		{CertificateExpiry, dto.MetricType_GAUGE, "When a control plane's kubeadm certificate expires, in Unix seconds, as the ClusterTarget observed it.", []string{"node", "certificate"}},
@@ -115,6 +117,7 @@ func NewManager(reader client.Reader) *Manager {
 		unavailable:    d[GroupUnavailableNodes],
 		maxUnavailable: d[GroupMaxUnavailable],
 		duration:       d[CommandDuration],
+		phaseDuration:  d[CommandPhaseDuration],
 		failed:         d[CommandsFailed],
 		blockedSince:   d[OperationBlockedSince],
 		certExpiry:     d[CertificateExpiry],
@@ -126,7 +129,7 @@ func NewManager(reader client.Reader) *Manager {
 
 // Describe implements prometheus.Collector.
 func (m *Manager) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.operations, m.tasks, m.unavailable, m.maxUnavailable, m.duration, m.failed, m.blockedSince, m.certExpiry, m.build, m.gates, m.gateSince} {
+	for _, d := range []*prometheus.Desc{m.operations, m.tasks, m.unavailable, m.maxUnavailable, m.duration, m.phaseDuration, m.failed, m.blockedSince, m.certExpiry, m.build, m.gates, m.gateSince} {
 		ch <- d
 	}
 }
@@ -237,20 +240,22 @@ func downNodes(tasks []v1alpha1.NodeTask, nodes []corev1.Node) map[string]bool {
 func (m *Manager) collectTasks(ch chan<- prometheus.Metric, tasks []v1alpha1.NodeTask) {
 	byPhase := map[v1alpha1.TaskPhase]int{}
 	durations := map[string]*histogram{}
+	phases := map[[2]string]*histogram{} // by kind and phase
 	for i := range tasks {
 		t := &tasks[i]
 		byPhase[t.EffectivePhase()]++
-		for j, cs := range t.Status.Commands {
+		for j := range t.Status.Commands {
+			cs := &t.Status.Commands[j]
 			if cs.Phase != v1alpha1.CommandSucceeded || cs.StartTime == nil || cs.CompletionTime == nil {
 				continue
 			}
 			kind := commandKind(t, j)
-			h := durations[kind]
-			if h == nil {
-				h = newHistogram()
-				durations[kind] = h
+			took := cs.CompletionTime.Sub(cs.StartTime.Time)
+			histogramOf(durations, kind).observe(took.Seconds())
+			histogramOf(phases, [2]string{kind, "Run"}).observe(max(took-cs.Waited(), 0).Seconds())
+			for _, w := range cs.Waits {
+				histogramOf(phases, [2]string{kind, string(w.For)}).observe(w.Duration.Seconds())
 			}
-			h.observe(cs.CompletionTime.Sub(cs.StartTime.Time).Seconds())
 		}
 	}
 	for _, p := range taskPhases {
@@ -259,6 +264,17 @@ func (m *Manager) collectTasks(ch chan<- prometheus.Metric, tasks []v1alpha1.Nod
 	for _, kind := range sortedKeys(durations) {
 		h := durations[kind]
 		ch <- prometheus.MustNewConstHistogram(m.duration, h.count, h.sum, h.buckets, kind)
+	}
+	keys := make([][2]string, 0, len(phases))
+	for k := range phases {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		return keys[i][0] < keys[j][0] || keys[i][0] == keys[j][0] && keys[i][1] < keys[j][1]
+	})
+	for _, k := range keys {
+		h := phases[k]
+		ch <- prometheus.MustNewConstHistogram(m.phaseDuration, h.count, h.sum, h.buckets, k[0], k[1])
 	}
 }
 
@@ -283,6 +299,16 @@ func failureReason(t *v1alpha1.NodeTask) string {
 		return t.Status.Reason
 	}
 	return v1alpha1.ReasonCommandFailed
+}
+
+// histogramOf is hs[k], made on first use.
+func histogramOf[K comparable](hs map[K]*histogram, k K) *histogram {
+	h := hs[k]
+	if h == nil {
+		h = newHistogram()
+		hs[k] = h
+	}
+	return h
 }
 
 type histogram struct {

@@ -217,6 +217,44 @@ func TestBlockedSinceAndCertificates(t *testing.T) {
 	}
 }
 
+// A succeeded command's time is split into the time its work ran and the time it waited for each
+// thing, by kind: a static pod restart of 40 s that waited 25 s for the mirror pod to go and 10 s
+// for it to come back ran 5 s.
+func TestCommandTimeSplitsRunFromWaits(t *testing.T) {
+	ctx := context.Background()
+	tk := &v1alpha1.NodeTask{
+		ObjectMeta: metav1.ObjectMeta{Name: "phases-1", Labels: map[string]string{v1alpha1.LabelNode: "phases"}},
+		Spec:       v1alpha1.NodeTaskSpec{NodeName: "phases", Commands: []v1alpha1.Command{{RestartStaticPods: &v1alpha1.RestartStaticPodsCommand{}}}},
+	}
+	if err := env.Client.Create(ctx, tk); err != nil {
+		t.Fatal(err)
+	}
+	start := metav1.NewMicroTime(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
+	end := metav1.NewMicroTime(start.Add(40 * time.Second))
+	tk.Status = v1alpha1.NodeTaskStatus{Phase: v1alpha1.TaskSucceeded, Commands: []v1alpha1.CommandStatus{{
+		Name: "restartStaticPods", Phase: v1alpha1.CommandSucceeded, Attempt: 1, StartTime: &start, CompletionTime: &end,
+		Waits: []v1alpha1.CommandWait{
+			{For: v1alpha1.WaitMirrorPodGone, Duration: metav1.Duration{Duration: 25 * time.Second}},
+			{For: v1alpha1.WaitMirrorPodBack, Duration: metav1.Duration{Duration: 10 * time.Second}},
+		},
+	}}}
+	if err := env.Client.Status().Update(ctx, tk); err != nil {
+		t.Fatal(err)
+	}
+	got := gather(t, metrics.NewManager(env.Client))
+	for k, want := range map[string]float64{
+		metrics.CommandDuration + `_sum{kind="restartStaticPods"}`:                            40,
+		metrics.CommandPhaseDuration + `_sum{kind="restartStaticPods",phase="Run"}`:           5,
+		metrics.CommandPhaseDuration + `_sum{kind="restartStaticPods",phase="MirrorPodGone"}`: 25,
+		metrics.CommandPhaseDuration + `_sum{kind="restartStaticPods",phase="MirrorPodBack"}`: 10,
+		metrics.CommandPhaseDuration + `_count{kind="restartStaticPods",phase="Run"}`:         1,
+	} {
+		if v, ok := got[k]; !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", k, v, ok, want)
+		}
+	}
+}
+
 // The agent reports only its own nodes' commands, by kind and result, and when the last ended.
 func TestAgentReportsItsNodesCommands(t *testing.T) {
 	ctx := context.Background()
@@ -328,6 +366,7 @@ func gather(t *testing.T, c prometheus.Collector) map[string]float64 {
 			switch f.GetType() {
 			case dto.MetricType_HISTOGRAM:
 				out[f.GetName()+"_count"+strings.TrimPrefix(k, f.GetName())] = float64(m.GetHistogram().GetSampleCount())
+				out[f.GetName()+"_sum"+strings.TrimPrefix(k, f.GetName())] = m.GetHistogram().GetSampleSum()
 			case dto.MetricType_COUNTER:
 				out[k] = m.GetCounter().GetValue()
 			default:

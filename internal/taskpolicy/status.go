@@ -54,7 +54,7 @@ func Apply(s *v1alpha1.NodeTaskStatus, spec *v1alpha1.NodeTaskSpec, a Action, no
 		c.Phase = v1alpha1.CommandRunning
 		c.Attempt++
 		c.StartTime, c.CompletionTime, c.ExitCode = &now, nil, nil
-		c.OutputTail, c.Drain = "", nil
+		c.OutputTail, c.Drain, c.Waits = "", nil, nil
 		if !a.Rerun {
 			c.Message = ""
 		} else {
@@ -101,6 +101,8 @@ type Outcome struct {
 	Message  string
 	Tail     string
 	Certs    []v1alpha1.CertificateExpiry
+	// Waits is what the run waited for, apart from the time its work ran.
+	Waits []v1alpha1.CommandWait
 	// Retry: the command failed but has retries left; it goes back to Pending.
 	Retry bool
 }
@@ -114,6 +116,7 @@ func ApplyResult(s *v1alpha1.NodeTaskStatus, spec *v1alpha1.NodeTaskSpec, i int,
 	c.OutputTail = o.Tail
 	c.Message = o.Message
 	c.Drain = nil
+	c.Waits = o.Waits
 	if len(o.Certs) > 0 {
 		s.Certificates = o.Certs
 	}

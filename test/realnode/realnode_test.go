@@ -121,6 +121,8 @@ func TestRealNode1RenewCertificates(t *testing.T) {
 	// serves the cluster admin.
 	e.controlPlaneServesAtOnce("kubectl nodeops renew-certs --watch")
 	e.operationSucceeded(name)
+	// Where the renewal's time went: per command, the time the work ran and each wait.
+	e.nodeops("describe", name)
 	fileAfterRenew := certNotBefore(t, framework.ParseCertificate(t, apiCertFile, []byte(framework.ReadFile(t, apiCertFile))))
 	if !fileAfterRenew.After(fileBefore) {
 		t.Fatalf("%s notBefore did not move: %s before, %s after renewCertificates", apiCertFile, fileBefore, fileAfterRenew)
@@ -442,6 +444,7 @@ func (e *env) upgradeThroughClusterTarget(source, ignore string) *nodeopsv1.Node
 			each = append(each, fmt.Sprintf("%s %s", kind, d.Round(time.Second)))
 		}
 	}
+	e.nodeops("describe", op.Name) // per command, the time the work ran and each wait
 	e.t.Logf("upgrade %s through ClusterTarget: %s in kubeadm's own commands (%s) of %s wall time from target set to kubectl wait returning",
 		op.Name, kubeadm.Round(time.Second), strings.Join(each, ", "), wall.Round(time.Second))
 	return op

@@ -74,6 +74,9 @@ type Env struct {
 	// Note shows what a running command waits for in the task's status (redacted by the caller);
 	// nil: only in its output.
 	Note func(message string)
+	// Waits adds up what the command waits for (a mirror pod, the control plane, the manager's
+	// drain), which the agent records apart from the time the work ran; nil records nothing.
+	Waits *Waits
 
 	// acting is the Host that really changes things, set in a DryRun for kubeadm's own dry run,
 	// which leaves files behind that must really be removed.

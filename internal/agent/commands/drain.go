@@ -20,6 +20,8 @@ func runDrain(ctx context.Context, env *Env, d *v1alpha1.DrainCommand) (Result, 
 	if env.Drainer == nil {
 		return Result{}, fmt.Errorf("draining node %s: this agent has no drainer to ask", env.NodeName)
 	}
+	done := env.waiting(v1alpha1.WaitDrain)
 	msg, err := env.Drainer.Drain(ctx, d, env.out())
+	done()
 	return Result{Message: msg}, err
 }

@@ -148,6 +148,7 @@ func (h *heldSecrets) get(ctx context.Context, name string) (map[string][]byte, 
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
+	defer env.waiting(v1alpha1.WaitSecretMount)()
 	pod := secretholder.PodName(env.Task)
 	ref := SecretNamespace + "/" + pod
 	noted := ""

@@ -53,6 +53,7 @@ func (m *mirrorPod) Identity(ctx context.Context) string {
 }
 
 func (m *mirrorPod) WaitGone(ctx context.Context, before string) error {
+	defer m.env.waiting(v1alpha1.WaitMirrorPodGone)()
 	// Without etcd or the API server of this node the API may be unreachable: that is the sign they
 	// went away (on a single control plane nothing else answers).
 	apiDownMeansGone := m.comp == "etcd" || m.comp == "kube-apiserver"
@@ -60,6 +61,7 @@ func (m *mirrorPod) WaitGone(ctx context.Context, before string) error {
 }
 
 func (m *mirrorPod) WaitBack(ctx context.Context, before string) error {
+	defer m.env.waiting(v1alpha1.WaitMirrorPodBack)()
 	return waitMirrorPod(ctx, m.env, m.comp, func(id types.UID, exists, ready bool) bool { return exists && ready && string(id) != before }, staticPodBackWait, false)
 }
 

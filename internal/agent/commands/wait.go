@@ -8,7 +8,8 @@ import (
 	"github.com/nodeops/nodeops/internal/clock"
 )
 
-func runWait(ctx context.Context, _ *Env, w *v1alpha1.WaitCommand) (Result, error) {
+func runWait(ctx context.Context, env *Env, w *v1alpha1.WaitCommand) (Result, error) {
+	defer env.waiting(v1alpha1.WaitWait)()
 	if err := clock.Sleep(ctx, w.Duration.Duration); err != nil {
 		return Result{}, fmt.Errorf("waiting %s: %w", w.Duration.Duration, err)
 	}

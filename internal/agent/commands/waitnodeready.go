@@ -33,6 +33,11 @@ func runWaitNodeReady(ctx context.Context, env *Env, w *v1alpha1.WaitNodeReadyCo
 		env.printf("dry run: not waiting for the static pods to run %s\n", cp.Version)
 		cp = &v1alpha1.ControlPlaneHealth{}
 	}
+	what := v1alpha1.WaitNodeReady
+	if cp != nil {
+		what = v1alpha1.WaitControlPlaneHealthy
+	}
+	defer env.waiting(what)()
 	var last error // the last answer of a check the deadline did not cut short
 	for {
 		err := nodeHealthy(ctx, env, cp)

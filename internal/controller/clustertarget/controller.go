@@ -10,7 +10,6 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -28,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/clock"
 	"github.com/nodeops/nodeops/internal/controller/skeleton"
 	"github.com/nodeops/nodeops/internal/plan"
 )
@@ -57,18 +57,13 @@ type Reconciler struct {
 	// kubelet restarting onto a new version while nothing else moves): at most one per interval,
 	// so that creating thousands of nodes does not rewrite a large status thousands of times.
 	NodesInterval time.Duration
-	// Now is the clock; time.Now when nil.
-	Now func() time.Time
+	// Now is the clock; the machine's when nil.
+	Now clock.Func
 
 	status skeleton.StatusThrottle
 }
 
-func (r *Reconciler) now() time.Time {
-	if r.Now != nil {
-		return r.Now()
-	}
-	return time.Now()
-}
+func (r *Reconciler) now() time.Time { return r.Now.Now() }
 
 type scope struct {
 	ct     *v1alpha1.ClusterTarget
@@ -91,17 +86,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	s := &scope{ct: ct, before: ct.Status.DeepCopy()}
-	res, err := skeleton.Run(ctx, s, skeleton.Steps[*scope]{
+	return skeleton.Run(ctx, s, skeleton.Steps[*scope]{
 		Observe:     r.observe,
 		Decide:      func(s *scope) { s.d = decide(&s.in) },
 		WriteStatus: r.writeStatus,
 		Act:         r.act,
 	})
-	var stale *staleError
-	if errors.As(err, &stale) {
-		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
-	}
-	return res, err
 }
 
 // observe reads the cluster version, every node's versions, the control planes' static pod
@@ -374,30 +364,28 @@ func completion(t *v1alpha1.NodeTask) time.Time {
 	return t.CreationTimestamp.Time
 }
 
-// writeStatus writes the status only when it changed, with an optimistic lock: the history it
-// records is the intent act carries out, so it must not be written over a newer one from a
-// stale cache.
+// statusRule: the status records the operations generated, the intent act carries out, so it
+// is written with a lock, never over a newer one from a stale cache.
+var statusRule = skeleton.StatusRule{Kind: kind, Lock: true, Owned: []string{
+	v1alpha1.ConditionUpToDate, v1alpha1.ConditionReady, v1alpha1.ConditionProgressing,
+	v1alpha1.ConditionReconciling, v1alpha1.ConditionBlocked, v1alpha1.ConditionStalled,
+}}
+
+// writeStatus writes the status only when it changed; a change of status.nodes alone waits for
+// NodesInterval.
 func (r *Reconciler) writeStatus(ctx context.Context, s *scope) (ctrl.Result, error) {
 	if equality.Semantic.DeepEqual(s.before, &s.d.status) {
 		return ctrl.Result{}, nil
 	}
-	now := r.now()
-	if wait := r.status.Wait(s.ct.Name, !onlyNodes(s.before, &s.d.status), r.NodesInterval, now); wait > 0 {
-		return ctrl.Result{RequeueAfter: wait}, nil
-	}
 	orig := s.ct.DeepCopy()
 	s.ct.Status = s.d.status
-	err := r.Client.Status().Patch(ctx, s.ct, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-		// Decided on a stale copy: decide again on the newer one (the writer's event brings it,
-		// but a status-only change is filtered out, so ask too). Gone: nothing to do.
-		return ctrl.Result{}, &staleError{err}
+	wrote, res, err := skeleton.WriteStatus(ctx, r.Client, statusRule, &r.status, skeleton.StatusWrite{
+		Orig: orig, Obj: s.ct, Urgent: !onlyNodes(s.before, &s.d.status), Interval: r.NodesInterval, Now: r.now(),
+	})
+	if wrote != skeleton.StatusWrote {
+		s.ct.Status = orig.Status
 	}
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("write status of ClusterTarget %s: %w", s.ct.Name, err)
-	}
-	r.status.Wrote(s.ct.Name, now)
-	return ctrl.Result{}, nil
+	return res, err
 }
 
 // onlyNodes reports whether before and after differ in status.nodes alone.
@@ -406,9 +394,6 @@ func onlyNodes(before, after *v1alpha1.ClusterTargetStatus) bool {
 	a.Nodes, b.Nodes = nil, nil
 	return equality.Semantic.DeepEqual(a, b)
 }
-
-// staleError stops the reconcile before act, without the error being logged as a failure.
-type staleError struct{ error }
 
 // act creates the operation the status now records, and asks to look again when certificates
 // fall within renewBefore.

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/clock"
 	"github.com/nodeops/nodeops/internal/controller/skeleton"
 	"github.com/nodeops/nodeops/internal/gate"
 	"github.com/nodeops/nodeops/internal/nodelock"
@@ -65,8 +66,8 @@ type Reconciler struct {
 	// WaitRecheck is how soon an operation waiting for another task's node looks again, in case
 	// the holder's end was missed.
 	WaitRecheck time.Duration
-	// Now is the clock; time.Now when nil.
-	Now func() time.Time
+	// Now is the clock; the machine's when nil.
+	Now clock.Func
 	// Gates evaluates health gates; SetupWithManager sets one reading through the manager.
 	Gates *gate.Checker
 	// GateRecheck is how soon a gate that holds is checked again.
@@ -90,12 +91,7 @@ func New(c client.Client, apiReader client.Reader, locks skeleton.Locker, record
 	}
 }
 
-func (r *Reconciler) now() time.Time {
-	if r.Now != nil {
-		return r.Now()
-	}
-	return time.Now()
-}
+func (r *Reconciler) now() time.Time { return r.Now.Now() }
 
 // scope is one reconcile's view of an operation.
 type scope struct {
@@ -136,6 +132,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if !r.Locks.Synced() {
 		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
 	}
+	// The machine's clock, not r.Now: start measures the reconcile's work, which a held clock would hide.
 	s := &scope{op: op, before: op.Status.DeepCopy(), start: time.Now()}
 	return skeleton.Run(ctx, s, skeleton.Steps[*scope]{
 		Observe:     r.observe,

@@ -9,10 +9,17 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/controller/skeleton"
 )
+
+// statusRule: the operation's status is recomputed whole from its tasks every reconcile, so it
+// goes without a lock: a lock would refuse every write of a reconcile running ahead of the cache's
+// copy of the last one, writes the budget (at most 4 per node) counts.
+var statusRule = skeleton.StatusRule{Kind: kind, Owned: []string{
+	v1alpha1.ConditionProgressing, v1alpha1.ConditionSucceeded, v1alpha1.ConditionFailed, v1alpha1.ConditionBlocked,
+}}
 
 // writeStatus writes the operation's new status when it differs: at once when the phase, a
 // group's phase, a condition's status or reason, or the generation changed; otherwise at most
@@ -22,26 +29,27 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope) (ctrl.Result, er
 	if equality.Semantic.DeepEqual(s.before, st) {
 		return ctrl.Result{}, nil
 	}
-	now := r.now()
-	if wait := r.status.Wait(s.op.Name, significant(s.before, st), r.StatusInterval, now); wait > 0 {
-		return ctrl.Result{RequeueAfter: wait}, nil
-	}
 	for _, k := range s.checked {
 		// Checks that changed nothing wrote nothing; this write carries when they happened.
 		for i := range st.Gates {
 			if st.Gates[i].Group == k.group && st.Gates[i].Name == k.name {
-				st.Gates[i].LastChecked = metav1.NewTime(now)
+				st.Gates[i].LastChecked = metav1.NewTime(r.now())
 			}
 		}
 	}
 	orig := s.op.DeepCopy()
+	orig.Status = *s.before
 	s.op.Status = *st
-	if err := r.Client.Status().Patch(ctx, s.op, client.MergeFrom(orig)); err != nil {
-		return ctrl.Result{}, fmt.Errorf("write status of NodeOperation %s: %w", s.op.Name, err)
+	now := r.now()
+	wrote, res, err := skeleton.WriteStatus(ctx, r.Client, statusRule, &r.status, skeleton.StatusWrite{
+		Orig: orig, Obj: s.op, Urgent: significant(s.before, st), Interval: r.StatusInterval, Now: now,
+	})
+	if wrote != skeleton.StatusWrote {
+		s.op.Status = *s.before // s.op.Status is the status as last written (see act)
+		return res, err
 	}
-	r.status.Wrote(s.op.Name, now)
 	r.emit(s.op, transitions(s.before, st))
-	return ctrl.Result{}, nil
+	return res, nil
 }
 
 // significant reports a change a watcher must see at once, rather than a count moving.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -62,57 +61,26 @@ func buildTask(op *v1alpha1.NodeOperation, group *v1alpha1.Group, node string) *
 	}
 }
 
-// createTasks acquires the tasks' nodes in the lock table, within the group's budget, and
-// creates the tasks in parallel. A node another task took since decide looked is passed over
-// this round: it is added to waiting and counted in lost; so is one refused because another
-// controller spent the budget's room since (counted in lost only). A create that fails gives its
-// node back, and one that finds the task already there (the cache lagged) lets the table learn
-// the task's real state from the API server.
+// createTasks creates the tasks under their nodes' locks, within the group's budget
+// (skeleton.LockThenCreate). A node another task took since decide looked is passed over this
+// round: it is added to waiting and counted in lost; so is one refused because another
+// controller spent the budget's room since (counted in lost only).
 func (r *Reconciler) createTasks(ctx context.Context, op *v1alpha1.NodeOperation, starts []start, budget nodelock.Budget, waiting map[string]nodelock.Holder) (lost int, err error) {
-	if len(starts) == 0 {
-		return 0, nil
-	}
-	claims := make([]nodelock.Claim, len(starts))
+	creates := make([]skeleton.TaskCreate, len(starts))
 	for i, s := range starts {
-		claims[i] = nodelock.Claim{Node: s.node, Task: plan.TaskName(op.Name, s.group.Name, s.node)}
+		creates[i] = skeleton.TaskCreate{Task: buildTask(op, s.group, s.node)}
 	}
-	got, holders, err := r.Locks.AcquireWithin(ctx, nodelock.OperationOwner(op.Name), claims, budget)
-	if err != nil {
-		return len(starts), err
-	}
-	w := skeleton.NewWrites(r.CreateParallelism)
+	got, holders, err := skeleton.LockThenCreate(ctx, r.Client, r.APIReader, r.Locks, nodelock.OperationOwner(op.Name), budget, creates, r.CreateParallelism)
 	for i, s := range starts {
-		if !got[i] {
-			if holders[i].Task != "" {
-				waiting[s.node] = holders[i]
-			}
-			lost++
+		if got[i] {
 			continue
 		}
-		w.Go(func() error { return r.createTask(ctx, op, s) })
-	}
-	return lost, w.Wait()
-}
-
-func (r *Reconciler) createTask(ctx context.Context, op *v1alpha1.NodeOperation, s start) error {
-	task := buildTask(op, s.group, s.node)
-	err := r.Client.Create(ctx, task)
-	switch {
-	case err == nil:
-		r.Locks.Created(task)
-		return nil
-	case apierrors.IsAlreadyExists(err):
-		r.Locks.Release(s.node, task.Name)
-		var live v1alpha1.NodeTask
-		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(task), &live); err != nil {
-			return fmt.Errorf("read NodeTask %s after a create conflict: %w", task.Name, err)
+		if holders[i].Task != "" {
+			waiting[s.node] = holders[i]
 		}
-		r.Locks.Observe(&live)
-		return nil
-	default:
-		r.Locks.Release(s.node, task.Name)
-		return fmt.Errorf("create NodeTask %s for node %s: %w", task.Name, s.node, err)
+		lost++
 	}
+	return lost, err
 }
 
 // mirror carries the operation's paused, abort and executionMode (Controlled to Auto) onto its

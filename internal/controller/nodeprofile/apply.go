@@ -37,71 +37,49 @@ func (r *Reconciler) apply(ctx context.Context, s *scope) (ctrl.Result, error) {
 	}
 	for _, np := range d.Patches {
 		rv := s.nodeRV[np.Node]
-		if r.expect.nodeStale(key, np.Node, rv) {
+		if r.patched.stale(key, np.Node, rv) {
 			continue // patched already; the cache has not caught up
 		}
 		w.Go(func() error {
 			if err := r.patchNode(ctx, p.Name, p.Spec.ProvisionedLabels, np, s.hash); err != nil {
 				return err
 			}
-			r.expect.patched(key, np.Node, rv)
+			r.patched.patched(key, np.Node, rv)
 			return nil
 		})
 	}
 
 	var res ctrl.Result
 	owner := nodelock.ProfileOwner(p.Name)
-	tasks := make([]*v1alpha1.NodeTask, len(s.starts))
-	claims := make([]nodelock.Claim, len(s.starts))
+	created := r.Now.Now().UTC().Format(time.RFC3339Nano)
+	creates := make([]skeleton.TaskCreate, len(s.starts))
 	for i, st := range s.starts {
-		tasks[i] = BuildTask(p, st.Node, st.Action, s.hash)
-		claims[i] = nodelock.Claim{Node: st.Node, Task: tasks[i].Name}
+		task := BuildTask(p, st.Node, st.Action, s.hash)
+		metav1.SetMetaDataAnnotation(&task.ObjectMeta, CreatedAnnotation, created)
+		creates[i] = skeleton.TaskCreate{Task: task, Before: func(ctx context.Context) error {
+			// The finished task st supersedes goes first: the new one may take its name.
+			for _, name := range st.Delete {
+				if err := r.deleteTask(ctx, name); err != nil {
+					return err
+				}
+			}
+			return nil
+		}}
 	}
 	// The budget is checked again as the nodes are acquired, counting every task's holds, so that
 	// an operation deciding at the same moment cannot spend the same room (budgets are cluster-wide, rule 11).
-	got, holders, lockErr := r.Lock.AcquireWithin(ctx, owner, claims, s.budget())
-	if lockErr != nil {
-		got = make([]bool, len(claims)) // the creates wait for the next round, after the error's backoff
-	}
-	for i, st := range s.starts {
-		task := tasks[i]
-		if !got[i] {
-			retry := r.RetryAfter
-			if holders[i].Owner == owner || holders[i].Task == "" {
-				retry = lockLag
-			}
-			res = skeleton.LowestNonZero(res, ctrl.Result{RequeueAfter: retry})
+	got, holders, createErr := skeleton.LockThenCreate(ctx, r.Client, r.APIReader, r.Lock, owner, s.budget(), creates, r.Parallelism)
+	for i := range s.starts {
+		if got[i] {
 			continue
 		}
-		w.Go(func() error {
-			if err := r.startTask(ctx, s, st, task); err != nil {
-				r.Lock.Release(st.Node, task.Name)
-				return err
-			}
-			return nil
-		})
-	}
-	return res, errors.Join(lockErr, w.Wait())
-}
-
-// startTask deletes the finished task st supersedes, then creates task.
-func (r *Reconciler) startTask(ctx context.Context, s *scope, st Start, task *v1alpha1.NodeTask) error {
-	for _, name := range st.Delete {
-		if err := r.deleteTask(ctx, name); err != nil {
-			return err
+		retry := r.RetryAfter
+		if holders[i].Owner == owner || holders[i].Task == "" {
+			retry = lockLag
 		}
+		res = skeleton.LowestNonZero(res, ctrl.Result{RequeueAfter: retry})
 	}
-	now := time.Now()
-	metav1.SetMetaDataAnnotation(&task.ObjectMeta, CreatedAnnotation, now.UTC().Format(time.RFC3339Nano))
-	switch err := r.Client.Create(ctx, task); {
-	case err == nil:
-		r.Lock.Created(task)
-	case !apierrors.IsAlreadyExists(err):
-		return fmt.Errorf("create NodeTask %s (%s on node %s): %w", task.Name, st.Action, st.Node, err)
-	}
-	v, _ := ViewTask(task)
-	r.expect.created(profileKey(s.profile), v, now)
-	return nil
+	return res, errors.Join(createErr, w.Wait())
 }
 
 func (r *Reconciler) deleteTask(ctx context.Context, name string) error {

@@ -1,7 +1,7 @@
 // Package nodeprofile is the NodeProfile controller: it provisions the nodes in a profile with
 // install NodeTasks under maxUnavailable and the node lock, labels them only once the install
 // succeeded, uninstalls nodes that leave, keeps the profile's RuntimeClasses, and reports it all
-// in the profile's status. The decisions are pure functions (Decide, ComputeStatus, BuildTask,
+// in the profile's status. The decisions are pure functions (decide, ComputeStatus, BuildTask,
 // PlanRuntimeClasses); this file reads the world and applies them.
 //
 // It writes only its profiles' status, their install and uninstall NodeTasks (created under the node
@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/clock"
 	"github.com/nodeops/nodeops/internal/controller/skeleton"
 	"github.com/nodeops/nodeops/internal/nodelock"
 	"github.com/nodeops/nodeops/internal/plan"
@@ -66,18 +66,24 @@ type Reconciler struct {
 	StatusInterval time.Duration
 	// RetryAfter is when to look again at nodes waiting for a lock held by another owner's task.
 	RetryAfter time.Duration
+	// APIReader reads past the cache: a task whose create found it already there. SetupWithManager
+	// sets the manager's when nil.
+	APIReader client.Reader
+	// Now is the clock; the machine's when nil.
+	Now clock.Func
 
-	expect *expectations
-	mu     sync.Mutex
+	// patched remembers the nodes this controller patched until the cache shows the patch.
+	patched *patchedNodes
 	// status batches count-only status writes, by profile name.
 	status skeleton.StatusThrottle
 }
 
-// New returns a Reconciler with default tunables.
+// New returns a Reconciler with default tunables: the one place they are set.
 func New(c client.Client, lock skeleton.Locker, recorder events.EventRecorder) *Reconciler {
 	return &Reconciler{
 		Client: c, Lock: lock, Recorder: recorder,
 		Parallelism: DefaultParallelism, StatusInterval: DefaultStatusInterval, RetryAfter: DefaultRetryAfter,
+		patched: newPatchedNodes(),
 	}
 }
 
@@ -87,11 +93,11 @@ type scope struct {
 	orig     *v1alpha1.NodeProfile
 	deleting bool
 	hash     string
-	// nodeRV: node -> resourceVersion in the cache, for patch expectations.
+	// nodeRV: node -> resourceVersion in the cache, for patchedNodes.
 	nodeRV map[string]string
 
-	// Observed: Decide's input, the RuntimeClasses and the lock table's view.
-	in             Input
+	// Observed: decide's input, the RuntimeClasses and the lock table's view.
+	in             input
 	runtimeClasses []nodev1.RuntimeClass
 	locks          nodelock.View
 	locksSynced    bool
@@ -101,7 +107,7 @@ type scope struct {
 	invalid    string
 	invalidErr error
 	decided    bool
-	decision   Decision
+	decision   decision
 	classes    RuntimeClassChanges
 	// starts are the tasks to create, chosen under maxUnavailable (plan.Select); retry is when to
 	// look again at candidates whose node is held.
@@ -109,20 +115,16 @@ type scope struct {
 	retry  time.Duration
 	// problems are profile-level faults for status.
 	problems []string
-
-	// statusLost: the status write found a newer profile or none; act waits for the next round.
-	statusLost bool
 }
 
 // Reconcile follows the skeleton (internal/controller/skeleton): get, finalizer, then observe,
 // decide, write status and act; once a deleted profile has nothing left on any node, act
 // removes the finalizer instead of a status being written.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	r.init()
 	p := &v1alpha1.NodeProfile{}
 	if err := r.Client.Get(ctx, req.NamespacedName, p); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.expect.forget(req.Name)
+			r.patched.forget(req.Name)
 			r.status.Forget(req.Name)
 			return ctrl.Result{}, nil
 		}
@@ -148,22 +150,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	})
 }
 
-func (r *Reconciler) init() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.expect == nil {
-		r.expect = newExpectations()
-	}
-	if r.Parallelism <= 0 {
-		r.Parallelism = DefaultParallelism
-	}
-	if r.RetryAfter <= 0 {
-		r.RetryAfter = DefaultRetryAfter
-	}
-}
-
 // observe reads the lock table's view, then the RuntimeClasses, nodes and the profile's tasks
-// from the cache, into Decide's input.
+// from the cache, into decide's input.
 func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 	p := s.profile
 	m, err := NewMembership(&p.Spec)
@@ -188,12 +176,12 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 		return fmt.Errorf("list NodeTasks of NodeProfile %s: %w", p.Name, err)
 	}
 	label, annotation := ProvisionedLabel(p.Name), HashAnnotation(p.Name)
-	in := Input{
+	in := input{
 		Hash:           s.hash,
 		HasUninstall:   len(p.Spec.Uninstall) > 0,
 		MaxUnavailable: p.Spec.MaxUnavailable,
 		TTL:            p.Spec.TTLSecondsAfterFinished,
-		Now:            time.Now(),
+		Now:            r.Now.Now(),
 		Nodes:          make([]NodeView, 0, len(nodes.Items)),
 	}
 	s.nodeRV = make(map[string]string, len(nodes.Items))
@@ -214,12 +202,37 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 			in.Tasks = append(in.Tasks, v)
 		}
 	}
-	in.Tasks = r.expect.addUnseenTasks(profileKey(p), in.Tasks, time.Now())
+	in.Tasks = addReserved(p.Name, s.hash, in.Tasks, s.locks, in.Now)
 	s.in = in
 	return nil
 }
 
-// decide plans the RuntimeClasses, decides every node (Decide) and chooses the tasks to start
+// addReserved returns listed plus the profile's tasks at hash that the lock table holds as
+// reservations (created, or being created, and not yet in the cache): the one answer to cache lag
+// after a create, which the NodeOperation controller reads too. A reservation of a name listed
+// already is that name's earlier task, as the cache still shows it.
+func addReserved(profile, hash string, listed []TaskView, locks nodelock.View, now time.Time) []TaskView {
+	if len(locks.Reserved) == 0 {
+		return listed
+	}
+	seen := make(map[string]bool, len(listed))
+	for _, t := range listed {
+		seen[t.Name] = true
+	}
+	for name, node := range locks.Reserved {
+		if seen[name] {
+			continue
+		}
+		for _, a := range []Action{ActionInstall, ActionUninstall} {
+			if name == TaskName(profile, a, hash, node) {
+				listed = append(listed, TaskView{Name: name, Node: node, Action: a, Hash: hash, Phase: v1alpha1.TaskPending, Created: now})
+			}
+		}
+	}
+	return listed
+}
+
+// decide plans the RuntimeClasses, decides every node (the pure decide) and chooses the tasks to start
 // (chooseStarts), from the scope alone.
 func (r *Reconciler) decide(s *scope) {
 	if s.invalid != "" {
@@ -227,7 +240,7 @@ func (r *Reconciler) decide(s *scope) {
 	}
 	s.classes = PlanRuntimeClasses(s.profile, s.runtimeClasses, s.deleting)
 	s.problems = append(s.problems, s.classes.Conflicts...)
-	d, err := Decide(s.in)
+	d, err := decide(s.in)
 	if err != nil {
 		s.invalid, s.invalidErr = err.Error(), reconcile.TerminalError(fmt.Errorf("NodeProfile %s: %w", s.profile.Name, err))
 		return
@@ -241,7 +254,7 @@ func (r *Reconciler) decide(s *scope) {
 // and waits, looked at again after retryAfter, or after lockLag when the holder is the
 // profile's own finished task (the lock table follows the informer a moment behind the cache).
 // Nothing starts before the lock table has synced.
-func chooseStarts(p *v1alpha1.NodeProfile, hash string, d Decision, locks nodelock.View, synced bool, retryAfter time.Duration) ([]Start, time.Duration) {
+func chooseStarts(p *v1alpha1.NodeProfile, hash string, d decision, locks nodelock.View, synced bool, retryAfter time.Duration) ([]Start, time.Duration) {
 	if len(d.Starts) == 0 || d.Room == 0 {
 		return nil, 0
 	}
@@ -271,9 +284,6 @@ func chooseStarts(p *v1alpha1.NodeProfile, hash string, d Decision, locks nodelo
 // act carries out the decision: RuntimeClasses, aborts, deletions, node patches and the chosen
 // tasks under the node lock; once a deleted profile is done, it removes the finalizer.
 func (r *Reconciler) act(ctx context.Context, s *scope) (ctrl.Result, error) {
-	if s.statusLost {
-		return ctrl.Result{}, nil
-	}
 	rcErr := r.syncRuntimeClasses(ctx, s)
 	if s.invalid != "" {
 		return ctrl.Result{}, errors.Join(rcErr, s.invalidErr)
@@ -289,7 +299,7 @@ func (r *Reconciler) act(ctx context.Context, s *scope) (ctrl.Result, error) {
 	return skeleton.LowestNonZero(res, ctrl.Result{RequeueAfter: s.retry}, ctrl.Result{RequeueAfter: s.decision.Expire}), nil
 }
 
-// ViewTask turns a task into what Decide needs; ok is false for a task the profile did not build.
+// ViewTask turns a task into what decide needs; ok is false for a task the profile did not build.
 func ViewTask(t *v1alpha1.NodeTask) (TaskView, bool) {
 	action, hash, ok := parseGroup(t.Spec.Group)
 	if !ok {

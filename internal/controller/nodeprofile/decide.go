@@ -11,7 +11,7 @@ import (
 	"github.com/nodeops/nodeops/internal/plan"
 )
 
-// NodeView is what Decide needs to know about one node.
+// NodeView is what decide needs to know about one node.
 type NodeView struct {
 	Name string
 	// Member: the node is in the profile now (false for every node while the profile is deleted).
@@ -25,7 +25,7 @@ type NodeView struct {
 	Hash string
 }
 
-// TaskView is what Decide needs to know about one of the profile's tasks.
+// TaskView is what decide needs to know about one of the profile's tasks.
 type TaskView struct {
 	Name    string
 	Node    string
@@ -53,8 +53,8 @@ func (t *TaskView) effectivePhase() v1alpha1.TaskPhase {
 	return p
 }
 
-// Input is the world as one reconcile sees it.
-type Input struct {
+// input is the world as one reconcile sees it.
+type input struct {
 	// Hash is the current spec hash.
 	Hash string
 	// HasUninstall: the spec has uninstall commands; without them leaving only removes the label.
@@ -113,8 +113,8 @@ type NodePatch struct {
 	Provisioned bool
 }
 
-// Decision is what the profile should do now.
-type Decision struct {
+// decision is what the profile should do now.
+type decision struct {
 	// Nodes lists every node the profile concerns (not Idle), sorted by name.
 	Nodes  []NodeResult
 	Counts v1alpha1.ProfileNodeCounts
@@ -144,16 +144,16 @@ type Decision struct {
 	Done bool
 }
 
-// Decide computes, from nodes and tasks alone, each node's state and what to do next. A node's
+// decide computes, from nodes and tasks alone, each node's state and what to do next. A node's
 // latest task says where it stands: a new one is created only after the previous one finished
 // (or was aborted); superseded ones are kept until the TTL.
-func Decide(in Input) (Decision, error) {
+func decide(in input) (decision, error) {
 	byNode := map[string][]*TaskView{}
 	for i := range in.Tasks {
 		t := &in.Tasks[i]
 		byNode[t.Node] = append(byNode[t.Node], t)
 	}
-	var d Decision
+	var d decision
 	exists := make(map[string]bool, len(in.Nodes))
 	nodes := append([]NodeView(nil), in.Nodes...)
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
@@ -257,7 +257,7 @@ func Decide(in Input) (Decision, error) {
 
 	limit, err := plan.MaxUnavailable(in.MaxUnavailable, relevant)
 	if err != nil {
-		return Decision{}, fmt.Errorf("spec.maxUnavailable: %w", err)
+		return decision{}, fmt.Errorf("spec.maxUnavailable: %w", err)
 	}
 	d.Limit, d.Unavailable = limit, busy
 	d.Room = max(limit-busy, 0)
@@ -277,7 +277,7 @@ func Decide(in Input) (Decision, error) {
 }
 
 // ttlLeft is how long until the finished task t is due for deletion; ok is false without a TTL.
-func ttlLeft(in Input, t *TaskView) (time.Duration, bool) {
+func ttlLeft(in input, t *TaskView) (time.Duration, bool) {
 	if in.TTL == nil {
 		return 0, false
 	}
@@ -291,7 +291,7 @@ func ttlLeft(in Input, t *TaskView) (time.Duration, bool) {
 // decideNode decides one existing node given its latest task. It returns the node's state, the
 // task to start (nil for none), the label patch (nil for none), a task to abort ("" for none),
 // and whether the latest task still holds the node.
-func decideNode(in Input, n *NodeView, last *TaskView) (r NodeResult, start *Start, patch *NodePatch, abort string, holds bool) {
+func decideNode(in input, n *NodeView, last *TaskView) (r NodeResult, start *Start, patch *NodePatch, abort string, holds bool) {
 	r = NodeResult{Node: n.Name, State: StateIdle}
 	provisioned := n.Labelled && n.Hash == in.Hash
 	marked := n.Labelled || n.Hash != ""

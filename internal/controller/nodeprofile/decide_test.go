@@ -52,7 +52,7 @@ func TestDecideNode(t *testing.T) {
 		wantAbort    []string
 		wantBusy     bool
 		wantMessage  string
-		wantDeletion []string // Decision.Delete
+		wantDeletion []string // decision.Delete
 		wantExpire   time.Duration
 		ttl          int32 // spec.ttlSecondsAfterFinished when not 0
 		now          time.Time
@@ -134,11 +134,11 @@ func TestDecideNode(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			in := Input{Hash: h, HasUninstall: !tt.noUninstall, MaxUnavailable: mu(1), Nodes: []NodeView{tt.node}, Tasks: tt.tasks, Now: tt.now}
+			in := input{Hash: h, HasUninstall: !tt.noUninstall, MaxUnavailable: mu(1), Nodes: []NodeView{tt.node}, Tasks: tt.tasks, Now: tt.now}
 			if tt.ttl != 0 {
 				in.TTL = &tt.ttl
 			}
-			d, err := Decide(in)
+			d, err := decide(in)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -216,7 +216,7 @@ func TestDecideMaxUnavailable(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d, err := Decide(Input{Hash: h, HasUninstall: true, MaxUnavailable: tt.max, Nodes: tt.nodes, Tasks: tt.tasks})
+			d, err := decide(input{Hash: h, HasUninstall: true, MaxUnavailable: tt.max, Nodes: tt.nodes, Tasks: tt.tasks})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -234,7 +234,7 @@ func TestDecideMaxUnavailable(t *testing.T) {
 }
 
 func TestDecideDeletedNodeForgotten(t *testing.T) {
-	d, err := Decide(Input{Hash: h, HasUninstall: true, Nodes: []NodeView{provisioned(member("a"), h)},
+	d, err := decide(input{Hash: h, HasUninstall: true, Nodes: []NodeView{provisioned(member("a"), h)},
 		Tasks: []TaskView{task("a", ActionInstall, h, v1alpha1.TaskSucceeded), task("gone", ActionInstall, h, v1alpha1.TaskRunning)}})
 	if err != nil {
 		t.Fatal(err)
@@ -268,7 +268,7 @@ func TestDecideSimulated(t *testing.T) {
 				for _, tv := range tasks {
 					list = append(list, *tv)
 				}
-				d, err := Decide(Input{Hash: h, HasUninstall: true, MaxUnavailable: mu(limit), Nodes: nodes, Tasks: list})
+				d, err := decide(input{Hash: h, HasUninstall: true, MaxUnavailable: mu(limit), Nodes: nodes, Tasks: list})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -348,7 +348,7 @@ func TestChooseStarts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d, err := Decide(Input{Hash: h, HasUninstall: true, MaxUnavailable: mu(tt.max), Nodes: nodes})
+			d, err := decide(input{Hash: h, HasUninstall: true, MaxUnavailable: mu(tt.max), Nodes: nodes})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -369,7 +369,7 @@ func TestChooseStarts(t *testing.T) {
 func TestDecideFailedTaskBlocks(t *testing.T) {
 	nodes := []NodeView{member("n1"), member("n2"), member("n3")}
 	failedInstall := task("n1", ActionInstall, h, v1alpha1.TaskFailed)
-	d, err := Decide(Input{Hash: h, HasUninstall: true, MaxUnavailable: mu(3), Nodes: nodes, Tasks: []TaskView{failedInstall}})
+	d, err := decide(input{Hash: h, HasUninstall: true, MaxUnavailable: mu(3), Nodes: nodes, Tasks: []TaskView{failedInstall}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,13 +378,13 @@ func TestDecideFailedTaskBlocks(t *testing.T) {
 	}
 	// Leaving supersedes the failed task: it is aborted, and the profile goes on.
 	nodes[0] = other("n1")
-	d, _ = Decide(Input{Hash: h, HasUninstall: true, MaxUnavailable: mu(3), Nodes: nodes, Tasks: []TaskView{failedInstall}})
+	d, _ = decide(input{Hash: h, HasUninstall: true, MaxUnavailable: mu(3), Nodes: nodes, Tasks: []TaskView{failedInstall}})
 	if len(d.Blocked) != 0 || !reflect.DeepEqual(d.Abort, []string{failedInstall.Name}) {
 		t.Errorf("after leaving: blocked %+v, abort %v", d.Blocked, d.Abort)
 	}
 	// A task aborted by a person is not a failed command: it counts, and blocks nothing.
 	nodes[0] = member("n1")
-	d, _ = Decide(Input{Hash: h, HasUninstall: true, MaxUnavailable: mu(3), Nodes: nodes, Tasks: []TaskView{aborted(failedInstall)}})
+	d, _ = decide(input{Hash: h, HasUninstall: true, MaxUnavailable: mu(3), Nodes: nodes, Tasks: []TaskView{aborted(failedInstall)}})
 	if len(d.Blocked) != 0 || d.Room != 2 {
 		t.Errorf("aborted: blocked %+v, room %d; want none, 2", d.Blocked, d.Room)
 	}

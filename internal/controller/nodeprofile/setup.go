@@ -27,6 +27,9 @@ func SetupWithManager(mgr ctrl.Manager, lock skeleton.Locker) error {
 
 // SetupWithManager registers r with mgr: it watches profiles, their tasks and RuntimeClasses, and nodes.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
 	if err := skeleton.IndexTasksByOwner(context.Background(), mgr.GetFieldIndexer(), kind); err != nil {
 		return err
 	}

@@ -32,10 +32,10 @@ const (
 
 // StatusInput is what the profile's status is computed from.
 type StatusInput struct {
-	Decision Decision
+	Decision decision
 	Deleting bool
 	// Started counts the tasks this reconcile starts (chosen by plan.Select, created after the
-	// status is written), not yet in Decision.
+	// status is written), not yet in decision.
 	Started int
 	// Problems are profile-level faults besides failed nodes, such as a RuntimeClass owned by someone else.
 	Problems []string

@@ -25,22 +25,22 @@ func TestComputeStatus(t *testing.T) {
 	}{
 		{name: "no nodes", in: StatusInput{},
 			ready: cond{"True", ReasonNoNodes}, provisioning: cond{"False", ReasonIdle}, degraded: cond{"False", ReasonNoFailures}},
-		{name: "all provisioned", in: StatusInput{Decision: Decision{
+		{name: "all provisioned", in: StatusInput{Decision: decision{
 			Nodes:  []NodeResult{{Node: "a", State: StateProvisioned}, {Node: "b", State: StateProvisioned}},
 			Counts: v1alpha1.ProfileNodeCounts{Matched: 2, Provisioned: 2},
 		}}, ready: cond{"True", ReasonProvisioned}, provisioning: cond{"False", ReasonIdle}, degraded: cond{"False", ReasonNoFailures},
 			counts: v1alpha1.ProfileNodeCounts{Matched: 2, Provisioned: 2}},
-		{name: "waiting and just started", in: StatusInput{Started: 1, Decision: Decision{
+		{name: "waiting and just started", in: StatusInput{Started: 1, Decision: decision{
 			Nodes:  []NodeResult{{Node: "a", State: StateProvisioned}, {Node: "b", State: StateWaitingInstall}},
 			Counts: v1alpha1.ProfileNodeCounts{Matched: 2, Provisioned: 1},
 		}}, ready: cond{"False", ReasonInProgress}, provisioning: cond{"True", ReasonInProgress}, degraded: cond{"False", ReasonNoFailures},
 			counts: v1alpha1.ProfileNodeCounts{Matched: 2, Provisioned: 1, Provisioning: 1}},
-		{name: "a node leaving keeps it from Ready", in: StatusInput{Decision: Decision{
+		{name: "a node leaving keeps it from Ready", in: StatusInput{Decision: decision{
 			Nodes:  []NodeResult{{Node: "a", State: StateProvisioned}, {Node: "b", State: StateUninstalling}},
 			Counts: v1alpha1.ProfileNodeCounts{Matched: 1, Provisioned: 1, Provisioning: 1},
 		}}, ready: cond{"False", ReasonInProgress}, provisioning: cond{"True", ReasonInProgress}, degraded: cond{"False", ReasonNoFailures},
 			counts: v1alpha1.ProfileNodeCounts{Matched: 1, Provisioned: 1, Provisioning: 1}},
-		{name: "failed node named with its command's message", in: StatusInput{Decision: Decision{
+		{name: "failed node named with its command's message", in: StatusInput{Decision: decision{
 			Nodes: []NodeResult{
 				{Node: "worker-1", State: StateInstallFailed, Task: "t1", Message: "command wasmedge failed: sha256 mismatch"},
 				{Node: "worker-2", State: StateProvisioned},
@@ -52,7 +52,7 @@ func TestComputeStatus(t *testing.T) {
 		{name: "RuntimeClass conflict", in: StatusInput{Problems: []string{"RuntimeClass spin exists and is not owned by this profile"}},
 			ready: cond{"True", ReasonNoNodes}, provisioning: cond{"False", ReasonIdle}, degraded: cond{"True", ReasonRuntimeClassConflict},
 			messageHas: []string{"RuntimeClass spin"}},
-		{name: "deleting", in: StatusInput{Deleting: true, Decision: Decision{Nodes: []NodeResult{{Node: "a", State: StateUninstalling}}, Counts: v1alpha1.ProfileNodeCounts{Provisioning: 1}}},
+		{name: "deleting", in: StatusInput{Deleting: true, Decision: decision{Nodes: []NodeResult{{Node: "a", State: StateUninstalling}}, Counts: v1alpha1.ProfileNodeCounts{Provisioning: 1}}},
 			ready: cond{"False", ReasonDeleting}, provisioning: cond{"True", ReasonInProgress}, degraded: cond{"False", ReasonNoFailures},
 			counts: v1alpha1.ProfileNodeCounts{Provisioning: 1}},
 		{name: "invalid spec", in: StatusInput{Invalid: "spec.nodeSelector: bad"},
@@ -90,7 +90,7 @@ func TestComputeStatus(t *testing.T) {
 }
 
 func TestComputeStatusBoundsFailures(t *testing.T) {
-	var d Decision
+	var d decision
 	for i := range 150 {
 		d.Nodes = append(d.Nodes, NodeResult{Node: strings.Repeat("n", 3) + string(rune('a'+i%26)), State: StateInstallFailed, Message: "x"})
 		d.Counts.Failed++

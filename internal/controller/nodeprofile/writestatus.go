@@ -3,7 +3,6 @@ package nodeprofile
 import (
 	"context"
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,10 +14,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/controller/skeleton"
 )
 
-// conflictRetry is when to write a status again after a conflict with a newer profile.
-const conflictRetry = 100 * time.Millisecond
+// statusRule: with a lock, because the status says which generation and spec hash it describes,
+// and a write decided on an older copy of the profile would set them back.
+var statusRule = skeleton.StatusRule{Kind: kind, Lock: true, Owned: []string{
+	v1alpha1.ConditionReady, v1alpha1.ConditionProvisioning, v1alpha1.ConditionDegraded,
+}}
 
 func (r *Reconciler) removeFinalizer(ctx context.Context, s *scope) error {
 	p := s.profile
@@ -65,26 +68,12 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope) (ctrl.Result, er
 	}
 	urgent := !sameConditionStates(old.Conditions, p.Status.Conditions) || !failuresEqual(old.Failures, p.Status.Failures) ||
 		old.SpecHash != p.Status.SpecHash || old.ObservedGeneration != p.Status.ObservedGeneration
-	now := time.Now()
-	if wait := r.status.Wait(p.Name, urgent, r.StatusInterval, now); wait > 0 {
-		return ctrl.Result{RequeueAfter: wait}, nil
+	wrote, res, err := skeleton.WriteStatus(ctx, r.Client, statusRule, &r.status, skeleton.StatusWrite{
+		Orig: s.orig, Obj: p, Urgent: urgent, Interval: r.StatusInterval, Now: r.Now.Now(),
+	})
+	if wrote != skeleton.StatusWrote {
+		return res, err
 	}
-	// An update, not a merge patch: a patch of the counts alone would leave status.nodes without
-	// its required fields on a profile that has none yet. This controller is the status's only
-	// writer, so a conflict only means the cache was behind: look again shortly. Either way the
-	// decision is not recorded, so nothing acts on it.
-	if err := r.Client.Status().Update(ctx, p); err != nil {
-		if apierrors.IsNotFound(err) {
-			s.statusLost = true
-			return ctrl.Result{}, nil
-		}
-		if apierrors.IsConflict(err) {
-			s.statusLost = true
-			return ctrl.Result{RequeueAfter: conflictRetry}, nil
-		}
-		return ctrl.Result{}, fmt.Errorf("patch status of NodeProfile %s: %w", p.Name, err)
-	}
-	r.status.Wrote(p.Name, now)
 	r.recordTransitions(s.orig, p)
 	return ctrl.Result{}, nil
 }

@@ -9,12 +9,16 @@
 // before action); act acquires node locks and writes. A task whose lock act cannot take is not
 // created this round: the next reconcile decides again.
 //
-// It holds no controller's policy and makes no API write of its own: each controller passes the steps
-// that do.
+// It also holds the protocols the controllers share, each written once: the status write
+// (WriteStatus, under each controller's StatusRule), taking the node lock then creating the task
+// (LockThenCreate), and cache lag after a create (the lock table's reservations, which
+// LockThenCreate makes and every decide reads). It holds no controller's policy: what differs
+// between controllers is a parameter with its reason, and it writes only what a controller asks.
 package skeleton
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -52,7 +56,7 @@ type Steps[S any] struct {
 	Observe func(context.Context, S) error
 	// Decide computes, from the scope alone, the new status and the actions.
 	Decide func(S)
-	// WriteStatus records the decision; when it fails nothing is acted on.
+	// WriteStatus records the decision (StatusWriter.WriteStatus); when it fails nothing is acted on.
 	WriteStatus func(context.Context, S) (ctrl.Result, error)
 	// Act carries the decision out: lock acquisition, then creates, patches and deletes.
 	Act func(context.Context, S) (ctrl.Result, error)
@@ -66,6 +70,10 @@ func Run[S any](ctx context.Context, s S, steps Steps[S]) (ctrl.Result, error) {
 	}
 	steps.Decide(s)
 	status, err := steps.WriteStatus(ctx, s)
+	if errors.Is(err, ErrStale) {
+		// Decided on a stale object: nothing was recorded, so nothing acts; decide again shortly.
+		return ctrl.Result{RequeueAfter: StaleRetry}, nil
+	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
