@@ -339,3 +339,53 @@ func TestInstallPackagesRefusesUnknownFamily(t *testing.T) {
 		t.Errorf("the refused command wrote a source or ran something:\n%s", out)
 	}
 }
+
+// signingKey makes an OpenPGP key in its own keyring and returns that keyring's directory and the armoured public key.
+func signingKey(t *testing.T) (home, public string) {
+	t.Helper()
+	need(t, "gpg")
+	home = t.TempDir()
+	mustRun(t, home, "gpg", "--batch", "--homedir", home, "--passphrase", "", "--quick-gen-key", "nodeops test <nodeops@localhost>", "ed25519", "sign", "never")
+	return home, mustRun(t, home, "gpg", "--batch", "--homedir", home, "--armor", "--export")
+}
+
+// TestInstallPackagesAptSigned: with signingKey, apt checks the repository's signature with that key
+// only: the right key installs, another key is refused and nothing is installed.
+func TestInstallPackagesAptSigned(t *testing.T) {
+	start := time.Now()
+	defer func() { t.Logf("TestInstallPackagesAptSigned took %s", time.Since(start).Round(time.Millisecond)) }()
+	repoDir := buildAptRepo(t, "1.37.2-1.1")
+	home, public := signingKey(t)
+	mustRun(t, repoDir, "gpg", "--batch", "--homedir", home, "--clearsign", "-o", "InRelease", "Release")
+	_, other := signingKey(t)
+	root := debroot.Root(t, rootPackages...)
+	if err := os.Remove(filepath.Join(root, "etc/apt/sources.list")); err != nil {
+		t.Fatal(err)
+	}
+	url := serve(t, repoDir)
+	install := func(key string) (*bytes.Buffer, error) {
+		env, out := realEnv(root, false)
+		_, err := commands.Run(context.Background(), env, &v1alpha1.Command{InstallPackages: &v1alpha1.InstallPackagesCommand{
+			Packages: []string{"kubeadm"}, Version: "v1.37.2", Manager: "auto",
+			Repository: &v1alpha1.PackageRepository{Name: "kubernetes", URL: url, SigningKey: key}}})
+		return out, err
+	}
+	if out, err := install(other); err == nil {
+		t.Fatalf("a repository signed by another key was installed from:\n%s", out)
+	} else if !strings.Contains(out.String(), "NO_PUBKEY") && !strings.Contains(out.String(), "is not signed") {
+		t.Errorf("the refusal does not say why: %v\n%s", err, out)
+	}
+	if hosttest.ReadFile(t, root, "/usr/bin/kubeadm") != "" {
+		t.Fatalf("kubeadm was installed from a repository signed by another key")
+	}
+	out, err := install(public)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if got := hosttest.ReadFile(t, root, "/etc/apt/sources.list.d/kubernetes.list"); !strings.Contains(got, "deb [signed-by=/etc/apt/keyrings/nodeops-kubernetes.asc] "+url+" /") {
+		t.Errorf("sources.list.d/kubernetes.list is %q", got)
+	}
+	if got := inRoot(t, root, "/usr/bin/kubeadm"); got != "kubeadm v1.37.2-1.1\n" {
+		t.Errorf("/usr/bin/kubeadm says %q", got)
+	}
+}
