@@ -14,6 +14,17 @@ need=()
 command -v git >/dev/null || need+=(git)
 # `make test-race` (in CI): the race detector needs cgo, so a C compiler
 [ "${1:-}" = run ] || command -v gcc >/dev/null || need+=(gcc libc6-dev)
+# installPackages' tests (internal/agent/commands): a real Debian root made by mmdebstrap, .debs made with
+# dpkg-deb and indexed with apt-ftparchive, rpms made with rpmbuild and indexed with createrepo_c, installed
+# by the real dnf and rpm, which the root gets from Debian too
+if [ "${1:-}" != run ]; then
+	command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+	command -v dpkg-deb >/dev/null || need+=(dpkg)
+	command -v apt-ftparchive >/dev/null || need+=(apt-utils)
+	command -v rpmbuild >/dev/null || need+=(rpm)
+	command -v createrepo_c >/dev/null || need+=(createrepo-c)
+	command -v dnf >/dev/null || need+=(dnf)
+fi
 if [ "${1:-}" = realnode ]; then
 	# `make realnode` builds runc with seccomp (cgo) and runs the node's network with iproute2.
 	[ -e /usr/include/seccomp.h ] || need+=(libseccomp-dev)
