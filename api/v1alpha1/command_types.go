@@ -42,6 +42,7 @@ type Command struct {
 	KubeadmRenewCertificates *KubeadmRenewCertificatesCommand `json:"kubeadmRenewCertificates,omitempty"`
 	RestartStaticPods        *RestartStaticPodsCommand        `json:"restartStaticPods,omitempty"`
 	InstallBinaries          *InstallBinariesCommand          `json:"installBinaries,omitempty"`
+	InstallPackages          *InstallPackagesCommand          `json:"installPackages,omitempty"`
 	RestartService           *RestartServiceCommand           `json:"restartService,omitempty"`
 	Cordon                   *CordonCommand                   `json:"cordon,omitempty"`
 	Drain                    *DrainCommand                    `json:"drain,omitempty"`
@@ -271,6 +272,108 @@ func (*InstallBinariesCommand) DefaultTimeout() time.Duration { return 15 * time
 
 func (c *InstallBinariesCommand) Effects() CommandEffects {
 	return CommandEffects{Disruption: Disruptive, PlainHTTP: c.Source.InsecureHTTP && strings.HasPrefix(c.Source.BaseURL, "http://")}
+}
+
+// InstallPackagesCommand installs packages with the host's own package manager, inside the host
+// root, optionally from a repository it adds and holding them at the installed version.
+type InstallPackagesCommand struct {
+	// Packages to install, such as kubeadm.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=128
+	// Starts with a letter or digit: a leading '-' would reach the package manager as an option.
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9][A-Za-z0-9+._-]*$`
+	// +listType=set
+	Packages []string `json:"packages"`
+	// Version every package is installed at. A Kubernetes version such as v1.37.2 (the leading v is
+	// dropped) matches any packaging revision of it (apt kubeadm=1.37.2-*, dnf kubeadm-1.37.2); a
+	// version with a revision (1.37.2-1.1) matches exactly. Empty: the newest the repositories hold.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^v?[0-9][A-Za-z0-9.+~:_-]*$`
+	Version string `json:"version,omitempty"`
+	// Manager is the package manager; auto picks it by the OS family found in the host root's
+	// os-release (Debian: apt, RedHat: dnf, else yum, SUSE: zypper) and fails on any other family.
+	// +optional
+	// +kubebuilder:default=auto
+	// +kubebuilder:validation:Enum=auto;apt;dnf;yum;zypper
+	Manager string `json:"manager,omitempty"`
+	// Hold keeps the packages at the installed version: apt-mark hold, the exclude list of dnf's or
+	// yum's configuration, zypper addlock. A later installPackages of them lifts the hold for its own install.
+	// +optional
+	Hold bool `json:"hold,omitempty"`
+	// Repository is a package source added for this install and left in place for later ones.
+	// +optional
+	Repository *PackageRepository `json:"repository,omitempty"`
+}
+
+// PackageRepository is one package source: an APT source (deb URL SUITE COMPONENTS), or a dnf, yum or zypper repository (baseurl URL).
+// +kubebuilder:validation:XValidation:rule="has(self.signingKey) != (has(self.trusted) && self.trusted)",message="set signingKey, or trusted: true to install packages no signature checks (not both)"
+type PackageRepository struct {
+	// Name names the source's file: /etc/apt/sources.list.d/NAME.list, /etc/yum.repos.d/NAME.repo or
+	// /etc/zypp/repos.d/NAME.repo.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`
+	Name string `json:"name"`
+	// URL of the repository: APT's URI, or the baseurl of an rpm-md repository.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^https?://[^\s\[\]]+$`
+	URL string `json:"url"`
+	// Suite is APT's suite or, for a flat repository such as pkgs.k8s.io, "/"; defaults to "/".
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9/][A-Za-z0-9._/-]*$`
+	Suite string `json:"suite,omitempty"`
+	// Components are APT's components (main, ...); none for a flat repository.
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9][A-Za-z0-9._-]*$`
+	// +kubebuilder:validation:items:MaxLength=63
+	Components []string `json:"components,omitempty"`
+	// SigningKey is the repository's ASCII-armoured OpenPGP public key: APT's signed-by, dnf's gpgkey.
+	// +optional
+	// +kubebuilder:validation:MaxLength=65536
+	// +kubebuilder:validation:Pattern=`^\s*-----BEGIN PGP PUBLIC KEY BLOCK-----`
+	SigningKey string `json:"signingKey,omitempty"`
+	// Trusted installs from the repository without checking signatures (APT [trusted=yes], gpgcheck=0):
+	// anyone who can change the repository, or the path to it, then chooses what runs as root on the node.
+	// +optional
+	Trusted bool `json:"trusted,omitempty"`
+}
+
+func (*InstallPackagesCommand) KindName() string { return "installPackages" }
+
+// Installing packages at a version already installed changes nothing, so a re-run is safe.
+func (*InstallPackagesCommand) IsIdempotent() bool { return true }
+
+func (c *InstallPackagesCommand) Description() string {
+	manager := c.Manager
+	if manager == "" {
+		manager = "auto"
+	}
+	s := fmt.Sprintf("install packages %s", strings.Join(c.Packages, ", "))
+	if c.Version != "" {
+		s += " " + c.Version
+	}
+	s += " with " + manager
+	if c.Repository != nil {
+		s += " from " + c.Repository.URL
+		if c.Repository.Trusted {
+			s += " (trusted, unsigned)"
+		}
+	}
+	if c.Hold {
+		s += ", held"
+	}
+	return s
+}
+
+func (*InstallPackagesCommand) DefaultTimeout() time.Duration { return 15 * time.Minute }
+
+func (c *InstallPackagesCommand) Effects() CommandEffects {
+	return CommandEffects{Disruption: Disruptive, PlainHTTP: c.Repository != nil && strings.HasPrefix(c.Repository.URL, "http://")}
 }
 
 // RestartServiceCommand restarts a service with the host's service manager.

@@ -153,9 +153,30 @@ func startAgentWith(t *testing.T, cfg *rest.Config, o agent.Options) (stop func(
 		if o.NodeName != "" {
 			lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: agent.DefaultLeaseNamespace, Name: plan.NodeLeaseName(o.NodeName)}}
 			_ = cl.Delete(context.Background(), lease)
+			forceDeletePods(t, o.NodeName)
 		}
 	})
 	return stop
+}
+
+// forceDeletePods deletes at once the pods the agent made in nodeops-system for node (its pod
+// commands' and its tasks' secret holders): no kubelet here ends a pod's graceful deletion, and a
+// pod left under the node's fixed name would make the test run again (-count=2) wait for it.
+func forceDeletePods(t *testing.T, node string) {
+	ctx := context.Background()
+	var pods corev1.PodList
+	if err := cl.List(ctx, &pods, client.InNamespace(agent.DefaultLeaseNamespace)); err != nil {
+		t.Errorf("list pods of node %s: %v", node, err)
+		return
+	}
+	for i := range pods.Items {
+		if pods.Items[i].Spec.NodeName != node {
+			continue
+		}
+		if err := cl.Delete(ctx, &pods.Items[i], client.GracePeriodSeconds(0)); client.IgnoreNotFound(err) != nil {
+			t.Errorf("delete pod %s: %v", pods.Items[i].Name, err)
+		}
+	}
 }
 
 // ownedByOperation makes the task one of the NodeOperation op's, as the manager creates it.

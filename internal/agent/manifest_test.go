@@ -42,9 +42,17 @@ func TestAgentWorksWithItsDeploymentRBAC(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The pod command's tests may have made the installer's ServiceAccount already.
-		if err := cl.Create(ctx, obj); err != nil && !(apierrors.IsAlreadyExists(err) && obj.GetName() == commands.InstallerServiceAccount) {
+		if err := cl.Create(ctx, obj); apierrors.IsAlreadyExists(err) && obj.GetName() == commands.InstallerServiceAccount {
+			continue
+		} else if err != nil {
 			t.Fatalf("creating %s %s from the manifest: %v", obj.GetKind(), obj.GetName(), err)
 		}
+		// Gone when the test ends, so that it can run again (-count=2).
+		t.Cleanup(func() {
+			if err := cl.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
+				t.Errorf("deleting %s %s: %v", obj.GetKind(), obj.GetName(), err)
+			}
+		})
 	}
 	create(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "rbac-1"}})
 	create(t, &corev1.Pod{

@@ -264,6 +264,13 @@ func operationDetail(op *nodeopsv1.NodeOperation) string {
 		if u.BinarySource != nil {
 			s += " (binaries from " + u.BinarySource.BaseURL + ")"
 		}
+		if u.PackageSource != "" && u.PackageSource != nodeopsv1.PackageSourceBinaries {
+			s += " (packages with " + u.PackageSource
+			if u.PackageRepository != nil {
+				s += " from " + u.PackageRepository.URL
+			}
+			s += ")"
+		}
 		return s
 	case op.Spec.RenewCertificates != nil:
 		certs := op.Spec.RenewCertificates.Certificates

@@ -51,6 +51,7 @@ func TestPlanGolden(t *testing.T) {
 	}{
 		{"plan-upgrade", []string{"plan", "upgrade", "v1.37.2", "--binary-source", "http://bins.local", "--insecure-http", "--max-unavailable", "2"}},
 		{"plan-upgrade-refused", []string{"plan", "upgrade", "v1.38.0", "--kubeadm-only", "--selector", "pool!=green"}},
+		{"plan-upgrade-packages", []string{"plan", "upgrade", "v1.37.2", "--package-source", "apt"}},
 		{"plan-renew-certs", []string{"plan", "renew-certs", "--certificates", "apiserver,etcd-server", "--controlled"}},
 		{"plan-file", []string{"plan", "-f", "testdata/custom.yaml"}},
 		{"plan-renew-certs-json", []string{"plan", "renew-certs", "-o", "json"}},

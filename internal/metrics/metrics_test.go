@@ -200,6 +200,7 @@ func TestBlockedSinceAndCertificates(t *testing.T) {
 	if err := env.Client.Create(ctx, ct); err != nil {
 		t.Fatal(err)
 	}
+	deleteAtEnd(t, ct)
 	ct.Status.Certificates = []v1alpha1.ObservedCertificates{{Node: "cp-1", Certificates: []v1alpha1.CertificateExpiry{
 		{Name: "apiserver", NotAfter: metav1.NewTime(expiry)}}}}
 	if err := env.Client.Status().Update(ctx, ct); err != nil {
@@ -297,6 +298,7 @@ func node(t *testing.T, name string, labels map[string]string, ready, cordoned b
 	if err := testutil.CreateNode(ctx, env.Client, n, ready); err != nil {
 		t.Fatal(err)
 	}
+	deleteAtEnd(t, n)
 }
 
 func operation(t *testing.T, name string, sel *metav1.LabelSelector, maxUnavailable *intstr.IntOrString) *v1alpha1.NodeOperation {
@@ -308,6 +310,7 @@ func operation(t *testing.T, name string, sel *metav1.LabelSelector, maxUnavaila
 	if err := env.Client.Create(context.Background(), op); err != nil {
 		t.Fatal(err)
 	}
+	deleteAtEnd(t, op)
 	return op
 }
 
@@ -329,6 +332,17 @@ func task(t *testing.T, name, node string) {
 	if err := env.Client.Create(context.Background(), tk); err != nil {
 		t.Fatal(err)
 	}
+	deleteAtEnd(t, tk)
+}
+
+// deleteAtEnd deletes obj when the test ends: the metrics count every object in the cluster, and a
+// test run again (-count=2) creates the same names.
+func deleteAtEnd(t *testing.T, obj client.Object) {
+	t.Cleanup(func() {
+		if err := env.Client.Delete(context.Background(), obj); client.IgnoreNotFound(err) != nil {
+			t.Errorf("delete %T %s: %v", obj, obj.GetName(), err)
+		}
+	})
 }
 
 // gather collects c through a registry that checks it as strictly as Prometheus' client can,

@@ -72,20 +72,28 @@ func one() *intstr.IntOrString { v := intstr.FromInt32(1); return &v }
 
 func expandUpgrade(u *v1alpha1.UpgradeOperation) ([]v1alpha1.Group, error) {
 	binaries := u.UpgradeKubeletAndKubectl == nil || *u.UpgradeKubeletAndKubectl
-	if binaries && u.BinarySource == nil {
-		return nil, fmt.Errorf("upgrade.binarySource is required when upgrade.upgradeKubeletAndKubectl is true")
+	packages := u.PackageSource != "" && u.PackageSource != v1alpha1.PackageSourceBinaries
+	if binaries && !packages && u.BinarySource == nil {
+		return nil, fmt.Errorf("upgrade.binarySource is required when upgrade.upgradeKubeletAndKubectl is true and upgrade.packageSource is binaries")
 	}
 	// The commands carry the operation's consent to "all", or their tasks would be refused at admission.
 	ignore, allowAll := append([]string(nil), u.IgnorePreflightErrors...), u.AllowIgnoreAllPreflightErrors
 	// Named, as a task holds two of them: "install-kubeadm", "install-kubelet-kubectl".
 	install := func(components ...string) v1alpha1.Command {
-		return v1alpha1.Command{Name: "install-" + strings.Join(components, "-"), InstallBinaries: &v1alpha1.InstallBinariesCommand{
+		name := "install-" + strings.Join(components, "-")
+		if packages {
+			// Held, so the node's own unattended upgrades cannot move it past the cluster's version.
+			return v1alpha1.Command{Name: name, InstallPackages: &v1alpha1.InstallPackagesCommand{
+				Packages: components, Version: u.KubernetesVersion, Manager: u.PackageSource, Hold: true, // apt, dnf and auto mean the same to both
+				Repository: u.PackageRepository.DeepCopy()}}
+		}
+		return v1alpha1.Command{Name: name, InstallBinaries: &v1alpha1.InstallBinariesCommand{
 			Components: components, Version: u.KubernetesVersion, Source: *u.BinarySource.DeepCopy()}}
 	}
 	// kubeadm upgrades a node with the new release's kubeadm, so it is replaced first on every node;
-	// without a binary source the nodes' kubeadm is taken to be the new one already.
+	// without a binary source (or packages) the nodes' kubeadm is taken to be the new one already.
 	kubeadm := func() []v1alpha1.Command {
-		if u.BinarySource == nil {
+		if u.BinarySource == nil && !packages {
 			return nil
 		}
 		return []v1alpha1.Command{install("kubeadm")}

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -183,6 +184,40 @@ func TestExpandUpgradeCarriesVersionAndSource(t *testing.T) {
 	}
 	if groups[0].MaxUnavailable.IntValue() != 1 || groups[1].MaxUnavailable.IntValue() != 1 || groups[2].MaxUnavailable != nil {
 		t.Errorf("control planes must go one at a time and workers use the operation's maxUnavailable")
+	}
+}
+
+// TestExpandUpgradeWithPackages: packageSource installs and holds packages where binaries were
+// swapped, at the same places in every group, from the repository given, and needs no binarySource.
+func TestExpandUpgradeWithPackages(t *testing.T) {
+	repo := &v1alpha1.PackageRepository{Name: "kubernetes", URL: "https://pkgs.example/v1.37/deb/", SigningKey: "-----BEGIN PGP PUBLIC KEY BLOCK-----"}
+	groups, err := Expand(&v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{
+		KubernetesVersion: "v1.37.2", PackageSource: "apt", PackageRepository: repo}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range groups {
+		var installs []string
+		for _, c := range g.Commands {
+			if c.InstallBinaries != nil {
+				t.Errorf("group %s swaps binaries: %s", g.Name, c.DisplayName())
+			}
+			if p := c.InstallPackages; p != nil {
+				if p.Version != "v1.37.2" || p.Manager != "apt" || !p.Hold || !reflect.DeepEqual(p.Repository, repo) {
+					t.Errorf("group %s: %s = %+v", g.Name, c.DisplayName(), p)
+				}
+				installs = append(installs, c.Name+"="+strings.Join(p.Packages, ","))
+			}
+		}
+		if want := "install-kubeadm=kubeadm install-kubelet-kubectl=kubelet,kubectl"; strings.Join(installs, " ") != want {
+			t.Errorf("group %s installs %q, want %q", g.Name, installs, want)
+		}
+		if g.Commands[0].InstallPackages == nil {
+			t.Errorf("group %s does not install kubeadm's package first", g.Name)
+		}
+	}
+	if _, err := Expand(&v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2", PackageSource: "binaries"}}); err == nil {
+		t.Errorf("packageSource binaries without binarySource expanded")
 	}
 }
 

@@ -12,6 +12,10 @@ import (
 	"github.com/nodeops/nodeops/config"
 )
 
+// startTimeout is how long etcd and kube-apiserver may take to become ready: only a hang, never a
+// slow machine, should reach it.
+const startTimeout = 5 * time.Minute
+
 // Options says what StartWith sets up.
 type Options struct {
 	// CRDs are the CRDs to install, as Start takes them: all when empty.
@@ -43,6 +47,11 @@ func StartWith(o Options) (*Env, error) {
 		CRDInstallOptions:     envtest.CRDInstallOptions{CRDs: defs},
 		BinaryAssetsDirectory: assets,
 		Scheme:                scheme,
+	}
+	if os.Getenv("KUBEBUILDER_CONTROLPLANE_START_TIMEOUT") == "" {
+		// How fast etcd and kube-apiserver start is not under test: envtest's 20s ran out on a busy
+		// 2-core machine (and its retries then failed too), so wait for them as long as a hang allows.
+		te.ControlPlaneStartTimeout = startTimeout
 	}
 	if o.NodeAuthorizer {
 		te.ControlPlane.GetAPIServer().Configure().Set("authorization-mode", "Node,RBAC")

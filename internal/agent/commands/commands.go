@@ -152,6 +152,7 @@ func Handlers() map[string]Handler {
 		handle(runKubeadmRenewCertificates),
 		handle(runRestartStaticPods),
 		handle(runInstallBinaries),
+		handle(runInstallPackages),
 		handle(runRestartService),
 		handle(runCordon),
 		handle(runDrain),

@@ -174,6 +174,10 @@ func TestSafetyRule11_CordonedNodeCountsAgainstMaxUnavailable(t *testing.T) {
 // make a second node unavailable while one is (a task holding it, or cordoned): checked on every
 // task the API server reports newly holding its node, while the agent finishes tasks in random
 // order and an administrator cordons a node for a while.
+//
+// The cordon is made while a task holds a node, so nothing may start until that task ends, and
+// the agent ends nothing until both operations say they wait for the cordoned node: from then on
+// every decision the manager makes has seen the cordon, whatever the time it took to see it.
 func TestSafetyRule11_TwoOperationsShareOneBudget(t *testing.T) {
 	f := newFixture(t)
 	nodes := f.nodes(nil, "w1", "w2", "w3", "w4")
@@ -181,22 +185,17 @@ func TestSafetyRule11_TwoOperationsShareOneBudget(t *testing.T) {
 	var violation string
 	seen := map[string]bool{}      // tasks the watch saw, so the check is not vacuous
 	holding := map[string]string{} // task -> node
-	// cordoned: when the watch saw each cordon. The administrator's cordon races with decisions
-	// already made, so it counts from a second after it was seen: the manager's reaction time.
-	const reaction = time.Second
-	cordoned := map[string]time.Time{}
+	cordoned := ""                 // the administrator's cordon, set by the test before it cordons and cleared before it uncordons
 	check := func(what string) {
 		down := map[string]bool{}
 		for _, n := range holding {
 			down[n] = true
 		}
-		for n, at := range cordoned {
-			if time.Since(at) > reaction {
-				down[n] = true
-			}
+		if cordoned != "" {
+			down[cordoned] = true
 		}
 		if len(down) > 1 && violation == "" {
-			violation = fmt.Sprintf("after %s: %d nodes unavailable at once (tasks %v, cordoned %v)", what, len(down), holding, cordoned)
+			violation = fmt.Sprintf("after %s: %d nodes unavailable at once (tasks %v, cordoned %q)", what, len(down), holding, cordoned)
 		}
 	}
 	watchTasks, err := f.c.Watch(f.ctx, &v1alpha1.NodeTaskList{})
@@ -204,62 +203,120 @@ func TestSafetyRule11_TwoOperationsShareOneBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer watchTasks.Stop()
-	watchNodes, err := f.c.Watch(f.ctx, &corev1.NodeList{}, client.MatchingLabels{testLabel: f.id})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer watchNodes.Stop()
 	go func() {
-		for {
-			select {
-			case ev, ok := <-watchTasks.ResultChan():
-				if !ok {
-					return
-				}
-				task, isTask := ev.Object.(*v1alpha1.NodeTask)
-				if !isTask || !strings.HasPrefix(task.Name, f.id) {
-					continue
-				}
-				mu.Lock()
-				seen[task.Name] = true
-				_, held := holding[task.Name]
-				if ev.Type == watch.Deleted || !nodelock.Holds(task) {
-					delete(holding, task.Name)
-				} else if !held {
-					// A task that starts holding its node is what nodeops decided: check then.
-					holding[task.Name] = task.Spec.NodeName
-					check("task " + task.Name + " created")
-				}
-				mu.Unlock()
-			case ev, ok := <-watchNodes.ResultChan():
-				if !ok {
-					return
-				}
-				if n, isNode := ev.Object.(*corev1.Node); isNode {
-					mu.Lock()
-					if _, known := cordoned[n.Name]; n.Spec.Unschedulable && !known {
-						cordoned[n.Name] = time.Now()
-					} else if !n.Spec.Unschedulable {
-						delete(cordoned, n.Name)
-					}
-					mu.Unlock()
-				}
+		for ev := range watchTasks.ResultChan() {
+			task, isTask := ev.Object.(*v1alpha1.NodeTask)
+			if !isTask || !strings.HasPrefix(task.Name, f.id) {
+				continue
 			}
+			mu.Lock()
+			seen[task.Name] = true
+			_, held := holding[task.Name]
+			if ev.Type == watch.Deleted || !nodelock.Holds(task) {
+				delete(holding, task.Name)
+			} else if !held {
+				// A task that starts holding its node is what nodeops decided: check then.
+				holding[task.Name] = task.Spec.NodeName
+				check("task " + task.Name + " created")
+			}
+			mu.Unlock()
 		}
 	}()
 
 	one := func(o *v1alpha1.NodeOperation) { o.Spec.MaxUnavailable = intOrStr("1") }
 	a := f.operation("a", one, v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{waitCmd()}})
 	b := f.operation("b", one, v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{waitCmd()}})
-	var cordonAt time.Time
+	ops := []string{a.Name, b.Name}
+	// observe reads both operations, then their tasks: in that order, a task the manager created
+	// after the status it wrote is listed.
+	observe := func() (status []*v1alpha1.NodeOperation, all, open []v1alpha1.NodeTask) {
+		for _, op := range ops {
+			status = append(status, f.get(op))
+		}
+		for _, op := range ops {
+			all = append(all, f.tasks(op)...)
+		}
+		for _, task := range all {
+			if task.EffectivePhase().Unfinished() {
+				open = append(open, task)
+			}
+		}
+		return status, all, open
+	}
+	// waitsFor reports whether every operation's status names node among the cordoned nodes it
+	// waits for and counts as succeeded every task listed as such.
+	waitsFor := func(node string, status []*v1alpha1.NodeOperation, tasks []v1alpha1.NodeTask) error {
+		for _, op := range status {
+			if c := condition(op, v1alpha1.ConditionProgressing); !strings.Contains(c.Message, "waiting for cordoned nodes "+node) {
+				return fmt.Errorf("%s: Progressing %q does not name the cordoned %s", op.Name, c.Message, node)
+			}
+			done := 0
+			for _, task := range tasks {
+				if task.Spec.Operation == op.Name && task.EffectivePhase() == v1alpha1.TaskSucceeded {
+					done++
+				}
+			}
+			if got := op.Status.Groups[0].Nodes.Succeeded; int(got) != done {
+				return fmt.Errorf("%s: status counts %d succeeded, %d tasks did", op.Name, got, done)
+			}
+		}
+		return nil
+	}
+	cordon, uncordoned := "", false
 	f.playAgents(rand.New(rand.NewPCG(3, 4)), func(step int) {
 		switch {
-		case step == 3:
-			f.setCordon(nodes[2], true) // an administrator's, for a while
-			cordonAt = time.Now()
-		case !cordonAt.IsZero() && time.Since(cordonAt) > 5*time.Second:
-			f.setCordon(nodes[2], false)
-			cordonAt = time.Time{}
+		case uncordoned || step < 3:
+		case cordon == "":
+			_, all, open := observe()
+			if len(open) == 0 {
+				return // cordon while a task holds a node: nothing may start until it ends
+			}
+			// The node to cordon has no task of either operation: a cordon on a node with its own
+			// task counts only while that task is unfinished (a drain's).
+			used := map[string]bool{}
+			for _, task := range all {
+				used[task.Spec.NodeName] = true
+			}
+			for i := len(nodes) - 1; i >= 0 && cordon == ""; i-- {
+				if !used[nodes[i]] {
+					cordon = nodes[i]
+				}
+			}
+			if cordon == "" {
+				t.Fatalf("every node has a task at step %d: the cordon comes too late", step)
+			}
+			// The watch must have seen the open tasks hold their nodes, or it would count them as
+			// new beside the cordon.
+			testutil.Eventually(t, 30*time.Second, "the watch saw the open tasks", func() error {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, task := range open {
+					if _, ok := holding[task.Name]; !ok {
+						return fmt.Errorf("task %s not seen holding %s", task.Name, task.Spec.NodeName)
+					}
+				}
+				return nil
+			})
+			mu.Lock()
+			cordoned = cordon
+			mu.Unlock()
+			f.setCordon(cordon, true) // an administrator's, for a while
+			testutil.Eventually(t, 30*time.Second, "both operations wait for the cordoned node", func() error {
+				status, all, _ := observe()
+				return waitsFor(cordon, status, all)
+			})
+		default:
+			// Uncordon once the manager, with every task ended, says it waits for the cordon: so
+			// the cordon held back the next node.
+			status, all, open := observe()
+			if len(open) > 0 || waitsFor(cordon, status, all) != nil {
+				return
+			}
+			mu.Lock()
+			cordoned = ""
+			mu.Unlock()
+			f.setCordon(cordon, false)
+			uncordoned = true
 		}
 	}, a.Name, b.Name)
 	f.waitPhase(a.Name, v1alpha1.OperationSucceeded)
@@ -274,11 +331,13 @@ func TestSafetyRule11_TwoOperationsShareOneBudget(t *testing.T) {
 		return nil
 	})
 	watchTasks.Stop()
-	watchNodes.Stop()
 	mu.Lock()
 	defer mu.Unlock()
 	if violation != "" {
 		t.Fatal(violation)
+	}
+	if !uncordoned {
+		t.Fatalf("the administrator's cordon never came or never went (cordon %q)", cordon)
 	}
 }
 

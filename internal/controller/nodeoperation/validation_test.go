@@ -43,6 +43,12 @@ func TestInvalidSpecsRejected(t *testing.T) {
 		{"two operations", v1alpha1.NodeOperationSpec{RenewCertificates: &v1alpha1.RenewCertificatesOperation{}, Custom: &v1alpha1.CustomOperation{Groups: []v1alpha1.Group{{Name: "g", Commands: wait}}}}, "spec", "exactly one of"},
 		{"bad version", v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "1.37", BinarySource: source}}, "spec.upgrade.kubernetesVersion", ""},
 		{"upgrade without binary source", v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2"}}, "spec.upgrade.binarySource", "binarySource is required"},
+		{"packages with a binary source", v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2", PackageSource: "apt", BinarySource: source}}, "spec.upgrade.binarySource", "binarySource serves packageSource binaries only"},
+		{"repository without packages", v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2", BinarySource: source, PackageRepository: &v1alpha1.PackageRepository{Name: "k", URL: "https://p", Trusted: true}}}, "spec.upgrade.packageRepository", "packageRepository needs packageSource"},
+		{"unsigned repository not trusted", v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2", PackageSource: "dnf", PackageRepository: &v1alpha1.PackageRepository{Name: "k", URL: "https://p"}}}, "spec.upgrade.packageRepository", "set signingKey, or trusted: true"},
+		{"unknown package source", v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2", PackageSource: "pacman"}}, "spec.upgrade.packageSource", "Unsupported value"},
+		{"package name as an option", custom(v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{{InstallPackages: &v1alpha1.InstallPackagesCommand{Packages: []string{"--allow-unauthenticated"}}}}}), "spec.custom.groups[0].commands[0].installPackages.packages[0]", ""},
+		{"unknown package manager", custom(v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{{InstallPackages: &v1alpha1.InstallPackagesCommand{Packages: []string{"kubeadm"}, Manager: "pacman"}}}}), "spec.custom.groups[0].commands[0].installPackages.manager", "Unsupported value"},
 		{"bad binary source", v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2", BinarySource: &v1alpha1.BinarySource{BaseURL: "ftp://x"}}}, "spec.upgrade.binarySource.baseURL", ""},
 		{"unknown certificate", v1alpha1.NodeOperationSpec{RenewCertificates: &v1alpha1.RenewCertificatesOperation{Certificates: []string{"everything"}}}, "spec.renewCertificates.certificates[0]", "Unsupported value"},
 		{"no groups", custom(), "spec.custom.groups", ""},
@@ -101,6 +107,29 @@ func TestInvalidSpecsRejected(t *testing.T) {
 	}
 	if len(tests) < 15 {
 		t.Fatalf("only %d invalid specs", len(tests))
+	}
+}
+
+// An upgrade through the package manager needs no binarySource; the server defaults what it leaves out.
+func TestPackageUpgradeAccepted(t *testing.T) {
+	f := newFixture(t)
+	op := &v1alpha1.NodeOperation{ObjectMeta: metav1.ObjectMeta{Name: f.id + "-packages"}, Spec: v1alpha1.NodeOperationSpec{
+		ExecutionMode: v1alpha1.ExecutionDryRun,
+		NodeSelector:  &metav1.LabelSelector{MatchLabels: map[string]string{"nobody": f.id}},
+		Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2", PackageSource: "auto",
+			PackageRepository: &v1alpha1.PackageRepository{Name: "kubernetes", URL: "https://pkgs.example/core:/stable:/v1.37/deb/", SigningKey: "-----BEGIN PGP PUBLIC KEY BLOCK-----\n..."}}}}
+	if err := f.c.Create(f.ctx, op); err != nil {
+		t.Fatalf("an upgrade with packageSource auto was refused: %v", err)
+	}
+	var custom v1alpha1.NodeOperation
+	custom.Name = f.id + "-install-packages"
+	custom.Spec = v1alpha1.NodeOperationSpec{ExecutionMode: v1alpha1.ExecutionDryRun, NodeSelector: op.Spec.NodeSelector,
+		Custom: &v1alpha1.CustomOperation{Groups: []v1alpha1.Group{{Name: "g", Commands: []v1alpha1.Command{{InstallPackages: &v1alpha1.InstallPackagesCommand{Packages: []string{"containerd.io"}}}}}}}}
+	if err := f.c.Create(f.ctx, &custom); err != nil {
+		t.Fatal(err)
+	}
+	if m := custom.Spec.Custom.Groups[0].Commands[0].InstallPackages.Manager; m != "auto" {
+		t.Errorf("installPackages.manager defaulted to %q, want auto", m)
 	}
 }
 
