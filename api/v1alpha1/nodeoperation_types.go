@@ -135,6 +135,7 @@ type Group struct {
 // +kubebuilder:validation:XValidation:rule="has(self.windows) == has(oldSelf.windows) && (!has(self.windows) || self.windows == oldSelf.windows)",message="windows is immutable",fieldPath=".windows"
 // +kubebuilder:validation:XValidation:rule="has(self.postNodeDelay) == has(oldSelf.postNodeDelay) && (!has(self.postNodeDelay) || self.postNodeDelay == oldSelf.postNodeDelay)",message="postNodeDelay is immutable",fieldPath=".postNodeDelay"
 // +kubebuilder:validation:XValidation:rule="has(self.postGroupDelay) == has(oldSelf.postGroupDelay) && (!has(self.postGroupDelay) || self.postGroupDelay == oldSelf.postGroupDelay)",message="postGroupDelay is immutable",fieldPath=".postGroupDelay"
+// +kubebuilder:validation:XValidation:rule="has(self.gates) == has(oldSelf.gates) && (!has(self.gates) || self.gates == oldSelf.gates)",message="gates is immutable",fieldPath=".gates"
 // +kubebuilder:validation:XValidation:rule="self.executionMode == oldSelf.executionMode || (oldSelf.executionMode == 'Controlled' && self.executionMode == 'Auto')",message="executionMode may only change from Controlled to Auto",fieldPath=".executionMode"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.abort) || !oldSelf.abort || (has(self.abort) && self.abort)",message="abort cannot be undone",fieldPath=".abort"
 type NodeOperationSpec struct {
@@ -288,6 +289,10 @@ type NodeOperationStatus struct {
 	// WaitingForDelay); unset otherwise or when no window opens within a year.
 	// +optional
 	NextStart *metav1.Time `json:"nextStart,omitempty"`
+	// Gates are the last results of the gates checked so far, by group and name.
+	// +optional
+	// +kubebuilder:validation:MaxItems=512
+	Gates []GateStatus `json:"gates,omitempty"`
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 }

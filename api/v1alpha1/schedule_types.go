@@ -49,7 +49,7 @@ type MaintenanceWindow struct {
 }
 
 // Scheduling says when a group's nodes may start: inside its maintenance windows, and not
-// before the soak time after the last node or group. On a NodeOperation it is the default for
+// before the soak time after the last node or group, and once its gates pass. On a NodeOperation it is the default for
 // every group; a group's own fields replace it field by field.
 type Scheduling struct {
 	// Windows: no new task starts outside all of them; none means always.
@@ -65,6 +65,12 @@ type Scheduling struct {
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('24h')",message="must be from 0s to 24h"
 	PostGroupDelay *metav1.Duration `json:"postGroupDelay,omitempty"`
+	// Gates must all pass before each node starts, after the windows allow it.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=map
+	// +listMapKey=name
+	Gates []Gate `json:"gates,omitempty"`
 }
 
 // Over is s with each field it leaves unset taken from def: a group's scheduling over its
@@ -78,6 +84,9 @@ func (s Scheduling) Over(def Scheduling) Scheduling {
 	}
 	if s.PostGroupDelay == nil {
 		s.PostGroupDelay = def.PostGroupDelay
+	}
+	if len(s.Gates) == 0 {
+		s.Gates = def.Gates
 	}
 	return s
 }

@@ -60,7 +60,8 @@ func (d *demo) steps() []step {
 			short: fmt.Sprintf("custom operation, %d sim nodes at 20%%", simNodes),
 			title: fmt.Sprintf("A custom operation over the %d simulated nodes, 20%% at a time", simNodes),
 			why: "Any ordered workflow of host commands runs across chosen nodes: a canary node first, then the\n" +
-				"rest, never more than maxUnavailable (here 20%) busy or failed at once.",
+				"rest, never more than maxUnavailable (here 20%) busy or failed at once. A health gate holds the\n" +
+				"rest until a person approves the canary.",
 			run: d.simRollout,
 		},
 		{
@@ -405,7 +406,23 @@ func (d *demo) simRollout(ctx context.Context) error {
 	if err := d.sh(ctx, "kubectl", "create", "-f", simRolloutFile); err != nil {
 		return err
 	}
-	return d.sh(ctx, "kubectl", "nodeops", "watch", "demo-sim-rollout")
+	const op = "demo-sim-rollout"
+	d.sayf("\nThe canary runs; the fleet waits for its gate change-board (an approval) ...")
+	err = d.waitFor(ctx, "the fleet waiting for gate change-board", func() (bool, error) {
+		reason, err := d.output(ctx, "kubectl", "get", "nodeoperation", op, "-o", `jsonpath={.status.conditions[?(@.type=="Progressing")].reason}`)
+		return reason == "WaitingForGate", err
+	})
+	if err != nil {
+		return err
+	}
+	if err := d.sh(ctx, "kubectl", "nodeops", "describe", op); err != nil {
+		return err
+	}
+	d.sayf("\nThe canary looks fine: approve the gate, and the fleet starts.")
+	if err := d.sh(ctx, "kubectl", "nodeops", "approve", op, "--gate", "change-board"); err != nil {
+		return err
+	}
+	return d.sh(ctx, "kubectl", "nodeops", "watch", op)
 }
 
 // showFile prints a file as `cat` would, comments included: they say why it is there.

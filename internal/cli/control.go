@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -70,6 +71,45 @@ func patchOperation(ctx context.Context, c Client, op *nodeopsv1.NodeOperation, 
 type approveFlags struct {
 	all, auto bool
 	node      string
+	gate      string
+}
+
+// hasGate reports whether the operation, or one of its groups, declares gate name.
+func hasGate(op *nodeopsv1.NodeOperation, name string) bool {
+	gates := append([]nodeopsv1.Gate(nil), op.Spec.Gates...)
+	if op.Spec.Custom != nil {
+		for _, g := range op.Spec.Custom.Groups {
+			gates = append(gates, g.Gates...)
+		}
+	}
+	for _, g := range gates {
+		if g.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// annotateGate sets the annotation prefix+gate on operation name: how a person approves,
+// retries or skips a gate (the manager acts on it; the spec stays as created).
+func (o *Options) annotateGate(ctx context.Context, c Client, name, gate, prefix, value, done string) error {
+	op := &nodeopsv1.NodeOperation{}
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, op); err != nil {
+		return fmt.Errorf("getting nodeoperation %q: %w", name, err)
+	}
+	if !hasGate(op, gate) {
+		return fmt.Errorf("nodeoperation %s has no gate %q", name, gate)
+	}
+	if err := patchOperation(ctx, c, op, func(op *nodeopsv1.NodeOperation) {
+		if op.Annotations == nil {
+			op.Annotations = map[string]string{}
+		}
+		op.Annotations[prefix+gate] = value
+	}); err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Out, "nodeoperation/%s: gate %s %s\n", name, gate, done)
+	return nil
 }
 
 func newApproveCommand(o *Options) *cobra.Command {
@@ -88,6 +128,9 @@ spec.approvedCommands by one past its current command).
           for approval any more. This cannot be undone (Auto never goes back to
           Controlled).
 
+  --gate  approves an approval gate of the operation: its nodes start once its
+          other gates pass.
+
 NAME is an operation, or a single task.`,
 		Example: `  # Approve the next command on every waiting node
   kubectl nodeops approve upgrade-v1-37-2-abcde
@@ -99,12 +142,21 @@ NAME is an operation, or a single task.`,
   kubectl nodeops approve upgrade-v1-37-2-abcde --all
 
   # Stop asking: run the rest of the operation automatically
-  kubectl nodeops approve upgrade-v1-37-2-abcde --auto`,
+  kubectl nodeops approve upgrade-v1-37-2-abcde --auto
+
+  # Pass the approval gate change-board
+  kubectl nodeops approve upgrade-v1-37-2-abcde --gate change-board`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := o.NewClient()
 			if err != nil {
 				return err
+			}
+			if f.gate != "" {
+				if f.all || f.auto || f.node != "" {
+					return fmt.Errorf("--gate approves a gate for the whole operation: it takes no --all, --auto or --node")
+				}
+				return o.annotateGate(cmd.Context(), c, args[0], f.gate, nodeopsv1.AnnotationApproveGatePrefix, "true", "approved")
 			}
 			return o.runApprove(cmd.Context(), c, args[0], f)
 		},
@@ -112,6 +164,7 @@ NAME is an operation, or a single task.`,
 	cmd.Flags().BoolVar(&f.all, "all", false, "Approve every remaining command of the current tasks, not just the next one")
 	cmd.Flags().BoolVar(&f.auto, "auto", false, "Switch the operation and its unfinished tasks to Auto mode")
 	cmd.Flags().StringVar(&f.node, "node", "", "Only the task on this node")
+	cmd.Flags().StringVar(&f.gate, "gate", "", "Approve this approval gate of the operation")
 	return cmd
 }
 
@@ -209,7 +262,7 @@ failed task of the operation is skipped unless --node names one.`,
 )
 
 func newRecoveryCommand(o *Options, r recovery) *cobra.Command {
-	var node string
+	var node, gate string
 	cmd := &cobra.Command{
 		Use:     r.use,
 		Short:   r.short,
@@ -221,10 +274,21 @@ func newRecoveryCommand(o *Options, r recovery) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if gate != "" {
+				if node != "" {
+					return fmt.Errorf("--gate acts on the operation's gate: it takes no --node")
+				}
+				if r.mode == nodeopsv1.RecoverySkip {
+					return o.annotateGate(cmd.Context(), c, args[0], gate, nodeopsv1.AnnotationSkipGatePrefix, "true", "skipped for the rest of the operation")
+				}
+				// A new value each time: the manager checks the gate again once per value.
+				return o.annotateGate(cmd.Context(), c, args[0], gate, nodeopsv1.AnnotationRetryGatePrefix, time.Now().UTC().Format(time.RFC3339Nano), "checked again, with a fresh timeout")
+			}
 			return o.runRecovery(cmd.Context(), c, args[0], node, r.mode)
 		},
 	}
 	cmd.Flags().StringVar(&node, "node", "", "Only the failed task on this node")
+	cmd.Flags().StringVar(&gate, "gate", "", "A gate of the operation that timed out, instead of failed tasks")
 	return cmd
 }
 

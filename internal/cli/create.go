@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	nodeopsv1 "github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/gate"
 )
 
 // DefaultBinarySource serves official Kubernetes release binaries in the layout BinarySource expects.
@@ -223,6 +224,10 @@ static pods so they load the new certificates.`,
 
 func (o *Options) create(ctx context.Context, op *nodeopsv1.NodeOperation, f *createFlags) error {
 	if err := validateOutput(f.output, "json", "yaml"); err != nil {
+		return err
+	}
+	// The API server cannot compile user CEL without a webhook: refuse it here, naming the field.
+	if err := gate.Validate(&op.Spec); err != nil {
 		return err
 	}
 	c, err := o.NewClient()

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nodeopsv1 "github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/gate"
 	"github.com/nodeops/nodeops/internal/schedule"
 	"github.com/nodeops/nodeops/internal/taskpolicy"
 )
@@ -109,6 +110,9 @@ func describeTo(w io.Writer, op *nodeopsv1.NodeOperation, tasks []nodeopsv1.Node
 	if op.Spec.PostNodeDelay != nil || op.Spec.PostGroupDelay != nil {
 		field("Soak", soakText(op.Spec.Scheduling))
 	}
+	for i := range op.Spec.Gates {
+		field("Gate", gate.Describe(&op.Spec.Gates[i]))
+	}
 	field("Phase", phaseOf(op))
 	if op.Status.NextStart != nil && !op.Status.Phase.Finished() {
 		field("Next start", timeText(op.Status.NextStart))
@@ -128,6 +132,17 @@ func describeTo(w io.Writer, op *nodeopsv1.NodeOperation, tasks []nodeopsv1.Node
 		fmt.Fprintln(tw, "  TYPE\tSTATUS\tREASON\tMESSAGE")
 		for _, cd := range op.Status.Conditions {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", cd.Type, cd.Status, cd.Reason, cd.Message)
+		}
+		_ = tw.Flush()
+	}
+
+	if len(op.Status.Gates) > 0 {
+		fmt.Fprintln(w, "\nGates (last result of each, and when it was checked):")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  GROUP\tGATE\tSTATE\tSINCE\tCHECKED\tMESSAGE")
+		for _, g := range op.Status.Gates {
+			since, checked := g.Since, g.LastChecked
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", g.Group, g.Name, g.State, timeText(&since), timeText(&checked), g.Message)
 		}
 		_ = tw.Flush()
 	}

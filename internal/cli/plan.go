@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	nodeopsv1 "github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/gate"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/schedule"
 )
@@ -39,7 +40,9 @@ type PlanGroup struct {
 	// Windows are the maintenance windows new nodes of the group start in; empty means always.
 	Windows string `json:"windows,omitempty"`
 	// Soak is how long a finished node (postNodeDelay) and the group before (postGroupDelay) hold it.
-	Soak     string        `json:"soak,omitempty"`
+	Soak string `json:"soak,omitempty"`
+	// Gates must all pass before each node of the group starts, once its windows allow it.
+	Gates    []string      `json:"gates,omitempty"`
 	Commands []PlanCommand `json:"commands"`
 }
 
@@ -189,6 +192,10 @@ func buildPlan(op *nodeopsv1.NodeOperation, nodes []corev1.Node) (*Plan, error) 
 	if err != nil {
 		return nil, fmt.Errorf("planning: %w", err)
 	}
+	// The manager fails an operation whose CEL does not compile; say so before it is created.
+	if err := gate.Validate(&op.Spec); err != nil {
+		return nil, err
+	}
 	ready := map[string]bool{}
 	for i := range nodes {
 		ready[nodes[i].Name] = plan.NodeReady(&nodes[i])
@@ -197,6 +204,10 @@ func buildPlan(op *nodeopsv1.NodeOperation, nodes []corev1.Node) (*Plan, error) 
 	for _, g := range groups {
 		pg := PlanGroup{Name: g.Name, NodeFilter: g.NodeFilter, MaxUnavailable: g.MaxUnavailable, Nodes: g.Nodes}
 		pg.Windows, pg.Soak = groupScheduling(op.Spec.Scheduling, g.Scheduling)
+		gates := g.Scheduling.Over(op.Spec.Scheduling).Gates
+		for j := range gates {
+			pg.Gates = append(pg.Gates, gate.Describe(&gates[j]))
+		}
 		if pg.Nodes == nil {
 			pg.Nodes = []string{}
 		}
@@ -291,6 +302,9 @@ func writePlan(w io.Writer, op *nodeopsv1.NodeOperation, p *Plan, colour bool) {
 		}
 		if g.Soak != "" {
 			fmt.Fprintf(w, "   soak: %s\n", g.Soak)
+		}
+		for _, gt := range g.Gates {
+			fmt.Fprintf(w, "   gate %s\n", gt)
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		for j, c := range g.Commands {

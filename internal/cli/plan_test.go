@@ -171,3 +171,36 @@ func TestPlanShowsWindowsAndSoak(t *testing.T) {
 		t.Errorf("soak shown %d times, want once per group:\n%s", n, out.String())
 	}
 }
+
+// The plan lists each group's gates, the group's own over the operation's, and refuses CEL that
+// does not compile, naming the field, before anything is created.
+func TestPlanShowsGatesAndRefusesBadCEL(t *testing.T) {
+	node := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+	wait := []nodeopsv1.Command{{Wait: &nodeopsv1.WaitCommand{}}}
+	op := &nodeopsv1.NodeOperation{Spec: nodeopsv1.NodeOperationSpec{
+		Scheduling: nodeopsv1.Scheduling{Gates: []nodeopsv1.Gate{{Name: "board", Approval: &nodeopsv1.ApprovalGate{}}}},
+		Custom: &nodeopsv1.CustomOperation{Groups: []nodeopsv1.Group{
+			{Name: "first", Commands: wait},
+			{Name: "second", Commands: wait, Scheduling: nodeopsv1.Scheduling{Gates: []nodeopsv1.Gate{{Name: "storage", Timeout: &metav1.Duration{Duration: time.Hour},
+				CEL: &nodeopsv1.CELGate{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "ceph", Name: "osd", Expression: "self.status.availableReplicas == self.spec.replicas"}}}}},
+		}},
+	}}
+	p, err := buildPlan(op, []corev1.Node{node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	writePlan(&out, op, p, false)
+	for _, want := range []string{
+		"gate board: approval (timeout 30m0s)",
+		"gate storage: cel on apps/v1 Deployment ceph/osd: self.status.availableReplicas == self.spec.replicas (timeout 1h0m0s)",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("plan lacks %q:\n%s", want, out.String())
+		}
+	}
+	op.Spec.Custom.Groups[1].Gates[0].CEL.Expression = "self.status.availableReplicas =="
+	if _, err := buildPlan(op, []corev1.Node{node}); err == nil || !strings.Contains(err.Error(), "spec.custom.groups[1].gates[0].cel.expression") {
+		t.Errorf("bad CEL: %v, want an error naming spec.custom.groups[1].gates[0].cel.expression", err)
+	}
+}

@@ -41,6 +41,8 @@ const (
 	CommandsFailed        = "nodeops_commands_failed_total"
 	OperationBlockedSince = "nodeops_operation_blocked_since_timestamp_seconds"
 	CertificateExpiry     = "nodeops_certificate_expiry_timestamp_seconds"
+	Gates                 = "nodeops_gates"
+	GateSince             = "nodeops_gate_since_timestamp_seconds"
 	BuildInfo             = "nodeops_build_info"
 )
 
@@ -63,7 +65,7 @@ type Manager struct {
 	reader   client.Reader
 	failures *failures
 
-	operations, tasks, unavailable, maxUnavailable, duration, phaseDuration, failed, blockedSince, certExpiry, build *prometheus.Desc
+	operations, tasks, unavailable, maxUnavailable, duration, phaseDuration, failed, blockedSince, certExpiry, build, gates, gateSince *prometheus.Desc
 }
 
 // Series is one metric family a collector exports, declared once: the collector builds its
@@ -89,6 +91,8 @@ func ManagerSeries() []Series {
 		{CommandsFailed, dto.MetricType_COUNTER, "Command runs this manager saw fail since it started, by command kind and the task's failure reason (CommandFailed, Interrupted, AgentLost, NodeDeleted).", []string{"kind", "reason"}},
 		{OperationBlockedSince, dto.MetricType_GAUGE, "When a Blocked NodeOperation became Blocked, in Unix seconds.", []string{"operation"}},
 		{CertificateExpiry, dto.MetricType_GAUGE, "When a control plane's kubeadm certificate expires, in Unix seconds, as the ClusterTarget observed it.", []string{"node", "certificate"}},
+		{Gates, dto.MetricType_GAUGE, "Health gates of unfinished NodeOperations that hold a group (Waiting) or block their operation (TimedOut: it waits for a person's retry or skip), by gate name.", []string{"gate", "state"}},
+		{GateSince, dto.MetricType_GAUGE, "When a gate of an unfinished NodeOperation began holding (Waiting) or blocking (TimedOut), in Unix seconds.", []string{"operation", "group", "gate", "state"}},
 		{BuildInfo, dto.MetricType_GAUGE, "The manager's build: always 1.", []string{"version", "revision", "goversion"}},
 	}
 }
@@ -118,12 +122,14 @@ func NewManager(reader client.Reader) *Manager {
 		blockedSince:   d[OperationBlockedSince],
 		certExpiry:     d[CertificateExpiry],
 		build:          d[BuildInfo],
+		gates:          d[Gates],
+		gateSince:      d[GateSince],
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (m *Manager) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.operations, m.tasks, m.unavailable, m.maxUnavailable, m.duration, m.phaseDuration, m.failed, m.blockedSince, m.certExpiry, m.build} {
+	for _, d := range []*prometheus.Desc{m.operations, m.tasks, m.unavailable, m.maxUnavailable, m.duration, m.phaseDuration, m.failed, m.blockedSince, m.certExpiry, m.build, m.gates, m.gateSince} {
 		ch <- d
 	}
 }
@@ -183,6 +189,7 @@ func (m *Manager) collectOperations(ch chan<- prometheus.Metric, ops []v1alpha1.
 	for _, p := range operationPhases {
 		ch <- prometheus.MustNewConstMetric(m.operations, prometheus.GaugeValue, float64(byPhase[p]), string(p))
 	}
+	m.collectGates(ch, active)
 	if len(active) == 0 {
 		return
 	}
@@ -339,3 +346,22 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 func unix(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
+
+// collectGates reports the gates of unfinished operations that hold or block: how many by gate
+// name and state, and since when each one.
+func (m *Manager) collectGates(ch chan<- prometheus.Metric, active []*v1alpha1.NodeOperation) {
+	type key struct{ gate, state string }
+	count := map[key]int{}
+	for _, op := range active {
+		for _, g := range op.Status.Gates {
+			if g.State != v1alpha1.GateWaiting && g.State != v1alpha1.GateTimedOut {
+				continue
+			}
+			count[key{g.Name, string(g.State)}]++
+			ch <- prometheus.MustNewConstMetric(m.gateSince, prometheus.GaugeValue, unix(g.Since.Time), op.Name, g.Group, g.Name, string(g.State))
+		}
+	}
+	for k, n := range count {
+		ch <- prometheus.MustNewConstMetric(m.gates, prometheus.GaugeValue, float64(n), k.gate, k.state)
+	}
+}

@@ -390,3 +390,34 @@ func gather(t *testing.T, c prometheus.Collector) map[string]float64 {
 	}
 	return out
 }
+
+// Gates that hold or block an unfinished operation are counted by gate name and state, each with
+// when it began; a gate that passed is not.
+func TestGatesWaitingAndTimedOut(t *testing.T) {
+	ctx := context.Background()
+	since := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	op := operation(t, "gated", nil, nil)
+	op.Status.Phase = v1alpha1.OperationRunning
+	op.Status.Gates = []v1alpha1.GateStatus{
+		{Group: "workers", Name: "storage", State: v1alpha1.GateWaiting, Since: metav1.NewTime(since), LastChecked: metav1.NewTime(since)},
+		{Group: "control-planes", Name: "storage", State: v1alpha1.GatePassed, Since: metav1.NewTime(since), LastChecked: metav1.NewTime(since)},
+		{Group: "workers", Name: "alerts", State: v1alpha1.GateTimedOut, Since: metav1.NewTime(since), LastChecked: metav1.NewTime(since)},
+	}
+	if err := env.Client.Status().Update(ctx, op); err != nil {
+		t.Fatal(err)
+	}
+	got := gather(t, metrics.NewManager(env.Client))
+	for k, want := range map[string]float64{
+		metrics.Gates + `{gate="storage",state="Waiting"}`:                                       1,
+		metrics.Gates + `{gate="alerts",state="TimedOut"}`:                                       1,
+		metrics.GateSince + `{gate="storage",group="workers",operation="gated",state="Waiting"}`: float64(since.Unix()),
+		metrics.GateSince + `{gate="alerts",group="workers",operation="gated",state="TimedOut"}`: float64(since.Unix()),
+	} {
+		if v, ok := got[k]; !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", k, v, ok, want)
+		}
+	}
+	if _, ok := got[metrics.GateSince+`{gate="storage",group="control-planes",operation="gated",state="Passed"}`]; ok {
+		t.Errorf("a gate that passed is reported")
+	}
+}

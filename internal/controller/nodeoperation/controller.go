@@ -26,6 +26,7 @@ import (
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/clock"
 	"github.com/nodeops/nodeops/internal/controller/skeleton"
+	"github.com/nodeops/nodeops/internal/gate"
 	"github.com/nodeops/nodeops/internal/nodelock"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/schedule"
@@ -67,6 +68,10 @@ type Reconciler struct {
 	WaitRecheck time.Duration
 	// Now is the clock; the machine's when nil.
 	Now clock.Func
+	// Gates evaluates health gates; SetupWithManager sets one reading through the manager.
+	Gates *gate.Checker
+	// GateRecheck is how soon a gate that holds is checked again.
+	GateRecheck time.Duration
 
 	// status batches count-only status writes, by operation name.
 	status skeleton.StatusThrottle
@@ -82,7 +87,7 @@ type Reconciler struct {
 func New(c client.Client, apiReader client.Reader, locks skeleton.Locker, recorder events.EventRecorder) *Reconciler {
 	return &Reconciler{
 		Client: c, APIReader: apiReader, Locks: locks, Recorder: recorder,
-		StatusInterval: time.Second, CreateParallelism: 64, WaitRecheck: 5 * time.Second,
+		StatusInterval: time.Second, CreateParallelism: 64, WaitRecheck: 5 * time.Second, GateRecheck: 10 * time.Second,
 	}
 }
 
@@ -97,6 +102,8 @@ type scope struct {
 	d      decision
 	// start is when the reconcile began, for the cost that batching saves (see ownTaskEvents).
 	start time.Time
+	// checked are the gates evaluated in this reconcile: their lastChecked is refreshed when the status is written.
+	checked []gateKey
 }
 
 // Reconcile follows the skeleton (internal/controller/skeleton): get, then observe, decide,
@@ -186,7 +193,7 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 	op := s.op
 	// The lock table is read before the cache: a task that is no longer a reservation in the
 	// view is then always in the cache (see nodelock.View), so no created task is ever missed.
-	s.in = input{op: op, now: metav1.NewTime(r.now()), notReady: map[string]bool{}, cordoned: map[string]bool{}, tasks: map[string]map[string]taskView{}, locks: r.Locks.Snapshot()}
+	s.in = input{op: op, now: metav1.NewTime(r.now()), gateRecheck: r.GateRecheck, notReady: map[string]bool{}, cordoned: map[string]bool{}, tasks: map[string]map[string]taskView{}, locks: r.Locks.Snapshot()}
 	tasks, err := r.ownTasks(ctx, op)
 	if err != nil {
 		return err
@@ -212,6 +219,13 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 	if s.in.timing, err = timings(op, groups); err != nil {
 		s.in.fail = &failure{reason: ReasonInvalidSpec, message: err.Error()}
 		return nil
+	}
+	if op.Status.StartTime == nil {
+		// Admission cannot compile user CEL without a webhook: the first look does, before anything runs.
+		if err := gate.Validate(&op.Spec); err != nil {
+			s.in.fail = &failure{reason: ReasonInvalidSpec, message: err.Error()}
+			return nil
+		}
 	}
 	if op.Status.StartTime == nil && op.Spec.Upgrade != nil {
 		f, err := r.checkVersion(ctx, op.Spec.Upgrade.KubernetesVersion)
@@ -243,8 +257,11 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 			}
 		}
 	}
-	s.in.holders, err = r.othersHolding(ctx, &s.in)
-	return err
+	if s.in.holders, err = r.othersHolding(ctx, &s.in); err != nil {
+		return err
+	}
+	r.checkGates(ctx, s)
+	return nil
 }
 
 // othersHolding reads from the cache the tasks of others that hold nodes the operation has still
@@ -299,7 +316,7 @@ func timings(op *v1alpha1.NodeOperation, groups []plan.ResolvedGroup) ([]timing,
 			return nil, err
 		}
 		out[i] = timing{windows: compiled, describe: schedule.DescribeAll(eff.Windows),
-			postNode: durationOf(eff.PostNodeDelay), postGroup: durationOf(eff.PostGroupDelay)}
+			postNode: durationOf(eff.PostNodeDelay), postGroup: durationOf(eff.PostGroupDelay), gates: eff.Gates}
 	}
 	return out, nil
 }

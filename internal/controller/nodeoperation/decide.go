@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/gate"
 	"github.com/nodeops/nodeops/internal/nodelock"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/schedule"
@@ -31,6 +32,10 @@ const (
 	ReasonWaitingForWindow = "WaitingForWindow"
 	// ReasonWaitingForDelay: the current group soaks (postNodeDelay, postGroupDelay) before its next node.
 	ReasonWaitingForDelay = "WaitingForDelay"
+	// ReasonWaitingForGate: a gate of the current group does not pass yet, so no new node starts.
+	ReasonWaitingForGate = "WaitingForGate"
+	// ReasonGateTimedOut: a gate held the current group for its whole timeout; a person retries or skips it.
+	ReasonGateTimedOut = "GateTimedOut"
 )
 
 // taskView is what the operation needs to know about one of its tasks.
@@ -54,6 +59,7 @@ type timing struct {
 	describe  string
 	postNode  time.Duration
 	postGroup time.Duration
+	gates     []v1alpha1.Gate
 }
 
 // input is everything decide looks at; the controller gathers it from the cache.
@@ -72,6 +78,11 @@ type input struct {
 	holders map[string]taskView
 	// timing is each group's scheduling, by index.
 	timing []timing
+	// gates are the results of the gates checked in this reconcile, by group then gate name; a
+	// group absent has not been checked.
+	gates map[string]map[string]gate.Result
+	// gateRecheck is how soon a gate that holds is checked again.
+	gateRecheck time.Duration
 	// fail, when set, ends the operation at once: it was refused before anything ran.
 	fail *failure
 	now  metav1.Time
@@ -97,6 +108,8 @@ type decision struct {
 	budget nodelock.Budget
 	// recheck, when set, is when a window opens or a soak ends: look again then.
 	recheck time.Time
+	// checkGates, when set, names the group whose gates need a check before its nodes start.
+	checkGates string
 }
 
 // decide computes the operation's status from its tasks, nodes and the lock table's view, and
@@ -218,6 +231,24 @@ func decide(in *input) decision {
 					st.NextStart = &metav1.Time{Time: until}
 				}
 				break
+			}
+			if len(d.create) > 0 && i < len(in.timing) && len(in.timing[i].gates) > 0 {
+				gReason, gMessage, recheck := gated(in, g.Name, in.timing[i].gates, &st, &d)
+				if gReason != "" {
+					d.create = nil
+					gs.Message = gMessage
+					reason, message = gReason, gMessage
+					if gReason == ReasonGateTimedOut {
+						gs.Phase = v1alpha1.GroupBlocked
+						phase = v1alpha1.OperationBlocked
+					} else if running > 0 {
+						message += fmt.Sprintf("; %d running tasks go on to their end", running)
+					}
+					if !recheck.IsZero() {
+						d.recheck = recheck
+					}
+					break
+				}
 			}
 			message = runningMessage(g.Name, gs.Nodes, len(d.create))
 			if waits := waitingMessage(nodes, tasks, in.notReady, in.cordoned, d.waiting); waits != "" {

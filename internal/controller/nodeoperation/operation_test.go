@@ -466,8 +466,24 @@ func TestEvents(t *testing.T) {
 // spends one create per node and a handful of status writes and events per operation. The writes
 // are the API server's own count, and the controller's clock is held, so that the status
 // throttle's windows open only when the test moves it: the figures hold however slowly anything runs.
-func TestWriteBudget(t *testing.T) {
+func TestWriteBudget(t *testing.T) { writeBudget(t, newFixture(t), nil) }
+
+// Gates read, they never write per check: with gates that pass at once the writes per node and
+// the status writes are those of an operation without gates.
+func TestWriteBudgetWithGatesThatPass(t *testing.T) {
 	f := newFixture(t)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: f.id + "-ready"}, Data: map[string]string{"ready": "true"}}
+	f.must(f.c.Create(f.ctx, cm))
+	writeBudget(t, f, func(o *v1alpha1.NodeOperation) {
+		o.Annotations = map[string]string{v1alpha1.AnnotationApproveGatePrefix + "approved": "true"}
+		o.Spec.Gates = []v1alpha1.Gate{
+			{Name: "approved", Approval: &v1alpha1.ApprovalGate{}},
+			{Name: "ready", CEL: &v1alpha1.CELGate{APIVersion: "v1", Kind: "ConfigMap", Namespace: "default", Name: cm.Name, Expression: "self.data.ready == 'true'"}},
+		}
+	})
+}
+
+func writeBudget(t *testing.T, f *fixture, mutate func(*v1alpha1.NodeOperation)) {
 	const n, windows = 60, 6
 	names := make([]string, n)
 	for i := range names {
@@ -479,8 +495,12 @@ func TestWriteBudget(t *testing.T) {
 	states := f.watchStates(name)
 	before := f.apiServerWrites()
 	createsBefore := managerWrites.taskCreates.Load()
-	op := f.operation("budget", func(o *v1alpha1.NodeOperation) { o.Spec.MaxUnavailable = intOrStr("100%") },
-		v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{waitCmd()}})
+	op := f.operation("budget", func(o *v1alpha1.NodeOperation) {
+		o.Spec.MaxUnavailable = intOrStr("100%")
+		if mutate != nil {
+			mutate(o)
+		}
+	}, v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{waitCmd()}})
 	for i, task := range f.waitTasks(op.Name, n) {
 		f.begin(task.Name, 0)
 		f.end(task.Name, 0, true, "ok")

@@ -2,10 +2,13 @@ package nodeoperation
 
 import (
 	"context"
+	"fmt"
+	"net/http"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -18,6 +21,7 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/controller/skeleton"
+	"github.com/nodeops/nodeops/internal/gate"
 	"github.com/nodeops/nodeops/internal/nodelock"
 )
 
@@ -34,9 +38,20 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := skeleton.IndexTasksByOwner(context.Background(), mgr.GetFieldIndexer(), kind); err != nil {
 		return err
 	}
+	if r.Gates == nil {
+		disco, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+		if err != nil {
+			return fmt.Errorf("client for /readyz: %w", err)
+		}
+		r.Gates = &gate.Checker{Reader: mgr.GetAPIReader(), Cache: mgr.GetClient(), HTTP: &http.Client{Timeout: 10 * time.Second},
+			Readyz: func(ctx context.Context) error {
+				return disco.RESTClient().Get().AbsPath("/readyz").Do(ctx).Error()
+			}}
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nodeoperation").
-		For(&v1alpha1.NodeOperation{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// Annotations too: a person approves, retries or skips a gate with one.
+		For(&v1alpha1.NodeOperation{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Watches(&v1alpha1.NodeTask{}, r.ownTaskEvents()).
 		Watches(&v1alpha1.NodeTask{}, handler.EnqueueRequestsFromMapFunc(r.waitingFor), builder.WithPredicates(changesHold())).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.unfinished), builder.WithPredicates(skeleton.NodeChanged(skeleton.NodeLabels|skeleton.NodeReadiness|skeleton.NodeSchedulable))).

@@ -29,6 +29,14 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope) (ctrl.Result, er
 	if equality.Semantic.DeepEqual(s.before, st) {
 		return ctrl.Result{}, nil
 	}
+	for _, k := range s.checked {
+		// Checks that changed nothing wrote nothing; this write carries when they happened.
+		for i := range st.Gates {
+			if st.Gates[i].Group == k.group && st.Gates[i].Name == k.name {
+				st.Gates[i].LastChecked = metav1.NewTime(r.now())
+			}
+		}
+	}
 	orig := s.op.DeepCopy()
 	orig.Status = *s.before
 	s.op.Status = *st

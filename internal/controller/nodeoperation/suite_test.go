@@ -68,6 +68,7 @@ func run(m *testing.M) int {
 		r := nodeoperation.New(mgr.GetClient(), mgr.GetAPIReader(), locks, mgr.GetEventRecorder("nodeoperation-controller"))
 		r.StatusInterval = statusInterval
 		r.WaitRecheck = time.Second
+		r.GateRecheck = 300 * time.Millisecond
 		r.Now = clock.Now
 		if err := r.SetupWithManager(mgr); err != nil {
 			return err

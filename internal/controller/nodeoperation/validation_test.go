@@ -25,6 +25,10 @@ func TestInvalidSpecsRejected(t *testing.T) {
 	for i := range many {
 		many[i] = v1alpha1.Group{Name: fmt.Sprint("g", i), Commands: wait}
 	}
+	withGates := func(s v1alpha1.NodeOperationSpec, gates ...v1alpha1.Gate) v1alpha1.NodeOperationSpec {
+		s.Gates = gates
+		return s
+	}
 	withMU := func(s v1alpha1.NodeOperationSpec, mu string) v1alpha1.NodeOperationSpec {
 		s.MaxUnavailable = intOrStr(mu)
 		return s
@@ -59,6 +63,15 @@ func TestInvalidSpecsRejected(t *testing.T) {
 		{"maxUnavailable 0%", withMU(custom(v1alpha1.Group{Name: "g", Commands: wait}), "0%"), "spec.maxUnavailable", "percentage from 1% to 100%"},
 		{"maxUnavailable 150%", withMU(custom(v1alpha1.Group{Name: "g", Commands: wait}), "150%"), "spec.maxUnavailable", "percentage from 1% to 100%"},
 		{"maxUnavailable words", withMU(custom(v1alpha1.Group{Name: "g", Commands: wait}), "half"), "spec.maxUnavailable", ""},
+		{"gate of two kinds", withGates(custom(v1alpha1.Group{Name: "g", Commands: wait}), v1alpha1.Gate{Name: "x", Approval: &v1alpha1.ApprovalGate{}, ClusterHealth: &v1alpha1.ClusterHealthGate{}}), "spec.gates[0]", "exactly one of cel, clusterHealth"},
+		{"gate of no kind", withGates(custom(v1alpha1.Group{Name: "g", Commands: wait}), v1alpha1.Gate{Name: "x"}), "spec.gates[0]", "exactly one of cel, clusterHealth"},
+		{"duplicate gate names", withGates(custom(v1alpha1.Group{Name: "g", Commands: wait}), v1alpha1.Gate{Name: "x", Approval: &v1alpha1.ApprovalGate{}}, v1alpha1.Gate{Name: "x", ClusterHealth: &v1alpha1.ClusterHealthGate{}}), "spec.gates[1]", "Duplicate value"},
+		{"bad gate name", withGates(custom(v1alpha1.Group{Name: "g", Commands: wait}), v1alpha1.Gate{Name: "No_Way", Approval: &v1alpha1.ApprovalGate{}}), "spec.gates[0].name", ""},
+		{"command gate", custom(v1alpha1.Group{Name: "g", Commands: wait, Scheduling: v1alpha1.Scheduling{Gates: []v1alpha1.Gate{{Name: "raid", Command: &v1alpha1.CommandGate{Script: "true"}}}}}), "spec.custom.groups[0].gates[0].command", "not implemented yet"},
+		{"cel gate with name and selector", withGates(custom(v1alpha1.Group{Name: "g", Commands: wait}), v1alpha1.Gate{Name: "x", CEL: &v1alpha1.CELGate{APIVersion: "v1", Kind: "ConfigMap", Name: "a", Selector: &metav1.LabelSelector{}, Expression: "true"}}), "spec.gates[0].cel", "exactly one of name or selector"},
+		{"prometheus gate without http", withGates(custom(v1alpha1.Group{Name: "g", Commands: wait}), v1alpha1.Gate{Name: "x", Prometheus: &v1alpha1.PrometheusGate{URL: "ftp://p", Query: "up"}}), "spec.gates[0].prometheus.url", "http or https URL"},
+		{"bad alertmanager matcher", withGates(custom(v1alpha1.Group{Name: "g", Commands: wait}), v1alpha1.Gate{Name: "x", Alertmanager: &v1alpha1.AlertmanagerGate{URL: "http://am:9093", Matchers: []string{"severity"}}}), "spec.gates[0].alertmanager.matchers[0]", ""},
+		{"gate timeout 0", withGates(custom(v1alpha1.Group{Name: "g", Commands: wait}), v1alpha1.Gate{Name: "x", Timeout: &metav1.Duration{}, Approval: &v1alpha1.ApprovalGate{}}), "spec.gates[0].timeout", "from 1s to 168h"},
 		{"bad execution mode", func() v1alpha1.NodeOperationSpec {
 			s := custom(v1alpha1.Group{Name: "g", Commands: wait})
 			s.ExecutionMode = "Fast"

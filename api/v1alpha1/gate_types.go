@@ -1,0 +1,161 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Gate is a check that must pass before each node of a group starts. While it does not pass the
+// operation waits (reason WaitingForGate); once it has not passed for Timeout the operation goes
+// Blocked with the gate's message, and a person retries (re-checks) or skips it. A gate that
+// cannot be evaluated (an unreachable server, an expression that fails) does not pass: no gate
+// ever lets work go on by default (rule 14).
+// +kubebuilder:validation:XValidation:rule="[has(self.cel), has(self.clusterHealth), has(self.prometheus), has(self.alertmanager), has(self.command), has(self.approval)].filter(x, x).size() == 1",message="exactly one of cel, clusterHealth, prometheus, alertmanager, command or approval must be set"
+// +kubebuilder:validation:XValidation:rule="!has(self.command)",message="command gates are not implemented yet: use a cel, prometheus or alertmanager gate, or a script command in the group",fieldPath=".command"
+type Gate struct {
+	// Name identifies the gate in status, events, metrics and `kubectl nodeops approve|retry|skip --gate`.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+	// Timeout is how long the gate may hold a group before the operation goes Blocked.
+	// +optional
+	// +kubebuilder:default="30m0s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('168h')",message="must be from 1s to 168h"
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+	// +optional
+	CEL *CELGate `json:"cel,omitempty"`
+	// +optional
+	ClusterHealth *ClusterHealthGate `json:"clusterHealth,omitempty"`
+	// +optional
+	Prometheus *PrometheusGate `json:"prometheus,omitempty"`
+	// +optional
+	Alertmanager *AlertmanagerGate `json:"alertmanager,omitempty"`
+	// +optional
+	Command *CommandGate `json:"command,omitempty"`
+	// +optional
+	Approval *ApprovalGate `json:"approval,omitempty"`
+}
+
+// CELGate passes when Expression is true for one object (Name) or for every object matching
+// Selector (none matching holds). The object is `self`, read through the manager's client, which
+// needs read access to its kind (see docs/how-to/health-gates.md).
+// +kubebuilder:validation:XValidation:rule="has(self.name) != has(self.selector)",message="set exactly one of name or selector"
+type CELGate struct {
+	// APIVersion of the object, "apps/v1" or "v1".
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	APIVersion string `json:"apiVersion"`
+	// Kind of the object, "Deployment".
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Kind string `json:"kind"`
+	// Namespace of a namespaced object; empty for cluster-scoped kinds.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace,omitempty"`
+	// Name of the one object.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name,omitempty"`
+	// Selector picks every object of the kind (in Namespace) carrying these labels.
+	// +optional
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
+	// Expression is a CEL expression over `self` that must be true, with the Kubernetes CEL
+	// libraries, for example `self.status.availableReplicas == self.spec.replicas`. Admission
+	// checks only its length: without a webhook the API server cannot compile user CEL, so the
+	// manager compiles and type-checks it at its first look and fails the operation
+	// (InvalidSpec, naming this field) before anything runs; `kubectl nodeops create` and `plan`
+	// do the same on the client.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	Expression string `json:"expression"`
+}
+
+// ClusterHealthGate passes when every control plane's API server, etcd and scheduler mirror pods
+// are Ready, the API server answers /readyz, and the nodes the operation finished most recently
+// are Ready with their pods Ready.
+type ClusterHealthGate struct{}
+
+// PrometheusGate passes when an instant query returns no series (a query for what is wrong,
+// kured-style: `ALERTS{alertstate="firing"}`).
+type PrometheusGate struct {
+	// URL of the Prometheus server, "http://prometheus.monitoring:9090".
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && (self.startsWith('http://') || self.startsWith('https://'))",message="must be an http or https URL"
+	URL string `json:"url"`
+	// Query is PromQL; the gate passes when it returns no series.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	Query string `json:"query"`
+}
+
+// AlertmanagerGate passes when no active (not silenced, not inhibited) alert matches all Matchers.
+type AlertmanagerGate struct {
+	// URL of the Alertmanager, "http://alertmanager.monitoring:9093" (API v2).
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && (self.startsWith('http://') || self.startsWith('https://'))",message="must be an http or https URL"
+	URL string `json:"url"`
+	// Matchers select alerts: "name=value", "name!=value", "name=~regex" or "name!~regex"; none matches every alert.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=256
+	// +kubebuilder:validation:items:Pattern=`^[a-zA-Z_][a-zA-Z0-9_]*(=|!=|=~|!~).*$`
+	Matchers []string `json:"matchers,omitempty"`
+}
+
+// CommandGate is a script run on a node that must exit 0. Not implemented yet: admission refuses it.
+type CommandGate struct {
+	// Script is run with /bin/sh on the node.
+	// +kubebuilder:validation:MaxLength=4096
+	Script string `json:"script"`
+	// Node runs the script; the node about to start when empty.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Node string `json:"node,omitempty"`
+}
+
+// ApprovalGate passes once a person or another controller approves it with the annotation
+// `approve.gate.nodeops.io/<name>` on the operation (`kubectl nodeops approve OP --gate NAME`).
+type ApprovalGate struct{}
+
+// Annotations on a NodeOperation by which a person acts on its gates.
+const (
+	// AnnotationApproveGatePrefix + gate name, any value: the approval gate passes.
+	AnnotationApproveGatePrefix = "approve.gate.nodeops.io/"
+	// AnnotationRetryGatePrefix + gate name, a new value each time: a gate that timed out is checked
+	// again with a fresh timeout.
+	AnnotationRetryGatePrefix = "retry.gate.nodeops.io/"
+	// AnnotationSkipGatePrefix + gate name, any value: the gate passes for the rest of the operation.
+	AnnotationSkipGatePrefix = "skip.gate.nodeops.io/"
+)
+
+// GateState is a gate's last result.
+// +kubebuilder:validation:Enum=Passed;Waiting;TimedOut;Skipped
+type GateState string
+
+const (
+	GatePassed   GateState = "Passed"
+	GateWaiting  GateState = "Waiting"
+	GateTimedOut GateState = "TimedOut"
+	GateSkipped  GateState = "Skipped"
+)
+
+// GateStatus is a gate's last result for a group.
+type GateStatus struct {
+	// Group the gate was checked for.
+	Group string `json:"group"`
+	// Name of the gate.
+	Name  string    `json:"name"`
+	State GateState `json:"state"`
+	// Message is the gate's own word: what it saw, or why it could not look.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Since is when the gate entered State.
+	Since metav1.Time `json:"since"`
+	// LastChecked is when the gate was last evaluated, as of the last status write: checks that
+	// change nothing are not written on their own.
+	LastChecked metav1.Time `json:"lastChecked"`
+	// Retried is the value of the retry annotation last acted on.
+	// +optional
+	Retried string `json:"retried,omitempty"`
+}

@@ -1,0 +1,222 @@
+package nodeoperation
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/gate"
+)
+
+// CEL gates read their objects through the manager; the workloads a gate most often waits for
+// are readable here, and any other kind needs a ClusterRole of its own bound to the manager
+// (docs/how-to/health-gates.md). Cluster health reads pods and nodes, already granted.
+// +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets;daemonsets,verbs=get;list
+
+// defaultGateTimeout is a gate's timeout when the API server did not default it (a status
+// written by an older manager, a unit test).
+const defaultGateTimeout = 30 * time.Minute
+
+// gated applies the group's gates, checked in this reconcile (in.gates) or recorded in st, and
+// records each one's state in st.Gates. It returns "" when all pass; otherwise the reason
+// (WaitingForGate or GateTimedOut), the message, and when to look again. A group whose gates have
+// not been checked yet is named in d.checkGates and holds: the controller checks them and decides
+// again, so that an unchecked gate never lets a node start (a gate that cannot be evaluated blocks, rule 14).
+func gated(in *input, group string, gates []v1alpha1.Gate, st *v1alpha1.NodeOperationStatus, d *decision) (reason, message string, recheck time.Time) {
+	results, checked := in.gates[group]
+	now := in.now
+	var waiting, timedOut []string
+	var msgs = map[string]string{}
+	for i := range gates {
+		g := &gates[i]
+		rec := findGate(st.Gates, group, g.Name)
+		next := v1alpha1.GateStatus{Group: group, Name: g.Name}
+		if rec != nil {
+			next = *rec
+		}
+		ann := in.op.Annotations
+		if retry, ok := ann[v1alpha1.AnnotationRetryGatePrefix+g.Name]; ok && retry != next.Retried {
+			// A person asked for a fresh look: the wait and its timeout start again now.
+			next.Retried = retry
+			next.State = ""
+		}
+		timeout := defaultGateTimeout
+		if g.Timeout != nil {
+			timeout = g.Timeout.Duration
+		}
+		res, have := results[g.Name]
+		switch _, skip := ann[v1alpha1.AnnotationSkipGatePrefix+g.Name]; {
+		case skip:
+			setGate(&next, v1alpha1.GateSkipped, "skipped by a person ("+v1alpha1.AnnotationSkipGatePrefix+g.Name+")", now)
+		case next.State == v1alpha1.GateTimedOut:
+			// Stays so until a person retries or skips it (a failure blocks until a person decides, rule 3).
+		case !checked || !have:
+			d.checkGates = group
+			if next.State == "" || next.State == v1alpha1.GatePassed {
+				setGate(&next, v1alpha1.GateWaiting, "not checked yet", now)
+			}
+		case res.Passed:
+			setGate(&next, v1alpha1.GatePassed, res.Message, now)
+			next.LastChecked = now
+		default:
+			setGate(&next, v1alpha1.GateWaiting, res.Message, now)
+			next.LastChecked = now
+			if due := next.Since.Add(timeout); !now.Time.Before(due) {
+				setGate(&next, v1alpha1.GateTimedOut, res.Message, now)
+			} else if soon := minTime(due, now.Add(in.gateRecheck)); recheck.IsZero() || soon.Before(recheck) {
+				recheck = soon
+			}
+		}
+		if next.LastChecked.IsZero() {
+			next.LastChecked = now
+		}
+		if rec != nil && rec.State == next.State && rec.Message == next.Message && rec.Since.Equal(&next.Since) && rec.Retried == next.Retried {
+			// An unchanged result costs no write: the check time rides along with the next one.
+			next.LastChecked = rec.LastChecked
+		}
+		st.Gates = putGate(st.Gates, next)
+		switch next.State {
+		case v1alpha1.GateWaiting:
+			waiting = append(waiting, g.Name)
+			msgs[g.Name] = fmt.Sprintf("gate %s (since %s, times out at %s): %s", g.Name,
+				next.Since.UTC().Format(time.RFC3339), next.Since.Add(timeout).UTC().Format(time.RFC3339), next.Message)
+		case v1alpha1.GateTimedOut:
+			timedOut = append(timedOut, g.Name)
+			msgs[g.Name] = fmt.Sprintf("gate %s held group %s for its timeout (%s): %s", g.Name, group, timeout, next.Message)
+		}
+	}
+	if len(timedOut) > 0 {
+		n := timedOut[0]
+		return ReasonGateTimedOut, msgs[n] + fmt.Sprintf("; kubectl nodeops retry %s --gate %s checks it again, skip --gate %s passes it, or abort the operation", in.op.Name, n, n), time.Time{}
+	}
+	if d.checkGates != "" {
+		// Checked at once by the controller; this decision is never written.
+		return ReasonWaitingForGate, "checking the gates of group " + group, now.Add(in.gateRecheck)
+	}
+	if len(waiting) > 0 {
+		msg := fmt.Sprintf("group %s waits for %s", group, msgs[waiting[0]])
+		if len(waiting) > 1 {
+			msg += fmt.Sprintf(" (and %d more gates)", len(waiting)-1)
+		}
+		return ReasonWaitingForGate, msg, recheck
+	}
+	return "", "", time.Time{}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// setGate moves a gate's record to state with message; Since moves only when the state changes.
+func setGate(g *v1alpha1.GateStatus, state v1alpha1.GateState, message string, now metav1.Time) {
+	if g.State != state {
+		g.Since = now
+	}
+	g.State, g.Message = state, truncate(message, 1024)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}
+
+func findGate(list []v1alpha1.GateStatus, group, name string) *v1alpha1.GateStatus {
+	for i := range list {
+		if list[i].Group == group && list[i].Name == name {
+			return &list[i]
+		}
+	}
+	return nil
+}
+
+// putGate replaces or adds g, keeping the list in the order gates were first checked.
+func putGate(list []v1alpha1.GateStatus, g v1alpha1.GateStatus) []v1alpha1.GateStatus {
+	for i := range list {
+		if list[i].Group == g.Group && list[i].Name == g.Name {
+			out := append([]v1alpha1.GateStatus(nil), list...)
+			out[i] = g
+			return out
+		}
+	}
+	return append(append([]v1alpha1.GateStatus(nil), list...), g)
+}
+
+// checkGates decides once, and when the decision wants a group's gates checked before its nodes
+// start, checks them: the gates only read, and the second decision (the skeleton's) uses what
+// they found. Only gates that may let a node start now cost a check.
+func (r *Reconciler) checkGates(ctx context.Context, s *scope) {
+	if s.in.fail != nil || r.Gates == nil {
+		return
+	}
+	first := decide(&s.in)
+	group := first.checkGates
+	if group == "" {
+		return
+	}
+	var gates []v1alpha1.Gate
+	for i := range s.in.groups {
+		if s.in.groups[i].Name == group {
+			gates = s.in.timing[i].gates
+		}
+	}
+	target := gate.Target{Operation: s.op, Group: group, Finished: recentlyFinished(s, 10)}
+	results := map[string]gate.Result{}
+	for i := range gates {
+		g := &gates[i]
+		if _, skip := s.op.Annotations[v1alpha1.AnnotationSkipGatePrefix+g.Name]; skip {
+			continue
+		}
+		if rec := findGate(s.op.Status.Gates, group, g.Name); rec != nil && rec.State == v1alpha1.GateTimedOut &&
+			rec.Retried == s.op.Annotations[v1alpha1.AnnotationRetryGatePrefix+g.Name] {
+			continue // blocked until a person acts: nothing to look at
+		}
+		results[g.Name] = r.Gates.Check(ctx, g, target)
+	}
+	if s.in.gates == nil {
+		s.in.gates = map[string]map[string]gate.Result{}
+	}
+	s.in.gates[group] = results
+	for _, g := range gates {
+		if _, ok := results[g.Name]; ok {
+			s.checked = append(s.checked, gateKey{group, g.Name})
+		}
+	}
+}
+
+type gateKey struct{ group, name string }
+
+// recentlyFinished are up to n nodes whose task in this operation succeeded last, newest first.
+func recentlyFinished(s *scope, n int) []string {
+	type done struct {
+		node string
+		at   time.Time
+	}
+	var all []done
+	seen := map[string]bool{}
+	for _, t := range s.tasks {
+		if t.EffectivePhase() == v1alpha1.TaskSucceeded && !seen[t.Spec.NodeName] && t.Status.CompletionTime != nil {
+			seen[t.Spec.NodeName] = true
+			all = append(all, done{t.Spec.NodeName, t.Status.CompletionTime.Time})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool {
+		if !all[i].at.Equal(all[j].at) {
+			return all[i].at.After(all[j].at)
+		}
+		return all[i].node < all[j].node
+	})
+	out := make([]string, 0, min(n, len(all)))
+	for i := 0; i < len(all) && i < n; i++ {
+		out = append(out, all[i].node)
+	}
+	return out
+}
