@@ -997,6 +997,11 @@ func (in *NodeOperationSpec) DeepCopyInto(out *NodeOperationSpec) {
 		*out = new(v1.LabelSelector)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.ResumedBefore != nil {
+		in, out := &in.ResumedBefore, &out.ResumedBefore
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.MaxUnavailable != nil {
 		in, out := &in.MaxUnavailable, &out.MaxUnavailable
 		*out = new(intstr.IntOrString)
@@ -1650,6 +1655,11 @@ func (in *Scheduling) DeepCopyInto(out *Scheduling) {
 		in, out := &in.PostGroupDelay, &out.PostGroupDelay
 		*out = new(v1.Duration)
 		**out = **in
+	}
+	if in.PauseBefore != nil {
+		in, out := &in.PauseBefore, &out.PauseBefore
+		*out = make([]string, len(*in))
+		copy(*out, *in)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -95,6 +96,18 @@ func soakText(s nodeopsv1.Scheduling) string {
 	return strings.Join(parts, ", ")
 }
 
+// pauseBeforeText lists the operation's pauseBefore nodes, marking those a person has resumed.
+func pauseBeforeText(op *nodeopsv1.NodeOperation) string {
+	parts := make([]string, 0, len(op.Spec.PauseBefore))
+	for _, n := range op.Spec.PauseBefore {
+		if slices.Contains(op.Spec.ResumedBefore, n) {
+			n += " (resumed)"
+		}
+		parts = append(parts, n)
+	}
+	return strings.Join(parts, ", ")
+}
+
 func describeTo(w io.Writer, op *nodeopsv1.NodeOperation, tasks []nodeopsv1.NodeTask, tail int) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	field := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
@@ -108,6 +121,9 @@ func describeTo(w io.Writer, op *nodeopsv1.NodeOperation, tasks []nodeopsv1.Node
 	}
 	if op.Spec.PostNodeDelay != nil || op.Spec.PostGroupDelay != nil {
 		field("Soak", soakText(op.Spec.Scheduling))
+	}
+	if len(op.Spec.PauseBefore) > 0 {
+		field("Pause before", pauseBeforeText(op))
 	}
 	field("Phase", phaseOf(op))
 	if op.Status.NextStart != nil && !op.Status.Phase.Finished() {
@@ -230,6 +246,8 @@ func nextSteps(op *nodeopsv1.NodeOperation, tasks []nodeopsv1.NodeTask) string {
 	}
 	if op.Spec.Paused {
 		lines = append(lines, "Paused. Next: kubectl nodeops resume "+op.Name)
+	} else if n := op.Status.PausedBefore; n != "" {
+		lines = append(lines, fmt.Sprintf("Paused before node %s (pauseBefore). Next: kubectl nodeops resume %s", n, op.Name))
 	}
 	return strings.Join(lines, "\n")
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -39,8 +40,10 @@ type PlanGroup struct {
 	// Windows are the maintenance windows new nodes of the group start in; empty means always.
 	Windows string `json:"windows,omitempty"`
 	// Soak is how long a finished node (postNodeDelay) and the group before (postGroupDelay) hold it.
-	Soak     string        `json:"soak,omitempty"`
-	Commands []PlanCommand `json:"commands"`
+	Soak string `json:"soak,omitempty"`
+	// PauseBefore are the group's nodes the operation pauses before, once each, until a person resumes.
+	PauseBefore []string      `json:"pauseBefore,omitempty"`
+	Commands    []PlanCommand `json:"commands"`
 }
 
 // PlanCommand is one command of a PlanGroup.
@@ -197,6 +200,11 @@ func buildPlan(op *nodeopsv1.NodeOperation, nodes []corev1.Node) (*Plan, error) 
 	for _, g := range groups {
 		pg := PlanGroup{Name: g.Name, NodeFilter: g.NodeFilter, MaxUnavailable: g.MaxUnavailable, Nodes: g.Nodes}
 		pg.Windows, pg.Soak = groupScheduling(op.Spec.Scheduling, g.Scheduling)
+		for _, n := range g.Scheduling.Over(op.Spec.Scheduling).PauseBefore {
+			if slices.Contains(g.Nodes, n) {
+				pg.PauseBefore = append(pg.PauseBefore, n)
+			}
+		}
 		if pg.Nodes == nil {
 			pg.Nodes = []string{}
 		}
@@ -288,6 +296,9 @@ func writePlan(w io.Writer, op *nodeopsv1.NodeOperation, p *Plan, colour bool) {
 		}
 		if g.Windows != "" {
 			fmt.Fprintf(w, "   windows: %s (no new node starts outside them)\n", g.Windows)
+		}
+		if len(g.PauseBefore) > 0 {
+			fmt.Fprintf(w, "   pause before: %s (a person resumes: kubectl nodeops resume)\n", strings.Join(g.PauseBefore, ", "))
 		}
 		if g.Soak != "" {
 			fmt.Fprintf(w, "   soak: %s\n", g.Soak)

@@ -302,7 +302,7 @@ func timings(op *v1alpha1.NodeOperation, groups []plan.ResolvedGroup) ([]timing,
 			return nil, err
 		}
 		out[i] = timing{windows: compiled, describe: schedule.DescribeAll(eff.Windows),
-			postNode: durationOf(eff.PostNodeDelay), postGroup: durationOf(eff.PostGroupDelay)}
+			postNode: durationOf(eff.PostNodeDelay), postGroup: durationOf(eff.PostGroupDelay), pauseBefore: eff.PauseBefore}
 	}
 	return out, nil
 }
