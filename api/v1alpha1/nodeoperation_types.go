@@ -136,6 +136,8 @@ type Group struct {
 // +kubebuilder:validation:XValidation:rule="has(self.postNodeDelay) == has(oldSelf.postNodeDelay) && (!has(self.postNodeDelay) || self.postNodeDelay == oldSelf.postNodeDelay)",message="postNodeDelay is immutable",fieldPath=".postNodeDelay"
 // +kubebuilder:validation:XValidation:rule="has(self.postGroupDelay) == has(oldSelf.postGroupDelay) && (!has(self.postGroupDelay) || self.postGroupDelay == oldSelf.postGroupDelay)",message="postGroupDelay is immutable",fieldPath=".postGroupDelay"
 // +kubebuilder:validation:XValidation:rule="has(self.gates) == has(oldSelf.gates) && (!has(self.gates) || self.gates == oldSelf.gates)",message="gates is immutable",fieldPath=".gates"
+// +kubebuilder:validation:XValidation:rule="has(self.pauseBefore) == has(oldSelf.pauseBefore) && (!has(self.pauseBefore) || self.pauseBefore == oldSelf.pauseBefore)",message="pauseBefore is immutable",fieldPath=".pauseBefore"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.resumedBefore) || (has(self.resumedBefore) && oldSelf.resumedBefore.all(n, n in self.resumedBefore))",message="resumedBefore only grows: a resumed pause is never taken back",fieldPath=".resumedBefore"
 // +kubebuilder:validation:XValidation:rule="self.executionMode == oldSelf.executionMode || (oldSelf.executionMode == 'Controlled' && self.executionMode == 'Auto')",message="executionMode may only change from Controlled to Auto",fieldPath=".executionMode"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.abort) || !oldSelf.abort || (has(self.abort) && self.abort)",message="abort cannot be undone",fieldPath=".abort"
 type NodeOperationSpec struct {
@@ -159,6 +161,14 @@ type NodeOperationSpec struct {
 	// Paused stops new commands from starting; running ones finish.
 	// +optional
 	Paused bool `json:"paused,omitempty"`
+
+	// ResumedBefore names the pauseBefore nodes a person has let the operation start (kubectl
+	// nodeops resume adds the node it is paused before): each pauses the operation once.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=253
+	ResumedBefore []string `json:"resumedBefore,omitempty"`
 
 	// Abort stops the operation for good: running commands finish, nothing new starts.
 	// +optional
@@ -293,6 +303,10 @@ type NodeOperationStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=512
 	Gates []GateStatus `json:"gates,omitempty"`
+	// PausedBefore is the node the operation is paused before (phase Paused, reason
+	// PausedBeforeNode): a pauseBefore entry not yet in spec.resumedBefore. Unset otherwise.
+	// +optional
+	PausedBefore string `json:"pausedBefore,omitempty"`
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 }

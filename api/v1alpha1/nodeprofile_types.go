@@ -109,6 +109,11 @@ type NodeProfileSpec struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
+	// Windows: no new install or uninstall task starts outside all of them (none means always);
+	// running tasks go on to their end. Changing them re-provisions nothing (not in the spec hash).
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	Windows []MaintenanceWindow `json:"windows,omitempty"`
 }
 
 // ProfileNodeCounts counts the profile's nodes.
@@ -157,6 +162,11 @@ type NodeProfileStatus struct {
 	// SpecHash is the hash provisioned nodes carry in their annotation.
 	// +optional
 	SpecHash string `json:"specHash,omitempty"`
+	// NextStart is when a task may start again while nodes wait outside the maintenance windows
+	// (condition Provisioning, reason WaitingForWindow); unset otherwise or when no window opens
+	// within a year.
+	// +optional
+	NextStart *metav1.Time `json:"nextStart,omitempty"`
 }
 
 // Condition types of a NodeProfile.

@@ -71,6 +71,15 @@ type Scheduling struct {
 	// +listType=map
 	// +listMapKey=name
 	Gates []Gate `json:"gates,omitempty"`
+	// PauseBefore names nodes before which the operation pauses, once each: when one of them
+	// would start, nothing new starts until a person resumes (kubectl nodeops resume), which
+	// records the node in spec.resumedBefore so that it never pauses there again.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.all(n, n.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$'))",message="each entry must be a node name: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit"
+	PauseBefore []string `json:"pauseBefore,omitempty"`
 }
 
 // Over is s with each field it leaves unset taken from def: a group's scheduling over its
@@ -87,6 +96,9 @@ func (s Scheduling) Over(def Scheduling) Scheduling {
 	}
 	if len(s.Gates) == 0 {
 		s.Gates = def.Gates
+	}
+	if len(s.PauseBefore) == 0 {
+		s.PauseBefore = def.PauseBefore
 	}
 	return s
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -353,16 +354,29 @@ func newPauseCommand(o *Options, pause bool) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if op.Spec.Paused == pause {
+			// Resuming a pause before a node records the node, so that it pauses there once.
+			before := ""
+			if node := op.Status.PausedBefore; !pause && node != "" && !slices.Contains(op.Spec.ResumedBefore, node) {
+				before = node
+			}
+			if op.Spec.Paused == pause && before == "" {
 				fmt.Fprintf(o.Out, "nodeoperation/%s is already %s\n", op.Name, map[bool]string{true: "paused", false: "running (not paused)"}[pause])
 				return nil
 			}
-			if err := patchOperation(cmd.Context(), c, op, func(op *nodeopsv1.NodeOperation) { op.Spec.Paused = pause }); err != nil {
+			if err := patchOperation(cmd.Context(), c, op, func(op *nodeopsv1.NodeOperation) {
+				op.Spec.Paused = pause
+				if before != "" && !slices.Contains(op.Spec.ResumedBefore, before) {
+					op.Spec.ResumedBefore = append(op.Spec.ResumedBefore, before)
+				}
+			}); err != nil {
 				return err
 			}
-			if pause {
+			switch {
+			case pause:
 				fmt.Fprintf(o.Out, "nodeoperation/%s paused: running commands finish, no new command starts\n", op.Name)
-			} else {
+			case before != "":
+				fmt.Fprintf(o.Out, "nodeoperation/%s resumed before node %s (it will not pause there again)\n", op.Name, before)
+			default:
 				fmt.Fprintf(o.Out, "nodeoperation/%s resumed\n", op.Name)
 			}
 			return nil

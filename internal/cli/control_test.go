@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -129,13 +130,16 @@ func TestCreateOperations(t *testing.T) {
 func TestProfileStatus(t *testing.T) {
 	p := &nodeopsv1.NodeProfile{ObjectMeta: metav1.ObjectMeta{Name: "wasm"}, Spec: nodeopsv1.NodeProfileSpec{
 		Trigger: &nodeopsv1.ProfileTrigger{Annotation: "kwasm.sh/kwasm-node=true"},
-		Install: []nodeopsv1.Command{script("install-shim", "true")}}}
+		Install: []nodeopsv1.Command{script("install-shim", "true")},
+		Windows: []nodeopsv1.MaintenanceWindow{{Start: "22:00", End: "04:00"}}}}
 	if err := k8s.Create(ctx(t), p); err != nil {
 		t.Fatal(err)
 	}
 	deleteAtEnd(t, p)
 	p.Status.Nodes = nodeopsv1.ProfileNodeCounts{Matched: 3, Provisioned: 1, Provisioning: 1, Failed: 1}
-	p.Status.Conditions = []metav1.Condition{cond(nodeopsv1.ConditionReady, metav1.ConditionFalse, "Degraded", "1 node failed")}
+	p.Status.Conditions = []metav1.Condition{cond(nodeopsv1.ConditionReady, metav1.ConditionFalse, "Degraded", "1 node failed"),
+		cond(nodeopsv1.ConditionProvisioning, metav1.ConditionTrue, "WaitingForWindow", "1 waiting outside the maintenance windows")}
+	p.Status.NextStart = &metav1.Time{Time: time.Date(2026, 12, 2, 22, 0, 0, 0, time.UTC)}
 	if err := k8s.Status().Update(ctx(t), p); err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +168,8 @@ func TestProfileStatus(t *testing.T) {
 		})
 	}
 	out := mustRun(t, "profile", "status", "wasm")
-	for _, want := range []string{"annotated kwasm.sh/kwasm-node=true", "Provisioned (1):\n  wasm-1", "Provisioning (1):", "wasm-2", "Running",
+	for _, want := range []string{"annotated kwasm.sh/kwasm-node=true", "Provisioned (1):\n  wasm-1",
+		"daily 22:00-04:00 UTC (no new task starts outside them)", "True (WaitingForWindow)", "2026-12-02T22:00:00Z", "Provisioning (1):", "wasm-2", "Running",
 		"Failed (1):\n  wasm-3: node wasm-3, command install-shim, exit 1: command install-shim failed: exit status 1 (task wasm-install-wasm-3)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("profile status lacks %q:\n%s", want, out)

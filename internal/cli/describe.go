@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -96,6 +97,18 @@ func soakText(s nodeopsv1.Scheduling) string {
 	return strings.Join(parts, ", ")
 }
 
+// pauseBeforeText lists the operation's pauseBefore nodes, marking those a person has resumed.
+func pauseBeforeText(op *nodeopsv1.NodeOperation) string {
+	parts := make([]string, 0, len(op.Spec.PauseBefore))
+	for _, n := range op.Spec.PauseBefore {
+		if slices.Contains(op.Spec.ResumedBefore, n) {
+			n += " (resumed)"
+		}
+		parts = append(parts, n)
+	}
+	return strings.Join(parts, ", ")
+}
+
 func describeTo(w io.Writer, op *nodeopsv1.NodeOperation, tasks []nodeopsv1.NodeTask, tail int) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	field := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
@@ -112,6 +125,9 @@ func describeTo(w io.Writer, op *nodeopsv1.NodeOperation, tasks []nodeopsv1.Node
 	}
 	for i := range op.Spec.Gates {
 		field("Gate", gate.Describe(&op.Spec.Gates[i]))
+	}
+	if len(op.Spec.PauseBefore) > 0 {
+		field("Pause before", pauseBeforeText(op))
 	}
 	field("Phase", phaseOf(op))
 	if op.Status.NextStart != nil && !op.Status.Phase.Finished() {
@@ -247,6 +263,8 @@ func nextSteps(op *nodeopsv1.NodeOperation, tasks []nodeopsv1.NodeTask) string {
 	}
 	if op.Spec.Paused {
 		lines = append(lines, "Paused. Next: kubectl nodeops resume "+op.Name)
+	} else if n := op.Status.PausedBefore; n != "" {
+		lines = append(lines, fmt.Sprintf("Paused before node %s (pauseBefore). Next: kubectl nodeops resume %s", n, op.Name))
 	}
 	return strings.Join(lines, "\n")
 }

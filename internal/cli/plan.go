@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -42,8 +43,10 @@ type PlanGroup struct {
 	// Soak is how long a finished node (postNodeDelay) and the group before (postGroupDelay) hold it.
 	Soak string `json:"soak,omitempty"`
 	// Gates must all pass before each node of the group starts, once its windows allow it.
-	Gates    []string      `json:"gates,omitempty"`
-	Commands []PlanCommand `json:"commands"`
+	Gates []string `json:"gates,omitempty"`
+	// PauseBefore are the group's nodes the operation pauses before, once each, until a person resumes.
+	PauseBefore []string      `json:"pauseBefore,omitempty"`
+	Commands    []PlanCommand `json:"commands"`
 }
 
 // PlanCommand is one command of a PlanGroup.
@@ -208,6 +211,11 @@ func buildPlan(op *nodeopsv1.NodeOperation, nodes []corev1.Node) (*Plan, error) 
 		for j := range gates {
 			pg.Gates = append(pg.Gates, gate.Describe(&gates[j]))
 		}
+		for _, n := range g.Scheduling.Over(op.Spec.Scheduling).PauseBefore {
+			if slices.Contains(g.Nodes, n) {
+				pg.PauseBefore = append(pg.PauseBefore, n)
+			}
+		}
 		if pg.Nodes == nil {
 			pg.Nodes = []string{}
 		}
@@ -299,6 +307,9 @@ func writePlan(w io.Writer, op *nodeopsv1.NodeOperation, p *Plan, colour bool) {
 		}
 		if g.Windows != "" {
 			fmt.Fprintf(w, "   windows: %s (no new node starts outside them)\n", g.Windows)
+		}
+		if len(g.PauseBefore) > 0 {
+			fmt.Fprintf(w, "   pause before: %s (a person resumes: kubectl nodeops resume)\n", strings.Join(g.PauseBefore, ", "))
 		}
 		if g.Soak != "" {
 			fmt.Fprintf(w, "   soak: %s\n", g.Soak)

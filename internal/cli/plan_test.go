@@ -145,6 +145,7 @@ func TestPlanShowsWindowsAndSoak(t *testing.T) {
 		Scheduling: nodeopsv1.Scheduling{
 			Windows:       []nodeopsv1.MaintenanceWindow{{Days: []nodeopsv1.Weekday{"Saturday"}, Start: "22:00", End: "04:00", TimeZone: "Europe/Berlin"}},
 			PostNodeDelay: &metav1.Duration{Duration: 10 * time.Minute},
+			PauseBefore:   []string{"b"},
 		},
 		Custom: &nodeopsv1.CustomOperation{Groups: []nodeopsv1.Group{
 			{Name: "canary", NodeFilter: nodeopsv1.NodeFilterHead, Commands: wait},
@@ -162,6 +163,7 @@ func TestPlanShowsWindowsAndSoak(t *testing.T) {
 		"windows: Sat 22:00-04:00 Europe/Berlin (no new node starts outside them)",
 		"windows: cron '0 2 * * 0' for 4h0m0s UTC (no new node starts outside them)",
 		"soak: 10m0s after each node",
+		"pause before: b (a person resumes: kubectl nodeops resume)",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("plan lacks %q:\n%s", want, out.String())
@@ -169,6 +171,10 @@ func TestPlanShowsWindowsAndSoak(t *testing.T) {
 	}
 	if n := strings.Count(out.String(), "soak: 10m0s after each node"); n != 2 {
 		t.Errorf("soak shown %d times, want once per group:\n%s", n, out.String())
+	}
+	// Only the group that has node b pauses before it.
+	if n := strings.Count(out.String(), "pause before:"); n != 1 {
+		t.Errorf("pause before shown %d times, want once (group rest only):\n%s", n, out.String())
 	}
 }
 

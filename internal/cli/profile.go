@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nodeopsv1 "github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/schedule"
 )
 
 func newProfileCommand(o *Options) *cobra.Command {
@@ -159,6 +160,13 @@ func writeProfileStatus(w io.Writer, p *nodeopsv1.NodeProfile, st ProfileStatus)
 	n := st.Counts
 	fmt.Fprintf(tw, "Counts:\t%d matched, %d provisioned, %d provisioning, %d failed\n", n.Matched, n.Provisioned, n.Provisioning, n.Failed)
 	fmt.Fprintf(tw, "Ready:\t%s\n", conditionText(p.Status.Conditions, nodeopsv1.ConditionReady))
+	if len(p.Spec.Windows) > 0 {
+		fmt.Fprintf(tw, "Windows:\t%s (no new task starts outside them)\n", schedule.DescribeAll(p.Spec.Windows))
+		fmt.Fprintf(tw, "Provisioning:\t%s\n", conditionText(p.Status.Conditions, nodeopsv1.ConditionProvisioning))
+	}
+	if p.Status.NextStart != nil {
+		fmt.Fprintf(tw, "Next start:\t%s\n", timeText(p.Status.NextStart))
+	}
 	_ = tw.Flush()
 
 	fmt.Fprintf(w, "\nProvisioned (%d):\n", len(st.Provisioned))

@@ -316,7 +316,7 @@ func timings(op *v1alpha1.NodeOperation, groups []plan.ResolvedGroup) ([]timing,
 			return nil, err
 		}
 		out[i] = timing{windows: compiled, describe: schedule.DescribeAll(eff.Windows),
-			postNode: durationOf(eff.PostNodeDelay), postGroup: durationOf(eff.PostGroupDelay), gates: eff.Gates}
+			postNode: durationOf(eff.PostNodeDelay), postGroup: durationOf(eff.PostGroupDelay), gates: eff.Gates, pauseBefore: eff.PauseBefore}
 	}
 	return out, nil
 }

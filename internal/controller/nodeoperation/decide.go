@@ -2,6 +2,7 @@ package nodeoperation
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -36,6 +37,8 @@ const (
 	ReasonWaitingForGate = "WaitingForGate"
 	// ReasonGateTimedOut: a gate held the current group for its whole timeout; a person retries or skips it.
 	ReasonGateTimedOut = "GateTimedOut"
+	// ReasonPausedBeforeNode: a node named in pauseBefore would start next; a person resumes.
+	ReasonPausedBeforeNode = "PausedBeforeNode"
 )
 
 // taskView is what the operation needs to know about one of its tasks.
@@ -60,6 +63,8 @@ type timing struct {
 	postNode  time.Duration
 	postGroup time.Duration
 	gates     []v1alpha1.Gate
+	// pauseBefore are the nodes the group pauses before, once each.
+	pauseBefore []string
 }
 
 // input is everything decide looks at; the controller gathers it from the cache.
@@ -122,6 +127,7 @@ func decide(in *input) decision {
 	st.ObservedGeneration = op.Generation
 	// Set again below only while the current group is held by a window or a delay.
 	st.NextStart = nil
+	st.PausedBefore = ""
 	if st.StartTime == nil {
 		st.StartTime = &in.now
 	}
@@ -219,6 +225,15 @@ func decide(in *input) decision {
 				phase, reason = v1alpha1.OperationBlocked, v1alpha1.ReasonNodeHeldByFailedTask
 				message = heldMessage(in, held, others, d.waiting)
 				gs.Message = message
+				break
+			}
+			if node := pauseBefore(in, i, d.create); node != "" {
+				// Paused as spec.paused pauses: nothing new starts, running tasks go on.
+				d.create = nil
+				phase, reason = v1alpha1.OperationPaused, ReasonPausedBeforeNode
+				message = fmt.Sprintf("paused before node %s (pauseBefore) in group %s: no new command starts; %d running; resume with kubectl nodeops resume %s", node, g.Name, running, op.Name)
+				gs.Message = message
+				st.PausedBefore = node
 				break
 			}
 			if hold {
@@ -326,6 +341,20 @@ func next(in *input, g *plan.ResolvedGroup, nodes []string, tasks map[string]tas
 		_, held := waiting[n]
 		return held || in.notReady[n] || in.cordoned[n]
 	})...)
+}
+
+// pauseBefore returns the first node about to start that the group pauses before and that no
+// person has resumed yet (spec.resumedBefore), or "": each such node pauses the operation once.
+func pauseBefore(in *input, index int, create []start) string {
+	if index >= len(in.timing) || len(in.timing[index].pauseBefore) == 0 {
+		return ""
+	}
+	for _, c := range create {
+		if slices.Contains(in.timing[index].pauseBefore, c.node) && !slices.Contains(in.op.Spec.ResumedBefore, c.node) {
+			return c.node
+		}
+	}
+	return ""
 }
 
 // soaking returns, for a task that succeeded less than the group's postNodeDelay ago, when its

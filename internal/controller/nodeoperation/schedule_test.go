@@ -234,3 +234,50 @@ func TestWindowHoldNeverHidesAFailedHolder(t *testing.T) {
 		t.Errorf("created %v outside the window", d.create)
 	}
 }
+
+// TestDecidePauseBefore: a pauseBefore node about to start pauses the operation, naming it, and
+// starts nothing; once a person has resumed it (spec.resumedBefore) it starts like any other.
+func TestDecidePauseBefore(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name    string
+		resumed []string
+		tasks   []taskView
+		create  []string
+		phase   v1alpha1.OperationPhase
+		paused  string
+	}{
+		{name: "a node before the named one starts", create: []string{"n1"}, phase: v1alpha1.OperationRunning},
+		{name: "the named node is next: paused", tasks: []taskView{tv("a", "n1", v1alpha1.TaskSucceeded)}, phase: v1alpha1.OperationPaused, paused: "n2"},
+		{name: "a running node goes on while paused", tasks: []taskView{tv("a", "n1", v1alpha1.TaskRunning)}, phase: v1alpha1.OperationRunning},
+		{name: "resumed: the named node starts", resumed: []string{"n2"}, tasks: []taskView{tv("a", "n1", v1alpha1.TaskSucceeded)}, create: []string{"n2"}, phase: v1alpha1.OperationRunning},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			op := &v1alpha1.NodeOperation{}
+			op.Name = "op"
+			op.Spec.PauseBefore = []string{"n2"}
+			op.Spec.ResumedBefore = tc.resumed
+			groups := []plan.ResolvedGroup{resolved("a", 1, "n1", "n2", "n3")}
+			timing, err := timings(op, groups)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := &input{op: op, groups: groups, timing: timing, tasks: map[string]map[string]taskView{"a": {}}, notReady: map[string]bool{},
+				cordoned: map[string]bool{}, locks: nodelock.New().Snapshot(), now: metav1.NewTime(now)}
+			for _, v := range tc.tasks {
+				in.tasks["a"][v.Node] = v
+			}
+			got := decide(in)
+			var create []string
+			for _, s := range got.create {
+				create = append(create, s.node)
+			}
+			if !slices.Equal(create, tc.create) || got.status.Phase != tc.phase || got.status.PausedBefore != tc.paused {
+				t.Fatalf("create %v, phase %s, pausedBefore %q; want %v, %s, %q", create, got.status.Phase, got.status.PausedBefore, tc.create, tc.phase, tc.paused)
+			}
+			if c := meta.FindStatusCondition(got.status.Conditions, v1alpha1.ConditionProgressing); tc.paused != "" && (c == nil || c.Reason != ReasonPausedBeforeNode || !strings.Contains(c.Message, "paused before node n2")) {
+				t.Errorf("Progressing = %+v, want %s naming n2", c, ReasonPausedBeforeNode)
+			}
+		})
+	}
+}

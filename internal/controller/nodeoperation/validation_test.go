@@ -87,6 +87,12 @@ func TestInvalidSpecsRejected(t *testing.T) {
 		{"relative path", custom(v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{{InstallFile: &v1alpha1.InstallFileCommand{URL: "https://x/f", SHA256: strings.Repeat("a", 64), Path: "usr/bin/f"}}}}), "spec.custom.groups[0].commands[0].installFile.path", ""},
 		{"bad service name", custom(v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{{RestartService: &v1alpha1.RestartServiceCommand{Name: "kubelet; reboot"}}}}), "spec.custom.groups[0].commands[0].restartService.name", ""},
 		{"too many retries", custom(v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{{Retries: 11, Wait: &v1alpha1.WaitCommand{}}}}), "spec.custom.groups[0].commands[0].retries", ""},
+		{"bad pauseBefore node", func() v1alpha1.NodeOperationSpec {
+			s := custom(v1alpha1.Group{Name: "g", Commands: wait})
+			s.PauseBefore = []string{"Node_1"}
+			return s
+		}(), "spec.pauseBefore", "must be a node name"},
+		{"bad group pauseBefore node", custom(v1alpha1.Group{Name: "g", Commands: wait, Scheduling: v1alpha1.Scheduling{PauseBefore: []string{"-x"}}}), "spec.custom.groups[0].pauseBefore", "must be a node name"},
 		{"unknown binary", custom(v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{{InstallBinaries: &v1alpha1.InstallBinariesCommand{Components: []string{"etcd"}, Version: "v1.37.2", Source: *source}}}}), "spec.custom.groups[0].commands[0].installBinaries.components[0]", "Unsupported value"},
 	}
 	for i, tt := range tests {
@@ -138,6 +144,7 @@ func TestImmutableSpec(t *testing.T) {
 	f := newFixture(t)
 	op := f.operation("immutable", func(o *v1alpha1.NodeOperation) {
 		o.Spec.ExecutionMode = v1alpha1.ExecutionControlled
+		o.Spec.ResumedBefore = []string{"n1"}
 		o.Spec.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"nobody": f.id}}
 	}, v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{waitCmd()}})
 	tests := []struct {
@@ -148,6 +155,8 @@ func TestImmutableSpec(t *testing.T) {
 		{"groups", func(o *v1alpha1.NodeOperation) { o.Spec.Custom.Groups[0].Name = "other" }, "spec.custom"},
 		{"selector", func(o *v1alpha1.NodeOperation) { o.Spec.NodeSelector = nil }, "spec.nodeSelector"},
 		{"maxUnavailable", func(o *v1alpha1.NodeOperation) { o.Spec.MaxUnavailable = intOrStr("5") }, "spec.maxUnavailable"},
+		{"pauseBefore", func(o *v1alpha1.NodeOperation) { o.Spec.PauseBefore = []string{"n9"} }, "spec.pauseBefore"},
+		{"resumedBefore taken back", func(o *v1alpha1.NodeOperation) { o.Spec.ResumedBefore = nil }, "spec.resumedBefore"},
 		{"mode to DryRun", func(o *v1alpha1.NodeOperation) { o.Spec.ExecutionMode = v1alpha1.ExecutionDryRun }, "spec.executionMode"},
 	}
 	for _, tt := range tests {
@@ -164,6 +173,7 @@ func TestImmutableSpec(t *testing.T) {
 	}
 	// What may change does.
 	f.update(op.Name, func(o *v1alpha1.NodeOperation) { o.Spec.Paused = true })
+	f.update(op.Name, func(o *v1alpha1.NodeOperation) { o.Spec.ResumedBefore = append(o.Spec.ResumedBefore, "n2") })
 	f.update(op.Name, func(o *v1alpha1.NodeOperation) { o.Spec.ExecutionMode = v1alpha1.ExecutionAuto })
 	f.update(op.Name, func(o *v1alpha1.NodeOperation) { o.Spec.Abort = true })
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {

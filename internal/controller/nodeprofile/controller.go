@@ -28,6 +28,7 @@ import (
 	"github.com/nodeops/nodeops/internal/controller/skeleton"
 	"github.com/nodeops/nodeops/internal/nodelock"
 	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/schedule"
 )
 
 // +kubebuilder:rbac:groups=nodeops.io,resources=nodeprofiles,verbs=get;list;watch;update;patch
@@ -113,6 +114,10 @@ type scope struct {
 	// look again at candidates whose node is held.
 	starts []Start
 	retry  time.Duration
+	// window, when set, says that candidates wait outside the maintenance windows, and until
+	// when (zero when none opens within a year).
+	window    string
+	nextStart time.Time
 	// problems are profile-level faults for status.
 	problems []string
 }
@@ -247,6 +252,27 @@ func (r *Reconciler) decide(s *scope) {
 	}
 	s.decision, s.decided = d, true
 	s.starts, s.retry = chooseStarts(s.profile, s.hash, d, s.locks, s.locksSynced, r.RetryAfter)
+	windows, err := schedule.Compile("spec.windows", s.profile.Spec.Windows)
+	if err != nil {
+		// A window that cannot be evaluated never lets work go on.
+		s.invalid, s.invalidErr = err.Error(), reconcile.TerminalError(fmt.Errorf("NodeProfile %s: %w", s.profile.Name, err))
+		s.decided, s.starts = false, nil
+		return
+	}
+	if len(d.Starts) == 0 {
+		return
+	}
+	if open, next := windows.At(s.in.Now); !open {
+		// No new task starts outside the windows; running ones go on to their end.
+		s.starts = nil
+		when := "no window opens within a year"
+		wait := 24 * time.Hour
+		if !next.IsZero() {
+			when, wait = "next opens at "+next.UTC().Format(time.RFC3339), next.Sub(s.in.Now)
+		}
+		s.window, s.nextStart = fmt.Sprintf("outside the maintenance windows (%s): %s", schedule.DescribeAll(s.profile.Spec.Windows), when), next
+		s.retry = wait
+	}
 }
 
 // chooseStarts picks, with plan.Select, the decision's candidates that start now: a candidate

@@ -22,6 +22,8 @@ const (
 	ReasonRuntimeClassConflict = "RuntimeClassConflict"
 	// ReasonBlocked: a failed task stops new tasks until a person retries or skips it.
 	ReasonBlocked = "Blocked"
+	// ReasonWaitingForWindow: nodes wait for a maintenance window to open.
+	ReasonWaitingForWindow = "WaitingForWindow"
 )
 
 // maxFailures bounds status.failures (the API's MaxItems) and maxNamed the nodes a message names.
@@ -41,6 +43,9 @@ type StatusInput struct {
 	Problems []string
 	// Invalid explains a spec the controller cannot act on; Decision is then empty.
 	Invalid string
+	// Window, when set, says why waiting nodes start nothing now: outside the maintenance
+	// windows, and the next opening.
+	Window string
 }
 
 // ComputeStatus derives counts, conditions (each with a Reason) and failures from a decision.
@@ -119,6 +124,9 @@ func ComputeStatus(in StatusInput) (v1alpha1.ProfileNodeCounts, []metav1.Conditi
 				progressing.Message += fmt.Sprintf(" (and %d more failed)", len(b)-1)
 			}
 			progressing.Message += "; no other node starts until it is retried or skipped (kubectl nodeops retry|skip) or the node leaves the profile"
+		} else if in.Window != "" && waiting > 0 {
+			progressing.Reason = ReasonWaitingForWindow
+			progressing.Message = fmt.Sprintf("%d waiting %s; %d installing, %d uninstalling go on to their end", waiting, in.Window, installing, uninstalling)
 		}
 	}
 

@@ -35,6 +35,11 @@ func TestComputeStatus(t *testing.T) {
 			Counts: v1alpha1.ProfileNodeCounts{Matched: 2, Provisioned: 1},
 		}}, ready: cond{"False", ReasonInProgress}, provisioning: cond{"True", ReasonInProgress}, degraded: cond{"False", ReasonNoFailures},
 			counts: v1alpha1.ProfileNodeCounts{Matched: 2, Provisioned: 1, Provisioning: 1}},
+		{name: "outside the windows: waiting nodes say so", in: StatusInput{Window: "outside the maintenance windows (daily 22:00-04:00 UTC): next opens at 2026-12-02T22:00:00Z", Decision: decision{
+			Nodes:  []NodeResult{{Node: "a", State: StateProvisioned}, {Node: "b", State: StateWaitingInstall}},
+			Counts: v1alpha1.ProfileNodeCounts{Matched: 2, Provisioned: 1},
+		}}, ready: cond{"False", ReasonInProgress}, provisioning: cond{"True", ReasonWaitingForWindow}, degraded: cond{"False", ReasonNoFailures},
+			counts: v1alpha1.ProfileNodeCounts{Matched: 2, Provisioned: 1}},
 		{name: "a node leaving keeps it from Ready", in: StatusInput{Decision: decision{
 			Nodes:  []NodeResult{{Node: "a", State: StateProvisioned}, {Node: "b", State: StateUninstalling}},
 			Counts: v1alpha1.ProfileNodeCounts{Matched: 1, Provisioned: 1, Provisioning: 1},

@@ -49,8 +49,12 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope) (ctrl.Result, er
 		return ctrl.Result{}, nil
 	}
 	counts, conds, failures := ComputeStatus(StatusInput{
-		Decision: s.decision, Deleting: s.deleting, Started: len(s.starts), Problems: s.problems, Invalid: s.invalid,
+		Decision: s.decision, Deleting: s.deleting, Started: len(s.starts), Problems: s.problems, Invalid: s.invalid, Window: s.window,
 	})
+	p.Status.NextStart = nil
+	if s.window != "" && !s.nextStart.IsZero() {
+		p.Status.NextStart = &metav1.Time{Time: s.nextStart}
+	}
 	if s.decided {
 		p.Status.Nodes = counts
 		p.Status.Failures = failures
