@@ -181,8 +181,9 @@ type CertificateExpiry struct {
 // NodeTaskStatus has one writer per field; a person's retry, skip or abort goes in the spec.
 //
 //   - The node's agent: every field but conditions (phase, currentCommand, progress, reason,
-//     message, commands with their drain requests, attempt, agentHeartbeat, recoveredGeneration,
-//     certificates, startTime, completionTime), in merge patches that never hold conditions.
+//     message, commands with their drain requests, attempt, agentHeartbeat, observedGeneration,
+//     recoveredGeneration, certificates, startTime, completionTime), in merge patches that never
+//     hold conditions.
 //   - The manager: conditions (AgentLost, a lost agent fails its task in bounded time, rule 9;
 //     Drained, the answer to a drain request, rule 6), in merge patches of conditions alone.
 //
@@ -210,6 +211,11 @@ type NodeTaskStatus struct {
 	// AgentHeartbeat is renewed by the agent while a command runs.
 	// +optional
 	AgentHeartbeat *metav1.MicroTime `json:"agentHeartbeat,omitempty"`
+	// ObservedGeneration is the generation of the spec the agent's last write was decided on; of an
+	// unfinished task that has not failed, also of one it decided to leave alone (paused, awaiting
+	// an approval).
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// RecoveredGeneration is the generation whose recoveryMode the agent last acted on.
 	// +optional
 	RecoveredGeneration int64 `json:"recoveredGeneration,omitempty"`

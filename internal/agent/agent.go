@@ -107,7 +107,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if taskpolicy.Decide(task).Kind == taskpolicy.ActNone {
 		r.forgetIfFinished(task)
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, r.showLeftAlone(ctx, task)
 	}
 	// Counted before the stop is looked at, so that a stop waiting for Busy to end sees this one.
 	r.setRunning(1)
@@ -117,6 +117,23 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	wait, err := r.execute(ctx, task)
 	return ctrl.Result{RequeueAfter: wait}, err
+}
+
+// showLeftAlone records in status.observedGeneration that the agent saw a spec generation of an
+// unfinished task and decided to do nothing (paused, awaiting an approval), so that a person or a
+// test can tell "nothing happened" from "not yet looked at". A failed task's last write shows it
+// already; a conflict means a newer write, which comes back here.
+func (r *Reconciler) showLeftAlone(ctx context.Context, task *v1alpha1.NodeTask) error {
+	p := task.EffectivePhase()
+	if task.Status.ObservedGeneration >= task.Generation || !p.Unfinished() || p == v1alpha1.TaskFailed {
+		return nil
+	}
+	st := task.Status.DeepCopy()
+	st.ObservedGeneration = task.Generation
+	if err := r.writeStatus(ctx, task, st); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("recording generation %d of task %s as seen: %w", task.Generation, task.Name, err)
+	}
+	return nil
 }
 
 func (r *Reconciler) stopping() bool {

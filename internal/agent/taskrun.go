@@ -202,6 +202,7 @@ func (s *taskRun) claim(ctx context.Context, io taskIO) step {
 func (s *taskRun) recordRunning(ctx context.Context, io taskIO) step {
 	next := s.status.DeepCopy()
 	taskpolicy.Apply(next, &s.task.Spec, s.act, now())
+	next.ObservedGeneration = s.task.Generation
 	if s.busy != "" {
 		// Shown by the CLI with the task; the Running record that follows clears it.
 		next.Message = s.busy
