@@ -9,7 +9,7 @@
 // is deleted, or whose running command's heartbeat the manager has seen unrenewed for longer
 // than AgentLostAfter, gets the
 // condition AgentLost=True (reason NodeDeleted or AgentLost) in status.conditions, the manager's
-// own field, which the agent carries over in its writes; the task then counts as Failed. A
+// own field, which an agent may not change (its writes leave it out); the task then counts as Failed. A
 // person's retry or skip is left to the agent while the node exists; the condition is removed
 // once the agent has recorded that recovery. On a deleted node no agent can act, so a skip is
 // recorded by the manager (reason Skipped, the task counts as Succeeded) and a retry is refused
