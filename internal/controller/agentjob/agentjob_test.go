@@ -2,6 +2,7 @@ package agentjob_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -166,8 +167,12 @@ func TestJobForFailedTaskOnlyOnceRecoveryIsAsked(t *testing.T) {
 	key := client.ObjectKey{Namespace: "nodeops-system", Name: "nodeops-agent-failed-node"}
 	// No Job until the controller shows it decided to run none for this generation.
 	testutil.ConsistentlyUntilObserved(t, 20*time.Second, "a node whose only task failed", func() error {
-		if err := c.Get(ctx, key, &batchv1.Job{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("a Job exists (err %v)", err)
+		err := c.Get(ctx, key, &batchv1.Job{})
+		switch {
+		case err == nil:
+			return errors.New("a Job exists")
+		case !apierrors.IsNotFound(err):
+			return fmt.Errorf("reading the Job: %w", err)
 		}
 		return nil
 	}, func() error {
