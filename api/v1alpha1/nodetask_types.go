@@ -211,9 +211,8 @@ type NodeTaskStatus struct {
 	// AgentHeartbeat is renewed by the agent while a command runs.
 	// +optional
 	AgentHeartbeat *metav1.MicroTime `json:"agentHeartbeat,omitempty"`
-	// ObservedGeneration is the generation of the spec the agent's last write was decided on; of an
-	// unfinished task that has not failed, also of one it decided to leave alone (paused, awaiting
-	// an approval).
+	// ObservedGeneration is the generation of the spec the agent's last write was decided on; of a
+	// task not yet started, also of one it decided to leave alone (paused).
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// RecoveredGeneration is the generation whose recoveryMode the agent last acted on.

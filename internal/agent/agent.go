@@ -119,13 +119,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{RequeueAfter: wait}, err
 }
 
-// showLeftAlone records in status.observedGeneration that the agent saw a spec generation of an
-// unfinished task and decided to do nothing (paused, awaiting an approval), so that a person or a
-// test can tell "nothing happened" from "not yet looked at". A failed task's last write shows it
-// already; a conflict means a newer write, which comes back here.
+// showLeftAlone records in status.observedGeneration that the agent saw a spec generation of a
+// task not yet started and decided to do nothing (paused), so that a person or a test can tell
+// "nothing happened" from "not yet looked at". A started task is its holder's to write (exclusion
+// that cannot be bypassed, rule 8), and each of its writes shows the generation already; a conflict
+// means a newer write, which comes back here.
 func (r *Reconciler) showLeftAlone(ctx context.Context, task *v1alpha1.NodeTask) error {
 	p := task.EffectivePhase()
-	if task.Status.ObservedGeneration >= task.Generation || !p.Unfinished() || p == v1alpha1.TaskFailed {
+	if task.Status.ObservedGeneration >= task.Generation || (p != "" && p != v1alpha1.TaskPending) || task.Status.StartTime != nil {
 		return nil
 	}
 	st := task.Status.DeepCopy()
