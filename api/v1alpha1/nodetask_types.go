@@ -226,8 +226,17 @@ type CertificateExpiry struct {
 	NotAfter metav1.Time `json:"notAfter"`
 }
 
-// NodeTaskStatus is written by the node's agent, except conditions, which the manager alone writes
-// (AgentLost, a lost agent fails its task in bounded time, rule 9); a person's retry, skip or abort goes in the spec.
+// NodeTaskStatus has one writer per field; a person's retry, skip or abort goes in the spec.
+//
+//   - The node's agent: every field but conditions (phase, currentCommand, progress, reason,
+//     message, commands with their drain requests, attempt, agentHeartbeat, observedGeneration,
+//     recoveredGeneration, certificates, startTime, completionTime), in merge patches that never
+//     hold conditions.
+//   - The manager: conditions (AgentLost, a lost agent fails its task in bounded time, rule 9;
+//     Drained, the answer to a drain request, rule 6), in merge patches of conditions alone.
+//
+// The API enforces the split for the agent: the admission policy nodeops-agent-confinement refuses
+// an agent's write that changes conditions (config/admission/agent-confinement.yaml).
 type NodeTaskStatus struct {
 	// +optional
 	Phase TaskPhase `json:"phase,omitempty"`
@@ -250,6 +259,10 @@ type NodeTaskStatus struct {
 	// AgentHeartbeat is renewed by the agent while a command runs.
 	// +optional
 	AgentHeartbeat *metav1.MicroTime `json:"agentHeartbeat,omitempty"`
+	// ObservedGeneration is the generation of the spec the agent's last write was decided on; of a
+	// task not yet started, also of one it decided to leave alone (paused).
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// RecoveredGeneration is the generation whose recoveryMode the agent last acted on.
 	// +optional
 	RecoveredGeneration int64 `json:"recoveredGeneration,omitempty"`
@@ -260,7 +273,7 @@ type NodeTaskStatus struct {
 	StartTime *metav1.MicroTime `json:"startTime,omitempty"`
 	// +optional
 	CompletionTime *metav1.MicroTime `json:"completionTime,omitempty"`
-	// Conditions are written by the manager alone (the agent keeps them in its writes):
+	// Conditions are written by the manager alone (an agent's write that changes them is refused):
 	// AgentLost (a lost agent fails its task in bounded time, rule 9), Drained (drain honours PodDisruptionBudgets and agents confined to their own node, rules 6 and 10).
 	// +optional
 	// +listType=map

@@ -6,13 +6,12 @@
 //
 // It may touch only its own node and its own node's tasks (agents confined to their own node, rule 10):
 // it never creates or deletes a NodeTask, never evicts a pod (the manager drains), never reads a Secret
-// through the API, and of a task's status it writes only what is its own, keeping the manager's conditions.
+// through the API, and of a task's status it writes only its own fields, never the manager's conditions.
 package agent
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -29,7 +28,6 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/agent/commands"
-	"github.com/nodeops/nodeops/internal/clock"
 	"github.com/nodeops/nodeops/internal/host"
 	"github.com/nodeops/nodeops/internal/redact"
 	"github.com/nodeops/nodeops/internal/taskpolicy"
@@ -109,7 +107,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if taskpolicy.Decide(task).Kind == taskpolicy.ActNone {
 		r.forgetIfFinished(task)
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, r.showLeftAlone(ctx, task)
 	}
 	// Counted before the stop is looked at, so that a stop waiting for Busy to end sees this one.
 	r.setRunning(1)
@@ -119,6 +117,24 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	wait, err := r.execute(ctx, task)
 	return ctrl.Result{RequeueAfter: wait}, err
+}
+
+// showLeftAlone records in status.observedGeneration that the agent saw a spec generation of a
+// task not yet started and decided to do nothing (paused), so that a person or a test can tell
+// "nothing happened" from "not yet looked at". A started task is its holder's to write (exclusion
+// that cannot be bypassed, rule 8), and each of its writes shows the generation already; a conflict
+// means a newer write, which comes back here.
+func (r *Reconciler) showLeftAlone(ctx context.Context, task *v1alpha1.NodeTask) error {
+	p := task.EffectivePhase()
+	if task.Status.ObservedGeneration >= task.Generation || (p != "" && p != v1alpha1.TaskPending) || task.Status.StartTime != nil {
+		return nil
+	}
+	st := task.Status.DeepCopy()
+	st.ObservedGeneration = task.Generation
+	if err := r.writeStatus(ctx, task, st); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("recording generation %d of task %s as seen: %w", task.Generation, task.Name, err)
+	}
+	return nil
 }
 
 func (r *Reconciler) stopping() bool {
@@ -170,9 +186,9 @@ func (r *Reconciler) Busy() bool {
 
 func now() metav1.MicroTime { return metav1.NewMicroTime(time.Now()) }
 
-// execute is the task's loop: each step is one status write (the result of the command before it,
-// or a recovery, merged with the next command's Running record, approval wait or the task's end),
-// then the command.
+// execute is the task's loop, a state machine (taskrun.go): each round is one status write (the
+// result of the command before it, or a recovery, merged with the next command's Running record,
+// approval wait or the task's end), then the command.
 //
 // The Running record exists so that an agent that stops mid-command never runs a non-idempotent
 // command twice. An idempotent command may safely run again, so when nothing else is waiting to be
@@ -181,137 +197,21 @@ func now() metav1.MicroTime { return metav1.NewMicroTime(time.Now()) }
 // write instead of two. A recovery waits for the next write in the same way: unlike a result, it
 // may be lost, since a restarted agent makes it again from the spec.
 func (r *Reconciler) execute(ctx context.Context, task *v1alpha1.NodeTask) (wait time.Duration, err error) {
-	logger := log.FromContext(ctx).WithValues("node", task.Spec.NodeName)
-	status := task.Status.DeepCopy()
-	dirty := false     // status holds a command result not yet written
-	recovered := false // status holds a recovery not yet written; lost, it is made again from the spec
-	runs := map[int]int32{}
-	for {
-		view := task.DeepCopy()
-		view.Status = *status
-		act := taskpolicy.Decide(view)
-		if act.Kind == taskpolicy.ActRecover {
-			// Written with the step it leads to: the retried command's Running record, or (an
-			// idempotent command run before its record) its result, or the task's end.
-			st, note, acted := taskpolicy.Recover(view, now())
-			status, recovered = &st, true
-			if acted {
-				clear(runs) // a retried command gets its retries afresh, as in a new reconcile
-			}
-			msg := "acting on recoveryMode"
-			if !acted {
-				msg = "ignoring recoveryMode"
-			}
-			logger.Info(msg, "task", task.Name, "note", note)
-			continue
-		}
-		if act.Kind == taskpolicy.ActNone && !dirty && !recovered {
-			return 0, nil
-		}
-		if act.Kind == taskpolicy.ActStart && r.stopping() {
-			// A stopping agent starts nothing more; it writes the result it holds and leaves the
-			// next command Pending for the agent that follows (every command has a timeout, rule 12).
-			if !dirty {
-				return 0, nil
-			}
-			act = taskpolicy.Action{Kind: taskpolicy.ActNone}
-		}
-		// Nothing runs, or is taken for stopped, unless the node's Lease allows it (exclusion that cannot be bypassed, rule 8).
-		busy := ""
-		if need := leaseNeeded(act, status); need != leaseNone {
-			ans, lerr := r.lease(ctx, task, need)
-			switch {
-			case lerr != nil && !dirty:
-				return 0, lerr
-			case lerr != nil:
-				logger.Error(lerr, "the node's lease; writing the result held", "task", task.Name)
-			case ans.stale || (ans.took && !ans.created && !dirty):
-				// The Lease's last holder wrote before it let go: read the task as it now stands.
-				// A Lease just created had no holder (agents cannot delete one), so nothing to read.
-				fresh, gerr := r.fresh(ctx, task)
-				if gerr != nil || fresh == nil {
-					return 0, gerr
-				}
-				if ans.stale || fresh.ResourceVersion != task.ResourceVersion {
-					// Stale: another agent finished the task under the Lease, so a result this one
-					// still holds is moot (keeping it would only find the task finished again).
-					task, status, recovered, dirty = fresh, fresh.Status.DeepCopy(), false, false
-					continue
-				}
-			}
-			if !ans.held {
-				wait, busy = leaseWait, ans.message
-				act = taskpolicy.Action{Kind: taskpolicy.ActNone}
-				if !dirty && !recovered && (busy == "" || status.Message == busy) {
-					return wait, nil
-				}
-			}
-		}
-		next := status.DeepCopy()
-		taskpolicy.Apply(next, &task.Spec, act, now())
-		if busy != "" {
-			// Shown by the CLI with the task; the Running record that follows clears it.
-			next.Message = busy
-		}
-		if act.Kind == taskpolicy.ActStart && task.Spec.Commands[act.Index].Drain != nil && !r.Noop {
-			// A drain is the manager's (agents confined to their own node, rule 10): the Running record asks for it.
-			next.Commands[act.Index].Drain = r.drainRequest()
-		}
-		// A command that drains is recorded Running first: the manager drains only for a recorded run.
-		late := act.Kind == taskpolicy.ActStart && !dirty && task.Spec.Commands[act.Index].Idempotent() &&
-			task.Spec.Commands[act.Index].Drains() == nil
-		if !late {
-			err := r.writeStatus(ctx, task, next)
-			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-				fresh, gerr := r.fresh(ctx, task)
-				if gerr != nil || fresh == nil {
-					return 0, gerr
-				}
-				if dirty {
-					// The agent alone writes command results: keep the result, take the new spec and
-					// the manager's conditions (a task marked AgentLost starts nothing more).
-					task = fresh
-					keepManagerConditions(status, fresh)
-				} else {
-					task, status, recovered = fresh, fresh.Status.DeepCopy(), false
-				}
-				continue
-			}
-			if err != nil {
-				if !dirty {
-					return 0, err
-				}
-				// A result must not be lost: keep trying until the agent stops.
-				logger.Error(err, "writing a command result; retrying", "task", task.Name)
-				if serr := clock.Sleep(ctx, time.Second); serr != nil {
-					return 0, errors.Join(err, serr)
-				}
-				continue
-			}
-			recovered = false
-		}
-		status = next
-		if act.Kind != taskpolicy.ActStart {
-			return wait, nil
-		}
-		runs[act.Index]++
-		var o taskpolicy.Outcome
-		if late {
-			task, o = r.runRecordingLate(ctx, task, act, status)
-		} else {
-			o = r.run(ctx, task, act)
-		}
-		if o.Err != nil && runs[act.Index] <= task.Spec.Commands[act.Index].Retries && ctx.Err() == nil {
-			o.Retry = true
-		}
-		if ctx.Err() != nil {
-			// The agent is stopping: leave the command Running (or, not yet recorded, Pending), as a restart expects.
-			return 0, ctx.Err()
-		}
-		taskpolicy.ApplyResult(status, &task.Spec, act.Index, o, now())
-		dirty = true
-		logger.V(1).Info("command ended", "task", task.Name, "command", act.Index, "error", o.Err)
+	return newTaskRun(task, log.FromContext(ctx).WithValues("node", task.Spec.NodeName)).loop(ctx, r)
+}
+
+func (r *Reconciler) drainAsk() *v1alpha1.DrainRequest {
+	if r.Noop {
+		return nil
 	}
+	return r.drainRequest()
+}
+
+func (r *Reconciler) runCommand(ctx context.Context, task *v1alpha1.NodeTask, a taskpolicy.Action, late bool, status *v1alpha1.NodeTaskStatus) (*v1alpha1.NodeTask, taskpolicy.Outcome) {
+	if late {
+		return r.runRecordingLate(ctx, task, a, status)
+	}
+	return task, r.run(ctx, task, a)
 }
 
 // fresh reads the task from the API; nil without an error when it is gone.
@@ -360,7 +260,6 @@ func (r *Reconciler) runRecordingLate(ctx context.Context, task *v1alpha1.NodeTa
 			}
 			if gerr == nil {
 				task = fresh
-				keepManagerConditions(status, fresh)
 				continue
 			}
 			err = gerr
@@ -377,28 +276,23 @@ func (r *Reconciler) runRecordingLate(ctx context.Context, task *v1alpha1.NodeTa
 	return task, <-done
 }
 
-// writeStatus replaces the whole status in one update that fails on a concurrent change. An
-// update costs the API server less than the equivalent merge patch (there is no patch to apply);
-// the agent and the manager that defines the status ship together, so no field is unknown to it.
+// writeStatus writes the agent's fields of status (NodeTaskStatus says which are whose) in one
+// merge patch that fails on a concurrent change. The patch never holds status.conditions, the
+// manager's, so the agent cannot drop or overwrite them; the admission policy refuses an agent's
+// write that changes them (config/admission/agent-confinement.yaml).
 func (r *Reconciler) writeStatus(ctx context.Context, task *v1alpha1.NodeTask, status *v1alpha1.NodeTaskStatus) error {
 	base := task.DeepCopy()
-	task.Status = *status.DeepCopy()
-	keepManagerConditions(&task.Status, base)
-	if err := r.Client.Status().Update(ctx, task); err != nil {
-		task.Status = base.Status
-		task.ResourceVersion = base.ResourceVersion
+	base.Status.Conditions = nil
+	obj := base.DeepCopy()
+	obj.Status = *status.DeepCopy()
+	obj.Status.Conditions = nil
+	if err := r.Client.Status().Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return err
 	}
+	*task = *obj
 	r.remember(task)
 	r.releaseIfFinished(task)
 	return nil
-}
-
-// keepManagerConditions carries the manager's status.conditions (AgentLost, a lost agent fails its task in bounded time, rule 9) from
-// the freshest read of the task into a status the agent is about to write from its own copy: the
-// agent writes only its command results, never the manager's mark.
-func keepManagerConditions(st *v1alpha1.NodeTaskStatus, read *v1alpha1.NodeTask) {
-	st.Conditions = read.Status.DeepCopy().Conditions
 }
 
 // run runs command a.Index once, renewing the heartbeat meanwhile.

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -450,10 +451,13 @@ func TestPauseAndAbort(t *testing.T) {
 	task := newTask("abort-1", "abort-1", v1alpha1.ExecutionAuto, script("touch /ran", false))
 	task.Spec.Paused = true
 	create(t, task)
-	time.Sleep(time.Second) // nothing can be waited for: a paused task shows no change
-	if fileExists(root, "/ran") {
-		t.Fatal("a paused task ran a command")
-	}
+	// Nothing runs until the agent shows it saw the paused spec and left it alone.
+	testutil.ConsistentlyUntilObserved(t, 10*time.Second, "a paused task", func() error {
+		if fileExists(root, "/ran") {
+			return errors.New("it ran a command")
+		}
+		return nil
+	}, observed("abort-1", task.Generation))
 	base := task.DeepCopy()
 	task.Spec.Abort = true
 	if err := cl.Patch(context.Background(), task, client.MergeFrom(base)); err != nil {
@@ -694,10 +698,13 @@ func TestRetryAndSkip(t *testing.T) {
 	if task.Status.Commands[0].Phase != v1alpha1.CommandFailed || task.Status.Attempt != 1 || hosttest.ReadFile(t, root, "/ran") != "a\n" {
 		t.Fatalf("before any recovery: %+v", task.Status)
 	}
-	time.Sleep(time.Second) // nothing can be waited for: a failed task is left alone until a person asks
-	if got := hosttest.ReadFile(t, root, "/ran"); got != "a\n" {
-		t.Fatalf("a failed command ran again on its own: %q", got)
-	}
+	// The agent decided to stop in the write that recorded the failure: nothing runs from then on.
+	testutil.ConsistentlyUntilObserved(t, 10*time.Second, "a failed task left alone until a person asks", func() error {
+		if got := hosttest.ReadFile(t, root, "/ran"); got != "a\n" {
+			return fmt.Errorf("a failed command ran again on its own: %q", got)
+		}
+		return nil
+	}, observed("recover-1", task.Generation))
 
 	// Retry, still broken: the command runs once more and fails again.
 	gen := askRecovery(t, "recover-1", v1alpha1.RecoveryRetry)
@@ -745,6 +752,7 @@ func TestRetryAndSkip(t *testing.T) {
 	gen = askRecovery(t, "recover-1", v1alpha1.RecoveryRetry)
 	task = waitTask(t, "recover-1", recovered(gen, phaseIs(v1alpha1.TaskSucceeded)))
 	before.RecoveredGeneration = task.Status.RecoveredGeneration
+	before.ObservedGeneration = gen // the write that recorded the request was decided on it
 	if !equality.Semantic.DeepEqual(*before, task.Status) {
 		t.Errorf("an ignored retry changed the status from %+v to %+v", *before, task.Status)
 	}
@@ -837,5 +845,20 @@ func TestSafetyRule9_AgentKeepsTheManagersCondition(t *testing.T) {
 	done := waitTask(t, "keep-1", phaseIs(v1alpha1.TaskSucceeded))
 	if done.Lost() == nil {
 		t.Errorf("the agent's write dropped the manager's AgentLost condition: %+v", done.Status)
+	}
+}
+
+// observed is nil once the agent has shown, in status.observedGeneration, that it decided on
+// generation gen of task's spec.
+func observed(task string, gen int64) func() error {
+	return func() error {
+		tk := &v1alpha1.NodeTask{}
+		if err := cl.Get(context.Background(), client.ObjectKey{Name: task}, tk); err != nil {
+			return err
+		}
+		if tk.Status.ObservedGeneration < gen {
+			return fmt.Errorf("status.observedGeneration %d, want %d", tk.Status.ObservedGeneration, gen)
+		}
+		return nil
 	}
 }

@@ -11,6 +11,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -180,8 +181,14 @@ func TestSafetyRule8_LeaseTakenSinceTheAgentsLastWriteIsNotOverwritten(t *testin
 	holder := newTask("excl-8-holder", node, v1alpha1.ExecutionAuto, script("true", true))
 	holder.Spec.Paused = true
 	create(t, holder)
-	holder.Status.Phase = v1alpha1.TaskRunning
-	if err := cl.Status().Update(context.Background(), holder); err != nil {
+	// Read again on a conflict, as that agent would: this one records that it saw the paused task.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := cl.Get(context.Background(), client.ObjectKeyFromObject(holder), holder); err != nil {
+			return err
+		}
+		holder.Status.Phase = v1alpha1.TaskRunning
+		return cl.Status().Update(context.Background(), holder)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	l := nodeLease(t, node)

@@ -189,6 +189,28 @@ func ConsistentlyUntil(t testing.TB, ctx context.Context, what string, f func() 
 	}
 }
 
+// ConsistentlyUntilObserved polls f every 50ms, failing the test at f's first error, until
+// observed returns nil (the controller showed that it decided: an Event, an observed generation),
+// checking f once more after that; it fails if nothing is observed within timeout. So a check that
+// nothing changed cannot pass by the controller being merely slow.
+func ConsistentlyUntilObserved(t testing.TB, timeout time.Duration, what string, f, observed func() error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var ferr, oerr error
+	poll(ctx, 50*time.Millisecond, func(context.Context) bool {
+		oerr = observed()
+		ferr = f()
+		return ferr != nil || oerr == nil
+	})
+	switch {
+	case ferr != nil:
+		t.Fatalf("%s: %v", what, ferr)
+	case oerr != nil:
+		t.Fatalf("%s: the decision not shown within %s: %v", what, timeout, oerr)
+	}
+}
+
 // poll is the one polling loop: it calls done every interval until it returns true (reported)
 // or ctx ends (false), calling it at least once.
 func poll(ctx context.Context, interval time.Duration, done func(ctx context.Context) bool) bool {

@@ -2,6 +2,7 @@ package agentjob_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -163,10 +165,29 @@ func TestJobForFailedTaskOnlyOnceRecoveryIsAsked(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := client.ObjectKey{Namespace: "nodeops-system", Name: "nodeops-agent-failed-node"}
-	time.Sleep(time.Second) // nothing can be waited for: no Job must appear
-	if err := c.Get(ctx, key, &batchv1.Job{}); !apierrors.IsNotFound(err) {
-		t.Fatalf("a Job exists for a node whose only task failed (err %v)", err)
-	}
+	// No Job until the controller shows it decided to run none for this generation.
+	testutil.ConsistentlyUntilObserved(t, 20*time.Second, "a node whose only task failed", func() error {
+		err := c.Get(ctx, key, &batchv1.Job{})
+		switch {
+		case err == nil:
+			return errors.New("a Job exists")
+		case !apierrors.IsNotFound(err):
+			return fmt.Errorf("reading the Job: %w", err)
+		}
+		return nil
+	}, func() error {
+		var list eventsv1.EventList
+		if err := c.List(ctx, &list); err != nil {
+			return err
+		}
+		want := fmt.Sprintf("at generation %d ", task.Generation)
+		for _, e := range list.Items {
+			if e.Regarding.Name == task.Name && e.Reason == agentjob.ReasonAwaitingPerson && strings.Contains(e.Note, want) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s event %s", agentjob.ReasonAwaitingPerson, want)
+	})
 	base = task.DeepCopy()
 	task.Spec.RecoveryMode = v1alpha1.RecoveryRetry
 	if err := c.Patch(ctx, task, client.MergeFrom(base)); err != nil {

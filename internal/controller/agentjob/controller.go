@@ -3,10 +3,14 @@ package agentjob
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -21,11 +25,47 @@ const nodeIndex = "agentjob.spec.nodeName"
 
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete,namespace=nodeops-system
 // +kubebuilder:rbac:groups=nodeops.io,resources=nodetasks,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconciler keeps one agent Job per node whose tasks need an agent. Requests are keyed by node name.
 type Reconciler struct {
 	Client  client.Client
 	Options Options
+	// Recorder shows a failed task that gets no agent until a person asks (AwaitingPerson); nil for none.
+	Recorder events.EventRecorder
+
+	mu sync.Mutex
+	// shown is the generation of each failed task last shown AwaitingPerson.
+	shown map[types.UID]int64
+}
+
+// ReasonAwaitingPerson is the Event of a failed task for which no agent Job is made until a
+// person sets its recoveryMode (a failure blocks until a person decides, rule 3).
+const ReasonAwaitingPerson = "AwaitingPerson"
+
+// showAwaitingPerson emits AwaitingPerson once per generation of each failed task of a node that
+// gets no Job, so that the decision to run no agent can be seen.
+func (r *Reconciler) showAwaitingPerson(node string, tasks []v1alpha1.NodeTask) {
+	if r.Recorder == nil {
+		return
+	}
+	for i := range tasks {
+		t := &tasks[i]
+		if t.EffectivePhase() != v1alpha1.TaskFailed {
+			continue
+		}
+		r.mu.Lock()
+		if r.shown == nil {
+			r.shown = map[types.UID]int64{}
+		}
+		seen := r.shown[t.UID] == t.Generation
+		r.shown[t.UID] = t.Generation
+		r.mu.Unlock()
+		if !seen {
+			r.Recorder.Eventf(t, nil, corev1.EventTypeNormal, ReasonAwaitingPerson, "NoAgentJob",
+				"task failed: no agent Job for node %s at generation %d until a person sets spec.recoveryMode (kubectl nodeops retry or skip)", node, t.Generation)
+		}
+	}
 }
 
 // Reconcile converges a node's agent Job: present while a task needs an agent, replaced once it
@@ -44,6 +84,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 	}
 	if !need {
+		r.showAwaitingPerson(node, tasks.Items)
 		return ctrl.Result{}, nil
 	}
 	want := BuildJob(node, r.Options)
@@ -77,7 +118,7 @@ func SetupWithManager(mgr ctrl.Manager, o Options) error {
 	}); err != nil {
 		return fmt.Errorf("indexing tasks by node: %w", err)
 	}
-	r := &Reconciler{Client: mgr.GetClient(), Options: o}
+	r := &Reconciler{Client: mgr.GetClient(), Options: o, Recorder: mgr.GetEventRecorder("agentjob")}
 	byTask := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
 		t, ok := obj.(*v1alpha1.NodeTask)
 		if !ok {

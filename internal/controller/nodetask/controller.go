@@ -9,7 +9,7 @@
 // is deleted, or whose running command's heartbeat the manager has seen unrenewed for longer
 // than AgentLostAfter, gets the
 // condition AgentLost=True (reason NodeDeleted or AgentLost) in status.conditions, the manager's
-// own field, which the agent carries over in its writes; the task then counts as Failed. A
+// own field, which an agent may not change (its writes leave it out); the task then counts as Failed. A
 // person's retry or skip is left to the agent while the node exists; the condition is removed
 // once the agent has recorded that recovery. On a deleted node no agent can act, so a skip is
 // recorded by the manager (reason Skipped, the task counts as Succeeded) and a retry is refused
@@ -39,6 +39,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -75,9 +76,13 @@ type Reconciler struct {
 	AgentLostAfter time.Duration
 	// Now is the manager's clock; nil for time.Now.
 	Now func() time.Time
+	// Recorder shows a recovery request left to the agent (AwaitingAgent); nil for none.
+	Recorder events.EventRecorder
 
 	mu   sync.Mutex
 	seen map[string]sighting // by task name
+	// awaiting is the generation of each task whose recovery request was last shown left to its agent.
+	awaiting map[string]int64
 }
 
 // sighting is a heartbeat as this manager first saw it: the agent's last sign and the manager's
@@ -127,7 +132,8 @@ func SetupWithOptions(mgr ctrl.Manager, o Options) error {
 	if o.AgentLostAfter <= 0 {
 		o.AgentLostAfter = DefaultAgentLostAfter
 	}
-	r := &Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), AgentLostAfter: o.AgentLostAfter}
+	r := &Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), AgentLostAfter: o.AgentLostAfter,
+		Recorder: mgr.GetEventRecorder("nodetask")}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nodetask").
 		For(&v1alpha1.NodeTask{}, builder.WithPredicates(predicate.Funcs{
@@ -146,11 +152,11 @@ func SetupWithOptions(mgr ctrl.Manager, o Options) error {
 		Complete(r)
 }
 
-// watched reports whether a task needs this controller: a recovery to clear, a hold to watch or
-// a loss to resolve.
+// watched reports whether a task needs this controller: a recovery to clear or to leave to the
+// agent, a hold to watch or a loss to resolve.
 func watched(o client.Object) bool {
 	t, ok := o.(*v1alpha1.NodeTask)
-	return ok && (actedOn(t) || held(t) || t.Lost() != nil)
+	return ok && (actedOn(t) || taskpolicy.NeedsRecovery(t) || held(t) || t.Lost() != nil)
 }
 
 // tasksOf are the tasks of a deleted node.
@@ -237,6 +243,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.Get(ctx, req.NamespacedName, &task); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.forget(req.Name)
+			r.mu.Lock()
+			delete(r.awaiting, req.Name)
+			r.mu.Unlock()
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -251,6 +260,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return res, err
 	}
 	if !actedOn(&task) {
+		r.showAwaitingAgent(&task)
 		return res, nil
 	}
 	orig := task.DeepCopy()
@@ -386,6 +396,29 @@ func (r *Reconciler) unheldOnDeletedNode(ctx context.Context, task, orig *v1alph
 	}
 	return ctrl.Result{}, nil
 }
+
+// showAwaitingAgent emits AwaitingAgent once per generation for a recovery request this controller
+// leaves alone until the agent has acted on it, so that its decision to do nothing can be seen.
+func (r *Reconciler) showAwaitingAgent(task *v1alpha1.NodeTask) {
+	if r.Recorder == nil || !taskpolicy.NeedsRecovery(task) || task.Lost() != nil {
+		return
+	}
+	r.mu.Lock()
+	if r.awaiting == nil {
+		r.awaiting = map[string]int64{}
+	}
+	shown := r.awaiting[task.Name] == task.Generation
+	r.awaiting[task.Name] = task.Generation
+	r.mu.Unlock()
+	if !shown {
+		r.Recorder.Eventf(task, nil, corev1.EventTypeNormal, ReasonAwaitingAgent, "WaitForAgent",
+			"recoveryMode %s of generation %d is left to the agent of node %s, which records it in status.recoveredGeneration",
+			task.Spec.RecoveryMode, task.Generation, task.Spec.NodeName)
+	}
+}
+
+// ReasonAwaitingAgent is the Event of a recovery request left to the task's agent.
+const ReasonAwaitingAgent = "AwaitingAgent"
 
 func (r *Reconciler) mark(task *v1alpha1.NodeTask, reason, msg string) {
 	meta.SetStatusCondition(&task.Status.Conditions, metav1.Condition{

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -97,11 +99,15 @@ func TestClearsRecoveryModeOnlyOnceActedOn(t *testing.T) {
 	}
 	failed := task.Status.DeepCopy()
 
-	time.Sleep(time.Second) // nothing can be waited for: the controller must leave the request alone
+	// Left alone until the controller shows it decided so (AwaitingAgent for this generation).
+	testutil.ConsistentlyUntilObserved(t, 20*time.Second, "before the agent acted", func() error {
+		got := get(t, "clear-1")
+		if got.Spec.RecoveryMode != v1alpha1.RecoveryRetry || !equality.Semantic.DeepEqual(got.Status, *failed) {
+			return fmt.Errorf("recoveryMode %q, status %+v", got.Spec.RecoveryMode, got.Status)
+		}
+		return nil
+	}, awaitingAgent(t, "clear-1", task.Generation))
 	got := get(t, "clear-1")
-	if got.Spec.RecoveryMode != v1alpha1.RecoveryRetry || !equality.Semantic.DeepEqual(got.Status, *failed) {
-		t.Fatalf("before the agent acted: recoveryMode %q, status %+v", got.Spec.RecoveryMode, got.Status)
-	}
 
 	// The agent acts on it: recoveredGeneration records the request as done.
 	got.Status.RecoveredGeneration = got.Generation
@@ -128,8 +134,28 @@ func TestClearsRecoveryModeOnlyOnceActedOn(t *testing.T) {
 	if err := cl.Patch(ctx, task, client.MergeFrom(base)); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second)
-	if m := get(t, "clear-1").Spec.RecoveryMode; m != v1alpha1.RecoverySkip {
-		t.Errorf("a request not yet acted on was cleared: recoveryMode %q", m)
+	testutil.ConsistentlyUntilObserved(t, 20*time.Second, "a request not yet acted on", func() error {
+		if m := get(t, "clear-1").Spec.RecoveryMode; m != v1alpha1.RecoverySkip {
+			return fmt.Errorf("cleared: recoveryMode %q", m)
+		}
+		return nil
+	}, awaitingAgent(t, "clear-1", task.Generation))
+}
+
+// awaitingAgent is nil once the controller has shown that it leaves task's recovery request of
+// generation gen to the agent (the AwaitingAgent Event).
+func awaitingAgent(t *testing.T, task string, gen int64) func() error {
+	return func() error {
+		var list eventsv1.EventList
+		if err := cl.List(context.Background(), &list); err != nil {
+			return err
+		}
+		want := fmt.Sprintf("of generation %d ", gen)
+		for _, e := range list.Items {
+			if e.Regarding.Name == task && e.Reason == nodetask.ReasonAwaitingAgent && strings.Contains(e.Note, want) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s event for %s %s", nodetask.ReasonAwaitingAgent, task, want)
 	}
 }
