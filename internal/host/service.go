@@ -19,14 +19,17 @@ const (
 	ServiceManagerAuto      = "auto"
 	ServiceManagerSystemd   = "systemd"
 	ServiceManagerSystemctl = "systemctl"
+	ServiceManagerOpenRC    = "openrc"
+	ServiceManagerSysV      = "sysvinit"
 	ServiceManagerLocal     = "local"
 )
 
 // LocalServiceLog is the local service table of nodeops-local nodes, under the host root.
 const LocalServiceLog = "/var/lib/nodeops-local/services.log"
 
-// NewServiceManager picks the service manager of a real node's root: systemd over D-Bus when the
-// host's systemd socket is there (falling back to systemctl if the connection fails), or systemctl.
+// NewServiceManager picks the service manager of a real node's root. auto goes by the init system
+// DetectInit finds: systemd over D-Bus (falling back to systemctl if the connection fails), OpenRC's
+// rc-service, or sysvinit's init scripts; with none, every restart fails saying so.
 // The local table comes with NewLocal, as it also records static pod restarts.
 func NewServiceManager(kind string, root string, runner Runner) (ServiceManager, error) {
 	fs := &FS{Root: root}
@@ -35,14 +38,39 @@ func NewServiceManager(kind string, root string, runner Runner) (ServiceManager,
 		return &Systemctl{Runner: runner}, nil
 	case ServiceManagerSystemd:
 		return &SystemdDBus{Root: root, Fallback: &Systemctl{Runner: runner}}, nil
+	case ServiceManagerOpenRC:
+		return &OpenRC{Runner: runner, Files: fs}, nil
+	case ServiceManagerSysV:
+		return &SysVInit{Runner: runner, Files: fs}, nil
 	case ServiceManagerAuto, "":
-		if fs.Exists("/run/systemd/private") {
+		switch init := DetectInit(fs); init {
+		case InitSystemd:
 			return &SystemdDBus{Root: root, Fallback: &Systemctl{Runner: runner}}, nil
+		case InitOpenRC:
+			return &OpenRC{Runner: runner, Files: fs}, nil
+		case InitSysV:
+			return &SysVInit{Runner: runner, Files: fs}, nil
+		default:
+			return NoInitSystem{Root: root}, nil
 		}
-		return &Systemctl{Runner: runner}, nil
 	}
-	return nil, fmt.Errorf("unknown service manager %q (auto, systemd, systemctl or local)", kind)
+	return nil, fmt.Errorf("unknown service manager %q (auto, systemd, systemctl, openrc, sysvinit or local)", kind)
 }
+
+// NoInitSystem is the service manager of a root where no supported init system was found: every
+// restart fails with the reason, so a command never passes a restart it could not make.
+type NoInitSystem struct{ Root string }
+
+// Name implements ServiceManager.
+func (n NoInitSystem) Name() string { return "no init system" }
+
+// Supported implements ServiceManager.
+func (n NoInitSystem) Supported() error {
+	return fmt.Errorf("no supported init system under %s: not systemd (/run/systemd/system), OpenRC (/run/openrc, /sbin/openrc) nor sysvinit (/etc/init.d with /etc/inittab); pass --service-manager to choose one", n.Root)
+}
+
+// Restart implements ServiceManager.
+func (n NoInitSystem) Restart(context.Context, string) error { return n.Supported() }
 
 // unitName adds .service to a bare service name.
 func unitName(name string) string {
@@ -59,6 +87,14 @@ type Systemctl struct {
 
 // Name implements ServiceManager.
 func (s *Systemctl) Name() string { return "systemctl" }
+
+// Supported implements ServiceManager: systemctl runs inside the root.
+func (s *Systemctl) Supported() error {
+	if r, ok := s.Runner.(*ChrootRunner); ok && !(&FS{Root: r.Root}).Exists("/bin/systemctl") {
+		return fmt.Errorf("/bin/systemctl is missing under %s", r.Root)
+	}
+	return nil
+}
 
 // Restart implements ServiceManager.
 func (s *Systemctl) Restart(ctx context.Context, name string) error {
@@ -80,6 +116,17 @@ type SystemdDBus struct {
 
 // Name implements ServiceManager.
 func (s *SystemdDBus) Name() string { return "systemd" }
+
+// Supported implements ServiceManager: systemd's private socket, or the fallback.
+func (s *SystemdDBus) Supported() error {
+	if (&FS{Root: s.Root}).Exists("/run/systemd/private") {
+		return nil
+	}
+	if s.Fallback != nil {
+		return s.Fallback.Supported()
+	}
+	return fmt.Errorf("systemd's socket %s is missing", filepath.Join(s.Root, "run/systemd/private"))
+}
 
 // Restart implements ServiceManager.
 func (s *SystemdDBus) Restart(ctx context.Context, name string) error {
@@ -126,6 +173,9 @@ type LocalServices struct {
 
 // Name implements ServiceManager.
 func (l *LocalServices) Name() string { return "local service table" }
+
+// Supported implements ServiceManager: the table takes every restart.
+func (l *LocalServices) Supported() error { return nil }
 
 // Restart implements ServiceManager.
 func (l *LocalServices) Restart(_ context.Context, name string) error {
