@@ -3,6 +3,8 @@ package host
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -205,4 +207,35 @@ func (l *LocalServices) Record(what string) error {
 		return fmt.Errorf("recording %q in the local service table: %w", what, err)
 	}
 	return nil
+}
+
+// LocalRuntimeSocket is where a nodeops-local node's agent listens for the preflight's container
+// runtime check, under the node's root: containerd's socket.
+const LocalRuntimeSocket = "/run/containerd/containerd.sock"
+
+// ServeLocalRuntimeSocket listens on containerd's socket under a nodeops-local node's root, where no
+// containerd runs, accepting and closing connections: a stand-in, like the service table, so that
+// the preflight's runtime check connects. Close stops it and removes the socket.
+func ServeLocalRuntimeSocket(root string) (io.Closer, error) {
+	p := filepath.Join(root, LocalRuntimeSocket)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return nil, fmt.Errorf("local runtime socket: %w", err)
+	}
+	if fi, err := os.Lstat(p); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		_ = os.Remove(p) // a previous agent's
+	}
+	l, err := net.Listen("unix", p)
+	if err != nil {
+		return nil, fmt.Errorf("local runtime socket: %w", err)
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	return l, nil
 }
