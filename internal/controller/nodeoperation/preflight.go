@@ -49,7 +49,12 @@ func preflightOutcome(in *input, st *v1alpha1.NodeOperationStatus, d *decision, 
 	for _, t := range in.tasks[g.Name] {
 		switch {
 		case t.Phase == v1alpha1.TaskFailed && !t.Recovering:
-			failed = append(failed, v1alpha1.PreflightFailure{Node: t.Node, Task: t.Name, Reason: strings.TrimPrefix(t.Message, "preflight failed: ")})
+			reason := t.Message
+			// The agent's "command 1/1 (preflight) failed: preflight failed: ..." says twice what the list says once.
+			if _, after, ok := strings.Cut(reason, "preflight failed: "); ok {
+				reason = after
+			}
+			failed = append(failed, v1alpha1.PreflightFailure{Node: t.Node, Task: t.Name, Reason: reason})
 		case t.Phase == v1alpha1.TaskPending && !t.Started && !t.Created.IsZero():
 			due := t.Created.Add(answer)
 			if !due.After(in.now.Time) {

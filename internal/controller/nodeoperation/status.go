@@ -102,7 +102,11 @@ func transitions(before, after *v1alpha1.NodeOperationStatus) []opEvent {
 		}
 		switch after.Phase {
 		case v1alpha1.OperationBlocked:
-			out = append(out, opEvent{corev1.EventTypeWarning, "Blocked", "Block", msg})
+			reason := "Blocked"
+			if c := meta.FindStatusCondition(after.Conditions, v1alpha1.ConditionBlocked); c != nil && c.Reason == ReasonPreflightFailed {
+				reason = ReasonPreflightFailed
+			}
+			out = append(out, opEvent{corev1.EventTypeWarning, reason, "Block", msg})
 		case v1alpha1.OperationPaused:
 			out = append(out, opEvent{corev1.EventTypeNormal, "Paused", "Pause", msg})
 		case v1alpha1.OperationSucceeded:

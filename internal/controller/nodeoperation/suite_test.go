@@ -69,6 +69,7 @@ func run(m *testing.M) int {
 		r.StatusInterval = statusInterval
 		r.WaitRecheck = time.Second
 		r.Now = clock.Now
+		r.PreflightAnswer = preflightAnswer
 		if err := r.SetupWithManager(mgr); err != nil {
 			return err
 		}
