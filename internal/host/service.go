@@ -109,30 +109,42 @@ func (s *Systemctl) Restart(ctx context.Context, name string) error {
 	return nil
 }
 
-// SystemdDBus restarts services through systemd's private D-Bus socket under the host root, waiting
-// for the restart job to finish; when the socket cannot be reached it falls back.
+// SystemdDBus restarts services through systemd's D-Bus interface under the host root: its private
+// socket, or the system bus (where systemd owns org.freedesktop.systemd1), waiting for the restart
+// job to finish; when neither can be reached it falls back.
 type SystemdDBus struct {
 	Root     string
 	Fallback ServiceManager
 }
 
+// Sockets of systemd's D-Bus interface, under the host root: systemd's own (no bus daemon, no
+// Hello), then the system bus's.
+const (
+	systemdPrivateSocket = "/run/systemd/private"
+	systemBusSocket      = "/run/dbus/system_bus_socket"
+)
+
 // Name implements ServiceManager.
 func (s *SystemdDBus) Name() string { return "systemd" }
 
-// Supported implements ServiceManager: systemd's private socket, or the fallback.
+// Supported implements ServiceManager: systemd's private socket, the system bus, or the fallback.
 func (s *SystemdDBus) Supported() error {
-	if (&FS{Root: s.Root}).Exists("/run/systemd/private") {
+	fs := &FS{Root: s.Root}
+	if fs.Exists(systemdPrivateSocket) || fs.Exists(systemBusSocket) {
 		return nil
 	}
 	if s.Fallback != nil {
 		return s.Fallback.Supported()
 	}
-	return fmt.Errorf("systemd's socket %s is missing", filepath.Join(s.Root, "run/systemd/private"))
+	return fmt.Errorf("neither systemd's socket %s nor the system bus %s is there", systemdPrivateSocket, systemBusSocket)
 }
 
-// Restart implements ServiceManager.
-func (s *SystemdDBus) Restart(ctx context.Context, name string) error {
-	socket := filepath.Join(s.Root, "run/systemd/private")
+// connect dials systemd under the root: the private socket when there, else the system bus.
+func (s *SystemdDBus) connect(ctx context.Context) (*sddbus.Conn, string, error) {
+	socket, hello := filepath.Join(s.Root, systemdPrivateSocket), false
+	if !(&FS{Root: s.Root}).Exists(systemdPrivateSocket) {
+		socket, hello = filepath.Join(s.Root, systemBusSocket), true
+	}
 	conn, err := sddbus.NewConnection(func() (*dbus.Conn, error) {
 		c, err := dbus.Dial("unix:path="+socket, dbus.WithContext(ctx))
 		if err != nil {
@@ -142,8 +154,20 @@ func (s *SystemdDBus) Restart(ctx context.Context, name string) error {
 			_ = c.Close()
 			return nil, err
 		}
+		if hello {
+			if err := c.Hello(); err != nil {
+				_ = c.Close()
+				return nil, err
+			}
+		}
 		return c, nil
 	})
+	return conn, socket, err
+}
+
+// Restart implements ServiceManager.
+func (s *SystemdDBus) Restart(ctx context.Context, name string) error {
+	conn, socket, err := s.connect(ctx)
 	if err != nil {
 		if s.Fallback != nil {
 			return s.Fallback.Restart(ctx, name)
@@ -151,6 +175,10 @@ func (s *SystemdDBus) Restart(ctx context.Context, name string) error {
 		return fmt.Errorf("connecting to systemd at %s: %w", socket, err)
 	}
 	defer conn.Close()
+	// systemd sends JobRemoved, which ends the wait below, only to subscribed clients.
+	if err := conn.Subscribe(); err != nil {
+		return fmt.Errorf("subscribing to systemd's job signals at %s: %w", socket, err)
+	}
 	done := make(chan string, 1)
 	if _, err := conn.RestartUnitContext(ctx, unitName(name), "replace", done); err != nil {
 		return fmt.Errorf("restarting %s: %w", unitName(name), err)
