@@ -14,6 +14,10 @@ need=()
 command -v git >/dev/null || need+=(git)
 # `make test-race` (in CI): the race detector needs cgo, so a C compiler
 [ "${1:-}" = run ] || command -v gcc >/dev/null || need+=(gcc libc6-dev)
+# internal/host's tests: a real system bus for systemd's D-Bus interface, and a Debian root with
+# openrc (internal/testutil/debroot builds it with mmdebstrap, cached under ~/.cache/nodeops/debroot)
+[ "${1:-}" = run ] || command -v dbus-daemon >/dev/null || need+=(dbus-daemon)
+[ "${1:-}" = run ] || command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
 if [ "${1:-}" = realnode ]; then
 	# `make realnode` builds runc with seccomp (cgo) and runs the node's network with iproute2.
 	[ -e /usr/include/seccomp.h ] || need+=(libseccomp-dev)
