@@ -26,6 +26,9 @@ if [ "${1:-}" != run ]; then
 	command -v createrepo_c >/dev/null || need+=(createrepo-c)
 	command -v dnf >/dev/null || need+=(dnf)
 fi
+# internal/host's tests: a real system bus for systemd's D-Bus interface, and the same Debian root with
+# openrc (internal/testutil/debroot)
+[ "${1:-}" = run ] || command -v dbus-daemon >/dev/null || need+=(dbus-daemon)
 if [ "${1:-}" = realnode ]; then
 	# `make realnode` builds runc with seccomp (cgo) and runs the node's network with iproute2.
 	[ -e /usr/include/seccomp.h ] || need+=(libseccomp-dev)

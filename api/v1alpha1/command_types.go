@@ -532,7 +532,7 @@ func (*PreflightCommand) DefaultTimeout() time.Duration { return 2 * time.Minute
 func (*PreflightCommand) Effects() CommandEffects { return CommandEffects{Disruption: NonDisruptive} }
 
 // PreflightCheck is one check; exactly one field is set.
-// +kubebuilder:validation:XValidation:rule="[has(self.binary), has(self.minFreeDiskMiB), has(self.osFamily)].filter(x, x).size() == 1",message="exactly one of binary, minFreeDiskMiB or osFamily must be set"
+// +kubebuilder:validation:XValidation:rule="[has(self.binary), has(self.minFreeDiskMiB), has(self.osFamily), has(self.kubeadm), has(self.runtimeSocket), has(self.binarySource), has(self.kubeletSkew), has(self.initSystem), has(self.packageManager)].filter(x, x).size() == 1",message="exactly one of binary, minFreeDiskMiB, osFamily, kubeadm, runtimeSocket, binarySource, kubeletSkew, initSystem or packageManager must be set"
 type PreflightCheck struct {
 	// Binary must exist under the host root, as an absolute path.
 	// +optional
@@ -551,6 +551,61 @@ type PreflightCheck struct {
 	// +kubebuilder:validation:items:Enum=debian;rhel;suse;alpine;arch;unknown
 	// +listType=set
 	OSFamily []string `json:"osFamily,omitempty"`
+	// Kubeadm: /usr/bin/kubeadm runs under the host root and, when version is set, is that version.
+	// +optional
+	Kubeadm *KubeadmCheck `json:"kubeadm,omitempty"`
+	// RuntimeSocket is the container runtime's socket under the host root, which must accept a connection.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^/`
+	// +kubebuilder:validation:XValidation:rule="!self.contains('/../') && !self.endsWith('/..')",message="must not contain '..'"
+	RuntimeSocket string `json:"runtimeSocket,omitempty"`
+	// BinarySource: the node reaches the source of the binaries it will download (a HEAD of each).
+	// +optional
+	BinarySource *BinarySourceCheck `json:"binarySource,omitempty"`
+	// KubeletSkew: the node's kubelet (as its Node reports it) is within Kubernetes' version skew
+	// policy of this control-plane version: not newer, at most three minor versions older.
+	// +optional
+	KubeletSkew *KubeletSkewCheck `json:"kubeletSkew,omitempty"`
+	// InitSystem: the host's init system is one the agent restarts services through (systemd,
+	// OpenRC, sysvinit).
+	// +optional
+	InitSystem *EmptyCheck `json:"initSystem,omitempty"`
+	// PackageManager: the host's OS family and package manager are known.
+	// +optional
+	PackageManager *EmptyCheck `json:"packageManager,omitempty"`
+}
+
+// EmptyCheck is a check with no parameters.
+type EmptyCheck struct{}
+
+// KubeadmCheck checks the host's kubeadm.
+type KubeadmCheck struct {
+	// Version kubeadm must report (`kubeadm version -o short`); any when empty.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^v[0-9]+\.[0-9]+\.[0-9]+$`
+	// +kubebuilder:validation:MaxLength=32
+	Version string `json:"version,omitempty"`
+}
+
+// BinarySourceCheck checks that the node reaches a binary source.
+type BinarySourceCheck struct {
+	Source BinarySource `json:"source"`
+	// +kubebuilder:validation:Pattern=`^v[0-9]+\.[0-9]+\.[0-9]+$`
+	// +kubebuilder:validation:MaxLength=32
+	Version string `json:"version"`
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=3
+	// +kubebuilder:validation:items:Enum=kubeadm;kubelet;kubectl
+	// +listType=set
+	Components []string `json:"components"`
+}
+
+// KubeletSkewCheck checks the kubelet's version against a control-plane version.
+type KubeletSkewCheck struct {
+	// +kubebuilder:validation:Pattern=`^v[0-9]+\.[0-9]+\.[0-9]+$`
+	// +kubebuilder:validation:MaxLength=32
+	KubernetesVersion string `json:"kubernetesVersion"`
 }
 
 // InstallFileCommand downloads a file, verifies its sha256 and moves it into place atomically.
@@ -1184,6 +1239,20 @@ func drainText(d *DrainCommand) string {
 func preflightText(checks []PreflightCheck) string {
 	var parts []string
 	for _, c := range checks {
+		if t := PreflightCheckText(c); t != "" {
+			parts = append(parts, t)
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(parts, ", ")
+}
+
+// PreflightCheckText says what a check checks, in a few words.
+func PreflightCheckText(c PreflightCheck) string {
+	var parts []string
+	{
 		switch {
 		case c.Binary != "":
 			parts = append(parts, "has "+c.Binary)
@@ -1191,12 +1260,23 @@ func preflightText(checks []PreflightCheck) string {
 			parts = append(parts, fmt.Sprintf("%d MiB free", c.MinFreeDiskMiB))
 		case len(c.OSFamily) > 0:
 			parts = append(parts, "OS "+strings.Join(c.OSFamily, "|"))
+		case c.Kubeadm != nil && c.Kubeadm.Version != "":
+			parts = append(parts, "kubeadm "+c.Kubeadm.Version)
+		case c.Kubeadm != nil:
+			parts = append(parts, "kubeadm runs")
+		case c.RuntimeSocket != "":
+			parts = append(parts, c.RuntimeSocket+" answers")
+		case c.BinarySource != nil:
+			parts = append(parts, c.BinarySource.Source.BaseURL+" reachable")
+		case c.KubeletSkew != nil:
+			parts = append(parts, "kubelet within skew of "+c.KubeletSkew.KubernetesVersion)
+		case c.InitSystem != nil:
+			parts = append(parts, "init system known")
+		case c.PackageManager != nil:
+			parts = append(parts, "package manager known")
 		}
 	}
-	if len(parts) == 0 {
-		return ""
-	}
-	return ": " + strings.Join(parts, ", ")
+	return strings.Join(parts, "")
 }
 
 // firstLine is a script's first line, shortened to fit a table.

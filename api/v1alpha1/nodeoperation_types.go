@@ -188,6 +188,36 @@ type NodeOperationSpec struct {
 
 	// Scheduling is every group's default: maintenance windows and soak delays.
 	Scheduling `json:",inline"`
+
+	// Preflight adds checks to the preflight every selected node passes before the operation's
+	// first task. Without it a preflight runs only when the commands need one (kubeadm, binaries,
+	// service restarts: docs/how-to/preflight.md); with it, always.
+	// +optional
+	Preflight *OperationPreflight `json:"preflight,omitempty"`
+}
+
+// OperationPreflight is the checks an operation asks of every node besides those its commands imply.
+type OperationPreflight struct {
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	Checks []PreflightCheck `json:"checks,omitempty"`
+}
+
+// PreflightStatus is the preflight's outcome: the nodes that failed it and why.
+type PreflightStatus struct {
+	// Failed are the nodes that failed the preflight, sorted by name: the operation starts no
+	// task until each passes (fix the node, then retry its preflight task).
+	// +optional
+	Failed []PreflightFailure `json:"failed,omitempty"`
+}
+
+// PreflightFailure is one node's failed preflight.
+type PreflightFailure struct {
+	Node string `json:"node"`
+	// Task is the preflight task to retry once the node is fixed.
+	// +optional
+	Task   string `json:"task,omitempty"`
+	Reason string `json:"reason"`
 }
 
 // OperationPhase summarises an operation.
@@ -216,6 +246,9 @@ const (
 	ConditionSucceeded   = "Succeeded"
 	ConditionFailed      = "Failed"
 	ConditionBlocked     = "Blocked"
+	// ConditionPreflightFailed is true while a node has failed the preflight, which every selected
+	// node passes before the operation's first task; set only on operations that run a preflight.
+	ConditionPreflightFailed = "PreflightFailed"
 )
 
 // ReasonNodeHeldByFailedTask is the Blocked reason of an operation that can make no progress on
@@ -307,6 +340,9 @@ type NodeOperationStatus struct {
 	// PausedBeforeNode): a pauseBefore entry not yet in spec.resumedBefore. Unset otherwise.
 	// +optional
 	PausedBefore string `json:"pausedBefore,omitempty"`
+	// Preflight lists the nodes that failed the preflight, set only while one has.
+	// +optional
+	Preflight *PreflightStatus `json:"preflight,omitempty"`
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 }

@@ -77,7 +77,7 @@ func TestPlanJSONIsData(t *testing.T) {
 	for _, g := range p.Groups {
 		got = append(got, g.Name+"="+strings.Join(g.Nodes, ","))
 	}
-	want := "control-plane-first=cp-1 control-plane-rest=cp-2,cp-3 workers=w-1,w-2,w-3,w-4"
+	want := "preflight=cp-1,cp-2,cp-3,w-1,w-2,w-3,w-4 control-plane-first=cp-1 control-plane-rest=cp-2,cp-3 workers=w-1,w-2,w-3,w-4"
 	if strings.Join(got, " ") != want {
 		t.Errorf("groups = %v, want %s", got, want)
 	}

@@ -115,6 +115,9 @@ type DryRunServices struct {
 // Name implements ServiceManager.
 func (d *DryRunServices) Name() string { return d.Services.Name() }
 
+// Supported implements ServiceManager: a DryRun's preflight asks the real one.
+func (d *DryRunServices) Supported() error { return d.Services.Supported() }
+
 // Restart implements ServiceManager.
 func (d *DryRunServices) Restart(_ context.Context, name string) error {
 	_, _ = fmt.Fprintf(d.Out, "dry run: would restart %s with %s\n", name, d.Services.Name())

@@ -38,6 +38,8 @@ type ServiceManager interface {
 	Restart(ctx context.Context, name string) error
 	// Name says which implementation this is, for messages.
 	Name() string
+	// Supported says why restarts cannot work on this host, nil when they can: the preflight asks it.
+	Supported() error
 }
 
 // Host is everything the agent's commands may do to one node.

@@ -27,7 +27,8 @@ const (
 var ErrNoOperation = errors.New("exactly one of upgrade, renewCertificates or custom must be set")
 
 // Expand turns an operation spec into its ordered groups. Built-in operations are expanded as
-// docs/design.md says; custom groups pass through (copied, with nodeFilter defaulted to All).
+// docs/design.md says; custom groups pass through (copied, with nodeFilter defaulted to All). The
+// preflight group comes first when the operation runs one (withPreflight).
 // A group's nil MaxUnavailable means the operation's.
 func Expand(spec *v1alpha1.NodeOperationSpec) ([]v1alpha1.Group, error) {
 	set := 0
@@ -39,6 +40,15 @@ func Expand(spec *v1alpha1.NodeOperationSpec) ([]v1alpha1.Group, error) {
 	if set != 1 {
 		return nil, ErrNoOperation
 	}
+	groups, err := expand(spec)
+	if err != nil {
+		return nil, err
+	}
+	return withPreflight(spec, groups)
+}
+
+// expand is Expand without the preflight group.
+func expand(spec *v1alpha1.NodeOperationSpec) ([]v1alpha1.Group, error) {
 	switch {
 	case spec.Upgrade != nil:
 		return expandUpgrade(spec.Upgrade)

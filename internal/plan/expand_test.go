@@ -38,6 +38,7 @@ func TestExpand(t *testing.T) {
 			name: "upgrade with kubelet",
 			spec: v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2", BinarySource: source}},
 			want: []group{
+				{GroupPreflight, v1alpha1.NodeFilterAll, []string{"preflight"}},
 				{GroupFirstControlPlane, v1alpha1.NodeFilterHead, []string{"installBinaries", "kubeadmUpgradePlan", "kubeadmUpgradeApply", "installBinaries", "restartService", "waitNodeReady"}},
 				{GroupOtherControlPlanes, v1alpha1.NodeFilterTail, []string{"installBinaries", "kubeadmUpgradeNode", "installBinaries", "restartService", "waitNodeReady"}},
 				{GroupWorkers, v1alpha1.NodeFilterAll, []string{"installBinaries", "cordon", "drain", "kubeadmUpgradeNode", "installBinaries", "restartService", "waitNodeReady", "uncordon"}},
@@ -47,6 +48,7 @@ func TestExpand(t *testing.T) {
 			name: "upgrade without kubelet, kubeadm from the binary source",
 			spec: v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2", UpgradeKubeletAndKubectl: ptr.To(false), BinarySource: source}},
 			want: []group{
+				{GroupPreflight, v1alpha1.NodeFilterAll, []string{"preflight"}},
 				{GroupFirstControlPlane, v1alpha1.NodeFilterHead, []string{"installBinaries", "kubeadmUpgradePlan", "kubeadmUpgradeApply", "waitNodeReady"}},
 				{GroupOtherControlPlanes, v1alpha1.NodeFilterTail, []string{"installBinaries", "kubeadmUpgradeNode", "waitNodeReady"}},
 				{GroupWorkers, v1alpha1.NodeFilterAll, []string{"installBinaries", "cordon", "drain", "kubeadmUpgradeNode", "waitNodeReady", "uncordon"}},
@@ -56,6 +58,7 @@ func TestExpand(t *testing.T) {
 			name: "upgrade without kubelet or binary source: the nodes' kubeadm is used",
 			spec: v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2", UpgradeKubeletAndKubectl: ptr.To(false)}},
 			want: []group{
+				{GroupPreflight, v1alpha1.NodeFilterAll, []string{"preflight"}},
 				{GroupFirstControlPlane, v1alpha1.NodeFilterHead, []string{"kubeadmUpgradePlan", "kubeadmUpgradeApply", "waitNodeReady"}},
 				{GroupOtherControlPlanes, v1alpha1.NodeFilterTail, []string{"kubeadmUpgradeNode", "waitNodeReady"}},
 				{GroupWorkers, v1alpha1.NodeFilterAll, []string{"cordon", "drain", "kubeadmUpgradeNode", "waitNodeReady", "uncordon"}},
@@ -69,7 +72,7 @@ func TestExpand(t *testing.T) {
 		{
 			name: "renew certificates",
 			spec: v1alpha1.NodeOperationSpec{RenewCertificates: &v1alpha1.RenewCertificatesOperation{Certificates: []string{"apiserver"}}},
-			want: []group{{GroupControlPlanes, v1alpha1.NodeFilterAll, []string{"kubeadmRenewCertificates", "restartStaticPods", "waitNodeReady"}}},
+			want: []group{{GroupPreflight, v1alpha1.NodeFilterAll, []string{"preflight"}}, {GroupControlPlanes, v1alpha1.NodeFilterAll, []string{"kubeadmRenewCertificates", "restartStaticPods", "waitNodeReady"}}},
 		},
 		{
 			name: "custom passes through",
@@ -122,7 +125,7 @@ func TestSafetyRule13_ControlPlaneGroupsEndWaitingForAHealthyControlPlane(t *tes
 			map[string]*v1alpha1.ControlPlaneHealth{GroupControlPlanes: {}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			groups, err := Expand(&tt.spec)
+			groups, err := expand(&tt.spec)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -152,7 +155,7 @@ func TestSafetyRule13_ControlPlaneGroupsEndWaitingForAHealthyControlPlane(t *tes
 }
 
 func TestExpandUpgradeCarriesVersionAndSource(t *testing.T) {
-	groups, err := Expand(&v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{
+	groups, err := expand(&v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{
 		KubernetesVersion: "v1.37.2", BinarySource: &v1alpha1.BinarySource{BaseURL: "http://b", InsecureHTTP: true,
 			CABundle: "-----BEGIN CERTIFICATE-----", SHA256: &v1alpha1.BinaryDigests{Kubeadm: "aa"}},
 		IgnorePreflightErrors: []string{"all"}, AllowIgnoreAllPreflightErrors: true,
@@ -241,8 +244,8 @@ func TestResolve(t *testing.T) {
 		{
 			name:  "upgrade: first control plane, the others, workers",
 			spec:  v1alpha1.NodeOperationSpec{MaxUnavailable: pct("50%"), Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2", UpgradeKubeletAndKubectl: ptr.To(false)}},
-			nodes: map[string][]string{GroupFirstControlPlane: {"cp-1"}, GroupOtherControlPlanes: {"cp-2", "cp-3"}, GroupWorkers: {"worker-a", "worker-b", "worker-c"}},
-			limit: map[string]int{GroupFirstControlPlane: 1, GroupOtherControlPlanes: 1, GroupWorkers: 1},
+			nodes: map[string][]string{GroupPreflight: {"cp-1", "cp-2", "cp-3", "worker-a", "worker-b", "worker-c"}, GroupFirstControlPlane: {"cp-1"}, GroupOtherControlPlanes: {"cp-2", "cp-3"}, GroupWorkers: {"worker-a", "worker-b", "worker-c"}},
+			limit: map[string]int{GroupPreflight: 6, GroupFirstControlPlane: 1, GroupOtherControlPlanes: 1, GroupWorkers: 1},
 		},
 		{
 			name: "operation selector narrows every group",
@@ -251,14 +254,14 @@ func TestResolve(t *testing.T) {
 				MaxUnavailable: pct("100%"),
 				Upgrade:        &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2", UpgradeKubeletAndKubectl: ptr.To(false)},
 			},
-			nodes: map[string][]string{GroupFirstControlPlane: nil, GroupOtherControlPlanes: nil, GroupWorkers: {"worker-a", "worker-c"}},
-			limit: map[string]int{GroupFirstControlPlane: 1, GroupOtherControlPlanes: 1, GroupWorkers: 2},
+			nodes: map[string][]string{GroupPreflight: {"worker-a", "worker-c"}, GroupFirstControlPlane: nil, GroupOtherControlPlanes: nil, GroupWorkers: {"worker-a", "worker-c"}},
+			limit: map[string]int{GroupPreflight: 2, GroupFirstControlPlane: 1, GroupOtherControlPlanes: 1, GroupWorkers: 2},
 		},
 		{
 			name:  "renew certificates: control planes one at a time",
 			spec:  v1alpha1.NodeOperationSpec{MaxUnavailable: pct("100%"), RenewCertificates: &v1alpha1.RenewCertificatesOperation{}},
-			nodes: map[string][]string{GroupControlPlanes: {"cp-1", "cp-2", "cp-3"}},
-			limit: map[string]int{GroupControlPlanes: 1},
+			nodes: map[string][]string{GroupPreflight: {"cp-1", "cp-2", "cp-3"}, GroupControlPlanes: {"cp-1", "cp-2", "cp-3"}},
+			limit: map[string]int{GroupPreflight: 3, GroupControlPlanes: 1},
 		},
 		{
 			name: "custom: group selector, group limit, head and tail",

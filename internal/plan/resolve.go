@@ -56,6 +56,21 @@ func Resolve(spec *v1alpha1.NodeOperationSpec, nodes []corev1.Node) ([]ResolvedG
 		}
 		out = append(out, ResolvedGroup{Group: g, Nodes: names, MaxUnavailable: limit})
 	}
+	if len(out) > 0 && out[0].Name == GroupPreflight {
+		// The preflight checks every node some later group selects, all at once: it changes nothing.
+		seen := map[string]bool{}
+		var union []string
+		for _, g := range out[1:] {
+			for _, n := range g.Nodes {
+				if !seen[n] {
+					seen[n] = true
+					union = append(union, n)
+				}
+			}
+		}
+		sort.Strings(union)
+		out[0].Nodes, out[0].MaxUnavailable = union, max(1, len(union))
+	}
 	return out, nil
 }
 

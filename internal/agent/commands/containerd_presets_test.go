@@ -183,6 +183,8 @@ type observingServices struct {
 
 func (o *observingServices) Name() string { return "observing" }
 
+func (o *observingServices) Supported() error { return nil }
+
 func (o *observingServices) Restart(ctx context.Context, name string) error {
 	n := &corev1.Node{}
 	if err := o.env.Client.Get(ctx, client.ObjectKey{Name: o.env.NodeName}, n); err != nil {

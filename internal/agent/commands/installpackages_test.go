@@ -24,7 +24,7 @@ import (
 )
 
 // One cached Debian root serves the apt and the dnf tests: apt is in every root, dnf and rpm are added.
-var rootPackages = []string{"dnf", "rpm"}
+var rootPackages = debroot.Shared
 
 // kubePackages are the packages an upgrade installs; the repositories hold stand-ins of them.
 var kubePackages = []string{"kubeadm", "kubelet", "kubectl"}

@@ -3,48 +3,200 @@ package commands
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
+	"runtime"
 	"slices"
 	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/host"
 )
 
-// runPreflight checks the node; it changes nothing, so DryRun runs it as is.
-func runPreflight(_ context.Context, env *Env, p *v1alpha1.PreflightCommand) (Result, error) {
+// preflightProbeTimeout bounds each probe of a preflight check that waits on something else: a
+// socket, a server, kubeadm. A probe that does not answer in time fails its check.
+const preflightProbeTimeout = 15 * time.Second
+
+// runPreflight checks the node; it changes nothing, so DryRun runs it as is. Every check runs, so
+// the message names every reason the node fails at once; a check that cannot be evaluated fails
+// (a gate that cannot be evaluated blocks, rule 14).
+func runPreflight(ctx context.Context, env *Env, p *v1alpha1.PreflightCommand) (Result, error) {
 	info := host.DetectOS(env.Host.Files)
-	env.printf("os: id=%s version=%s family=%s init=%s packages=%s\n", info.ID, info.VersionID, info.Family, info.InitSystem, info.PackageManager)
+	env.printf("os: id=%s version=%s family=%s init=%s packages=%s\n", info.ID, info.VersionID, info.Family, host.DetectInit(env.Host.Files), info.PackageManager)
 	var failed []string
-	for _, c := range p.Checks {
-		switch {
-		case c.Binary != "":
-			fi, err := env.Host.Files.Stat(c.Binary)
-			if err != nil || fi.IsDir() {
-				failed = append(failed, fmt.Sprintf("binary %s is missing", c.Binary))
-				continue
-			}
-			env.printf("ok: binary %s\n", c.Binary)
-		case c.MinFreeDiskMiB > 0:
-			free, err := env.Host.Files.FreeBytes("/")
-			if err != nil {
-				failed = append(failed, err.Error())
-				continue
-			}
-			if mib := int64(free >> 20); mib < c.MinFreeDiskMiB { //nolint:gosec // bounded by disk size
-				failed = append(failed, fmt.Sprintf("%d MiB free, %d MiB needed", mib, c.MinFreeDiskMiB))
-				continue
-			}
-			env.printf("ok: at least %d MiB free\n", c.MinFreeDiskMiB)
-		case len(c.OSFamily) > 0:
-			if !slices.Contains(c.OSFamily, info.Family) {
-				failed = append(failed, fmt.Sprintf("OS family %s is not one of %s", info.Family, strings.Join(c.OSFamily, ", ")))
-				continue
-			}
-			env.printf("ok: OS family %s\n", info.Family)
+	for i := range p.Checks {
+		ok, err := preflightCheck(ctx, env, &p.Checks[i], info)
+		if err != nil {
+			failed = append(failed, err.Error())
+			continue
 		}
+		env.printf("ok: %s\n", ok)
 	}
 	if len(failed) > 0 {
 		return Result{}, fmt.Errorf("preflight failed: %s", strings.Join(failed, "; "))
 	}
 	return Result{Message: fmt.Sprintf("%d checks passed (%s %s)", len(p.Checks), info.ID, info.VersionID)}, nil
+}
+
+// preflightCheck runs one check: what passed, or why it failed.
+func preflightCheck(ctx context.Context, env *Env, c *v1alpha1.PreflightCheck, info host.OSInfo) (string, error) {
+	switch {
+	case c.Binary != "":
+		fi, err := env.Host.Files.Stat(c.Binary)
+		if err != nil || fi.IsDir() {
+			return "", fmt.Errorf("binary %s is missing", c.Binary)
+		}
+		return "binary " + c.Binary, nil
+	case c.MinFreeDiskMiB > 0:
+		free, err := env.Host.Files.FreeBytes("/")
+		if err != nil {
+			return "", err
+		}
+		if mib := int64(free >> 20); mib < c.MinFreeDiskMiB { //nolint:gosec // bounded by disk size
+			return "", fmt.Errorf("%d MiB free, %d MiB needed", mib, c.MinFreeDiskMiB)
+		}
+		return fmt.Sprintf("at least %d MiB free", c.MinFreeDiskMiB), nil
+	case len(c.OSFamily) > 0:
+		if !slices.Contains(c.OSFamily, info.Family) {
+			return "", fmt.Errorf("OS family %s is not one of %s", info.Family, strings.Join(c.OSFamily, ", "))
+		}
+		return "OS family " + info.Family, nil
+	case c.Kubeadm != nil:
+		return checkKubeadm(ctx, env, c.Kubeadm.Version)
+	case c.RuntimeSocket != "":
+		return checkSocket(ctx, env, c.RuntimeSocket)
+	case c.BinarySource != nil:
+		return checkBinarySource(ctx, env, c.BinarySource)
+	case c.KubeletSkew != nil:
+		return checkKubeletSkew(ctx, env, c.KubeletSkew.KubernetesVersion)
+	case c.InitSystem != nil:
+		if env.Host.Services == nil {
+			return "", fmt.Errorf("no service manager: services cannot be restarted")
+		}
+		if err := env.Host.Services.Supported(); err != nil {
+			return "", fmt.Errorf("init system: %w", err)
+		}
+		return "services restart through " + env.Host.Services.Name(), nil
+	case c.PackageManager != nil:
+		if info.Family == "unknown" || info.PackageManager == "unknown" {
+			return "", fmt.Errorf("unknown OS family or package manager (os-release ID %q, family %s, package manager %s): packages are never installed by guess", info.ID, info.Family, info.PackageManager)
+		}
+		return fmt.Sprintf("OS family %s, package manager %s", info.Family, info.PackageManager), nil
+	}
+	return "", fmt.Errorf("a check with nothing set")
+}
+
+// checkKubeadm runs the host's kubeadm for its version.
+func checkKubeadm(ctx context.Context, env *Env, want string) (string, error) {
+	if fi, err := env.Host.Files.Stat("/usr/bin/kubeadm"); err != nil || fi.IsDir() {
+		return "", fmt.Errorf("kubeadm is missing (/usr/bin/kubeadm)")
+	}
+	ctx, cancel := context.WithTimeout(ctx, preflightProbeTimeout)
+	defer cancel()
+	var out strings.Builder
+	if err := env.Host.Kubeadm.Kubeadm(ctx, &out, "version", "-o", "short"); err != nil {
+		return "", fmt.Errorf("kubeadm version: %w: %s", err, lastLine(out.String()))
+	}
+	got := lastLine(out.String())
+	if want != "" && got != want {
+		return "", fmt.Errorf("kubeadm is %s, %s wanted", got, want)
+	}
+	return "kubeadm " + got, nil
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// checkSocket connects to a unix socket under the host root.
+func checkSocket(ctx context.Context, env *Env, p string) (string, error) {
+	real, err := env.Host.Files.Path(p)
+	if err != nil {
+		return "", err
+	}
+	d := net.Dialer{Timeout: preflightProbeTimeout}
+	conn, err := d.DialContext(ctx, "unix", real)
+	if err != nil {
+		return "", fmt.Errorf("container runtime socket %s does not answer: %w", p, err)
+	}
+	_ = conn.Close()
+	return "container runtime socket " + p + " answers", nil
+}
+
+// checkBinarySource asks the source, from this node, for each binary it will download (a HEAD).
+func checkBinarySource(ctx context.Context, env *Env, b *v1alpha1.BinarySourceCheck) (string, error) {
+	arch := env.Arch
+	if arch == "" {
+		arch = runtime.GOARCH
+	}
+	t := transport{insecureHTTP: b.Source.InsecureHTTP, caBundle: b.Source.CABundle}
+	c, err := httpClient(env, t)
+	if err != nil {
+		return "", err
+	}
+	for _, name := range b.Components {
+		url := BinaryURL(b.Source.BaseURL, b.Version, arch, name)
+		if err := t.checkScheme(url); err != nil {
+			return "", err
+		}
+		if err := head(ctx, c, url); err != nil {
+			return "", fmt.Errorf("binary source unreachable: %w", err)
+		}
+	}
+	return fmt.Sprintf("binary source %s has %s %s", b.Source.BaseURL, b.Version, strings.Join(b.Components, ", ")), nil
+}
+
+func head(ctx context.Context, c *http.Client, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, preflightProbeTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("HEAD %s: %s", url, resp.Status)
+	}
+	return nil
+}
+
+// checkKubeletSkew compares the kubelet's version, as its Node reports it, with Kubernetes' skew
+// policy for a control plane at target: the kubelet must not be newer, nor more than three minor
+// versions older.
+func checkKubeletSkew(ctx context.Context, env *Env, target string) (string, error) {
+	if env.Client == nil {
+		return "", fmt.Errorf("kubelet version: the agent has no API client to read its Node")
+	}
+	var node corev1.Node
+	if err := env.Client.Get(ctx, types.NamespacedName{Name: env.NodeName}, &node); err != nil {
+		return "", fmt.Errorf("kubelet version: reading node %s: %w", env.NodeName, err)
+	}
+	kv := node.Status.NodeInfo.KubeletVersion
+	kubelet, err := version.ParseGeneric(kv)
+	if err != nil {
+		return "", fmt.Errorf("kubelet version %q of node %s: %w", kv, env.NodeName, err)
+	}
+	cp, err := version.ParseGeneric(target)
+	if err != nil {
+		return "", fmt.Errorf("target version %q: %w", target, err)
+	}
+	switch {
+	case kubelet.Major() != cp.Major():
+		return "", fmt.Errorf("kubelet %s and control plane %s differ in major version", kv, target)
+	case kubelet.Minor() > cp.Minor():
+		return "", fmt.Errorf("kubelet %s is newer than the control plane's %s (the skew policy allows none)", kv, target)
+	case cp.Minor()-kubelet.Minor() > 3:
+		return "", fmt.Errorf("kubelet %s is more than three minor versions older than %s (the skew policy's limit)", kv, target)
+	}
+	return fmt.Sprintf("kubelet %s within skew of %s", kv, target), nil
 }

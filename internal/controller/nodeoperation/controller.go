@@ -72,6 +72,9 @@ type Reconciler struct {
 	Gates *gate.Checker
 	// GateRecheck is how soon a gate that holds is checked again.
 	GateRecheck time.Duration
+	// PreflightAnswer is how long a node's agent has to start its preflight task before the node
+	// is listed as failing the preflight; defaultPreflightAnswer when zero.
+	PreflightAnswer time.Duration
 
 	// status batches count-only status writes, by operation name.
 	status skeleton.StatusThrottle
@@ -193,7 +196,7 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 	op := s.op
 	// The lock table is read before the cache: a task that is no longer a reservation in the
 	// view is then always in the cache (see nodelock.View), so no created task is ever missed.
-	s.in = input{op: op, now: metav1.NewTime(r.now()), gateRecheck: r.GateRecheck, notReady: map[string]bool{}, cordoned: map[string]bool{}, tasks: map[string]map[string]taskView{}, locks: r.Locks.Snapshot()}
+	s.in = input{op: op, now: metav1.NewTime(r.now()), gateRecheck: r.GateRecheck, preflightAnswer: r.PreflightAnswer, notReady: map[string]bool{}, cordoned: map[string]bool{}, tasks: map[string]map[string]taskView{}, locks: r.Locks.Snapshot()}
 	tasks, err := r.ownTasks(ctx, op)
 	if err != nil {
 		return err
@@ -382,7 +385,8 @@ func (r *Reconciler) checkVersion(ctx context.Context, requested string) (*failu
 }
 
 func view(t *v1alpha1.NodeTask) taskView {
-	v := taskView{Name: t.Name, Node: t.Spec.NodeName, Group: t.Spec.Group, Phase: t.EffectivePhase(), Message: t.Status.Message}
+	v := taskView{Name: t.Name, Node: t.Spec.NodeName, Group: t.Spec.Group, Phase: t.EffectivePhase(), Message: t.Status.Message,
+		Created: t.CreationTimestamp.Time, Started: len(t.Status.Commands) > 0 || t.Status.AgentHeartbeat != nil || t.Status.StartTime != nil}
 	if t.Status.CompletionTime != nil {
 		v.Done = t.Status.CompletionTime.Time
 	}

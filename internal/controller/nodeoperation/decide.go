@@ -53,6 +53,10 @@ type taskView struct {
 	Recovering bool
 	// Done is when the task ended, zero when unknown (its record only, the task deleted).
 	Done time.Time
+	// Created is when the task was made, zero for a reservation the cache has not seen yet.
+	Created time.Time
+	// Started: the agent has recorded a command of it (or a person's step).
+	Started bool
 }
 
 // timing is a group's scheduling: its windows and soak delays, the group's own fields over the
@@ -90,7 +94,10 @@ type input struct {
 	gateRecheck time.Duration
 	// fail, when set, ends the operation at once: it was refused before anything ran.
 	fail *failure
-	now  metav1.Time
+	// preflightAnswer is how long a node's agent has to start its preflight task before the node
+	// is listed as failing it; zero for defaultPreflightAnswer.
+	preflightAnswer time.Duration
+	now             metav1.Time
 }
 
 type failure struct{ reason, message string }
@@ -287,6 +294,9 @@ func decide(in *input) decision {
 	}
 	if phase == v1alpha1.OperationSucceeded {
 		message = fmt.Sprintf("all %d groups succeeded", len(in.groups))
+	}
+	if len(in.groups) > 0 && in.groups[0].Name == plan.GroupPreflight {
+		phase, reason, message = preflightOutcome(in, &st, &d, current == 0, phase, reason, message)
 	}
 	st.Phase = phase
 	st.Progress = progress(st.Groups)

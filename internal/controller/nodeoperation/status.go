@@ -19,6 +19,7 @@ import (
 // copy of the last one, writes the budget (at most 4 per node) counts.
 var statusRule = skeleton.StatusRule{Kind: kind, Owned: []string{
 	v1alpha1.ConditionProgressing, v1alpha1.ConditionSucceeded, v1alpha1.ConditionFailed, v1alpha1.ConditionBlocked,
+	v1alpha1.ConditionPreflightFailed,
 }}
 
 // writeStatus writes the operation's new status when it differs: at once when the phase, a
@@ -118,7 +119,11 @@ func transitions(before, after *v1alpha1.NodeOperationStatus) []opEvent {
 		}
 		switch after.Phase {
 		case v1alpha1.OperationBlocked:
-			out = append(out, opEvent{corev1.EventTypeWarning, "Blocked", "Block", msg})
+			reason := "Blocked"
+			if c := meta.FindStatusCondition(after.Conditions, v1alpha1.ConditionBlocked); c != nil && c.Reason == ReasonPreflightFailed {
+				reason = ReasonPreflightFailed
+			}
+			out = append(out, opEvent{corev1.EventTypeWarning, reason, "Block", msg})
 		case v1alpha1.OperationPaused:
 			out = append(out, opEvent{corev1.EventTypeNormal, "Paused", "Pause", msg})
 		case v1alpha1.OperationSucceeded:

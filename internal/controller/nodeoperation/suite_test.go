@@ -70,6 +70,7 @@ func run(m *testing.M) int {
 		r.WaitRecheck = time.Second
 		r.GateRecheck = 300 * time.Millisecond
 		r.Now = clock.Now
+		r.PreflightAnswer = preflightAnswer
 		if err := r.SetupWithManager(mgr); err != nil {
 			return err
 		}

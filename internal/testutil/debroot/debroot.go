@@ -20,6 +20,11 @@ import (
 	"time"
 )
 
+// Shared is the package list every test of the repository asks Root for (dnf and rpm for
+// installPackages' RedHat-family tests, openrc for the init systems' tests): one root, built once
+// per machine, instead of one per test package.
+var Shared = []string{"dnf", "openrc", "rpm"}
+
 // Root returns a fresh directory holding a Debian root with the packages in include installed
 // (besides apt's own), removed when the test ends. The first call for a package list builds the
 // root with mmdebstrap from the suite the machine itself runs (minutes, printed); later calls unpack
