@@ -68,7 +68,8 @@ func TestTarget(t *testing.T) {
 		"Next: NodeOperation cluster-upgrade-v1.37.2-1 (UpgradeDue)",
 		"Plan: upgrade to v1.37.2",
 		"cluster version v1.36.4 -> v1.37.2: allowed",
-		"1. control-plane-first: 1 node (the first node by name)",
+		"1. preflight: 7 nodes, all at once",
+		"2. control-plane-first: 1 node (the first node by name)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("target output after set lacks %q:\n%s", want, out)

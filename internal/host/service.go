@@ -31,7 +31,8 @@ const LocalServiceLog = "/var/lib/nodeops-local/services.log"
 
 // NewServiceManager picks the service manager of a real node's root. auto goes by the init system
 // DetectInit finds: systemd over D-Bus (falling back to systemctl if the connection fails), OpenRC's
-// rc-service, or sysvinit's init scripts; with none, every restart fails saying so.
+// rc-service, or sysvinit's init scripts; with none, systemctl when the root has one, else every
+// restart fails saying so.
 // The local table comes with NewLocal, as it also records static pod restarts.
 func NewServiceManager(kind string, root string, runner Runner) (ServiceManager, error) {
 	fs := &FS{Root: root}
@@ -53,6 +54,11 @@ func NewServiceManager(kind string, root string, runner Runner) (ServiceManager,
 		case InitSysV:
 			return &SysVInit{Runner: runner, Files: fs}, nil
 		default:
+			// No init system's marker, but a systemctl: it is how services restart on such a host
+			// (a container's systemd stand-in, as on the real node this project tests on).
+			if fs.Exists("/bin/systemctl") || fs.Exists("/usr/bin/systemctl") {
+				return &Systemctl{Runner: runner}, nil
+			}
 			return NoInitSystem{Root: root}, nil
 		}
 	}

@@ -200,6 +200,9 @@ func TestExpandUpgradeWithPackages(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, g := range groups {
+		if g.Name == GroupPreflight {
+			continue // it only checks, and installs nothing
+		}
 		var installs []string
 		for _, c := range g.Commands {
 			if c.InstallBinaries != nil {

@@ -72,15 +72,21 @@ func PreflightChecks(spec *v1alpha1.NodeOperationSpec, groups []v1alpha1.Group) 
 				}
 				add(v1alpha1.PreflightCheck{BinarySource: &v1alpha1.BinarySourceCheck{
 					Source: *b.Source.DeepCopy(), Version: b.Version, Components: append([]string(nil), b.Components...)}})
+			case c.InstallPackages != nil:
+				// Packages need room, and a package manager the node's OS family is known to use:
+				// an unknown family fails here, before anything changes, never by a guess later.
+				disk = true
+				add(v1alpha1.PreflightCheck{PackageManager: &v1alpha1.EmptyCheck{}})
 			case c.RestartService != nil:
 				add(v1alpha1.PreflightCheck{InitSystem: &v1alpha1.EmptyCheck{}})
 			}
 		}
 	}
 	if kubeadm {
-		// Without a binary source the nodes' kubeadm is taken to be the target's already, so it must be.
+		// Without a binary source or packages the nodes' kubeadm is taken to be the target's already,
+		// so it must be.
 		check := &v1alpha1.KubeadmCheck{}
-		if u := spec.Upgrade; u != nil && u.BinarySource == nil {
+		if u := spec.Upgrade; u != nil && u.BinarySource == nil && (u.PackageSource == "" || u.PackageSource == v1alpha1.PackageSourceBinaries) {
 			check.Version = u.KubernetesVersion
 		}
 		out = append([]v1alpha1.PreflightCheck{{Kubeadm: check}}, out...)

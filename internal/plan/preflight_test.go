@@ -32,6 +32,10 @@ func TestPreflightChecks(t *testing.T) {
 			[]string{"kubeadm runs", "https://bins.local reachable", "init system known", "512 MiB free", DefaultRuntimeSocket + " answers", "kubelet within skew of v1.37.2"}},
 		{"upgrade with the nodes' kubeadm", v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2", UpgradeKubeletAndKubectl: ptr.To(false)}},
 			[]string{"kubeadm v1.37.2", DefaultRuntimeSocket + " answers", "kubelet within skew of v1.37.2"}},
+		{"packages: room and a known package manager", v1alpha1.NodeOperationSpec{Custom: custom(v1alpha1.Command{InstallPackages: &v1alpha1.InstallPackagesCommand{Packages: []string{"kubeadm"}}})},
+			[]string{"package manager known", "512 MiB free"}},
+		{"upgrade through apt", v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2", PackageSource: "apt"}},
+			[]string{"kubeadm runs", "package manager known", "init system known", "512 MiB free", DefaultRuntimeSocket + " answers", "kubelet within skew of v1.37.2"}},
 		{"renew: kubeadm", v1alpha1.NodeOperationSpec{RenewCertificates: &v1alpha1.RenewCertificatesOperation{}}, []string{"kubeadm runs"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
