@@ -25,8 +25,10 @@ func runWaitNodeReady(ctx context.Context, env *Env, w *v1alpha1.WaitNodeReadyCo
 	if w.Timeout != nil && w.Timeout.Duration > 0 {
 		timeout = w.Timeout.Duration
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	// Each look runs to its end (bounded by the command's own timeout, rule 12) and the deadline is
+	// checked between looks, so a wait that fails always names what its last look found, never a
+	// deadline that cut a look short on a slow API server.
+	deadline := time.Now().Add(timeout)
 	cp := w.ControlPlane
 	if cp != nil && cp.Version != "" && env.DryRun {
 		// kubeadm's dry run changed no static pod: the old version is what is healthy.
@@ -38,7 +40,7 @@ func runWaitNodeReady(ctx context.Context, env *Env, w *v1alpha1.WaitNodeReadyCo
 		what = v1alpha1.WaitControlPlaneHealthy
 	}
 	defer env.waiting(what)()
-	var last error // the last answer of a check the deadline did not cut short
+	var last error // the last look's answer
 	for {
 		err := nodeHealthy(ctx, env, cp)
 		if err == nil {
@@ -47,14 +49,20 @@ func runWaitNodeReady(ctx context.Context, env *Env, w *v1alpha1.WaitNodeReadyCo
 			}
 			return Result{Message: fmt.Sprintf("node %s is Ready and its control plane healthy%s", env.NodeName, versionText(cp.Version))}, nil
 		}
-		if ctx.Err() == nil || last == nil {
-			if last == nil || err.Error() != last.Error() {
-				env.printf("waiting: %v\n", err)
-			}
-			last = err
+		if ctx.Err() != nil && last != nil {
+			// The command itself was stopped during this look: the last complete look says why.
+			return Result{}, fmt.Errorf("not healthy when stopped (%v): %w", ctx.Err(), last)
 		}
-		if serr := clock.Sleep(ctx, env.poll()); serr != nil {
+		if last == nil || err.Error() != last.Error() {
+			env.printf("waiting: %v\n", err)
+		}
+		last = err
+		left := time.Until(deadline)
+		if left <= 0 {
 			return Result{}, fmt.Errorf("not healthy after %s: %w", timeout, last)
+		}
+		if serr := clock.Sleep(ctx, min(env.poll(), left)); serr != nil {
+			return Result{}, fmt.Errorf("not healthy when stopped (%v): %w", serr, last)
 		}
 	}
 }
