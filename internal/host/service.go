@@ -258,7 +258,12 @@ func ServeLocalRuntimeSocket(root string) (io.Closer, error) {
 	if fi, err := os.Lstat(p); err == nil && fi.Mode()&os.ModeSocket != 0 {
 		_ = os.Remove(p) // a previous agent's
 	}
-	l, err := net.Listen("unix", p)
+	addr, done, err := ShortUnixPath(p)
+	if err != nil {
+		return nil, fmt.Errorf("local runtime socket: %w", err)
+	}
+	l, err := net.Listen("unix", addr)
+	done()
 	if err != nil {
 		return nil, fmt.Errorf("local runtime socket: %w", err)
 	}

@@ -90,7 +90,7 @@ func TestKubeadm(t *testing.T) {
 		}
 		_, events := framework.RunOperationWatched(t, l, op, framework.WaitForKubeadmOperation(v1alpha1.OperationSucceeded))
 
-		if held, what := framework.MaxHeld(events, nil); held > 1 {
+		if held, what := framework.MaxHeld(framework.WorkEvents(events), nil); held > 1 {
 			t.Errorf("%d control planes worked on at once: %s", held, what)
 		}
 		seen := framework.NodesOf(events)
@@ -501,12 +501,13 @@ func kadmSetConfigVersion(t *testing.T, l *framework.Local, version string) {
 	}
 }
 
-// kadmControlPlanesFirst checks on the watched events that the upgrade ran group by group: the
-// first control plane's task succeeded before any other task appeared, every control plane's
-// before any worker's appeared, and the control planes one at a time.
+// kadmControlPlanesFirst checks on the watched events that the upgrade ran group by group: every
+// node's preflight succeeded before any work started, the first control plane's task before any
+// other work appeared, every control plane's before any worker's, and the control planes one at a
+// time.
 func kadmControlPlanesFirst(t *testing.T, events []framework.TaskEvent) {
 	t.Helper()
-	rank := map[string]int{plan.GroupFirstControlPlane: 0, plan.GroupOtherControlPlanes: 1, plan.GroupWorkers: 2}
+	rank := map[string]int{plan.GroupPreflight: 0, plan.GroupFirstControlPlane: 1, plan.GroupOtherControlPlanes: 2, plan.GroupWorkers: 3}
 	succeeded := map[string]bool{}
 	tasksOf := map[int]map[string]bool{}
 	for _, ev := range events {
@@ -532,15 +533,15 @@ func kadmControlPlanesFirst(t *testing.T, events []framework.TaskEvent) {
 			succeeded[ev.Task.Name] = true
 		}
 	}
-	if len(tasksOf[0]) != 1 || len(tasksOf[1]) != len(kadmControlPlanes)-1 || len(tasksOf[2]) != len(kadmWorkers) {
-		t.Errorf("the watch saw %d, %d and %d tasks in the three groups, want 1, %d and %d",
-			len(tasksOf[0]), len(tasksOf[1]), len(tasksOf[2]), len(kadmControlPlanes)-1, len(kadmWorkers))
+	if len(tasksOf[0]) != len(kadmControlPlanes)+len(kadmWorkers) || len(tasksOf[1]) != 1 || len(tasksOf[2]) != len(kadmControlPlanes)-1 || len(tasksOf[3]) != len(kadmWorkers) {
+		t.Errorf("the watch saw %d, %d, %d and %d tasks in the four groups, want %d, 1, %d and %d",
+			len(tasksOf[0]), len(tasksOf[1]), len(tasksOf[2]), len(tasksOf[3]), len(kadmControlPlanes)+len(kadmWorkers), len(kadmControlPlanes)-1, len(kadmWorkers))
 	}
 	cps := map[string]bool{}
 	for _, n := range kadmControlPlanes {
 		cps[n] = true
 	}
-	if held, what := framework.MaxHeld(events, cps); held > 1 {
+	if held, what := framework.MaxHeld(framework.WorkEvents(events), cps); held > 1 {
 		t.Errorf("%d control planes upgraded at once: %s", held, what)
 	}
 }

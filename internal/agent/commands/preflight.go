@@ -120,8 +120,13 @@ func checkSocket(ctx context.Context, env *Env, p string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	addr, done, err := host.ShortUnixPath(real)
+	if err != nil {
+		return "", fmt.Errorf("container runtime socket %s: %w", p, err)
+	}
 	d := net.Dialer{Timeout: preflightProbeTimeout}
-	conn, err := d.DialContext(ctx, "unix", real)
+	conn, err := d.DialContext(ctx, "unix", addr)
+	done()
 	if err != nil {
 		return "", fmt.Errorf("container runtime socket %s does not answer: %w", p, err)
 	}

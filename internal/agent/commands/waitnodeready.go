@@ -51,7 +51,7 @@ func runWaitNodeReady(ctx context.Context, env *Env, w *v1alpha1.WaitNodeReadyCo
 		}
 		if ctx.Err() != nil && last != nil {
 			// The command itself was stopped during this look: the last complete look says why.
-			return Result{}, fmt.Errorf("not healthy when stopped (%v): %w", ctx.Err(), last)
+			return Result{}, fmt.Errorf("not healthy when stopped (%w): %w", ctx.Err(), last)
 		}
 		if last == nil || err.Error() != last.Error() {
 			env.printf("waiting: %v\n", err)
@@ -62,7 +62,7 @@ func runWaitNodeReady(ctx context.Context, env *Env, w *v1alpha1.WaitNodeReadyCo
 			return Result{}, fmt.Errorf("not healthy after %s: %w", timeout, last)
 		}
 		if serr := clock.Sleep(ctx, min(env.poll(), left)); serr != nil {
-			return Result{}, fmt.Errorf("not healthy when stopped (%v): %w", serr, last)
+			return Result{}, fmt.Errorf("not healthy when stopped (%w): %w", serr, last)
 		}
 	}
 }

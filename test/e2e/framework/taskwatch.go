@@ -11,6 +11,7 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/nodelock"
+	"github.com/nodeops/nodeops/internal/plan"
 )
 
 // TaskEvent is one event of a watch on NodeTasks, in the order the server sent them.
@@ -93,5 +94,17 @@ func NodesOf(events []TaskEvent) []string {
 		out = append(out, n)
 	}
 	sort.Strings(out)
+	return out
+}
+
+// WorkEvents are events leaving out the preflight group's tasks, which only read and run on every
+// node at once by design: what "one at a time" is asked of is the work that follows.
+func WorkEvents(events []TaskEvent) []TaskEvent {
+	out := make([]TaskEvent, 0, len(events))
+	for _, ev := range events {
+		if ev.Task.Spec.Group != plan.GroupPreflight {
+			out = append(out, ev)
+		}
+	}
 	return out
 }
