@@ -13,9 +13,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/version"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/host"
+	"github.com/nodeops/nodeops/internal/plan"
 )
 
 // preflightProbeTimeout bounds each probe of a preflight check that waits on something else: a
@@ -116,6 +118,13 @@ func lastLine(s string) string {
 
 // checkSocket connects to a unix socket under the host root.
 func checkSocket(ctx context.Context, env *Env, p string) (string, error) {
+	if p == plan.DefaultRuntimeSocket {
+		// The planner's default stands for the node's own runtime: where kubeadm recorded it on
+		// the Node (its cri-socket annotation), when it did.
+		if s := kubeadmCRISocket(ctx, env); s != "" {
+			p = s
+		}
+	}
 	real, err := env.Host.Files.Path(p)
 	if err != nil {
 		return "", err
@@ -204,4 +213,24 @@ func checkKubeletSkew(ctx context.Context, env *Env, target string) (string, err
 		return "", fmt.Errorf("kubelet %s is more than three minor versions older than %s (the skew policy's limit)", kv, target)
 	}
 	return fmt.Sprintf("kubelet %s within skew of %s", kv, target), nil
+}
+
+// kubeadmCRISocketAnnotation is where kubeadm records a node's container runtime socket.
+const kubeadmCRISocketAnnotation = "kubeadm.alpha.kubernetes.io/cri-socket"
+
+// kubeadmCRISocket is the socket path kubeadm recorded on the node, "" when it recorded none or
+// the node cannot be read (the check then tries containerd's default).
+func kubeadmCRISocket(ctx context.Context, env *Env) string {
+	if env.Client == nil {
+		return ""
+	}
+	node := &corev1.Node{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: env.NodeName}, node); err != nil {
+		return ""
+	}
+	s := strings.TrimPrefix(node.Annotations[kubeadmCRISocketAnnotation], "unix://")
+	if !strings.HasPrefix(s, "/") {
+		return ""
+	}
+	return s
 }
