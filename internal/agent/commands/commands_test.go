@@ -344,3 +344,20 @@ func TestRemoveDryRunLeftovers(t *testing.T) {
 		}
 	})
 }
+
+// The runtime-socket check finds the node's own socket where kubeadm configured the kubelet with
+// it, in either of the places kubeadm writes it; containerd's default otherwise.
+func TestKubeletRuntimeEndpoint(t *testing.T) {
+	for _, tc := range []struct{ name, file, content, want string }{
+		{"config", "/var/lib/kubelet/config.yaml", "kind: KubeletConfiguration\ncontainerRuntimeEndpoint: unix:///run/x/containerd.sock\n", "/run/x/containerd.sock"},
+		{"flags", "/var/lib/kubelet/kubeadm-flags.env", `KUBELET_KUBEADM_ARGS="--container-runtime-endpoint=unix:///run/y.sock --pod-infra-container-image=p"` + "\n", "/run/y.sock"},
+		{"neither", "/etc/hostname", "n\n", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env, _, _ := localEnv(t, map[string]string{tc.file: tc.content}, false)
+			if got := kubeletRuntimeEndpoint(env); got != tc.want {
+				t.Errorf("endpoint %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -119,9 +119,11 @@ func lastLine(s string) string {
 // checkSocket connects to a unix socket under the host root.
 func checkSocket(ctx context.Context, env *Env, p string) (string, error) {
 	if p == plan.DefaultRuntimeSocket {
-		// The planner's default stands for the node's own runtime: where kubeadm recorded it on
-		// the Node (its cri-socket annotation), when it did.
-		if s := kubeadmCRISocket(ctx, env); s != "" {
+		// The planner's default stands for the node's own runtime: the kubelet's endpoint as
+		// kubeadm configured it, else kubeadm's annotation on the Node (older kubeadm).
+		if s := kubeletRuntimeEndpoint(env); s != "" {
+			p = s
+		} else if s := kubeadmCRISocket(ctx, env); s != "" {
 			p = s
 		}
 	}
@@ -229,6 +231,40 @@ func kubeadmCRISocket(ctx context.Context, env *Env) string {
 		return ""
 	}
 	s := strings.TrimPrefix(node.Annotations[kubeadmCRISocketAnnotation], "unix://")
+	if !strings.HasPrefix(s, "/") {
+		return ""
+	}
+	return s
+}
+
+// kubeletRuntimeEndpoint is the container runtime socket the node's kubelet uses, as kubeadm wrote
+// it: containerRuntimeEndpoint in /var/lib/kubelet/config.yaml, or --container-runtime-endpoint in
+// /var/lib/kubelet/kubeadm-flags.env; "" when neither names a unix socket path.
+func kubeletRuntimeEndpoint(env *Env) string {
+	if b, err := env.Host.Files.ReadFile("/var/lib/kubelet/config.yaml"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "containerRuntimeEndpoint:"); ok {
+				if s := unixSocketPath(v); s != "" {
+					return s
+				}
+			}
+		}
+	}
+	if b, err := env.Host.Files.ReadFile("/var/lib/kubelet/kubeadm-flags.env"); err == nil {
+		for _, f := range strings.Fields(strings.NewReplacer(`"`, " ", "'", " ").Replace(string(b))) {
+			if v, ok := strings.CutPrefix(f, "--container-runtime-endpoint="); ok {
+				if s := unixSocketPath(v); s != "" {
+					return s
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// unixSocketPath is the path of an endpoint such as unix:///run/containerd/containerd.sock.
+func unixSocketPath(v string) string {
+	s := strings.TrimPrefix(strings.Trim(strings.TrimSpace(v), `"'`), "unix://")
 	if !strings.HasPrefix(s, "/") {
 		return ""
 	}
