@@ -154,12 +154,17 @@ func planApt(env *Env, p *v1alpha1.InstallPackagesCommand) ([]step, []repoFile, 
 	return steps, files, nil
 }
 
-func rpmSpecs(p *v1alpha1.InstallPackagesCommand) []string {
+// rpmSpecs: name-version matches any release; name-version-release exactly.
+func rpmSpecs(p *v1alpha1.InstallPackagesCommand) []string { return versionedSpecs(p, "-") }
+
+// versionedSpecs are the packages each joined to the version asked for by sep, as the package
+// manager spells it; bare names when no version is asked for.
+func versionedSpecs(p *v1alpha1.InstallPackagesCommand, sep string) []string {
+	v, _ := packageVersion(p.Version)
 	out := make([]string, 0, len(p.Packages))
 	for _, name := range p.Packages {
-		// name-version matches any release; name-version-release exactly.
-		if v, _ := packageVersion(p.Version); v != "" {
-			name += "-" + v
+		if v != "" {
+			name += sep + v
 		}
 		out = append(out, name)
 	}
@@ -283,17 +288,8 @@ func withExcludes(conf string, names []string) string {
 	return out.String()
 }
 
-func zypperSpecs(p *v1alpha1.InstallPackagesCommand) []string {
-	out := make([]string, 0, len(p.Packages))
-	for _, name := range p.Packages {
-		// zypper matches name=version against any release, name=version-release exactly.
-		if v, _ := packageVersion(p.Version); v != "" {
-			name += "=" + v
-		}
-		out = append(out, name)
-	}
-	return out
-}
+// zypperSpecs: zypper matches name=version against any release, name=version-release exactly.
+func zypperSpecs(p *v1alpha1.InstallPackagesCommand) []string { return versionedSpecs(p, "=") }
 
 // planZypper installs with zypper: a lock from an earlier hold is lifted for the install (zypper
 // refuses to change a locked package) and put back after it.
