@@ -53,6 +53,7 @@ func run() error {
 	fs.DurationVar(&o.CertificateCheckInterval, "certificate-check-interval", agent.DefaultCertificateCheckInterval, "on a kubeadm control plane, how often to read the certificates' expiry (kubeadm certs check-expiration) into the Node's nodeops.io/certificates annotation, jittered by up to a fifth; written only when it changed; 0 never reads")
 	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", agent.DefaultShutdownGracePeriod, "on SIGTERM, how long a running command may go on to finish (no new one starts); keep the pod's terminationGracePeriodSeconds above it")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", "0", "address of the agent's metrics (plain HTTP: nodeops_agent_commands by kind and result, the last result's time, Go and client metrics); 0 disables")
+	fs.StringVar(&o.PprofBindAddress, "pprof-bind-address", "0", "address of the Go profiler's /debug/pprof endpoints (benchmarks); 0 disables")
 	fs.Float64Var(&qps, "kube-api-qps", 500, "client requests per second to the API server")
 	fs.IntVar(&burst, "kube-api-burst", 1000, "client request burst to the API server")
 	fs.StringVar(&o.KubeletRootDir, "kubelet-root-dir", secretholder.DefaultKubeletRootDir, "the node's kubelet --root-dir, as a host path: scripts read their Secrets from the volumes it mounts there for their task's secret holder pod")

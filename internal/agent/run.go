@@ -67,6 +67,8 @@ type Options struct {
 	PodNamespace string
 	// MetricsBindAddress serves the agent's metrics (plain HTTP) there; empty or "0": none.
 	MetricsBindAddress string
+	// PprofBindAddress serves the Go profiler's /debug/pprof there (benchmarks); empty or "0": none.
+	PprofBindAddress string
 	// DefaultTimeout is the timeout of a command that sets none; nil for its kind's own
 	// (v1alpha1.CommandKind.DefaultTimeout). Tests shorten it.
 	DefaultTimeout func(v1alpha1.CommandKind) time.Duration
@@ -152,6 +154,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: o.MetricsBindAddress},
 		HealthProbeBindAddress: "0",
+		PprofBindAddress:       o.PprofBindAddress,
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&v1alpha1.NodeTask{}: {Label: sel},
 		}},
