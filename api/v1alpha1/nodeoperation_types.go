@@ -133,8 +133,8 @@ type Group struct {
 // +kubebuilder:validation:XValidation:rule="has(self.maxUnavailable) == has(oldSelf.maxUnavailable) && (!has(self.maxUnavailable) || self.maxUnavailable == oldSelf.maxUnavailable)",message="maxUnavailable is immutable",fieldPath=".maxUnavailable"
 // +kubebuilder:validation:XValidation:rule="has(self.ttlSecondsAfterFinished) == has(oldSelf.ttlSecondsAfterFinished) && (!has(self.ttlSecondsAfterFinished) || self.ttlSecondsAfterFinished == oldSelf.ttlSecondsAfterFinished)",message="ttlSecondsAfterFinished is immutable",fieldPath=".ttlSecondsAfterFinished"
 // +kubebuilder:validation:XValidation:rule="has(self.windows) == has(oldSelf.windows) && (!has(self.windows) || self.windows == oldSelf.windows)",message="windows is immutable",fieldPath=".windows"
-// +kubebuilder:validation:XValidation:rule="has(self.postNodeDelay) == has(oldSelf.postNodeDelay) && (!has(self.postNodeDelay) || self.postNodeDelay == oldSelf.postNodeDelay)",message="postNodeDelay is immutable",fieldPath=".postNodeDelay"
-// +kubebuilder:validation:XValidation:rule="has(self.postGroupDelay) == has(oldSelf.postGroupDelay) && (!has(self.postGroupDelay) || self.postGroupDelay == oldSelf.postGroupDelay)",message="postGroupDelay is immutable",fieldPath=".postGroupDelay"
+// +kubebuilder:validation:XValidation:rule="has(self.postNodeDelay) == has(oldSelf.postNodeDelay) && (!has(self.postNodeDelay) || duration(self.postNodeDelay) == duration(oldSelf.postNodeDelay))",message="postNodeDelay is immutable",fieldPath=".postNodeDelay"
+// +kubebuilder:validation:XValidation:rule="has(self.postGroupDelay) == has(oldSelf.postGroupDelay) && (!has(self.postGroupDelay) || duration(self.postGroupDelay) == duration(oldSelf.postGroupDelay))",message="postGroupDelay is immutable",fieldPath=".postGroupDelay"
 // +kubebuilder:validation:XValidation:rule="has(self.gates) == has(oldSelf.gates) && (!has(self.gates) || self.gates == oldSelf.gates)",message="gates is immutable",fieldPath=".gates"
 // +kubebuilder:validation:XValidation:rule="has(self.pauseBefore) == has(oldSelf.pauseBefore) && (!has(self.pauseBefore) || self.pauseBefore == oldSelf.pauseBefore)",message="pauseBefore is immutable",fieldPath=".pauseBefore"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.resumedBefore) || (has(self.resumedBefore) && oldSelf.resumedBefore.all(n, n in self.resumedBefore))",message="resumedBefore only grows: a resumed pause is never taken back",fieldPath=".resumedBefore"
@@ -336,6 +336,11 @@ type NodeOperationStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=512
 	Gates []GateStatus `json:"gates,omitempty"`
+	// Silences are the Alertmanager silences the operation holds over nodes being worked on
+	// (alertmanager gates with a silence): recorded when created, gone once expired.
+	// +optional
+	// +kubebuilder:validation:MaxItems=1024
+	Silences []SilenceStatus `json:"silences,omitempty"`
 	// PausedBefore is the node the operation is paused before (phase Paused, reason
 	// PausedBeforeNode): a pauseBefore entry not yet in spec.resumedBefore. Unset otherwise.
 	// +optional
@@ -345,6 +350,17 @@ type NodeOperationStatus struct {
 	Preflight *PreflightStatus `json:"preflight,omitempty"`
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// SilenceStatus is one Alertmanager silence held over a node for a gate of a group.
+type SilenceStatus struct {
+	Group string `json:"group"`
+	Gate  string `json:"gate"`
+	Node  string `json:"node"`
+	// ID is Alertmanager's id of the silence.
+	ID string `json:"id"`
+	// StartTime is when the silence was first created: it ends by then plus maxDuration.
+	StartTime metav1.Time `json:"startTime"`
 }
 
 // NodeOperation is one run of a workflow across nodes.

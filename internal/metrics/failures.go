@@ -83,8 +83,9 @@ func (f *failures) snapshot() map[[2]string]float64 {
 	return out
 }
 
-// Start counts command failures from every NodeTask change the cache's informer delivers (the
-// nodeops_commands_failed_total counter). Call it once, before the manager starts.
+// Start counts command failures from every NodeTask change, and gate waits and failures from every
+// NodeOperation change, the cache's informers deliver (nodeops_commands_failed_total,
+// nodeops_gate_waits_total, nodeops_gate_failures_total). Call it once, before the manager starts.
 func (m *Manager) Start(ctx context.Context, c cache.Cache) error {
 	inf, err := c.GetInformer(ctx, &v1alpha1.NodeTask{})
 	if err != nil {
@@ -92,6 +93,13 @@ func (m *Manager) Start(ctx context.Context, c cache.Cache) error {
 	}
 	if _, err := inf.AddEventHandler(failureHandler{m.failures}); err != nil {
 		return fmt.Errorf("watch NodeTasks for failed commands: %w", err)
+	}
+	opInf, err := c.GetInformer(ctx, &v1alpha1.NodeOperation{})
+	if err != nil {
+		return fmt.Errorf("get NodeOperation informer: %w", err)
+	}
+	if _, err := opInf.AddEventHandler(gateHandler{m.gateRuns}); err != nil {
+		return fmt.Errorf("watch NodeOperations for gate waits and failures: %w", err)
 	}
 	return nil
 }

@@ -65,6 +65,10 @@ func significant(before, after *v1alpha1.NodeOperationStatus) bool {
 			return true
 		}
 	}
+	if !equality.Semantic.DeepEqual(before.Silences, after.Silences) {
+		// A silence's id is recorded before its node's task is created, so a restarted manager finds it.
+		return true
+	}
 	for _, c := range after.Conditions {
 		old := meta.FindStatusCondition(before.Conditions, c.Type)
 		if old == nil || old.Status != c.Status || old.Reason != c.Reason {
