@@ -804,7 +804,7 @@ func TestPlannedTasksAreAdmitted(t *testing.T) {
 	for _, g := range rot {
 		tk := &v1alpha1.NodeTask{
 			ObjectMeta: metav1.ObjectMeta{Name: plan.TaskName("rotation", g.Name, "node-1")},
-			Spec: v1alpha1.NodeTaskSpec{NodeName: "node-1", Operation: "rotation", Group: g.Name, Commands: g.Commands, ExecutionMode: v1alpha1.ExecutionAuto},
+			Spec:       v1alpha1.NodeTaskSpec{NodeName: "node-1", Operation: "rotation", Group: g.Name, Commands: g.Commands, ExecutionMode: v1alpha1.ExecutionAuto},
 		}
 		err := env.Client.Create(context.Background(), tk, client.DryRunAll)
 		built := g.Name == plan.GroupPreflight || g.Name == plan.GroupCAPrepareGenerate || g.Name == plan.GroupCAPrepareCopy

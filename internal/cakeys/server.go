@@ -173,7 +173,9 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 }
 
 // Path is where the server answers for an operation's authorities.
-func Path(operation string) string { return "/v1alpha1/operations/" + url.PathEscape(operation) + "/authorities" }
+func Path(operation string) string {
+	return "/v1alpha1/operations/" + url.PathEscape(operation) + "/authorities"
+}
 
 // ServeHTTP answers GET Path(operation)?authorities=...&serviceAccountKey=true for an authorized agent.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
