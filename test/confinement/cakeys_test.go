@@ -267,7 +267,7 @@ func TestSafetyRule15_KeysNeverReachTheAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "planted-leak", Namespace: ns},
-		InvolvedObject: corev1.ObjectReference{Kind: "NodeTask", Name: gen.Name}, Reason: "Leak", Message: string(key)}
+		InvolvedObject: corev1.ObjectReference{Kind: "NodeTask", Name: gen.Name, Namespace: ns}, Reason: "Leak", Message: string(key)}
 	if err := admin.Create(context.Background(), ev); err != nil {
 		t.Fatal(err)
 	}
