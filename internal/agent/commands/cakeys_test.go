@@ -42,7 +42,7 @@ func TestSafetyRule15_HandlersRecordNoKey(t *testing.T) {
 	gen := &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: "gen", Labels: map[string]string{v1alpha1.LabelOperation: op, v1alpha1.LabelNode: "cp-1"}},
 		Spec: v1alpha1.NodeTaskSpec{NodeName: "cp-1", Operation: op, Commands: []v1alpha1.Command{{GenerateCertificateAuthorities: &v1alpha1.GenerateCertificateAuthoritiesCommand{ServiceAccountKey: true}}}}}
 	cp := &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: "copy", Labels: map[string]string{v1alpha1.LabelOperation: op, v1alpha1.LabelNode: "cp-2"}},
-		Spec: v1alpha1.NodeTaskSpec{NodeName: "cp-2", Operation: op, Commands: []v1alpha1.Command{{CopyCertificateAuthorities: &v1alpha1.CopyCertificateAuthoritiesCommand{ServiceAccountKey: true}}}},
+		Spec:   v1alpha1.NodeTaskSpec{NodeName: "cp-2", Operation: op, Commands: []v1alpha1.Command{{CopyCertificateAuthorities: &v1alpha1.CopyCertificateAuthoritiesCommand{ServiceAccountKey: true}}}},
 		Status: v1alpha1.NodeTaskStatus{Phase: v1alpha1.TaskRunning}}
 	nodes := []client.Object{gen, cp}
 	for _, n := range []string{"cp-1", "cp-2"} {
