@@ -42,6 +42,10 @@ const DefaultRecordRunningAfter = time.Second
 
 // Reconciler executes the NodeTasks of the nodes it serves.
 type Reconciler struct {
+	// CAServer serves a rotation's staged authorities to other control planes' agents; nil: none.
+	CAServer commands.CAServer
+	// ServiceAccountToken is the agent's own token, for copyCertificateAuthorities; nil: none.
+	ServiceAccountToken func() (string, error)
 	// Client reads NodeTasks from the label-selected cache and writes their status.
 	Client client.Client
 	// Direct reads and writes without a cache: fresh NodeTasks, the node, its pods.
@@ -332,6 +336,9 @@ func (r *Reconciler) run(ctx context.Context, task *v1alpha1.NodeTask, a taskpol
 		SecretMountWait: r.SecretMountWait,
 		Note:            func(m string) { r.note(ctx, task, secrets.String(m)) },
 		Waits:           &commands.Waits{},
+
+		CAServer:            r.CAServer,
+		ServiceAccountToken: r.ServiceAccountToken,
 	}
 	if cmd.Drains() != nil {
 		// Such a command is never run before its Running record, so task.Status is this run's.
@@ -339,7 +346,7 @@ func (r *Reconciler) run(ctx context.Context, task *v1alpha1.NodeTask, a taskpol
 	}
 	res, err := commands.Run(cctx, env, cmd)
 	stop()
-	o := taskpolicy.Outcome{Err: err, Message: secrets.String(res.Message), Certs: res.Certificates, Waits: env.Waits.List()}
+	o := taskpolicy.Outcome{Err: err, Message: secrets.String(res.Message), Certs: res.Certificates, CAServer: res.CAServer, Waits: env.Waits.List()}
 	if err != nil {
 		o.ExitCode = int32(host.ExitCode(err)) //nolint:gosec // exit codes are small
 		if cctx.Err() != nil && ctx.Err() == nil {
