@@ -82,7 +82,8 @@ func TestWriteStatusOwnedConditions(t *testing.T) {
 func TestWriteKeepsToTheWritersFields(t *testing.T) {
 	task := &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: "t", ResourceVersion: "5"},
 		Status: v1alpha1.NodeTaskStatus{Phase: v1alpha1.TaskRunning, Progress: "0/1", Message: "old"}}
-	meta.SetStatusCondition(&task.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionAgentLost, Status: metav1.ConditionFalse, Reason: "R"})
+	meta.SetStatusCondition(&task.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionAgentLost, Status: metav1.ConditionFalse, Reason: "R",
+		LastTransitionTime: metav1.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)})
 	var sent []string
 	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(testScheme(t)).Build(), interceptor.Funcs{
 		SubResourcePatch: func(_ context.Context, _ client.Client, _ string, o client.Object, p client.Patch, _ ...client.SubResourcePatchOption) error {
@@ -107,7 +108,7 @@ func TestWriteKeepsToTheWritersFields(t *testing.T) {
 		{"the agent's sign", sign, func(o *v1alpha1.NodeTask) { o.Status.Message = "waiting" },
 			`{"status":{"message":"waiting"}}`},
 		{"the manager's condition", manager, func(o *v1alpha1.NodeTask) { o.Status.Conditions[0].Status = metav1.ConditionTrue },
-			`{"metadata":{"resourceVersion":"5"},"status":{"conditions":[{"lastTransitionTime":null,"message":"","reason":"R","status":"True","type":"AgentLost"}]}}`},
+			`{"metadata":{"resourceVersion":"5"},"status":{"conditions":[{"lastTransitionTime":"2026-01-01T00:00:00Z","message":"","reason":"R","status":"True","type":"AgentLost"}]}}`},
 		{"the manager changing the phase", manager, func(o *v1alpha1.NodeTask) { o.Status.Phase = v1alpha1.TaskFailed },
 			"status.phase is not this writer's to write"},
 		{"the manager changing a condition it does not own", manager, func(o *v1alpha1.NodeTask) {
