@@ -11,7 +11,6 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -73,10 +72,6 @@ func RBAC() ([]*unstructured.Unstructured, error) {
 	return out, nil
 }
 
-// statusProbe names the NodeTask InstallAdmission makes to see its status policy enforced (a task
-// of no node, which no agent serves), and deletes.
-const statusProbe = "nodeops-admission-probe-status"
-
 // InstallAdmission creates config/admission's policies and bindings, then waits until the API
 // server enforces each: it loads them asynchronously, so a test that wrote right after creating
 // them could pass unconfined. cfg reaches the API server as an administrator.
@@ -128,37 +123,11 @@ func InstallAdmission(ctx context.Context, cfg *rest.Config, c client.Client) er
 			}}
 			return c.Create(ctx, t, client.DryRunAll)
 		},
-		"nodeops-manager-nodetask-status": func() error {
-			// The manager setting a probe task's phase (a dry run): only an update of a stored task
-			// reaches the policy, so the probe makes one, deleted below.
-			t := &unstructured.Unstructured{Object: map[string]any{
-				"apiVersion": "nodeops.io/v1alpha1", "kind": "NodeTask",
-				"metadata": map[string]any{"name": statusProbe},
-				"spec":     map[string]any{"nodeName": statusProbe, "commands": []any{map[string]any{"cordon": map[string]any{}}}},
-			}}
-			if err := mc.Create(ctx, t); err != nil && !apierrors.IsAlreadyExists(err) {
-				return err
-			}
-			if err := mc.Get(ctx, client.ObjectKey{Name: statusProbe}, t); err != nil {
-				return err
-			}
-			if err := unstructured.SetNestedField(t.Object, "Failed", "status", "phase"); err != nil {
-				return err
-			}
-			return mc.Status().Update(ctx, t, client.DryRunAll)
-		},
 		"nodeops-agent-confinement": func() error {
 			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "nodeops-admission-probe", Namespace: "default"}}
 			return pc.Create(ctx, cm, client.DryRunAll)
 		},
 	}
-	defer func() {
-		t := &unstructured.Unstructured{}
-		t.SetAPIVersion("nodeops.io/v1alpha1")
-		t.SetKind("NodeTask")
-		t.SetName(statusProbe)
-		_ = c.Delete(context.WithoutCancel(ctx), t) // the probe task, if it was made
-	}()
 	for name, p := range probes {
 		for {
 			err := p()

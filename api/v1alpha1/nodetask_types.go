@@ -226,13 +226,6 @@ type CertificateExpiry struct {
 	NotAfter metav1.Time `json:"notAfter"`
 }
 
-// The split of NodeTaskStatus below is enforced both ways. In code, every write goes through
-// statuswrite.Write, whose patch holds only the writer's fields (the agent's rules
-// statuswrite.AllButConditions, the manager's statuswrite.ConditionsOnly). In the API, the admission
-// policy nodeops-agent-confinement refuses an agent's change to conditions, and
-// nodeops-manager-nodetask-status the manager's change to any other field (safety rule 10,
-// TestSafetyRule10_ManagerLeavesTheAgentsFields; config/admission/manager-nodetask-status.yaml).
-
 // NodeTaskStatus has one writer per field; a person's retry, skip or abort goes in the spec.
 //
 //   - The node's agent: every field but conditions (phase, currentCommand, progress, reason,
