@@ -31,6 +31,7 @@ import (
 	"github.com/nodeops/nodeops/internal/nodelock"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/schedule"
+	"github.com/nodeops/nodeops/internal/statuswrite"
 )
 
 // +kubebuilder:rbac:groups=nodeops.io,resources=nodeoperations,verbs=get;list;watch;delete
@@ -82,7 +83,7 @@ type Reconciler struct {
 	PreflightAnswer time.Duration
 
 	// status batches count-only status writes, by operation name.
-	status skeleton.StatusThrottle
+	status statuswrite.Throttle
 
 	mu sync.Mutex
 	// waiters are the operations waiting for each node's lock, so that the holder's end wakes them.
