@@ -50,7 +50,7 @@ func gateCases() []admission {
 	const g = "spec.gates[0]"
 	return []admission{
 		{"an alertmanager gate holding a silence", scheduled("g0", "gates:\n- name: no-pages\n  alertmanager:\n    url: http://am:9093\n    matchers: [severity=critical]\n    silence: {matchers: [\"instance={{node}}\"], maxDuration: 2h, comment: \"work on {{node}}\"}"), "", ""},
-		{"every other kind of gate", scheduled("g00", "gates:\n- {name: a, approval: {}}\n- {name: b, clusterHealth: {}}\n- {name: c, timeout: 5m, prometheus: {url: \"http://prom:9090\", query: up == 0}}\n- {name: d, cel: {apiVersion: apps/v1, kind: Deployment, namespace: x, name: y, expression: \"true\"}}"), "", ""},
+		{"every other kind of gate", scheduled("g00", "gates:\n- {name: a, approval: {}}\n- {name: b, clusterHealth: {}}\n- {name: c, timeout: 5m, prometheus: {url: \"http://prom:9090\", query: up == 0}}\n- {name: d, cel: {apiVersion: apps/v1, kind: Deployment, namespace: x, name: web, expression: \"true\"}}"), "", ""},
 		{"a gate of two kinds", scheduled("g1", "gates:\n- {name: a, approval: {}, clusterHealth: {}}"), g, "exactly one of cel, clusterHealth"},
 		{"a gate name not a DNS label", scheduled("g2", "gates:\n- {name: No_Pages, approval: {}}"), g + ".name", "should match"},
 		{"a silence without matchers", scheduled("g3", "gates:\n- name: a\n  alertmanager: {url: \"http://am:9093\", silence: {matchers: []}}"), g + ".alertmanager.silence.matchers", "should have at least 1 items"},

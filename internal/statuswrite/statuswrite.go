@@ -126,7 +126,7 @@ func Write(ctx context.Context, c client.Client, rule Rule, throttle *Throttle, 
 		return Throttled, ctrl.Result{RequeueAfter: wait}, nil
 	}
 	before, after = rule.own(before), rule.own(after)
-	var status any = whole(before, after)
+	status := any(whole(before, after))
 	if rule.Changed {
 		status = changed(before, after)
 	}

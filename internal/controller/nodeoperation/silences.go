@@ -3,6 +3,7 @@ package nodeoperation
 import (
 	"context"
 	"fmt"
+	"github.com/nodeops/nodeops/internal/statuswrite"
 	"net/http"
 	"sort"
 	"strings"
@@ -10,7 +11,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
@@ -354,8 +354,9 @@ func (r *Reconciler) expireLeftSilences(ctx context.Context, op *v1alpha1.NodeOp
 	}
 	orig := op.DeepCopy()
 	op.Status.Silences = left
-	if err := r.Client.Status().Patch(ctx, op, client.MergeFrom(orig)); err != nil {
-		return ctrl.Result{}, fmt.Errorf("record the expired silences of NodeOperation %s: %w", op.Name, err)
+	// The one status writer (statuswrite): a stale copy is read again and expired once more.
+	if _, res, err := statuswrite.Write(ctx, r.Client, statusRule, nil, statuswrite.Change{Orig: orig, Obj: op, Urgent: true, Now: r.now()}); err != nil {
+		return res, fmt.Errorf("record the expired silences of NodeOperation %s: %w", op.Name, err)
 	}
 	if firstErr != nil {
 		log.FromContext(ctx).Error(firstErr, "cannot expire a silence of a finished operation; trying again")
