@@ -126,9 +126,11 @@ func Write(ctx context.Context, c client.Client, rule Rule, throttle *Throttle, 
 		return Throttled, ctrl.Result{RequeueAfter: wait}, nil
 	}
 	before, after = rule.own(before), rule.own(after)
-	status := any(whole(before, after))
+	var status any
 	if rule.Changed {
 		status = changed(before, after)
+	} else {
+		status = whole(before, after)
 	}
 	body := map[string]any{"status": status}
 	if rule.Lock {
