@@ -124,15 +124,25 @@ func Generate(files host.Files, operation string, authorities []string, sa bool,
 		if err != nil {
 			return Generated{}, err
 		}
-		// The key first, so that a certificate is never staged without its key.
-		if err := files.WriteFileAtomic(staged(p.Key), keyPEM, 0o600); err != nil {
-			return Generated{}, err
-		}
-		if err := files.WriteFileAtomic(staged(p.Cert), certPEM, 0o644); err != nil {
+		if err := stagePair(files, p, keyPEM, certPEM); err != nil {
 			return Generated{}, err
 		}
 		g.Made = append(g.Made, p.Name)
 	}
+	return finish(files, want, g)
+}
+
+// stagePair writes p's key (0600), then its certificate, so that a certificate is never staged
+// without its key.
+func stagePair(files host.Files, p Pair, keyPEM, certPEM []byte) error {
+	if err := files.WriteFileAtomic(staged(p.Key), keyPEM, 0o600); err != nil {
+		return err
+	}
+	return files.WriteFileAtomic(staged(p.Cert), certPEM, 0o644)
+}
+
+// finish locks the staging directory down and describes what it holds.
+func finish(files host.Files, want []Pair, g Generated) (Generated, error) {
 	if err := lockDown(files); err != nil {
 		return Generated{}, err
 	}
@@ -225,19 +235,12 @@ func Write(files host.Files, operation string, authorities []string, sa bool, go
 	}
 	var g Generated
 	for _, p := range want {
-		if err := files.WriteFileAtomic(staged(p.Key), byPath[p.Key], 0o600); err != nil {
-			return Generated{}, err
-		}
-		if err := files.WriteFileAtomic(staged(p.Cert), byPath[p.Cert], 0o644); err != nil {
+		if err := stagePair(files, p, byPath[p.Key], byPath[p.Cert]); err != nil {
 			return Generated{}, err
 		}
 		g.Made = append(g.Made, p.Name)
 	}
-	if err := lockDown(files); err != nil {
-		return Generated{}, err
-	}
-	g.Lines = describe(files, want)
-	return g, nil
+	return finish(files, want, g)
 }
 
 // checkPair fails unless p's certificate and key are staged and match.
