@@ -100,19 +100,3 @@ func (g *gateCounts) snapshot() (waits map[string]float64, failed map[[2]string]
 	}
 	return waits, failed
 }
-
-type gateHandler struct{ g *gateCounts }
-
-func (h gateHandler) OnAdd(obj any, isInInitialList bool) {
-	if op, ok := obj.(*v1alpha1.NodeOperation); ok {
-		h.g.observe(op, !isInInitialList)
-	}
-}
-
-func (h gateHandler) OnUpdate(_, obj any) {
-	if op, ok := obj.(*v1alpha1.NodeOperation); ok {
-		h.g.observe(op, true)
-	}
-}
-
-func (h gateHandler) OnDelete(obj any) { h.g.forget(obj) }
