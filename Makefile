@@ -45,7 +45,7 @@ generate: tools ## Regenerate the command kinds' CEL rules (hack/commandkinds), 
 	$(BIN)/controller-gen rbac:roleName=nodeops-manager paths="./internal/controller/...;./internal/metrics/..." output:rbac:artifacts:config=config/rbac
 	rm -f charts/nodeops/crds/*.yaml && cp config/crd/nodeops.io_*.yaml charts/nodeops/crds/
 	cp config/rbac/role.yaml charts/nodeops/files/manager-role.yaml
-	cp config/admission/agent-confinement.yaml config/admission/nodetask-creation.yaml config/admission/manager-pods.yaml charts/nodeops/files/
+	cp config/admission/agent-confinement.yaml config/admission/nodetask-creation.yaml config/admission/manager-pods.yaml config/admission/manager-nodetask-status.yaml charts/nodeops/files/
 	cp config/rbac/people.yaml charts/nodeops/files/people-rbac.yaml
 	cp config/rbac/metrics-reader.yaml charts/nodeops/files/metrics-reader.yaml
 	go run ./hack/docgen

@@ -15,7 +15,7 @@ var CRDs embed.FS
 // Admission holds the admission policies of a real install, admission/*.yaml less the
 // kustomization (TestAdmissionKustomizationListsEveryPolicy keeps the two in step).
 //
-//go:embed admission/agent-confinement.yaml admission/nodetask-creation.yaml admission/manager-pods.yaml
+//go:embed admission/agent-confinement.yaml admission/nodetask-creation.yaml admission/manager-pods.yaml admission/manager-nodetask-status.yaml
 var Admission embed.FS
 
 // Manager holds the manager's Namespace, ServiceAccount, bindings and Deployment, and its

@@ -11,8 +11,10 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -72,6 +74,11 @@ func RBAC() ([]*unstructured.Unstructured, error) {
 	return out, nil
 }
 
+// statusProbe names the NodeTask InstallAdmission makes to see nodeops-manager-nodetask-status
+// enforced (only an update of a stored task reaches it): a task of no node, which no agent serves,
+// deleted before InstallAdmission returns.
+const statusProbe = "nodeops-admission-probe-status"
+
 // InstallAdmission creates config/admission's policies and bindings, then waits until the API
 // server enforces each: it loads them asynchronously, so a test that wrote right after creating
 // them could pass unconfined. cfg reaches the API server as an administrator.
@@ -85,9 +92,9 @@ func InstallAdmission(ctx context.Context, cfg *rest.Config, c client.Client) er
 			return fmt.Errorf("create %s %s: %w", o.GetKind(), o.GetName(), err)
 		}
 	}
-	// Probes, each a dry-run create that the policy refuses once enforced: a NodeTask made by an
+	// Probes, each a dry run that the policy refuses once enforced: a NodeTask made by an
 	// administrator; a ConfigMap written by a member of the agent group whose credentials name no node;
-	// a pod and a Job in default made by the manager.
+	// a pod and a Job in default made by the manager; a NodeTask's phase set by the manager.
 	probe := rest.CopyConfig(cfg)
 	probe.Impersonate = rest.ImpersonationConfig{UserName: "nodeops-admission-probe", Groups: []string{"system:masters", "nodeops.io:agents"}}
 	pc, err := client.New(probe, client.Options{Scheme: c.Scheme()})
@@ -123,20 +130,47 @@ func InstallAdmission(ctx context.Context, cfg *rest.Config, c client.Client) er
 			}}
 			return c.Create(ctx, t, client.DryRunAll)
 		},
+		"nodeops-manager-nodetask-status": func() error {
+			// The manager setting the probe task's phase (a dry run). The task says approvedCommands
+			// (a typed client always sends it): the CRD's rule "approvedCommands cannot decrease"
+			// fails on a task without it, and the API server validates the object before admission
+			// policies see it, so without it the probe would never reach the policy.
+			t := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "nodeops.io/v1alpha1", "kind": "NodeTask",
+				"metadata": map[string]any{"name": statusProbe},
+				"spec": map[string]any{"nodeName": statusProbe, "approvedCommands": int64(0),
+					"commands": []any{map[string]any{"cordon": map[string]any{}}}},
+			}}
+			if err := mc.Create(ctx, t); err != nil && !apierrors.IsAlreadyExists(err) {
+				return err
+			}
+			return mc.Status().Patch(ctx, t, client.RawPatch(types.MergePatchType, []byte(`{"status":{"phase":"Failed"}}`)), client.DryRunAll)
+		},
 		"nodeops-agent-confinement": func() error {
 			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "nodeops-admission-probe", Namespace: "default"}}
 			return pc.Create(ctx, cm, client.DryRunAll)
 		},
 	}
+	defer func() {
+		t := &unstructured.Unstructured{}
+		t.SetAPIVersion("nodeops.io/v1alpha1")
+		t.SetKind("NodeTask")
+		t.SetName(statusProbe)
+		_ = c.Delete(context.WithoutCancel(ctx), t) // the status probe's task, if it was made
+	}()
 	for name, p := range probes {
+		// last is the probe's last answer before the deadline (the one at the deadline is only
+		// the deadline): what kept it from reaching the policy.
+		var last error
 		for {
 			err := p()
 			if err != nil && strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+name+"'") {
 				break
 			}
 			if ctx.Err() != nil {
-				return fmt.Errorf("admission policy %s not enforced yet (last probe: %w): %w", name, err, ctx.Err())
+				return fmt.Errorf("admission policy %s not enforced yet (last probe: %v): %w", name, last, ctx.Err())
 			}
+			last = err
 			time.Sleep(100 * time.Millisecond)
 		}
 	}

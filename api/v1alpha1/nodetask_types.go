@@ -230,13 +230,15 @@ type CertificateExpiry struct {
 //
 //   - The node's agent: every field but conditions (phase, currentCommand, progress, reason,
 //     message, commands with their drain requests, attempt, agentHeartbeat, observedGeneration,
-//     recoveredGeneration, certificates, startTime, completionTime), in merge patches that never
-//     hold conditions.
-//   - The manager: conditions (AgentLost, a lost agent fails its task in bounded time, rule 9;
-//     Drained, the answer to a drain request, rule 6), in merge patches of conditions alone.
+//     recoveredGeneration, certificates, certificateAuthorityServer, startTime, completionTime),
+//     in merge patches that never hold conditions.
+//   - The manager: conditions of two types alone (AgentLost, a lost agent fails its task in bounded
+//     time, rule 9; Drained, the answer to a drain request, rule 6), in merge patches of conditions alone.
 //
-// The API enforces the split for the agent: the admission policy nodeops-agent-confinement refuses
-// an agent's write that changes conditions (config/admission/agent-confinement.yaml).
+// The API enforces the split both ways: the admission policy nodeops-agent-confinement refuses an
+// agent's write that changes conditions, and nodeops-manager-nodetask-status the manager's write that
+// changes any other field or another condition type (config/admission). In code, every write goes
+// through statuswrite.Write, which refuses the same changes before sending them.
 type NodeTaskStatus struct {
 	// +optional
 	Phase TaskPhase `json:"phase,omitempty"`

@@ -345,6 +345,7 @@ func (a *agentPods) startPod(ctx context.Context, pod *corev1.Pod) error {
 func (a *agentPods) writeStatus(ctx context.Context, pod *corev1.Pod, s corev1.PodStatus) error {
 	base := pod.DeepCopy()
 	pod.Status = s
+	// A pod's status is its kubelet's, which this stands in for; statuswrite writes nodeops' kinds.
 	if err := a.c.Status().Patch(ctx, pod, client.MergeFrom(base)); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("writing status %s: %w", s.Phase, err)
 	}

@@ -116,6 +116,7 @@ func setKubeletVersion(ctx context.Context, c client.Client, node, v string) err
 	if err != nil {
 		return err
 	}
+	// A Node's status is its kubelet's, which this stands in for; statuswrite writes nodeops' kinds.
 	if err := c.Status().Patch(ctx, &n, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		return fmt.Errorf("recording kubelet %s on node %s: %w", v, node, err)
 	}

@@ -38,6 +38,7 @@ func (a FakeAgent) Write(ctx context.Context, task string, mutate func(*v1alpha1
 			return err
 		}
 		mutate(&t)
+		// A whole Update, not statuswrite.Write: tests also set the manager's conditions through it (metrics_test's AgentLost).
 		return a.Client.Status().Update(ctx, &t)
 	})
 	if err != nil {
@@ -129,6 +130,7 @@ func (a FakeAgent) Heartbeat(ctx context.Context, task string) error {
 		return fmt.Errorf("fake agent: heartbeat of task %s: %w", task, err)
 	}
 	patch := []byte(`{"status":{"agentHeartbeat":` + string(ts) + `}}`)
+	// The heartbeat alone, as statuswrite.Write under agent.signRule sends it (changed fields only, no lock).
 	if err := a.Client.Status().Patch(ctx, &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: task}}, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		return fmt.Errorf("fake agent: heartbeat of task %s: %w", task, err)
 	}

@@ -56,6 +56,7 @@ func setPodStatus(t testing.TB, c client.Client, pod *corev1.Pod, phase corev1.P
 		ctr := cur.Spec.Containers[0]
 		cur.Status.Phase = phase
 		cur.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: ctr.Name, Image: ctr.Image, State: state}}
+		// A pod's status is its kubelet's, which this stands in for; statuswrite writes nodeops' kinds.
 		return c.Status().Update(context.Background(), cur)
 	})
 }

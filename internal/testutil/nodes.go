@@ -29,6 +29,7 @@ func CreateNode(ctx context.Context, c client.Client, n *corev1.Node, ready bool
 	}
 	n.Status = status
 	n.Status.Conditions = NodeConditions(ready)
+	// A Node's status is its kubelet's, which this stands in for; statuswrite writes nodeops' kinds.
 	if err := c.Status().Update(ctx, n); err != nil {
 		return fmt.Errorf("write status of node %s: %w", n.Name, err)
 	}
@@ -43,6 +44,7 @@ func SetNodeReady(ctx context.Context, c client.Client, node string, ready bool)
 			return err
 		}
 		n.Status.Conditions = NodeConditions(ready)
+		// As above: the kubelet's write.
 		return c.Status().Update(ctx, &n)
 	})
 	if err != nil {

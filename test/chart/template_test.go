@@ -389,7 +389,7 @@ func TestOtherNamespace(t *testing.T) {
 		}
 	}
 	// The admission policies name the ServiceAccounts of the release namespace.
-	for _, name := range []string{"nodeops-agent-confinement", "nodeops-nodetask-creation", "nodeops-manager-pods"} {
+	for _, name := range []string{"nodeops-agent-confinement", "nodeops-nodetask-creation", "nodeops-manager-pods", "nodeops-manager-nodetask-status"} {
 		p := find(objs, "ValidatingAdmissionPolicy", name)
 		if p == nil {
 			t.Errorf("no ValidatingAdmissionPolicy %s", name)

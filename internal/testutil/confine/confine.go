@@ -103,6 +103,7 @@ func (k Cluster) Attempts() []Attempt {
 		{Name: "finalize " + a, Do: PatchNode(a, `{"metadata":{"finalizers":["example.com/keep"]}}`),
 			Policy: []string{"finalizers or ownerReferences", "UPDATE nodes " + a}},
 		{Name: a + "'s status", Do: func(ctx context.Context, c client.Client) error {
+			// A write the API must refuse, sent raw: statuswrite would not send it.
 			return c.Status().Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: a}}, Merge(`{"status":{"phase":"Running"}}`))
 		}, Policy: []string{"not its status", "UPDATE nodes/status " + a}, RBAC: []string{`cannot patch resource "nodes/status"`}},
 		{Name: "delete " + b, Do: func(ctx context.Context, c client.Client) error {
@@ -267,6 +268,7 @@ func (k Cluster) StatusOf(name string, phase v1alpha1.TaskPhase) func(context.Co
 			return err
 		}
 		task.Status.Phase = phase
+		// Raw on purpose: it tests what the API allows and refuses, which statuswrite's own check would hide.
 		return c.Status().Update(ctx, task)
 	}
 }
