@@ -841,3 +841,33 @@ func manyOptions(n int) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// A NodeTask written by hand without approvedCommands can still have its status and spec
+// updated: the rule "approvedCommands cannot decrease" reads the field on both sides, so it is
+// defaulted to 0 rather than left missing ("no such key: approvedCommands").
+func TestNodeTaskWithoutApprovedCommandsCanBeUpdated(t *testing.T) {
+	env, kubectl, kubeconfig := startAPIServer(t)
+	ctx := context.Background()
+	cmd := exec.Command(kubectl, "--kubeconfig", kubeconfig, "apply", "-f", "-")
+	cmd.Stdin = strings.NewReader(task("by-hand", "- name: c\n  cordon: {}"))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("create: %v\n%s", err, out.String())
+	}
+	var cur v1alpha1.NodeTask
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "by-hand"}, &cur); err != nil {
+		t.Fatal(err)
+	}
+	cur.Status.Phase = v1alpha1.TaskRunning
+	if err := env.Client.Status().Update(ctx, &cur); err != nil {
+		t.Errorf("updating the status of a task written without approvedCommands: %v", err)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "by-hand"}, &cur); err != nil {
+		t.Fatal(err)
+	}
+	cur.Spec.Paused = true
+	if err := env.Client.Update(ctx, &cur); err != nil {
+		t.Errorf("pausing a task written without approvedCommands: %v", err)
+	}
+}

@@ -52,7 +52,10 @@ type NodeTaskSpec struct {
 	// +kubebuilder:default=Auto
 	ExecutionMode ExecutionMode `json:"executionMode,omitempty"`
 	// ApprovedCommands is how many commands, from the first, may start in Controlled mode.
+	// Defaults to 0, so that a task written without it can still be updated: the rule that it
+	// never decreases needs the field on both sides.
 	// +optional
+	// +kubebuilder:default=0
 	// +kubebuilder:validation:Minimum=0
 	ApprovedCommands int32 `json:"approvedCommands"`
 	// RecoveryMode, set by a person on a failed task: Retry runs the failed command again, Skip goes on after it.
