@@ -51,6 +51,8 @@ func run() error {
 	fs.BoolVar(&o.ExitWhenIdle, "exit-when-idle", false, "exit once no task of the node needs the agent (Job mode)")
 	fs.DurationVar(&o.Heartbeat, "heartbeat", agent.DefaultHeartbeat, "how often status.agentHeartbeat is renewed while a command runs")
 	fs.DurationVar(&o.CertificateCheckInterval, "certificate-check-interval", agent.DefaultCertificateCheckInterval, "on a kubeadm control plane, how often to read the certificates' expiry (kubeadm certs check-expiration) into the Node's nodeops.io/certificates annotation, jittered by up to a fifth; written only when it changed; 0 never reads")
+	fs.DurationVar(&o.DriftCheckInterval, "drift-check-interval", agent.DefaultDriftCheckInterval, "how often to compare the node's static pod manifests and kubelet configuration with what kubeadm generates from the cluster's kubeadm-config and kubelet-config (kubeadm upgrade node phase ... --dry-run) into the Node's nodeops.io/drift annotation, jittered by up to a fifth; written only when it changed; 0 never compares")
+	fs.DurationVar(&o.DriftFileCheck, "drift-file-check", agent.DefaultDriftFileCheck, "how often to look whether the compared files changed (a digest, no kubeadm); a change is compared at once")
 	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", agent.DefaultShutdownGracePeriod, "on SIGTERM, how long a running command may go on to finish (no new one starts); keep the pod's terminationGracePeriodSeconds above it")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", "0", "address of the agent's metrics (plain HTTP: nodeops_agent_commands by kind and result, the last result's time, Go and client metrics); 0 disables")
 	fs.Float64Var(&qps, "kube-api-qps", 500, "client requests per second to the API server")

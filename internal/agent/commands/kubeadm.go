@@ -211,3 +211,10 @@ func ParseCheckExpiration(out []byte) ([]v1alpha1.CertificateExpiry, error) {
 	}
 	return res, nil
 }
+
+// KubeadmRender runs kubeadm args with --dry-run on h, its output (which holds the files it would
+// write) into out, and removes what the run left in /etc/kubernetes/tmp, as a DryRun does: the drift
+// reader's way of asking kubeadm what it generates without changing the node.
+func KubeadmRender(ctx context.Context, h *host.Host, out io.Writer, args ...string) error {
+	return kubeadmDryRun(ctx, &Env{Host: h, Out: out}, args...)
+}

@@ -58,6 +58,7 @@ type input struct {
 	versionProblem string
 	nodes          []v1alpha1.ObservedNode
 	certs          []v1alpha1.ObservedCertificates
+	drift          []v1alpha1.ObservedDrift
 	// ops are the NodeOperations the ClusterTarget controls, by name.
 	ops map[string]opView
 	// opOrder lists ops by creation, for adopting operations missing from the history.
@@ -101,6 +102,8 @@ func decide(in *input) decision {
 		KubernetesVersion:  in.clusterVersion,
 		Nodes:              in.nodes,
 		Certificates:       in.certs,
+		Drift:              in.drift,
+		DriftedNodes:       driftedNodes(in.drift),
 		LastRotationCount:  ct.Status.LastRotationCount,
 	}
 	st.NextCertificateExpiry = nextExpiry(in.certs)
@@ -497,4 +500,15 @@ func condOrder(t string) int {
 		}
 	}
 	return 99
+}
+
+// driftedNodes counts the nodes whose reading shows a drift.
+func driftedNodes(drift []v1alpha1.ObservedDrift) int32 {
+	var n int32
+	for _, d := range drift {
+		if d.Drifted {
+			n++
+		}
+	}
+	return n
 }
