@@ -72,7 +72,7 @@ func TestPackageManagerByOSRelease(t *testing.T) {
 		{"sles", "NAME=\"SLES\"\nID=\"sles\"\nID_LIKE=\"suse\"\nVERSION_ID=\"15.6\"\n", []string{"/usr/bin/zypper"}, "zypper"},
 		{"alpine", "NAME=\"Alpine Linux\"\nID=alpine\nVERSION_ID=3.20.0\n", []string{"/sbin/apk"}, ""},
 		{"arch", "NAME=\"Arch Linux\"\nID=arch\n", []string{"/usr/bin/pacman"}, ""},
-		{"no os-release", "", []string{"/usr/bin/apt-get"}, ""},
+		{"unknown ID", "NAME=\"Plan 9\"\nID=plan9\n", []string{"/usr/bin/apt-get"}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
