@@ -61,7 +61,7 @@ func TestDiffStaticPod(t *testing.T) {
 		{"the image", edit("kube-apiserver:v1.37.2", "kube-apiserver:v1.36.4"), "image registry.k8s.io/kube-apiserver:v1.36.4, kubeadm's registry.k8s.io/kube-apiserver:v1.37.2"},
 		{"a volume's path", edit("      path: /etc/kubernetes/pki\n", "      path: /srv/pki\n"), "volume k8s-certs=/srv/pki (DirectoryOrCreate), kubeadm's /etc/kubernetes/pki (DirectoryOrCreate)"},
 		{"a mount writable", edit("      readOnly: true\n", ""), "mount k8s-certs=/etc/kubernetes/pki, kubeadm's /etc/kubernetes/pki (read-only)"},
-		{"many", edit("    - --advertise-address=192.0.2.11\n    - --authorization-mode=Node,RBAC\n    - --secure-port=6443\n", "    - --a=1\n    - --b=2\n    - --c=3\n    - --d=4\n"), "; and 3 more"},
+		{"many", edit("    - --advertise-address=192.0.2.11\n    - --authorization-mode=Node,RBAC\n    - --secure-port=6443\n", "    - --a=1\n    - --b=2\n    - --c=3\n    - --d=4\n"), "; and 4 more"},
 		{"unreadable", "kind: Pod\nspec: [\n", "manifest unreadable"},
 	}
 	for _, tt := range tests {

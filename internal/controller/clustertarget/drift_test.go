@@ -7,10 +7,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/controller/clustertarget"
 	"github.com/nodeops/nodeops/internal/testutil"
 )
 
@@ -20,6 +22,7 @@ import (
 func TestUpgradeWithPackageSource(t *testing.T) {
 	f := newFixture(t)
 	f.reset("v1.37.0")
+	f.waitCondition(v1alpha1.ConditionUpToDate, metav1.ConditionTrue, clustertarget.ReasonUpToDate)
 	repo := &v1alpha1.PackageRepository{Name: "kubernetes", URL: "https://pkgs.example/deb/", Trusted: true}
 	f.edit(func(ct *v1alpha1.ClusterTarget) {
 		ct.Spec.Upgrade.BinarySource = nil
@@ -27,6 +30,9 @@ func TestUpgradeWithPackageSource(t *testing.T) {
 		ct.Spec.Upgrade.PackageRepository = repo.DeepCopy()
 		ct.Spec.KubernetesVersion = "v1.37.2"
 	})
+	if ct := f.target(); len(ct.Status.Conditions) > 0 {
+		t.Logf("conditions after the edit: %+v", ct.Status.Conditions)
+	}
 	ops := f.waitOperations("cluster-upgrade-v1.37.2-1")
 	u := ops[0].Spec.Upgrade
 	if u == nil || u.PackageSource != "zypper" || u.PackageRepository == nil || u.PackageRepository.URL != repo.URL || u.BinarySource != nil {
