@@ -219,9 +219,10 @@ func due(in *input, st *v1alpha1.ClusterTargetStatus) (*v1alpha1.GeneratedOperat
 	if len(steps) > 0 {
 		step := steps[0]
 		u := ct.Spec.Upgrade
-		if (u.UpgradeKubeletAndKubectl == nil || *u.UpgradeKubeletAndKubectl) && u.BinarySource == nil {
+		binaries := u.PackageSource == "" || u.PackageSource == v1alpha1.PackageSourceBinaries
+		if (u.UpgradeKubeletAndKubectl == nil || *u.UpgradeKubeletAndKubectl) && u.BinarySource == nil && binaries {
 			return nil, verdict{phase: v1alpha1.ClusterWaiting, reason: ReasonInvalidSpec, stalls: true,
-				message: "spec.upgrade.binarySource is required to upgrade to " + step + " while spec.upgrade.upgradeKubeletAndKubectl is true"}
+				message: "spec.upgrade.binarySource is required to upgrade to " + step + " while spec.upgrade.upgradeKubeletAndKubectl is true and spec.upgrade.packageSource is binaries"}
 		}
 		why := fmt.Sprintf("upgrade %s -> %s", in.clusterVersion, step)
 		if len(steps) > 1 {
