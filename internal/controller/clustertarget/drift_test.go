@@ -52,9 +52,12 @@ func TestUpgradeWithPackageSource(t *testing.T) {
 		}, []string{"spec.upgrade.packageRepository", "packageRepository needs packageSource apt, dnf, yum, zypper or auto"}},
 		{"an unknown package manager", func(u *v1alpha1.ClusterUpgrade) { u.PackageSource = "pacman" }, []string{"spec.upgrade.packageSource", "pacman"}},
 	} {
-		ct := f.target()
-		tt.patch(&ct.Spec.Upgrade)
-		err := f.c.Update(f.ctx, ct)
+		// Retried on conflicts only: the controller writes status meanwhile.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			ct := f.target()
+			tt.patch(&ct.Spec.Upgrade)
+			return f.c.Update(f.ctx, ct)
+		})
 		if err == nil {
 			t.Errorf("%s: admitted", tt.name)
 			continue
