@@ -399,8 +399,9 @@ func TestInstallPackagesZypper(t *testing.T) {
 	repoDir := buildRPMRepo(t, "1.36.4-1.1", "1.37.2-1.1")
 	root := debroot.Root(t, rootPackages...)
 	repo := &v1alpha1.PackageRepository{Name: "kubernetes", URL: serve(t, repoDir), Trusted: true}
+	// libzypp keeps its rpm database in /var/lib/rpm; Debian's rpm alone would look in ~/.rpmdb.
 	rpmQuery := func() string {
-		return inRoot(t, root, "/usr/bin/rpm", "-q", "--qf", "%{NAME} %{VERSION}-%{RELEASE}\n", "kubeadm", "kubelet", "kubectl")
+		return inRoot(t, root, "/usr/bin/rpm", "--dbpath", "/var/lib/rpm", "-q", "--qf", "%{NAME} %{VERSION}-%{RELEASE}\n", "kubeadm", "kubelet", "kubectl")
 	}
 	install := func(version string) {
 		t.Helper()
