@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -30,6 +31,7 @@ import (
 	"github.com/nodeops/nodeops/internal/nodelock"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/schedule"
+	"github.com/nodeops/nodeops/internal/statuswrite"
 )
 
 // +kubebuilder:rbac:groups=nodeops.io,resources=nodeoperations,verbs=get;list;watch;delete
@@ -72,16 +74,22 @@ type Reconciler struct {
 	Gates *gate.Checker
 	// GateRecheck is how soon a gate that holds is checked again.
 	GateRecheck time.Duration
+	// Silences holds the Alertmanager silences of gates that ask for one; over HTTP by default.
+	Silences Silencer
+	// SilenceLease is how far ahead a silence's end is set at each extension; defaultSilenceLease when zero.
+	SilenceLease time.Duration
 	// PreflightAnswer is how long a node's agent has to start its preflight task before the node
 	// is listed as failing the preflight; defaultPreflightAnswer when zero.
 	PreflightAnswer time.Duration
 
 	// status batches count-only status writes, by operation name.
-	status skeleton.StatusThrottle
+	status statuswrite.Throttle
 
 	mu sync.Mutex
 	// waiters are the operations waiting for each node's lock, so that the holder's end wakes them.
 	waiters map[string]map[string]bool
+	// silenceEnds is when this manager last set each silence to end, by id.
+	silenceEnds map[string]time.Time
 	// cost is how long each operation's last reconcile took to observe and decide, by name (see ownTaskEvents).
 	cost map[string]time.Duration
 }
@@ -91,6 +99,7 @@ func New(c client.Client, apiReader client.Reader, locks skeleton.Locker, record
 	return &Reconciler{
 		Client: c, APIReader: apiReader, Locks: locks, Recorder: recorder,
 		StatusInterval: time.Second, CreateParallelism: 64, WaitRecheck: 5 * time.Second, GateRecheck: 10 * time.Second,
+		Silences: HTTPSilencer{Client: &http.Client{Timeout: 10 * time.Second}},
 	}
 }
 
@@ -107,6 +116,8 @@ type scope struct {
 	start time.Time
 	// checked are the gates evaluated in this reconcile: their lastChecked is refreshed when the status is written.
 	checked []gateKey
+	// silenceErr are the silences Alertmanager refused or did not answer for, by group and gate: the gate holds.
+	silenceErr map[gateKey]error
 }
 
 // Reconcile follows the skeleton (internal/controller/skeleton): get, then observe, decide,
@@ -178,6 +189,9 @@ func (r *Reconciler) act(ctx context.Context, s *scope) (ctrl.Result, error) {
 	}
 	if !s.d.recheck.IsZero() {
 		result = skeleton.Within(result, s.d.recheck.Sub(r.now()))
+	}
+	if d := r.silenceRecheck(s.op.Status.Silences); d > 0 {
+		result = skeleton.Within(result, d)
 	}
 	if s.d.status.Phase.Finished() {
 		if err := r.restoreCordons(ctx, s.op); err != nil {
@@ -263,6 +277,7 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 	if s.in.holders, err = r.othersHolding(ctx, &s.in); err != nil {
 		return err
 	}
+	r.holdSilences(ctx, s)
 	r.checkGates(ctx, s)
 	return nil
 }
@@ -479,6 +494,9 @@ func (r *Reconciler) reconcileFinished(ctx context.Context, op *v1alpha1.NodeOpe
 	r.noteWaiting(op.Name, nil)
 	if err := r.restoreCordons(ctx, op); err != nil {
 		return ctrl.Result{}, err
+	}
+	if res, err := r.expireLeftSilences(ctx, op); err != nil || res.RequeueAfter > 0 {
+		return res, err
 	}
 	left, ok := ttlLeft(op, &op.Status, r.now())
 	if !ok || left > 0 {
