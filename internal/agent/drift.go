@@ -35,9 +35,6 @@ const DefaultDriftFileCheck = 15 * time.Second
 const (
 	staticPodDir      = "/etc/kubernetes/manifests"
 	kubeletConfigPath = "/var/lib/kubelet/config.yaml"
-	// kubeadmPatchesDir is passed to kubeadm as --patches when the node has it, as the reconfigure
-	// operation keeps its changes there so that kubeadm regenerates them.
-	kubeadmPatchesDir = "/etc/kubernetes/patches"
 )
 
 // driftComponents are the static pods compared on a control plane: those `kubeadm upgrade node
@@ -153,8 +150,8 @@ func (d *DriftReader) ReadOnce(ctx context.Context) error {
 func (d *DriftReader) Read(ctx context.Context) v1alpha1.DriftReading {
 	var reading v1alpha1.DriftReading
 	patches := []string{}
-	if fi, err := d.Host.Files.Stat(kubeadmPatchesDir); err == nil && fi.IsDir() {
-		patches = []string{"--patches", kubeadmPatchesDir}
+	if fi, err := d.Host.Files.Stat(commands.KubeadmPatchesDir); err == nil && fi.IsDir() {
+		patches = []string{"--patches", commands.KubeadmPatchesDir}
 	}
 	if d.Host.Files.Exists(kubeAPIServerManifest) {
 		want, err := d.render(ctx, append([]string{"upgrade", "node", "phase", "control-plane"}, patches...))

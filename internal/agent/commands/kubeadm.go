@@ -29,6 +29,12 @@ func kubeadm(ctx context.Context, env *Env, args ...string) error {
 	return env.Host.Kubeadm.Kubeadm(ctx, env.Out, args...)
 }
 
+// KubeadmPatchesDir is the one directory of kubeadm patches on a node (kubeadm's --patches: files
+// named target[suffix][+patchtype].yaml): the reconfigure operation keeps its changes there so that
+// kubeadm regenerates them, and the drift reader passes it to kubeadm when the node has it. Documented
+// in docs/how-to/drift.md; keep both in step.
+const KubeadmPatchesDir = "/etc/kubernetes/patches"
+
 // kubeadmTmp is where `kubeadm upgrade ... --dry-run` writes the files it would have written
 // (kubeadm-upgrade-apply-dryrunNNN/, kubeadm-upgrade-node-dryrunNNN/) and leaves them.
 const kubeadmTmp = "/etc/kubernetes/tmp"
