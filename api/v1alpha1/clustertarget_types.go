@@ -27,6 +27,8 @@ type ClusterCertificates struct {
 
 // +kubebuilder:validation:XValidation:rule="!has(self.ignorePreflightErrors) || !self.ignorePreflightErrors.exists(e, e.lowerAscii() == 'all') || (has(self.allowIgnoreAllPreflightErrors) && self.allowIgnoreAllPreflightErrors && self.ignorePreflightErrors.size() == 1)",message="ignorePreflightErrors may hold all only alone and with allowIgnoreAllPreflightErrors: true",fieldPath=".ignorePreflightErrors"
 // +kubebuilder:validation:XValidation:rule="!has(self.binarySource) || !has(self.binarySource.sha256)",message="binarySource.sha256 pins one version's binaries, and a ClusterTarget upgrades through several: pin them on a NodeOperation's upgrade instead",fieldPath=".binarySource.sha256"
+// +kubebuilder:validation:XValidation:rule="!has(self.binarySource) || !has(self.packageSource) || self.packageSource == 'binaries'",message="binarySource serves packageSource binaries only: the package manager installs from packageRepository or the node's own sources",fieldPath=".binarySource"
+// +kubebuilder:validation:XValidation:rule="!has(self.packageRepository) || (has(self.packageSource) && self.packageSource != 'binaries')",message="packageRepository needs packageSource apt, dnf, yum, zypper or auto",fieldPath=".packageRepository"
 // ClusterUpgrade is how the upgrades a ClusterTarget generates run; the fields are those of a
 // NodeOperation's upgrade, plus the versions of intermediate minor steps.
 type ClusterUpgrade struct {
@@ -41,6 +43,18 @@ type ClusterUpgrade struct {
 	// BinarySource serves kubeadm, kubelet and kubectl of every version the upgrade goes through.
 	// +optional
 	BinarySource *BinarySource `json:"binarySource,omitempty"`
+	// PackageSource is passed to the generated upgrades: binaries (the default) swaps the binaries
+	// from binarySource; apt, dnf, yum, zypper or auto (by each node's OS family) installs and holds
+	// the packages of each version the upgrade goes through with the node's package manager.
+	// +optional
+	// +kubebuilder:validation:Enum=binaries;apt;dnf;yum;zypper;auto
+	PackageSource string `json:"packageSource,omitempty"`
+	// PackageRepository is passed to the generated upgrades: added on each node before its packages
+	// are installed. It must hold every version the upgrade goes through (pkgs.k8s.io has one
+	// repository per minor version: a target more than one minor ahead needs a mirror of them all,
+	// or the nodes' own sources).
+	// +optional
+	PackageRepository *PackageRepository `json:"packageRepository,omitempty"`
 	// UpgradeKubeletAndKubectl replaces the kubelet and kubectl binaries and restarts the kubelet.
 	// +optional
 	// +kubebuilder:default=true
@@ -215,6 +229,14 @@ type ClusterTargetStatus struct {
 	// Operations it generated, oldest first.
 	// +optional
 	Operations []GeneratedOperation `json:"operations,omitempty"`
+	// Drift is, per node whose agent has read it, whether its static pod manifests (control planes
+	// only) and kubelet configuration match what kubeadm generates from kube-system's kubeadm-config
+	// and kubelet-config, and in what they differ; sorted by node.
+	// +optional
+	Drift []ObservedDrift `json:"drift,omitempty"`
+	// DriftedNodes counts the nodes in drift that drift.
+	// +optional
+	DriftedNodes int32 `json:"driftedNodes,omitempty"`
 	// LastRotationCount is the spec.certificates.rotationCount already acted on.
 	// +optional
 	LastRotationCount int32 `json:"lastRotationCount,omitempty"`
@@ -230,6 +252,7 @@ type ClusterTargetStatus struct {
 // +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.spec.kubernetesVersion`
 // +kubebuilder:printcolumn:name="Next-Cert-Expiry",type=string,JSONPath=`.status.nextCertificateExpiry`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Drifted",type=integer,JSONPath=`.status.driftedNodes`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ClusterTarget struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -577,9 +577,18 @@ type PreflightCheck struct {
 	// OpenRC, sysvinit).
 	// +optional
 	InitSystem *EmptyCheck `json:"initSystem,omitempty"`
-	// PackageManager: the host's OS family and package manager are known.
+	// PackageManager: installPackages with this manager can run on the host: for auto, its OS
+	// family is Debian, RedHat or SUSE; and the manager's program is there.
 	// +optional
-	PackageManager *EmptyCheck `json:"packageManager,omitempty"`
+	PackageManager *PackageManagerCheck `json:"packageManager,omitempty"`
+}
+
+// PackageManagerCheck checks that installPackages with Manager would find its package manager.
+type PackageManagerCheck struct {
+	// Manager as installPackages takes it; empty is auto.
+	// +optional
+	// +kubebuilder:validation:Enum=auto;apt;dnf;yum;zypper
+	Manager string `json:"manager,omitempty"`
 }
 
 // EmptyCheck is a check with no parameters.
@@ -1278,6 +1287,8 @@ func PreflightCheckText(c PreflightCheck) string {
 			parts = append(parts, "kubelet within skew of "+c.KubeletSkew.KubernetesVersion)
 		case c.InitSystem != nil:
 			parts = append(parts, "init system known")
+		case c.PackageManager != nil && c.PackageManager.Manager != "" && c.PackageManager.Manager != "auto":
+			parts = append(parts, c.PackageManager.Manager+" present")
 		case c.PackageManager != nil:
 			parts = append(parts, "package manager known")
 		}

@@ -35,7 +35,7 @@ const PackageSourceBinaries = "binaries"
 // +kubebuilder:validation:XValidation:rule="!has(self.ignorePreflightErrors) || !self.ignorePreflightErrors.exists(e, e.lowerAscii() == 'all') || (has(self.allowIgnoreAllPreflightErrors) && self.allowIgnoreAllPreflightErrors && self.ignorePreflightErrors.size() == 1)",message="ignorePreflightErrors may hold all only alone and with allowIgnoreAllPreflightErrors: true",fieldPath=".ignorePreflightErrors"
 // +kubebuilder:validation:XValidation:rule="(has(self.upgradeKubeletAndKubectl) && !self.upgradeKubeletAndKubectl) || (has(self.packageSource) && self.packageSource != 'binaries') || has(self.binarySource)",message="binarySource is required when upgradeKubeletAndKubectl is true and packageSource is binaries",fieldPath=".binarySource"
 // +kubebuilder:validation:XValidation:rule="!has(self.binarySource) || !has(self.packageSource) || self.packageSource == 'binaries'",message="binarySource serves packageSource binaries only: the package manager installs from packageRepository or the node's own sources",fieldPath=".binarySource"
-// +kubebuilder:validation:XValidation:rule="!has(self.packageRepository) || (has(self.packageSource) && self.packageSource != 'binaries')",message="packageRepository needs packageSource apt, dnf or auto",fieldPath=".packageRepository"
+// +kubebuilder:validation:XValidation:rule="!has(self.packageRepository) || (has(self.packageSource) && self.packageSource != 'binaries')",message="packageRepository needs packageSource apt, dnf, yum, zypper or auto",fieldPath=".packageRepository"
 type UpgradeOperation struct {
 	// KubernetesVersion to upgrade to.
 	// +kubebuilder:validation:Pattern=`^v[0-9]+\.[0-9]+\.[0-9]+$`
@@ -51,11 +51,11 @@ type UpgradeOperation struct {
 	// +optional
 	BinarySource *BinarySource `json:"binarySource,omitempty"`
 	// PackageSource is how kubeadm, kubelet and kubectl reach the nodes: binaries swaps the binaries
-	// in /usr/bin (from binarySource); apt, dnf or auto (by each node's OS family) installs their
-	// packages at kubernetesVersion with the node's package manager and holds them there.
+	// in /usr/bin (from binarySource); apt, dnf, yum, zypper or auto (by each node's OS family)
+	// installs their packages at kubernetesVersion with that package manager and holds them there.
 	// +optional
 	// +kubebuilder:default=binaries
-	// +kubebuilder:validation:Enum=binaries;apt;dnf;auto
+	// +kubebuilder:validation:Enum=binaries;apt;dnf;yum;zypper;auto
 	PackageSource string `json:"packageSource,omitempty"`
 	// PackageRepository is added on each node before its packages are installed; without it the
 	// node's own sources must hold the packages.

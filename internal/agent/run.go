@@ -81,6 +81,11 @@ type Options struct {
 	// CertificateCheckInterval is how often a control plane's agent reads its certificates'
 	// expiry into its Node (CertificateReader); zero reads never.
 	CertificateCheckInterval time.Duration
+	// DriftCheckInterval is how often the agent asks kubeadm what it generates for its node and
+	// records the node's drift (DriftReader); zero reads never. DriftFileCheck is how often it looks
+	// whether the compared files changed; zero for DefaultDriftFileCheck.
+	DriftCheckInterval time.Duration
+	DriftFileCheck     time.Duration
 	// Identity names the agent on the node Leases it writes: the same identity after a restart
 	// takes them over at once, so no two agents may run with one (a pod's name: its containers run
 	// one at a time). Empty: a restarted agent waits for its Leases to expire.
@@ -245,6 +250,12 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 			certs := &CertificateReader{Client: direct, Node: o.NodeName, Host: h, Interval: o.CertificateCheckInterval}
 			if err := mgr.Add(certs); err != nil {
 				return fmt.Errorf("adding the certificate reader: %w", err)
+			}
+		}
+		if o.DriftCheckInterval > 0 {
+			drift := &DriftReader{Client: direct, Node: o.NodeName, Host: h, Interval: o.DriftCheckInterval, FileCheck: o.DriftFileCheck, Busy: r.Busy}
+			if err := mgr.Add(drift); err != nil {
+				return fmt.Errorf("adding the drift reader: %w", err)
 			}
 		}
 	}

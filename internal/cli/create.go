@@ -56,7 +56,7 @@ func (f *operationFlags) addCommon(fs *pflag.FlagSet) {
 func (f *operationFlags) addUpgrade(fs *pflag.FlagSet) {
 	fs.StringVar(&f.binarySource, "binary-source", DefaultBinarySource, "Base URL of the kubelet and kubectl binaries: {url}/{version}/bin/linux/{arch}/{name}, with {name}.sha256 beside each")
 	fs.BoolVar(&f.insecureHTTP, "insecure-http", false, "Allow a plain http --binary-source (binarySource.insecureHTTP): anyone on the network path can change the binaries and their .sha256 files")
-	fs.StringVar(&f.packageSource, "package-source", nodeopsv1.PackageSourceBinaries, "How kubeadm, kubelet and kubectl reach the nodes: binaries (from --binary-source), or apt, dnf or auto (each node's OS family) to install and hold their packages from the nodes' own sources")
+	fs.StringVar(&f.packageSource, "package-source", nodeopsv1.PackageSourceBinaries, "How kubeadm, kubelet and kubectl reach the nodes: binaries (from --binary-source), or apt, dnf, yum, zypper or auto (each node's OS family) to install and hold their packages from the nodes' own sources")
 	fs.BoolVar(&f.kubeadmOnly, "kubeadm-only", false, "Upgrade with kubeadm only: leave the kubelet and kubectl binaries and the kubelet alone")
 	fs.StringSliceVar(&f.ignore, "ignore-preflight-errors", nil, "kubeadm preflight errors to ignore (comma-separated), by check name such as Swap or Port-6443")
 	fs.BoolVar(&f.ignoreAll, "allow-ignore-all-preflight-errors", false, "Allow --ignore-preflight-errors=all, which ignores every kubeadm preflight check")
@@ -74,10 +74,10 @@ func (f *operationFlags) upgradeOperation(version string) (*nodeopsv1.NodeOperat
 	u := &nodeopsv1.UpgradeOperation{KubernetesVersion: version, IgnorePreflightErrors: f.ignore, AllowIgnoreAllPreflightErrors: f.ignoreAll}
 	switch f.packageSource {
 	case "", nodeopsv1.PackageSourceBinaries:
-	case "apt", "dnf", "auto":
+	case "apt", "dnf", "yum", "zypper", "auto":
 		u.PackageSource = f.packageSource
 	default:
-		return nil, fmt.Errorf("--package-source %q must be binaries, apt, dnf or auto", f.packageSource)
+		return nil, fmt.Errorf("--package-source %q must be binaries, apt, dnf, yum, zypper or auto", f.packageSource)
 	}
 	if f.kubeadmOnly {
 		no := false

@@ -86,10 +86,21 @@ func KubeadmConfig(p kubeadmConfigParams) string {
 	return execute(kubeadmConfigTemplate, withCluster{p, ClusterConfiguration(p.KubernetesVersion, p.Endpoint, p.CertificatesDir)})
 }
 
-// KubeletConfiguration renders the kubelet configuration kubeadm keeps in kube-system/kubelet-config.
-func KubeletConfiguration() string {
+// KubeletConfiguration is the kubelet configuration kubeadm keeps in kube-system/kubelet-config,
+// byte for byte as `kubeadm init phase upload-config kubelet` (v1.37) uploads it: defaulted by
+// kubeadm, with no node's CRI socket. TestKubeletConfigurationIsKubeadms compares it with the real
+// kubeadm's output.
+func KubeletConfiguration() string { return kubeletConfiguration(`""`) }
+
+// NodeKubeletConfig is a node's /var/lib/kubelet/config.yaml as `kubeadm init phase kubelet-start`
+// (and join) writes it: the ConfigMap's configuration with the node's instance configuration
+// (its CRI socket) patched in. kubeadm upgrade node and the drift reader render the same file.
+func NodeKubeletConfig() string { return kubeletConfiguration(CRISocket) }
+
+// kubeletConfiguration is kubeadm's defaulted KubeletConfiguration with containerRuntimeEndpoint
+// set to endpoint (a YAML scalar). The zero durations are kubeadm's: it marshals the whole struct.
+func kubeletConfiguration(endpoint string) string {
 	return `apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
 authentication:
   anonymous:
     enabled: false
@@ -107,9 +118,36 @@ cgroupDriver: systemd
 clusterDNS:
 - ` + ClusterDNS + `
 clusterDomain: cluster.local
-containerRuntimeEndpoint: ""
+containerRuntimeEndpoint: ` + endpoint + `
+cpuManagerReconcilePeriod: 0s
+crashLoopBackOff: {}
+evictionPressureTransitionPeriod: 0s
+fileCheckFrequency: 0s
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+httpCheckFrequency: 0s
+imageMaximumGCAge: 0s
+imageMinimumGCAge: 0s
+kind: KubeletConfiguration
+logging:
+  flushFrequency: 0
+  options:
+    json:
+      infoBufferSize: "0"
+    text:
+      infoBufferSize: "0"
+  verbosity: 0
+memorySwap: {}
+nodeStatusReportFrequency: 0s
+nodeStatusUpdateFrequency: 0s
 rotateCertificates: true
+runtimeRequestTimeout: 0s
+shutdownGracePeriod: 0s
+shutdownGracePeriodCriticalPods: 0s
 staticPodPath: /etc/kubernetes/manifests
+streamingConnectionIdleTimeout: 0s
+syncFrequency: 0s
+volumeStatsAggPeriod: 0s
 `
 }
 
@@ -155,10 +193,8 @@ const KubeadmFlagsEnv = `KUBELET_KUBEADM_ARGS="--container-runtime-endpoint=` + 
 `
 
 // KubeletInstanceConfig is /var/lib/kubelet/instance-config.yaml, the node-local kubelet settings
-// kubeadm (v1.34+) writes beside config.yaml and reads the node's CRI socket from.
-const KubeletInstanceConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-containerRuntimeEndpoint: ` + CRISocket + `
+// kubeadm (v1.34+) writes beside config.yaml, in its form, and reads the node's CRI socket from.
+const KubeletInstanceConfig = `containerRuntimeEndpoint: "` + CRISocket + `"
 `
 
 // placeholderBinary stands for the kubelet or kubectl a node had before nodeops replaces it; only

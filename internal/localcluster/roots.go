@@ -101,7 +101,7 @@ func makeNodeRoot(ctx context.Context, bin string, l clusterLayout, spec NodeSpe
 		"etc/containerd/config.toml":           ContainerdConfig,
 		"var/lib/kubelet/kubeadm-flags.env":    KubeadmFlagsEnv,
 		"var/lib/kubelet/instance-config.yaml": KubeletInstanceConfig,
-		"var/lib/kubelet/config.yaml":          KubeletConfiguration(),
+		"var/lib/kubelet/config.yaml":          NodeKubeletConfig(),
 	}
 	if spec.Role == RoleControlPlane {
 		files[strings.TrimPrefix(kubeadmConfigInRoot, "/")] = KubeadmConfig(kubeadmConfigParams{

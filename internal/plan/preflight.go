@@ -76,7 +76,7 @@ func PreflightChecks(spec *v1alpha1.NodeOperationSpec, groups []v1alpha1.Group) 
 				// Packages need room, and a package manager the node's OS family is known to use:
 				// an unknown family fails here, before anything changes, never by a guess later.
 				disk = true
-				add(v1alpha1.PreflightCheck{PackageManager: &v1alpha1.EmptyCheck{}})
+				add(v1alpha1.PreflightCheck{PackageManager: &v1alpha1.PackageManagerCheck{Manager: c.InstallPackages.Manager}})
 			case c.RestartService != nil:
 				add(v1alpha1.PreflightCheck{InitSystem: &v1alpha1.EmptyCheck{}})
 			}
@@ -117,6 +117,9 @@ func equalCheck(a, b *v1alpha1.PreflightCheck) bool {
 // describeCheck flattens a check's pointers, for comparing two.
 func describeCheck(c *v1alpha1.PreflightCheck) []any {
 	out := []any{c.Binary, c.MinFreeDiskMiB, c.OSFamily, c.RuntimeSocket, c.InitSystem != nil, c.PackageManager != nil}
+	if c.PackageManager != nil {
+		out = append(out, "packages", c.PackageManager.Manager)
+	}
 	if c.Kubeadm != nil {
 		out = append(out, "kubeadm", *c.Kubeadm)
 	}

@@ -25,7 +25,7 @@ func TestPreflightChecks(t *testing.T) {
 		{"wait only: none", v1alpha1.NodeOperationSpec{Custom: custom(wait)}, nil},
 		{"restart: init system", v1alpha1.NodeOperationSpec{Custom: custom(wait, v1alpha1.Command{RestartService: &v1alpha1.RestartServiceCommand{Name: "kubelet"}})},
 			[]string{"init system known"}},
-		{"explicit: package manager", v1alpha1.NodeOperationSpec{Custom: custom(wait), Preflight: &v1alpha1.OperationPreflight{Checks: []v1alpha1.PreflightCheck{{PackageManager: &v1alpha1.EmptyCheck{}}}}},
+		{"explicit: package manager", v1alpha1.NodeOperationSpec{Custom: custom(wait), Preflight: &v1alpha1.OperationPreflight{Checks: []v1alpha1.PreflightCheck{{PackageManager: &v1alpha1.PackageManagerCheck{}}}}},
 			[]string{"package manager known"}},
 		{"explicit, empty: still one", v1alpha1.NodeOperationSpec{Custom: custom(wait), Preflight: &v1alpha1.OperationPreflight{}}, []string{"1 MiB free"}},
 		{"upgrade with binaries", v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2", BinarySource: &source}},
@@ -35,6 +35,8 @@ func TestPreflightChecks(t *testing.T) {
 		{"packages: room and a known package manager", v1alpha1.NodeOperationSpec{Custom: custom(v1alpha1.Command{InstallPackages: &v1alpha1.InstallPackagesCommand{Packages: []string{"kubeadm"}}})},
 			[]string{"package manager known", "512 MiB free"}},
 		{"upgrade through apt", v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2", PackageSource: "apt"}},
+			[]string{"kubeadm runs", "apt present", "init system known", "512 MiB free", DefaultRuntimeSocket + " answers", "kubelet within skew of v1.37.2"}},
+		{"upgrade through auto", v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2", PackageSource: "auto"}},
 			[]string{"kubeadm runs", "package manager known", "init system known", "512 MiB free", DefaultRuntimeSocket + " answers", "kubelet within skew of v1.37.2"}},
 		{"renew: kubeadm", v1alpha1.NodeOperationSpec{RenewCertificates: &v1alpha1.RenewCertificatesOperation{}}, []string{"kubeadm runs"}},
 	} {

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -80,15 +81,19 @@ func TestLocalStandIns(t *testing.T) {
 			t.Errorf("kube-apiserver-cp-1 runs %s after the upgrade", img)
 		}
 		kubeadmInRoot(t, l.NodeRoot("cp-2"), "upgrade", "node")
+		// nodeops-local writes the kubelet configuration as kubeadm does: a hand edit tells the rewrite.
 		config := filepath.Join(l.NodeRoot("worker-1"), "var/lib/kubelet/config.yaml")
 		before, err := os.ReadFile(config)
 		if err != nil {
 			t.Fatal(err)
 		}
+		if err := os.WriteFile(config, append(slices.Clone(before), "maxPods: 7\n"...), 0o644); err != nil {
+			t.Fatal(err)
+		}
 		kubeadmInRoot(t, l.NodeRoot("worker-1"), "upgrade", "node")
 		after, err := os.ReadFile(config)
-		if err != nil || string(after) == string(before) {
-			t.Errorf("kubeadm upgrade node did not rewrite worker-1's %s (%v)", config, err)
+		if err != nil || string(after) != string(before) {
+			t.Errorf("kubeadm upgrade node did not rewrite worker-1's %s as nodeops-local rendered it (%v):\n%s", config, err, after)
 		}
 	})
 

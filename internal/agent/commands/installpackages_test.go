@@ -389,3 +389,55 @@ func TestInstallPackagesAptSigned(t *testing.T) {
 		t.Errorf("/usr/bin/kubeadm says %q", got)
 	}
 }
+
+// TestInstallPackagesZypper: the SUSE family's zypper (Debian packages it) inside a root that has it,
+// from a local rpm-md repository the command adds; the hold is zypper's lock, which zypper's own
+// update obeys, and the next install lifts it for itself and puts it back.
+func TestInstallPackagesZypper(t *testing.T) {
+	start := time.Now()
+	defer func() { t.Logf("TestInstallPackagesZypper took %s", time.Since(start).Round(time.Millisecond)) }()
+	repoDir := buildRPMRepo(t, "1.36.4-1.1", "1.37.2-1.1")
+	root := debroot.Root(t, rootPackages...)
+	repo := &v1alpha1.PackageRepository{Name: "kubernetes", URL: serve(t, repoDir), Trusted: true}
+	// libzypp keeps its rpm database in /var/lib/rpm; Debian's rpm alone would look in ~/.rpmdb.
+	rpmQuery := func() string {
+		return inRoot(t, root, "/usr/bin/rpm", "--dbpath", "/var/lib/rpm", "-q", "--qf", "%{NAME} %{VERSION}-%{RELEASE}\n", "kubeadm", "kubelet", "kubectl")
+	}
+	install := func(version string) {
+		t.Helper()
+		env, out := realEnv(root, false)
+		cmd := v1alpha1.Command{InstallPackages: &v1alpha1.InstallPackagesCommand{
+			Packages: kubePackages, Version: version, Manager: "zypper", Hold: true, Repository: repo}}
+		if _, err := commands.Run(context.Background(), env, &cmd); err != nil {
+			t.Fatalf("zypper install %s: %v\n%s", version, err, out)
+		}
+		if !strings.Contains(out.String(), "$ /usr/bin/zypper --non-interactive addlock kubeadm kubelet kubectl") {
+			t.Errorf("the task's output lacks the lock:\n%s", out)
+		}
+		t.Logf("zypper's own output:\n%s", out)
+	}
+
+	install("v1.36.4")
+	if got := rpmQuery(); got != "kubeadm 1.36.4-1.1\nkubelet 1.36.4-1.1\nkubectl 1.36.4-1.1\n" {
+		t.Errorf("rpm -q: %q", got)
+	}
+	if got := inRoot(t, root, "/usr/bin/zypper", "--non-interactive", "locks"); !strings.Contains(got, "kubelet") {
+		t.Errorf("zypper locks lists no kubelet:\n%s", got)
+	}
+	// Held: zypper's own update leaves them although the repository has 1.37.2.
+	inRoot(t, root, "/usr/bin/zypper", "--non-interactive", "update")
+	if got := rpmQuery(); got != "kubeadm 1.36.4-1.1\nkubelet 1.36.4-1.1\nkubectl 1.36.4-1.1\n" {
+		t.Errorf("after zypper update, rpm -q: %q: the lock did not hold", got)
+	}
+
+	install("v1.37.2")
+	if got := rpmQuery(); got != "kubeadm 1.37.2-1.1\nkubelet 1.37.2-1.1\nkubectl 1.37.2-1.1\n" {
+		t.Errorf("after the install of v1.37.2, rpm -q: %q", got)
+	}
+	if got := inRoot(t, root, "/usr/bin/kubelet"); got != "kubelet v1.37.2-1.1\n" {
+		t.Errorf("/usr/bin/kubelet says %q", got)
+	}
+	if got := inRoot(t, root, "/usr/bin/zypper", "--non-interactive", "locks"); !strings.Contains(got, "kubelet") {
+		t.Errorf("after the second install zypper locks lists no kubelet:\n%s", got)
+	}
+}

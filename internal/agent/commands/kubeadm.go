@@ -29,6 +29,12 @@ func kubeadm(ctx context.Context, env *Env, args ...string) error {
 	return env.Host.Kubeadm.Kubeadm(ctx, env.Out, args...)
 }
 
+// KubeadmPatchesDir is the one directory of kubeadm patches on a node (kubeadm's --patches: files
+// named target[suffix][+patchtype].yaml): the reconfigure operation keeps its changes there so that
+// kubeadm regenerates them, and the drift reader passes it to kubeadm when the node has it. Documented
+// in docs/how-to/drift.md; keep both in step.
+const KubeadmPatchesDir = "/etc/kubernetes/patches"
+
 // kubeadmTmp is where `kubeadm upgrade ... --dry-run` writes the files it would have written
 // (kubeadm-upgrade-apply-dryrunNNN/, kubeadm-upgrade-node-dryrunNNN/) and leaves them.
 const kubeadmTmp = "/etc/kubernetes/tmp"
@@ -210,4 +216,11 @@ func ParseCheckExpiration(out []byte) ([]v1alpha1.CertificateExpiry, error) {
 		return nil, fmt.Errorf("kubeadm certs check-expiration reported no certificates")
 	}
 	return res, nil
+}
+
+// KubeadmRender runs kubeadm args with --dry-run on h, its output (which holds the files it would
+// write) into out, and removes what the run left in /etc/kubernetes/tmp, as a DryRun does: the drift
+// reader's way of asking kubeadm what it generates without changing the node.
+func KubeadmRender(ctx context.Context, h *host.Host, out io.Writer, args ...string) error {
+	return kubeadmDryRun(ctx, &Env{Host: h, Out: out}, args...)
 }

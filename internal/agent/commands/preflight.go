@@ -85,10 +85,15 @@ func preflightCheck(ctx context.Context, env *Env, c *v1alpha1.PreflightCheck, i
 		}
 		return "services restart through " + env.Host.Services.Name(), nil
 	case c.PackageManager != nil:
-		if info.Family == "unknown" || info.PackageManager == "unknown" {
-			return "", fmt.Errorf("unknown OS family or package manager (os-release ID %q, family %s, package manager %s): packages are never installed by guess", info.ID, info.Family, info.PackageManager)
+		// The same choice installPackages makes, so a node it would refuse fails here, before anything changes.
+		m, err := choosePackageManager(c.PackageManager.Manager, info)
+		if err != nil {
+			return "", fmt.Errorf("unknown OS family or package manager (os-release ID %q, family %s): packages are never installed by guess: %w", info.ID, info.Family, err)
 		}
-		return fmt.Sprintf("OS family %s, package manager %s", info.Family, info.PackageManager), nil
+		if !env.Host.Files.Exists(m.binary) {
+			return "", fmt.Errorf("package manager %s: %s is not in the host root (OS %s, family %s)", m.name, m.binary, info.ID, info.Family)
+		}
+		return fmt.Sprintf("OS family %s, package manager %s", info.Family, m.name), nil
 	}
 	return "", fmt.Errorf("a check with nothing set")
 }

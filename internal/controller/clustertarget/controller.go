@@ -126,6 +126,7 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 		return err
 	}
 	s.in.certs = observeCertificates(nodes.Items, tasks.Items, ca)
+	s.in.drift = observeDrift(nodes.Items)
 
 	var ops v1alpha1.NodeOperationList
 	if err := r.Client.List(ctx, &ops); err != nil {
@@ -277,6 +278,41 @@ func observeCertificates(nodes []corev1.Node, tasks []v1alpha1.NodeTask, ca caVa
 	if len(out) == 0 {
 		return nil
 	}
+	return out
+}
+
+// observeDrift is, per node whose agent has recorded one, its drift reading
+// (v1alpha1.AnnotationDrift), sorted by node. As with certificates, only nodes the manager sees
+// labelled control plane may report on static pods: any agent may annotate its own Node, but no
+// kubelet or agent may give its Node that label, so a worker's report of control-plane components
+// is dropped and only its kubelet's counts (agents confined to their own node, rule 10).
+func observeDrift(nodes []corev1.Node) []v1alpha1.ObservedDrift {
+	var out []v1alpha1.ObservedDrift
+	for i := range nodes {
+		n := &nodes[i]
+		value, ok := n.Annotations[v1alpha1.AnnotationDrift]
+		if !ok {
+			continue
+		}
+		_, controlPlane := n.Labels[plan.LabelControlPlane]
+		o := v1alpha1.ObservedDrift{Node: n.Name}
+		reading, err := v1alpha1.DecodeDrift(value)
+		switch {
+		case err != nil:
+			o.Problem = err.Error()
+		case reading.Error != "":
+			o.Problem = reading.Error
+		}
+		for _, c := range reading.Components {
+			if c.Component != v1alpha1.DriftKubelet && !controlPlane {
+				continue
+			}
+			o.Components = append(o.Components, c)
+		}
+		o.Drifted = len(o.Components) > 0
+		out = append(out, o)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
 	return out
 }
 
@@ -444,6 +480,8 @@ func Operation(ct *v1alpha1.ClusterTarget, g *v1alpha1.GeneratedOperation) *v1al
 			KubernetesVersion:        g.KubernetesVersion,
 			UpgradeKubeletAndKubectl: u.UpgradeKubeletAndKubectl,
 			BinarySource:             u.BinarySource.DeepCopy(),
+			PackageSource:            u.PackageSource,
+			PackageRepository:        u.PackageRepository.DeepCopy(),
 			IgnorePreflightErrors:    append([]string(nil), u.IgnorePreflightErrors...),
 			// The target's consent to "all", or the generated operation is refused at admission.
 			AllowIgnoreAllPreflightErrors: u.AllowIgnoreAllPreflightErrors,

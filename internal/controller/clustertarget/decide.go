@@ -58,6 +58,7 @@ type input struct {
 	versionProblem string
 	nodes          []v1alpha1.ObservedNode
 	certs          []v1alpha1.ObservedCertificates
+	drift          []v1alpha1.ObservedDrift
 	// ops are the NodeOperations the ClusterTarget controls, by name.
 	ops map[string]opView
 	// opOrder lists ops by creation, for adopting operations missing from the history.
@@ -101,6 +102,8 @@ func decide(in *input) decision {
 		KubernetesVersion:  in.clusterVersion,
 		Nodes:              in.nodes,
 		Certificates:       in.certs,
+		Drift:              in.drift,
+		DriftedNodes:       driftedNodes(in.drift),
 		LastRotationCount:  ct.Status.LastRotationCount,
 	}
 	st.NextCertificateExpiry = nextExpiry(in.certs)
@@ -216,9 +219,10 @@ func due(in *input, st *v1alpha1.ClusterTargetStatus) (*v1alpha1.GeneratedOperat
 	if len(steps) > 0 {
 		step := steps[0]
 		u := ct.Spec.Upgrade
-		if (u.UpgradeKubeletAndKubectl == nil || *u.UpgradeKubeletAndKubectl) && u.BinarySource == nil {
+		binaries := u.PackageSource == "" || u.PackageSource == v1alpha1.PackageSourceBinaries
+		if (u.UpgradeKubeletAndKubectl == nil || *u.UpgradeKubeletAndKubectl) && u.BinarySource == nil && binaries {
 			return nil, verdict{phase: v1alpha1.ClusterWaiting, reason: ReasonInvalidSpec, stalls: true,
-				message: "spec.upgrade.binarySource is required to upgrade to " + step + " while spec.upgrade.upgradeKubeletAndKubectl is true"}
+				message: "spec.upgrade.binarySource is required to upgrade to " + step + " while spec.upgrade.upgradeKubeletAndKubectl is true and spec.upgrade.packageSource is binaries"}
 		}
 		why := fmt.Sprintf("upgrade %s -> %s", in.clusterVersion, step)
 		if len(steps) > 1 {
@@ -497,4 +501,15 @@ func condOrder(t string) int {
 		}
 	}
 	return 99
+}
+
+// driftedNodes counts the nodes whose reading shows a drift.
+func driftedNodes(drift []v1alpha1.ObservedDrift) int32 {
+	var n int32
+	for _, d := range drift {
+		if d.Drifted {
+			n++
+		}
+	}
+	return n
 }

@@ -102,9 +102,9 @@ func conditionStates(cs []metav1.Condition) map[string]string {
 }
 
 // nodeChanged passes a node's creation, deletion, and the updates that change its labels, its
-// kubelet version or its agent's certificate reading.
+// kubelet version or its agent's certificate or drift reading.
 func nodeChanged() predicate.Predicate {
-	return skeleton.NodeChanged(skeleton.NodeLabels|skeleton.NodeKubeletVersion, v1alpha1.AnnotationCertificates)
+	return skeleton.NodeChanged(skeleton.NodeLabels|skeleton.NodeKubeletVersion, v1alpha1.AnnotationCertificates, v1alpha1.AnnotationDrift)
 }
 
 // certificatesChanged passes tasks whose certificate reading counts (succeeded, with

@@ -66,7 +66,8 @@ func writeFile(t *testing.T, root, p, data string, mode os.FileMode) {
 }
 
 // The preflight refuses, before any task of the operation's work starts, a node whose root lacks
-// kubeadm, one whose OS family and package manager are unknown, and one whose agent never answers
+// kubeadm, one whose OS family installPackages does not know (Alpine: its family and apk are
+// recognised, but auto installs only on Debian, RedHat and SUSE families), and one whose agent never answers
 // (a gate that cannot be evaluated blocks, rule 14): each is named with its reason on the operation,
 // in condition PreflightFailed and an Event. Fixing the nodes and retrying their preflight tasks
 // (an agent started for the silent one) lets the operation go on.
@@ -75,7 +76,7 @@ func TestPreflightRefusesNodesBeforeAnyTask(t *testing.T) {
 	names := f.nodes(nil, "nokubeadm", "unknownos", "silent")
 	debian := "ID=debian\nVERSION_ID=12\n"
 	noKubeadm := hosttest.NewRoot(t, map[string]string{"/etc/os-release": debian, "/usr/bin/apt-get": ""})
-	unknownOS := hosttest.NewRoot(t, map[string]string{"/etc/os-release": "ID=plan9\n"})
+	unknownOS := hosttest.NewRoot(t, map[string]string{"/etc/os-release": "ID=alpine\nVERSION_ID=3.20.0\n", "/sbin/apk": ""})
 	writeFile(t, unknownOS, "/usr/bin/kubeadm", fakeKubeadm, 0o755)
 	silent := hosttest.NewRoot(t, map[string]string{"/etc/os-release": debian, "/usr/bin/apt-get": ""})
 	writeFile(t, silent, "/usr/bin/kubeadm", fakeKubeadm, 0o755)
@@ -83,7 +84,7 @@ func TestPreflightRefusesNodesBeforeAnyTask(t *testing.T) {
 	f.runAgent(names[1], unknownOS)
 
 	op := f.operation("preflight", func(o *v1alpha1.NodeOperation) {
-		o.Spec.Preflight = &v1alpha1.OperationPreflight{Checks: []v1alpha1.PreflightCheck{{PackageManager: &v1alpha1.EmptyCheck{}}}}
+		o.Spec.Preflight = &v1alpha1.OperationPreflight{Checks: []v1alpha1.PreflightCheck{{PackageManager: &v1alpha1.PackageManagerCheck{}}}}
 	}, v1alpha1.Group{Name: "work", Commands: []v1alpha1.Command{{KubeadmUpgradeNode: &v1alpha1.KubeadmUpgradeNodeCommand{}}}})
 
 	var got *v1alpha1.NodeOperation
@@ -96,7 +97,7 @@ func TestPreflightRefusesNodesBeforeAnyTask(t *testing.T) {
 	})
 	want := map[string]string{
 		names[0]: "kubeadm is missing (/usr/bin/kubeadm)",
-		names[1]: `unknown OS family or package manager (os-release ID "plan9"`,
+		names[1]: `unknown OS family or package manager (os-release ID "alpine", family alpine)`,
 		names[2]: "the node's agent has not answered the preflight",
 	}
 	for _, fl := range got.Status.Preflight.Failed {

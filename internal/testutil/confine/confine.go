@@ -98,6 +98,8 @@ func (k Cluster) Attempts() []Attempt {
 			Policy: []string{"no annotation of its Node but nodeops.io/was-unschedulable", "UPDATE nodes " + a}},
 		{Name: "record certificates on " + b, Do: PatchNode(b, `{"metadata":{"annotations":{"nodeops.io/certificates":"[]"}}}`),
 			Policy: []string{"agent on node " + a + " may update only its own Node", "UPDATE nodes " + b}},
+		{Name: "record drift on " + b, Do: PatchNode(b, `{"metadata":{"annotations":{"nodeops.io/drift":"{}"}}}`),
+			Policy: []string{"agent on node " + a + " may update only its own Node", "UPDATE nodes " + b}},
 		{Name: "taint " + a, Do: PatchNode(a, `{"spec":{"taints":[{"key":"k","effect":"NoSchedule"}]}}`),
 			Policy: []string{"only spec.unschedulable of its Node's spec", "UPDATE nodes " + a}},
 		{Name: "finalize " + a, Do: PatchNode(a, `{"metadata":{"finalizers":["example.com/keep"]}}`),

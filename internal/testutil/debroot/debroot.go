@@ -21,9 +21,9 @@ import (
 )
 
 // Shared is the package list every test of the repository asks Root for (dnf and rpm for
-// installPackages' RedHat-family tests, openrc for the init systems' tests): one root, built once
-// per machine, instead of one per test package.
-var Shared = []string{"dnf", "openrc", "rpm"}
+// installPackages' RedHat-family tests, zypper for its SUSE-family test, openrc for the init
+// systems' tests): one root, built once per machine, instead of one per test package.
+var Shared = []string{"dnf", "openrc", "rpm", "zypper"}
 
 // Root returns a fresh directory holding a Debian root with the packages in include installed
 // (besides apt's own), removed when the test ends. The first call for a package list builds the
