@@ -40,7 +40,7 @@ func TestWindowsFollowTheWallClockAcrossDaylightSaving(t *testing.T) {
 		next    time.Time // when the operation says it will start, when it does not
 	}{
 		// 01:00-04:00 in Berlin spans the skipped hour in March and the repeated hour in October.
-		{"spring: a minute before 01:00 CET", window("01:00", "04:00", berlin), "2026-03-29 00:59", false, utc("2026-03-29 00:00")},
+		{"spring: a minute before 01:00 CET", window("01:00", "04:00", berlin), "2026-03-28 23:59", false, utc("2026-03-29 00:00")},
 		{"spring: 01:00 CET opens", window("01:00", "04:00", berlin), "2026-03-29 00:00", true, time.Time{}},
 		{"spring: 03:30 CEST, just after the gap, still open", window("01:00", "04:00", berlin), "2026-03-29 01:30", true, time.Time{}},
 		{"spring: 03:59 CEST still open", window("01:00", "04:00", berlin), "2026-03-29 01:59", true, time.Time{}},
