@@ -13,6 +13,9 @@ import (
 // The CEL rules that name every kind (exactly one set; names unique) are generated from Command's fields.
 //go:generate go run ../../hack/commandkinds
 
+// The immutability rules of fields holding durations are generated from the spec types.
+//go:generate go run ../../hack/immutablerules
+
 // Command is one step a NodeTask runs on its node. Exactly one kind is set.
 type Command struct {
 	// commandKindRule holds the rule that exactly one kind is set, generated from the fields below.

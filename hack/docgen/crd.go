@@ -58,7 +58,9 @@ func loadAPI(dir string) (map[string]*apiType, error) {
 	var files []*ast.File
 	for _, e := range entries {
 		n := e.Name()
-		if !strings.HasSuffix(n, ".go") || strings.HasSuffix(n, "_test.go") || strings.HasPrefix(n, "zz_generated") {
+		// Generated rule carriers (command kinds, immutability) are read for their markers.
+		rulesOnly := n == "zz_generated.commandkinds.go" || n == "zz_generated.immutable.go"
+		if !strings.HasSuffix(n, ".go") || strings.HasSuffix(n, "_test.go") || strings.HasPrefix(n, "zz_generated") && !rulesOnly {
 			continue
 		}
 		f, err := parser.ParseFile(fset, filepath.Join(dir, n), nil, parser.ParseComments)
@@ -81,6 +83,16 @@ func loadAPI(dir string) (map[string]*apiType, error) {
 				}
 				t := &apiType{name: ts.Name.Name}
 				t.doc, t.markers = splitComment(cg)
+				if cg != nil {
+					// Markers may sit in their own comment group just above the doc comment
+					// (hack/commandkinds and hack/immutablerules write them so); controller-gen reads it.
+					for i, c := range f.Comments {
+						if c == cg && i > 0 && fset.Position(cg.Pos()).Line-fset.Position(f.Comments[i-1].End()).Line <= 2 {
+							_, above := splitComment(f.Comments[i-1])
+							t.markers = append(above, t.markers...)
+						}
+					}
+				}
 				switch u := ts.Type.(type) {
 				case *ast.StructType:
 					t.strct = u
@@ -192,8 +204,8 @@ func crdReference(apiDir string) (string, error) {
 	var visit func(name string)
 	visit = func(name string) {
 		t := types[name]
-		if t == nil || seen[name] {
-			return
+		if t == nil || seen[name] || !ast.IsExported(name) {
+			return // an unexported type only carries rules, shown on the type embedding it
 		}
 		seen[name] = true
 		order = append(order, name)
@@ -270,7 +282,7 @@ func crdReference(apiDir string) (string, error) {
 			}
 			continue
 		}
-		for _, r := range rules(t.markers) {
+		for _, r := range append(rules(t.markers), embeddedRules(types, t)...) {
 			fmt.Fprintf(&b, "Rule: %s.\n\n", escapeHTML(strings.TrimSuffix(r, ".")))
 		}
 		if len(fieldsOf(t)) == 0 {
@@ -459,4 +471,18 @@ func codeList(vs []string) string {
 		q[i] = "`" + v + "`"
 	}
 	return strings.Join(q, ", ")
+}
+
+// embeddedRules are the rules of the unexported types t embeds to carry generated rules
+// (commandKindRule, operationImmutableRules, ...): the CRD holds them on t.
+func embeddedRules(types map[string]*apiType, t *apiType) []string {
+	var out []string
+	for _, f := range t.strct.Fields.List {
+		id, ok := f.Type.(*ast.Ident)
+		if len(f.Names) != 0 || !ok || ast.IsExported(id.Name) || types[id.Name] == nil {
+			continue
+		}
+		out = append(out, rules(types[id.Name].markers)...)
+	}
+	return out
 }
