@@ -38,7 +38,7 @@ const (
 
 // RotationNotBuilt is what admission answers to a rotation, in one place so the docs and the tests
 // quote the same words: until every phase works, none may be started.
-const RotationNotBuilt = "not implemented yet: phases trust-both, re-issue and complete are not built (prepare is); see docs/how-to/rotate-cas.md"
+const RotationNotBuilt = "not implemented yet: phase trust-both's publishCertificateAuthorities and phases re-issue and complete are not built (prepare and trust-both's trustCertificateAuthorities with trust OldAndNew are); see docs/how-to/rotate-cas.md"
 
 // RotateCertificateAuthoritiesOperation replaces the cluster's certificate authorities (and, with
 // serviceAccountKey, the service-account signing key) in four phases, each a set of groups that run
@@ -46,7 +46,8 @@ const RotationNotBuilt = "not implemented yet: phases trust-both, re-issue and c
 // the first control plane and copied to the others by their agents: the keys never travel through
 // the API), trust-both (old and new trusted everywhere), re-issue (every certificate and kubeconfig
 // from the new authorities) and complete (the old authorities dropped). Not implemented yet: admission
-// refuses it (RotationNotBuilt).
+// refuses it (RotationNotBuilt): phase prepare and trust-both's trustCertificateAuthorities are
+// built and run as commands of a custom operation.
 type RotateCertificateAuthoritiesOperation struct {
 	// Authorities to replace: cluster, etcd, front-proxy; all three when empty.
 	// +optional
@@ -73,7 +74,7 @@ type ClusterCertificateAuthorities struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:XValidation:rule="self >= oldSelf",message="rotationCount can only go up: raise it to rotate the certificate authorities once more"
-	// +kubebuilder:validation:XValidation:rule="self == 0",message="certificateAuthorities.rotationCount is not implemented yet: the rotation's phases trust-both, re-issue and complete are not built (prepare is); see docs/how-to/rotate-cas.md"
+	// +kubebuilder:validation:XValidation:rule="self == 0",message="certificateAuthorities.rotationCount is not implemented yet: the rotation's phase trust-both's publishCertificateAuthorities and phases re-issue and complete are not built (prepare and trust-both's trustCertificateAuthorities with trust OldAndNew are); see docs/how-to/rotate-cas.md"
 	RotationCount int32 `json:"rotationCount,omitempty"`
 }
 
@@ -160,16 +161,20 @@ const (
 	TrustNewOnly CATrust = "NewOnly"
 )
 
-// TrustCertificateAuthoritiesCommand (not implemented yet: admission refuses it) will rewrite what the
-// node trusts. On a control plane: bundles where a component accepts one (the API server's
-// --client-ca-file, --kubelet-certificate-authority and --requestheader-client-ca-file, the
-// controller-manager's --root-ca-file, the scheduler's and controller-manager's kubeconfigs, every
-// kubeconfig's certificate-authority-data, etcd's --trusted-ca-file and --peer-trusted-ca-file), a
-// separate file where one does not (the controller-manager's --client-ca-file and
-// --cluster-signing-cert-file, kubeadm issue 1350), and with serviceAccountKey --service-account-key-file
-// twice; on any node the kubelet's clientCAFile and kubelet.conf. In a DryRun it lists every file it
-// would change with the issuers it trusts before and after.
-// +kubebuilder:validation:XValidation:rule="false",message="trustCertificateAuthorities is not implemented yet: a certificate authority rotation's phases trust-both and complete are not built; see docs/how-to/rotate-cas.md"
+// TrustCertificateAuthoritiesCommand rewrites what the node trusts. With trust OldAndNew (phase
+// trust-both), on a control plane (which holds the operation's staged authorities): a bundle of the old
+// and the new beside each old file in /etc/kubernetes/pki (ca-bundle.crt, etcd/ca-bundle.crt,
+// front-proxy-ca-bundle.crt, and with serviceAccountKey sa-bundle.pub), the flags that accept a bundle
+// pointed at it (the API server's --client-ca-file, --kubelet-certificate-authority,
+// --requestheader-client-ca-file, --etcd-cafile and --service-account-key-file, the controller-manager's
+// --root-ca-file and --requestheader-client-ca-file, etcd's --trusted-ca-file and
+// --peer-trusted-ca-file), every kubeconfig's certificate-authority-data and the kubelet's clientCAFile;
+// the old files and the flags that cannot take a bundle (the controller-manager's --client-ca-file and
+// --cluster-signing-cert-file, kubeadm issue 1350, and the signing keys) are left alone. On a worker
+// the kubelet's clientCAFile and kubelet.conf, with the new cluster CA the controller-managers publish
+// in kube-root-ca.crt. In a DryRun it lists every file it would change with what it trusts before and
+// after. Trust NewOnly (phase complete) is not implemented yet: admission refuses it.
+// +kubebuilder:validation:XValidation:rule="self.trust == 'OldAndNew'",message="trustCertificateAuthorities trust NewOnly is not implemented yet: a certificate authority rotation's phase complete is not built (trust OldAndNew, phase trust-both, is); see docs/how-to/rotate-cas.md",fieldPath=".trust"
 type TrustCertificateAuthoritiesCommand struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=3
@@ -192,8 +197,12 @@ func (c *TrustCertificateAuthoritiesCommand) Description() string {
 	if c.Trust == TrustNewOnly {
 		what = "only the new"
 	}
-	return "trust " + what + " " + authorityText(c.Authorities, c.ServiceAccountKey) +
-		" in every bundle, kubeconfig and kubelet configuration on the node (not implemented yet)"
+	s := "trust " + what + " " + authorityText(c.Authorities, c.ServiceAccountKey) +
+		" in every bundle, kubeconfig and kubelet configuration on the node"
+	if c.Trust == TrustNewOnly {
+		s += " (not implemented yet)"
+	}
+	return s
 }
 
 func (*TrustCertificateAuthoritiesCommand) DefaultTimeout() time.Duration { return 5 * time.Minute }
@@ -207,7 +216,7 @@ func (*TrustCertificateAuthoritiesCommand) Effects() CommandEffects {
 // ConfigMap's certificate-authority-data in kube-public, the ca.crt of service-account token Secrets,
 // and a restart of the in-cluster clients that read the CA once (kube-proxy, CoreDNS), after the
 // controller-manager's --root-ca-file has updated every kube-root-ca.crt.
-// +kubebuilder:validation:XValidation:rule="false",message="publishCertificateAuthorities is not implemented yet: a certificate authority rotation's phases trust-both and complete are not built; see docs/how-to/rotate-cas.md"
+// +kubebuilder:validation:XValidation:rule="false",message="publishCertificateAuthorities is not implemented yet: a certificate authority rotation's cluster-wide step (cluster-info, in-cluster clients) is not built; see docs/how-to/rotate-cas.md"
 type PublishCertificateAuthoritiesCommand struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=3

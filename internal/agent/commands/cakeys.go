@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/cakeys"
+	"github.com/nodeops/nodeops/internal/clock"
 )
 
 // CAServer publishes where the agent serves a rotation's staged authorities (cakeys.Server).
@@ -136,9 +139,73 @@ func notBuilt(kind string) error {
 	return fmt.Errorf("%s is not implemented yet: see docs/how-to/rotate-cas.md", kind)
 }
 
-func runTrustCertificateAuthorities(context.Context, *Env, *v1alpha1.TrustCertificateAuthoritiesCommand) (Result, error) {
-	return Result{}, notBuilt("trustCertificateAuthorities")
+// runTrustCertificateAuthorities, with trust OldAndNew (phase trust-both), makes the node trust the old
+// and the new authorities wherever a bundle is accepted (cakeys.TrustBoth). A control plane takes the
+// new authorities' certificates from its staging directory; a worker, which has none, takes the new
+// cluster authority from kube-root-ca.crt, which the control planes' controller-managers publish from
+// their --root-ca-file bundle once they trust both. It restarts nothing: the plan's next commands do.
+func runTrustCertificateAuthorities(ctx context.Context, env *Env, c *v1alpha1.TrustCertificateAuthoritiesCommand) (Result, error) {
+	if c.Trust != v1alpha1.TrustOldAndNew {
+		return Result{}, fmt.Errorf("trustCertificateAuthorities trust %s (phase complete) is not implemented yet: see docs/how-to/rotate-cas.md", c.Trust)
+	}
+	in := cakeys.TrustInput{Operation: env.Operation, Authorities: c.Authorities, ServiceAccountKey: c.ServiceAccountKey}
+	cp, err := cakeys.IsControlPlane(env.Host.Files, env.Operation)
+	if err != nil {
+		return Result{}, err
+	}
+	var changes []cakeys.Change
+	if cp || !slices.Contains(v1alpha1.OrAllAuthorities(c.Authorities), v1alpha1.AuthorityCluster) {
+		changes, err = cakeys.TrustBoth(env.Host.Files, in)
+	} else {
+		changes, err = trustOnWorker(ctx, env, in)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	for _, ch := range changes {
+		env.printf("%s\n", ch)
+	}
+	if len(changes) == 0 {
+		return Result{Message: "the node trusts the old and the new authorities already; nothing changed"}, nil
+	}
+	return Result{Message: fmt.Sprintf("the node trusts the old and the new authorities: %d files changed", len(changes))}, nil
 }
+
+// publishedCAWait bounds how long a worker waits for kube-root-ca.crt to hold the new cluster authority.
+const publishedCAWait = 3 * time.Minute
+
+// trustOnWorker waits until the cluster publishes the new cluster authority in the agent's namespace's
+// kube-root-ca.crt, then trusts it beside the old.
+func trustOnWorker(ctx context.Context, env *Env, in cakeys.TrustInput) ([]cakeys.Change, error) {
+	if env.Client == nil {
+		return nil, errors.New("trustCertificateAuthorities on a worker needs the agent's client to read kube-root-ca.crt")
+	}
+	ctx, cancel := context.WithTimeout(ctx, publishedCAWait)
+	defer cancel()
+	key := client.ObjectKey{Namespace: env.Namespace, Name: rootCAConfigMap}
+	for {
+		cm := &corev1.ConfigMap{}
+		last := env.Client.Get(ctx, key, cm)
+		if last == nil {
+			in.NewClusterCA = []byte(cm.Data["ca.crt"])
+			changes, err := cakeys.TrustBoth(env.Host.Files, in)
+			if !errors.Is(err, cakeys.ErrNoNewAuthority) {
+				return changes, err
+			}
+			if env.DryRun {
+				env.printf("dry run: %v\n", err)
+				return nil, nil
+			}
+			last = err
+		}
+		if err := clock.Sleep(ctx, env.poll()); err != nil {
+			return nil, fmt.Errorf("waiting for ConfigMap %s to hold the new cluster authority: %w (last: %v)", key, err, last)
+		}
+	}
+}
+
+// rootCAConfigMap is the ConfigMap the controller-manager writes into every namespace from its --root-ca-file.
+const rootCAConfigMap = "kube-root-ca.crt"
 
 func runPublishCertificateAuthorities(context.Context, *Env, *v1alpha1.PublishCertificateAuthoritiesCommand) (Result, error) {
 	return Result{}, notBuilt("publishCertificateAuthorities")

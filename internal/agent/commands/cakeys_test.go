@@ -26,7 +26,8 @@ import (
 )
 
 // TestSafetyRule15_HandlersRecordNoKey runs the prepare phase's two handlers (generate on cp-1, copy
-// to cp-2, agent to agent over the key server) and searches everything they hand the agent to record
+// to cp-2, agent to agent over the key server) and trust-both's (both control planes and a worker),
+// and searches everything they hand the agent to record
 // (result messages, published server, output) and every object in the cluster afterwards for the
 // keys: none may hold one. test/confinement's TestSafetyRule15_KeysNeverReachTheAPI does the same
 // against a real API server.
@@ -100,6 +101,33 @@ func TestSafetyRule15_HandlersRecordNoKey(t *testing.T) {
 	b, _ := os.ReadFile(filepath.Join(second, v1alpha1.StagingDirectory, "ca.key"))
 	if len(a) == 0 || !bytes.Equal(a, b) {
 		t.Fatal("the second control plane did not receive the first's ca.key")
+	}
+
+	// Phase trust-both on both control planes and a worker: what they record holds no key either.
+	worker := t.TempDir()
+	workerCA := oldPKI(t, worker, false)
+	newCA, err := os.ReadFile(filepath.Join(first, v1alpha1.StagingDirectory, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "nodeops-system", Name: "kube-root-ca.crt"},
+		Data: map[string]string{"ca.crt": string(workerCA) + string(newCA)}}); err != nil {
+		t.Fatal(err)
+	}
+	for node, root := range map[string]string{"cp-1": first, "cp-2": second, "worker-1": worker} {
+		if node != "worker-1" {
+			oldPKI(t, root, true)
+		}
+		res, out, err := trustOldAndNew(ctx, t, c, node, root, false)
+		if err != nil {
+			t.Fatalf("trust on %s: %v", node, err)
+		}
+		if !strings.Contains(res.Message, "files changed") {
+			t.Fatalf("trust on %s: %s", node, res.Message)
+		}
+		data, _ := json.Marshal(res)
+		recorded.Write(data)
+		recorded.WriteString(out)
 	}
 
 	for _, kind := range []client.ObjectList{&v1alpha1.NodeTaskList{}, &corev1.EventList{}, &corev1.NodeList{}, &corev1.SecretList{}, &corev1.ConfigMapList{}} {
