@@ -97,6 +97,7 @@ type CustomOperation struct {
 }
 
 // Group is a set of nodes that run the same commands; groups run strictly in order.
+// +kubebuilder:validation:XValidation:rule="!has(self.hooks) || (!has(self.hooks.preOperation) && !has(self.hooks.postOperation))",message="preOperation and postOperation hooks belong on the operation, not on a group",fieldPath=".hooks"
 type Group struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=40
@@ -136,6 +137,7 @@ type Group struct {
 // +kubebuilder:validation:XValidation:rule="has(self.postNodeDelay) == has(oldSelf.postNodeDelay) && (!has(self.postNodeDelay) || self.postNodeDelay == oldSelf.postNodeDelay)",message="postNodeDelay is immutable",fieldPath=".postNodeDelay"
 // +kubebuilder:validation:XValidation:rule="has(self.postGroupDelay) == has(oldSelf.postGroupDelay) && (!has(self.postGroupDelay) || self.postGroupDelay == oldSelf.postGroupDelay)",message="postGroupDelay is immutable",fieldPath=".postGroupDelay"
 // +kubebuilder:validation:XValidation:rule="has(self.gates) == has(oldSelf.gates) && (!has(self.gates) || self.gates == oldSelf.gates)",message="gates is immutable",fieldPath=".gates"
+// +kubebuilder:validation:XValidation:rule="has(self.hooks) == has(oldSelf.hooks) && (!has(self.hooks) || self.hooks == oldSelf.hooks)",message="hooks is immutable",fieldPath=".hooks"
 // +kubebuilder:validation:XValidation:rule="has(self.pauseBefore) == has(oldSelf.pauseBefore) && (!has(self.pauseBefore) || self.pauseBefore == oldSelf.pauseBefore)",message="pauseBefore is immutable",fieldPath=".pauseBefore"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.resumedBefore) || (has(self.resumedBefore) && oldSelf.resumedBefore.all(n, n in self.resumedBefore))",message="resumedBefore only grows: a resumed pause is never taken back",fieldPath=".resumedBefore"
 // +kubebuilder:validation:XValidation:rule="self.executionMode == oldSelf.executionMode || (oldSelf.executionMode == 'Controlled' && self.executionMode == 'Auto')",message="executionMode may only change from Controlled to Auto",fieldPath=".executionMode"
@@ -340,6 +342,10 @@ type NodeOperationStatus struct {
 	// PausedBeforeNode): a pauseBefore entry not yet in spec.resumedBefore. Unset otherwise.
 	// +optional
 	PausedBefore string `json:"pausedBefore,omitempty"`
+	// Hooks is the progress of the hooks running, failed, or done but not yet implied by a task
+	// or a group's phase (see HookRun).
+	// +optional
+	Hooks []HookRun `json:"hooks,omitempty"`
 	// Preflight lists the nodes that failed the preflight, set only while one has.
 	// +optional
 	Preflight *PreflightStatus `json:"preflight,omitempty"`
