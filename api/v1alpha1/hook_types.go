@@ -155,7 +155,7 @@ type HookRun struct {
 	// Hook is the hook running or failed, or the last one done.
 	Hook string `json:"hook"`
 	// Index of Hook in its point's list.
-	Index int32 `json:"index"`
+	Index int32     `json:"index"`
 	State HookState `json:"state"`
 	// Attempt counts the runs of Hook: a retry makes a new Job.
 	// +optional
