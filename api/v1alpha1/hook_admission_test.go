@@ -11,7 +11,6 @@ func hookCases() []admission {
 		{"http hook over plain http to a remote host", scheduled("h3", "hooks:\n  postNode:\n  - {name: n, http: {url: \"http://events.example.com/x\", "+secret+"}}"), "spec.hooks.postNode[0].http.url", "must be an https URL, or http to a loopback address"},
 		{"http hook with no URL scheme", scheduled("h4", "hooks:\n  postNode:\n  - {name: n, http: {url: \"events.example.com\", "+secret+"}}"), "spec.hooks.postNode[0].http.url", "must be an https URL"},
 		{"http hook without a signing secret", scheduled("h5", "hooks:\n  postNode:\n  - {name: n, http: {url: \"https://e.example.com\"}}"), "spec.hooks.postNode[0].http.signingKey", "Required value"},
-		{"job hook without spec.template", scheduled("h6", "hooks:\n  preNode:\n  - {name: j, job: {template: {spec: {backoffLimit: 1}}}}"), "spec.hooks.preNode[0].job.template", "must be a JobTemplateSpec with spec.template"},
 		{"hook name with capitals", scheduled("h7", "hooks:\n  preNode:\n  - {name: Check, "+job[1:]), "spec.hooks.preNode[0].name", "should match"},
 		{"hook timeout too long", scheduled("h8", "hooks:\n  preNode:\n  - {name: c, timeout: 25h, "+job[1:]), "spec.hooks.preNode[0].timeout", "must be from 1s to 24h"},
 		{"two hooks of one name", scheduled("h9", "hooks:\n  preNode:\n  - {name: c, "+job[1:]+"\n  - {name: c, "+job[1:]), "spec.hooks.preNode[1]", "Duplicate value"},

@@ -80,7 +80,6 @@ type JobHook struct {
 	// +kubebuilder:validation:Type=object
 	// +kubebuilder:validation:Schemaless
 	// +kubebuilder:pruning:PreserveUnknownFields
-	// +kubebuilder:validation:XValidation:rule="has(self.spec) && has(self.spec.template)",message="must be a JobTemplateSpec with spec.template"
 	Template runtime.RawExtension `json:"template"`
 }
 
