@@ -34,7 +34,7 @@ func TestPlanShowsHooksAndRefusesABadTemplate(t *testing.T) {
 	}
 	var out strings.Builder
 	writePlan(&out, op, p, false)
-	first, second, _ := strings.Cut(out.String(), "second")
+	first, second, _ := strings.Cut(out.String(), "2. second:")
 	for _, c := range []struct{ in, want string }{
 		{first, "hook preOperation tell: http https://events.example.com, signed with key k of secret nodeops-hooks/nodeops-hook-signing (timeout 10m0s)"},
 		{first, "hook postNode tell: http"},
