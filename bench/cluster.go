@@ -20,19 +20,31 @@ type cluster struct {
 	cfg    *rest.Config
 	client client.WithWatch
 	up     *localcluster.UpProcess
+	// pprof is the Go profiler's address by process, when the bench takes profiles.
+	pprof map[string]string
+	// profile, when set, starts the CPU profiles of a run and returns a wait for them.
+	profile func(scenario string) (wait func() error)
 }
 
 // startCluster runs nodeops-local up in dir with one control plane (it must have one), no workers and
 // k sim nodes, and returns once it printed its ready line.
-func startCluster(ctx context.Context, binDir, dir string, k int, logf func(string, ...any)) (*cluster, error) {
+func startCluster(ctx context.Context, binDir, dir string, k int, profile bool, logf func(string, ...any)) (*cluster, error) {
 	// As an administrator: the raw-limit workload creates NodeTasks itself, which the NodeTask
 	// creation policy of pod-bound credentials refuses, and earlier results ran without policies.
 	args := []string{"--dir", dir, "--control-planes=1", "--workers=0", "--sim-nodes=" + strconv.Itoa(k), "--timeout=30m", "--agent-credentials=admin"}
+	var pprof map[string]string
+	if profile {
+		more, addrs, err := profileArgs()
+		if err != nil {
+			return nil, err
+		}
+		args, pprof = append(args, more...), addrs
+	}
 	up, err := localcluster.StartUpProcess(binDir, args...)
 	if err != nil {
 		return nil, err
 	}
-	c := &cluster{dir: dir, up: up}
+	c := &cluster{dir: dir, up: up, pprof: pprof}
 	logf("K=%d: nodeops-local up %s (pid %d)", k, strings.Join(args, " "), up.PID())
 	if _, err := up.Ready(ctx); err != nil {
 		c.stop()

@@ -4,7 +4,7 @@
 // autoProvision NodeProfile, and the ClusterTarget at rest. It prints a markdown table beside the targets of issue 8 and writes it
 // to bench/results.md with the machine and the commit. Nothing asserts times: it is a measurement.
 //
-//	go run ./bench [-k 100,1000,5000,10000] [-quick] [-out bench/results.md] [-raw-creates 5000] [-raw-clients 32]
+//	go run ./bench [-k 100,1000,5000,10000] [-quick] [-out bench/results.md] [-raw-creates 5000] [-raw-clients 32] [-only op100] [-profile DIR]
 //
 // It only measures: it changes no default of nodeops, and no binary nodeops ships links it.
 package main
@@ -41,6 +41,10 @@ type options struct {
 	timeout    time.Duration
 	// scenarios to run, by name (raw, op100, op10, profile); all when empty.
 	only map[string]bool
+	// profileDir, when set, receives a CPU profile of the manager and the sim agent for each
+	// operation or profile run, profileSeconds long from just before its create.
+	profileDir     string
+	profileSeconds int
 }
 
 func main() {
@@ -63,6 +67,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.workDir, "dir", "", "directory for the clusters' directories (default a new temporary directory)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the clusters' directories (logs) after the run")
 	fs.DurationVar(&o.timeout, "timeout", 15*time.Minute, "deadline of each measured run")
+	fs.StringVar(&o.profileDir, "profile", "", "directory for CPU profiles (pprof) of the manager and the sim agent, one per operation or profile run; empty takes none")
+	fs.IntVar(&o.profileSeconds, "profile-seconds", 20, "length of each -profile profile, from just before the run's create")
 	only := fs.String("only", "", "comma-separated scenarios to run: raw,target,op100,op10,profile (default all)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -95,6 +101,14 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 			default:
 				return o, fmt.Errorf("-only: unknown scenario %q", s)
 			}
+		}
+	}
+	if o.profileDir != "" {
+		if o.profileSeconds < 1 {
+			return o, fmt.Errorf("-profile-seconds must be positive")
+		}
+		if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
+			return o, fmt.Errorf("-profile: %w", err)
 		}
 	}
 	if o.rawCreates < 1 || o.rawClients < 1 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -89,7 +90,7 @@ func waitZero() []v1alpha1.Command {
 func benchK(ctx context.Context, o options, k int, dir string, logf func(string, ...any)) (clusterResult, error) {
 	res := clusterResult{K: k}
 	start := time.Now()
-	c, err := startCluster(ctx, o.binDir, dir, k, logf)
+	c, err := startCluster(ctx, o.binDir, dir, k, o.profileDir != "", logf)
 	if err != nil {
 		return res, err
 	}
@@ -150,6 +151,11 @@ func benchK(ctx context.Context, o options, k int, dir string, logf func(string,
 			run:  func(ctx context.Context) (time.Duration, taskTimes, error) { return runProfile(ctx, c, k) },
 		})
 	}
+	if o.profileDir != "" {
+		c.profile = func(scenario string) func() error {
+			return startProfiles(ctx, c.pprof, o.profileDir, k, scenario, o.profileSeconds)
+		}
+	}
 	for _, s := range scenarios {
 		if ctx.Err() != nil {
 			return res, ctx.Err()
@@ -203,9 +209,20 @@ func measure(ctx context.Context, c *cluster, name string, timeout time.Duration
 		return fail(err)
 	}
 	r.Load = readLoadAvg()
+	profiled := func() error { return nil }
+	if c.profile != nil {
+		profiled = c.profile(name)
+	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	r.Wall, r.Tasks, err = run(rctx)
 	cancel()
+	// Waited for after the CPU times are read, so that the run's window is the same with or without.
+	defer func() {
+		if perr := profiled(); perr != nil {
+			// The measurement stands without its profile.
+			fmt.Fprintf(os.Stderr, "bench: %s: %v\n", name, perr)
+		}
+	}()
 	if err != nil {
 		return fail(err)
 	}

@@ -68,6 +68,17 @@ spec:
 %s`, name, indent(install, "  "))
 }
 
+// rotation is a NodeOperation rotating the certificate authorities with the given settings (YAML flow).
+func rotation(name, settings string) string {
+	return fmt.Sprintf(`apiVersion: nodeops.io/v1alpha1
+kind: NodeOperation
+metadata:
+  name: %s
+spec:
+  rotateCertificateAuthorities: %s
+`, name, settings)
+}
+
 func indent(s, by string) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	for i, l := range lines {
@@ -525,6 +536,40 @@ spec:
     ignorePreflightErrors: [all]
     drain: {timeout: 30m}
 `, "", ""},
+		// The certificate authority rotation: designed, prepare built, refused until every phase works.
+		{"rotation not built", rotation("r1", "{}"), "spec.rotateCertificateAuthorities", "rotateCertificateAuthorities is not implemented yet: phases trust-both, re-issue and complete are not built"},
+		{"rotation of an unknown authority", rotation("r2", "{authorities: [kube-ca]}"), "spec.rotateCertificateAuthorities.authorities[0]", "Unsupported value"},
+		{"rotation completion unknown", rotation("r3", "{completion: Later}"), "spec.rotateCertificateAuthorities.completion", "Unsupported value"},
+		{"rotation beside an upgrade", `apiVersion: nodeops.io/v1alpha1
+kind: NodeOperation
+metadata:
+  name: r4
+spec:
+  renewCertificates: {}
+  rotateCertificateAuthorities: {}
+`, "spec", "exactly one of upgrade, renewCertificates, rotateCertificateAuthorities or custom"},
+		{"target rotationCount not built", `apiVersion: nodeops.io/v1alpha1
+kind: ClusterTarget
+metadata:
+  name: cluster
+spec:
+  kubernetesVersion: v1.37.2
+  certificateAuthorities: {rotationCount: 1}
+`, "spec.certificateAuthorities.rotationCount", "certificateAuthorities.rotationCount is not implemented yet"},
+		{"target rotationCount negative", `apiVersion: nodeops.io/v1alpha1
+kind: ClusterTarget
+metadata:
+  name: cluster
+spec:
+  kubernetesVersion: v1.37.2
+  certificateAuthorities: {rotationCount: -1}
+`, "spec.certificateAuthorities.rotationCount", "should be greater than or equal to 0"},
+		{"trust command not built", task("r5", "- trustCertificateAuthorities:\n    trust: OldAndNew"), taskPath + ".trustCertificateAuthorities", "trustCertificateAuthorities is not implemented yet"},
+		{"publish command not built", op("r6", "- publishCertificateAuthorities:\n    trust: NewOnly"), cmdPath + ".publishCertificateAuthorities", "publishCertificateAuthorities is not implemented yet"},
+		{"reissue command not built", profile("r7", "- reissueCertificates: {}"), profPath + ".reissueCertificates", "reissueCertificates is not implemented yet"},
+		{"generate of an unknown authority", task("r8", "- generateCertificateAuthorities:\n    authorities: [sa]"), taskPath + ".generateCertificateAuthorities.authorities[0]", "Unsupported value"},
+		{"copy of a repeated authority", task("r9", "- copyCertificateAuthorities:\n    authorities: [etcd, etcd]"), taskPath + ".copyCertificateAuthorities.authorities[1]", "Duplicate value"},
+		{"valid prepare commands", task("ok-r1", "- generateCertificateAuthorities:\n    authorities: [cluster, front-proxy]\n    serviceAccountKey: true\n- copyCertificateAuthorities: {}"), "", ""},
 		{"valid upgrade with all and its flag", `apiVersion: nodeops.io/v1alpha1
 kind: NodeOperation
 metadata:
@@ -547,7 +592,7 @@ const sha = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 func TestAdmission(t *testing.T) {
 	env, kubectl, kubeconfig := startAPIServer(t)
 	_ = env
-	cases := append(append(admissionCases(), windowCases()...), hookCases()...)
+	cases := append(append(append(admissionCases(), windowCases()...), gateCases()...), hookCases()...)
 	refused := 0
 	for _, tc := range cases {
 		if tc.field != "" {
@@ -748,6 +793,26 @@ func TestPlannedTasksAreAdmitted(t *testing.T) {
 		tk.OwnerReferences = nil
 		if err := env.Client.Create(context.Background(), tk, client.DryRunAll); err != nil {
 			t.Errorf("profile %s task: refused: %v", a, err)
+		}
+	}
+	// A rotation's prepare tasks are admitted; the tasks of the phases not built are refused, as the
+	// operation itself is (v1alpha1.RotationNotBuilt).
+	rot, err := plan.Expand(&v1alpha1.NodeOperationSpec{RotateCertificateAuthorities: &v1alpha1.RotateCertificateAuthoritiesOperation{ServiceAccountKey: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range rot {
+		tk := &v1alpha1.NodeTask{
+			ObjectMeta: metav1.ObjectMeta{Name: plan.TaskName("rotation", g.Name, "node-1")},
+			Spec:       v1alpha1.NodeTaskSpec{NodeName: "node-1", Operation: "rotation", Group: g.Name, Commands: g.Commands, ExecutionMode: v1alpha1.ExecutionAuto},
+		}
+		err := env.Client.Create(context.Background(), tk, client.DryRunAll)
+		built := g.Name == plan.GroupPreflight || g.Name == plan.GroupCAPrepareGenerate || g.Name == plan.GroupCAPrepareCopy
+		switch {
+		case built && err != nil:
+			t.Errorf("rotation group %s: the task is refused: %v", g.Name, err)
+		case !built && (err == nil || !strings.Contains(err.Error(), "is not implemented yet")):
+			t.Errorf("rotation group %s: want the task refused as not implemented yet, got %v", g.Name, err)
 		}
 	}
 	for name, spec := range specs {

@@ -74,6 +74,10 @@ type ClusterTargetSpec struct {
 	KubernetesVersion string `json:"kubernetesVersion"`
 	// +optional
 	Certificates ClusterCertificates `json:"certificates,omitempty"`
+	// CertificateAuthorities: when the cluster's certificate authorities are rotated. Not
+	// implemented yet (docs/how-to/rotate-cas.md).
+	// +optional
+	CertificateAuthorities ClusterCertificateAuthorities `json:"certificateAuthorities,omitempty"`
 	// +optional
 	Upgrade ClusterUpgrade `json:"upgrade,omitempty"`
 	// ExecutionMode of the NodeOperations it generates: Auto, Controlled or DryRun.

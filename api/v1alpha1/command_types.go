@@ -54,6 +54,12 @@ type Command struct {
 	Script                   *ScriptCommand                   `json:"script,omitempty"`
 	Wait                     *WaitCommand                     `json:"wait,omitempty"`
 	Pod                      *PodCommand                      `json:"pod,omitempty"`
+	// The certificate authority rotation's kinds (rotation_types.go).
+	GenerateCertificateAuthorities *GenerateCertificateAuthoritiesCommand `json:"generateCertificateAuthorities,omitempty"`
+	CopyCertificateAuthorities     *CopyCertificateAuthoritiesCommand     `json:"copyCertificateAuthorities,omitempty"`
+	TrustCertificateAuthorities    *TrustCertificateAuthoritiesCommand    `json:"trustCertificateAuthorities,omitempty"`
+	PublishCertificateAuthorities  *PublishCertificateAuthoritiesCommand  `json:"publishCertificateAuthorities,omitempty"`
+	ReissueCertificates            *ReissueCertificatesCommand            `json:"reissueCertificates,omitempty"`
 }
 
 // KubeadmUpgradeApplyCommand runs `kubeadm upgrade apply VERSION --yes` on the first control-plane node.

@@ -101,6 +101,37 @@ type AlertmanagerGate struct {
 	// +kubebuilder:validation:items:MaxLength=256
 	// +kubebuilder:validation:items:Pattern=`^[a-zA-Z_][a-zA-Z0-9_]*(=|!=|=~|!~).*$`
 	Matchers []string `json:"matchers,omitempty"`
+	// Silence, when set, has nodeops hold an Alertmanager silence over each node while its task
+	// runs: created before the task is created (a node whose silence cannot be created does not
+	// start, and the gate holds with the reason), extended while the task runs, expired once it
+	// ends, never longer than MaxDuration. Its id is recorded in the operation's status
+	// (status.silences), so a restarted manager extends or expires the same silence.
+	// +optional
+	Silence *AlertmanagerSilence `json:"silence,omitempty"`
+}
+
+// NodeNamePlaceholder in a silence's matchers and comment is replaced by the node's name.
+const NodeNamePlaceholder = "{{node}}"
+
+// AlertmanagerSilence is the silence nodeops holds over a node while it works on it.
+type AlertmanagerSilence struct {
+	// Matchers of the silence, as the gate's ("name=value", "name!=value", "name=~regex",
+	// "name!~regex"), each with {{node}} replaced by the node's name: "instance={{node}}".
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=256
+	// +kubebuilder:validation:items:Pattern=`^[a-zA-Z_][a-zA-Z0-9_]*(=|!=|=~|!~).*$`
+	Matchers []string `json:"matchers"`
+	// MaxDuration bounds how long one node's silence lasts, however long its task runs: past it
+	// the silence is not extended and the node's alerts fire again.
+	// +optional
+	// +kubebuilder:default="4h0m0s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('168h')",message="must be from 1m to 168h"
+	MaxDuration *metav1.Duration `json:"maxDuration,omitempty"`
+	// Comment of the silence, with {{node}} replaced; nodeops adds the operation and group.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Comment string `json:"comment,omitempty"`
 }
 
 // CommandGate is a script run on a node that must exit 0. Not implemented yet: admission refuses it.

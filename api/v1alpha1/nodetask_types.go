@@ -269,6 +269,12 @@ type NodeTaskStatus struct {
 	// Certificates reports certificate expiry after a renewal.
 	// +optional
 	Certificates []CertificateExpiry `json:"certificates,omitempty"`
+	// CertificateAuthorityServer is where this task's agent serves the certificate authorities its
+	// generateCertificateAuthorities made, to the agents of the operation's other control planes
+	// (copyCertificateAuthorities). It holds no key: only an address and the fingerprint of the
+	// server's certificate, by which the receiving agent knows it speaks to this agent (rule 15).
+	// +optional
+	CertificateAuthorityServer *CertificateAuthorityServer `json:"certificateAuthorityServer,omitempty"`
 	// +optional
 	StartTime *metav1.MicroTime `json:"startTime,omitempty"`
 	// +optional
@@ -421,4 +427,15 @@ func (t *NodeTask) DrainPending() (i int, d *DrainCommand, ok bool) {
 		return 0, nil, false
 	}
 	return i, d, true
+}
+
+// CertificateAuthorityServer is an agent's TLS server for a rotation's new certificate authorities.
+type CertificateAuthorityServer struct {
+	// Address is host:port, on the node's network.
+	// +kubebuilder:validation:MaxLength=261
+	Address string `json:"address"`
+	// CertificateSHA256 is the SHA-256 of the server certificate's DER, lowercase hex: the one
+	// certificate the receiving agent accepts.
+	// +kubebuilder:validation:Pattern=`^[a-f0-9]{64}$`
+	CertificateSHA256 string `json:"certificateSHA256"`
 }

@@ -44,3 +44,20 @@ spec:
 `, "spec.custom.groups[0].windows[0].end", "should match"},
 	}
 }
+
+// gateCases are health gates, refused at admission with the field path.
+func gateCases() []admission {
+	const g = "spec.gates[0]"
+	return []admission{
+		{"an alertmanager gate holding a silence", scheduled("g0", "gates:\n- name: no-pages\n  alertmanager:\n    url: http://am:9093\n    matchers: [severity=critical]\n    silence: {matchers: [\"instance={{node}}\"], maxDuration: 2h, comment: \"work on {{node}}\"}"), "", ""},
+		{"every other kind of gate", scheduled("g00", "gates:\n- {name: a, approval: {}}\n- {name: b, clusterHealth: {}}\n- {name: c, timeout: 5m, prometheus: {url: \"http://prom:9090\", query: up == 0}}\n- {name: d, cel: {apiVersion: apps/v1, kind: Deployment, namespace: x, name: web, expression: \"true\"}}"), "", ""},
+		{"a gate of two kinds", scheduled("g1", "gates:\n- {name: a, approval: {}, clusterHealth: {}}"), g, "exactly one of cel, clusterHealth"},
+		{"a gate name not a DNS label", scheduled("g2", "gates:\n- {name: No_Pages, approval: {}}"), g + ".name", "should match"},
+		{"a silence without matchers", scheduled("g3", "gates:\n- name: a\n  alertmanager: {url: \"http://am:9093\", silence: {matchers: []}}"), g + ".alertmanager.silence.matchers", "should have at least 1 items"},
+		{"a silence matcher without an operator", scheduled("g4", "gates:\n- name: a\n  alertmanager: {url: \"http://am:9093\", silence: {matchers: [\"{{node}}\"]}}"), g + ".alertmanager.silence.matchers[0]", "should match"},
+		{"a silence held too long", scheduled("g5", "gates:\n- name: a\n  alertmanager: {url: \"http://am:9093\", silence: {matchers: [\"instance={{node}}\"], maxDuration: 200h}}"), g + ".alertmanager.silence.maxDuration", "must be from 1m to 168h"},
+		{"an alertmanager URL not http", scheduled("g6", "gates:\n- name: a\n  alertmanager: {url: \"ftp://am\"}"), g + ".alertmanager.url", "must be an http or https URL"},
+		{"a gate timeout too long", scheduled("g7", "gates:\n- {name: a, timeout: 200h, approval: {}}"), g + ".timeout", "must be from 1s to 168h"},
+		{"a command gate", scheduled("g8", "gates:\n- {name: a, command: {script: \"test -f /done\"}}"), g + ".command", "command gates are not implemented yet"},
+	}
+}

@@ -8,6 +8,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"time"
 
@@ -53,9 +54,12 @@ func run() error {
 	fs.DurationVar(&o.CertificateCheckInterval, "certificate-check-interval", agent.DefaultCertificateCheckInterval, "on a kubeadm control plane, how often to read the certificates' expiry (kubeadm certs check-expiration) into the Node's nodeops.io/certificates annotation, jittered by up to a fifth; written only when it changed; 0 never reads")
 	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", agent.DefaultShutdownGracePeriod, "on SIGTERM, how long a running command may go on to finish (no new one starts); keep the pod's terminationGracePeriodSeconds above it")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", "0", "address of the agent's metrics (plain HTTP: nodeops_agent_commands by kind and result, the last result's time, Go and client metrics); 0 disables")
+	fs.StringVar(&o.PprofBindAddress, "pprof-bind-address", "0", "address of the Go profiler's /debug/pprof endpoints (benchmarks); 0 disables")
 	fs.Float64Var(&qps, "kube-api-qps", 500, "client requests per second to the API server")
 	fs.IntVar(&burst, "kube-api-burst", 1000, "client request burst to the API server")
 	fs.StringVar(&o.KubeletRootDir, "kubelet-root-dir", secretholder.DefaultKubeletRootDir, "the node's kubelet --root-dir, as a host path: scripts read their Secrets from the volumes it mounts there for their task's secret holder pod")
+	fs.StringVar(&o.CAServerAddress, "ca-server-address", "", "where to serve a certificate authority rotation's new authorities to the other control planes' agents (TLS, each asker's token reviewed), such as :9444; empty serves none and generateCertificateAuthorities fails")
+	fs.StringVar(&o.CAServerAdvertise, "ca-server-advertise", "", "host:port the other agents reach --ca-server-address at, published in the generating task's status (default: $POD_IP and its port)")
 	fs.BoolVar(&printVersion, "version", false, "print the agent's version and exit")
 	fs.BoolVar(&hold, "hold", false, "do nothing until SIGTERM: the container of a task's secret holder pod, whose kubelet mounts the task's Secrets for its agent (internal/secretholder)")
 	zapOpts := zap.Options{}
@@ -73,6 +77,13 @@ func run() error {
 		return nil
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	if o.CAServerAddress != "" && o.CAServerAdvertise == "" {
+		_, port, err := net.SplitHostPort(o.CAServerAddress)
+		if err != nil || os.Getenv("POD_IP") == "" {
+			return fmt.Errorf("--ca-server-address %q: set --ca-server-advertise, or POD_IP (the downward API's status.podIP) and a port", o.CAServerAddress)
+		}
+		o.CAServerAdvertise = net.JoinHostPort(os.Getenv("POD_IP"), port)
+	}
 	if o.Workers == 0 {
 		o.Workers = 1
 		if o.NodePrefix != "" {

@@ -11,7 +11,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -30,6 +29,7 @@ import (
 	"github.com/nodeops/nodeops/internal/agent/commands"
 	"github.com/nodeops/nodeops/internal/host"
 	"github.com/nodeops/nodeops/internal/redact"
+	"github.com/nodeops/nodeops/internal/statuswrite"
 	"github.com/nodeops/nodeops/internal/taskpolicy"
 )
 
@@ -42,6 +42,10 @@ const DefaultRecordRunningAfter = time.Second
 
 // Reconciler executes the NodeTasks of the nodes it serves.
 type Reconciler struct {
+	// CAServer serves a rotation's staged authorities to other control planes' agents; nil: none.
+	CAServer commands.CAServer
+	// ServiceAccountToken is the agent's own token, for copyCertificateAuthorities; nil: none.
+	ServiceAccountToken func() (string, error)
 	// Client reads NodeTasks from the label-selected cache and writes their status.
 	Client client.Client
 	// Direct reads and writes without a cache: fresh NodeTasks, the node, its pods.
@@ -276,23 +280,39 @@ func (r *Reconciler) runRecordingLate(ctx context.Context, task *v1alpha1.NodeTa
 	return task, <-done
 }
 
-// writeStatus writes the agent's fields of status (NodeTaskStatus says which are whose) in one
-// merge patch that fails on a concurrent change. The patch never holds status.conditions, the
-// manager's, so the agent cannot drop or overwrite them; the admission policy refuses an agent's
-// write that changes them (config/admission/agent-confinement.yaml).
+// recordRule is how the agent records a step (intent recorded before action, rule 4): its fields
+// of status (NodeTaskStatus says which are whose; conditions are the manager's, and the admission
+// policy refuses an agent's write that changes them) under a lock, so that a record decided on a
+// task older than the API server's is refused and the loop resyncs (agent.(*taskRun).resync).
+var recordRule = statuswrite.Rule{Kind: "NodeTask", Fields: statuswrite.AllButConditions, Lock: true}
+
+// signRule is how the agent shows a running command is alive (the heartbeat) or what it waits for
+// (a note): only the field that changed, without a lock, so that a sign never conflicts with the
+// agent's own records nor sets one back.
+var signRule = statuswrite.Rule{Kind: "NodeTask", Fields: statuswrite.AllButConditions, Changed: true}
+
+// writeStatus writes the agent's fields of status over task (statuswrite.Write under recordRule),
+// and updates task on success; a conflict or a task gone comes back as the API server's error.
 func (r *Reconciler) writeStatus(ctx context.Context, task *v1alpha1.NodeTask, status *v1alpha1.NodeTaskStatus) error {
-	base := task.DeepCopy()
-	base.Status.Conditions = nil
-	obj := base.DeepCopy()
+	obj := task.DeepCopy()
 	obj.Status = *status.DeepCopy()
-	obj.Status.Conditions = nil
-	if err := r.Client.Status().Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+	obj.Status.Conditions = task.Status.Conditions
+	if _, _, err := statuswrite.Write(ctx, r.Client, recordRule, nil, statuswrite.Change{Orig: task, Obj: obj, Urgent: true}); err != nil {
 		return err
 	}
 	*task = *obj
 	r.remember(task)
 	r.releaseIfFinished(task)
 	return nil
+}
+
+// sign writes one of the agent's signs on a running task (signRule): set changes a bare task.
+func (r *Reconciler) sign(ctx context.Context, task string, set func(*v1alpha1.NodeTaskStatus)) error {
+	orig := &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: task}}
+	obj := orig.DeepCopy()
+	set(&obj.Status)
+	_, _, err := statuswrite.Write(ctx, r.Client, signRule, nil, statuswrite.Change{Orig: orig, Obj: obj, Urgent: true})
+	return err
 }
 
 // run runs command a.Index once, renewing the heartbeat meanwhile.
@@ -332,6 +352,9 @@ func (r *Reconciler) run(ctx context.Context, task *v1alpha1.NodeTask, a taskpol
 		SecretMountWait: r.SecretMountWait,
 		Note:            func(m string) { r.note(ctx, task, secrets.String(m)) },
 		Waits:           &commands.Waits{},
+
+		CAServer:            r.CAServer,
+		ServiceAccountToken: r.ServiceAccountToken,
 	}
 	if cmd.Drains() != nil {
 		// Such a command is never run before its Running record, so task.Status is this run's.
@@ -339,7 +362,7 @@ func (r *Reconciler) run(ctx context.Context, task *v1alpha1.NodeTask, a taskpol
 	}
 	res, err := commands.Run(cctx, env, cmd)
 	stop()
-	o := taskpolicy.Outcome{Err: err, Message: secrets.String(res.Message), Certs: res.Certificates, Waits: env.Waits.List()}
+	o := taskpolicy.Outcome{Err: err, Message: secrets.String(res.Message), Certs: res.Certificates, CAServer: res.CAServer, Waits: env.Waits.List()}
 	if err != nil {
 		o.ExitCode = int32(host.ExitCode(err)) //nolint:gosec // exit codes are small
 		if cctx.Err() != nil && ctx.Err() == nil {
@@ -363,13 +386,10 @@ func (r *Reconciler) timeout(cmd *v1alpha1.Command) time.Duration {
 }
 
 // note shows a running command's wait in the task's status.message (the CLI shows it with the task),
-// one merge patch; the command's result replaces it. A failed write only goes to the log: the
+// one sign (signRule); the command's result replaces it. A failed write only goes to the log: the
 // command goes on.
 func (r *Reconciler) note(ctx context.Context, task *v1alpha1.NodeTask, message string) {
-	patch, err := json.Marshal(map[string]any{"status": map[string]string{"message": message}})
-	if err == nil {
-		err = r.Client.Status().Patch(ctx, &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: task.Name}}, client.RawPatch(types.MergePatchType, patch))
-	}
+	err := r.sign(ctx, task.Name, func(st *v1alpha1.NodeTaskStatus) { st.Message = message })
 	if err != nil && ctx.Err() == nil {
 		log.FromContext(ctx).Error(err, "showing a running command's wait", "task", task.Name, "message", message)
 	}
@@ -380,7 +400,6 @@ func (r *Reconciler) heartbeat(ctx context.Context, task *v1alpha1.NodeTask) (st
 	every := r.heartbeatEvery()
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	obj := &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: task.Name}}
 	go func() {
 		defer close(done)
 		t := time.NewTicker(every)
@@ -390,9 +409,8 @@ func (r *Reconciler) heartbeat(ctx context.Context, task *v1alpha1.NodeTask) (st
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				ts, _ := json.Marshal(now())
-				patch := []byte(`{"status":{"agentHeartbeat":` + string(ts) + `}}`)
-				if err := r.Client.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil && ctx.Err() == nil {
+				ts := now()
+				if err := r.sign(ctx, task.Name, func(st *v1alpha1.NodeTaskStatus) { st.AgentHeartbeat = &ts }); err != nil && ctx.Err() == nil {
 					log.FromContext(ctx).Error(err, "heartbeat", "task", task.Name)
 				}
 				r.renewLease(ctx, task)

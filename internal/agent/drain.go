@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,11 +9,11 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/clock"
+	"github.com/nodeops/nodeops/internal/statuswrite"
 	"github.com/nodeops/nodeops/internal/transient"
 )
 
@@ -80,24 +79,46 @@ func (m *managerDrain) Drain(ctx context.Context, _ *v1alpha1.DrainCommand, out 
 	}
 }
 
-// ask records the request on this run of the command, which the manager then drains for. A JSON
-// patch that first tests the run is still this one: it never conflicts with the heartbeat, and
-// never lands on a later run.
+// ask records the request on this run of the command, which the manager then drains for: one
+// record of the agent's (recordRule) over the task as the API server holds it, written only while
+// the run is still this one (never on a later run), and read again when a heartbeat got in between.
 func (m *managerDrain) ask(ctx context.Context) error {
-	req, err := json.Marshal(m.r.drainRequest())
-	if err != nil {
-		return err
+	for {
+		var task *v1alpha1.NodeTask
+		err := transient.Retry(ctx, func() error {
+			var gerr error
+			task, gerr = m.r.fresh(ctx, &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: m.task}})
+			return gerr
+		})
+		if err == nil && task == nil {
+			err = fmt.Errorf("task %s was deleted", m.task)
+		}
+		if err == nil && !m.thisRun(task) {
+			err = fmt.Errorf("command %d of task %s is no longer running as attempt %d", m.index, m.task, m.attempt)
+		}
+		if err == nil {
+			obj := task.DeepCopy()
+			obj.Status.Commands[m.index].Drain = m.r.drainRequest()
+			err = transient.Retry(ctx, func() error {
+				_, _, werr := statuswrite.Write(ctx, m.r.Client, recordRule, nil, statuswrite.Change{Orig: task, Obj: obj, Urgent: true})
+				return werr
+			})
+			if errors.Is(err, statuswrite.ErrStale) && ctx.Err() == nil {
+				continue
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("asking the manager to drain (%s): %w", m.key, err)
+		}
+		return nil
 	}
-	patch := fmt.Sprintf(`[{"op":"test","path":"/status/commands/%d/attempt","value":%d},`+
-		`{"op":"test","path":"/status/commands/%d/phase","value":%q},`+
-		`{"op":"add","path":"/status/commands/%d/drain","value":%s}]`,
-		m.index, m.attempt, m.index, v1alpha1.CommandRunning, m.index, req)
-	obj := &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: m.task}}
-	err = transient.Retry(ctx, func() error {
-		return m.r.Client.Status().Patch(ctx, obj, client.RawPatch(types.JSONPatchType, []byte(patch)))
-	})
-	if err != nil {
-		return fmt.Errorf("asking the manager to drain (%s): %w", m.key, err)
+}
+
+// thisRun reports whether task's command is still in the run this drain is for.
+func (m *managerDrain) thisRun(task *v1alpha1.NodeTask) bool {
+	if m.index >= len(task.Status.Commands) {
+		return false
 	}
-	return nil
+	cs := task.Status.Commands[m.index]
+	return cs.Attempt == m.attempt && cs.Phase == v1alpha1.CommandRunning
 }

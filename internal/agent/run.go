@@ -2,8 +2,12 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"os"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -24,12 +28,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/agent/commands"
+	"github.com/nodeops/nodeops/internal/cakeys"
 	"github.com/nodeops/nodeops/internal/host"
 	"github.com/nodeops/nodeops/internal/metrics"
 	"github.com/nodeops/nodeops/internal/taskpolicy"
@@ -67,6 +73,8 @@ type Options struct {
 	PodNamespace string
 	// MetricsBindAddress serves the agent's metrics (plain HTTP) there; empty or "0": none.
 	MetricsBindAddress string
+	// PprofBindAddress serves the Go profiler's /debug/pprof there (benchmarks); empty or "0": none.
+	PprofBindAddress string
 	// DefaultTimeout is the timeout of a command that sets none; nil for its kind's own
 	// (v1alpha1.CommandKind.DefaultTimeout). Tests shorten it.
 	DefaultTimeout func(v1alpha1.CommandKind) time.Duration
@@ -90,7 +98,17 @@ type Options struct {
 	// SecretMountWait bounds how long a script waits for the kubelet to mount its Secrets; zero for
 	// commands.DefaultSecretMountWait (tests shorten it).
 	SecretMountWait time.Duration
+	// CAServerAddress is where the agent listens for other control planes' agents asking for a
+	// rotation's new certificate authorities (internal/cakeys), such as :9444; empty: it serves none,
+	// and generateCertificateAuthorities fails on its node.
+	CAServerAddress string
+	// CAServerAdvertise is the host:port the other agents reach that server at (the pod's IP and the
+	// port), published in the generating task's status.
+	CAServerAdvertise string
 }
+
+// AgentUser is the user an agent's ServiceAccount token authenticates as in namespace ns.
+func AgentUser(ns string) string { return "system:serviceaccount:" + ns + ":nodeops-agent" }
 
 // Scheme is the agent's own scheme: core, coordination, policy and nodeops kinds.
 func Scheme() (*runtime.Scheme, error) {
@@ -152,6 +170,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: o.MetricsBindAddress},
 		HealthProbeBindAddress: "0",
+		PprofBindAddress:       o.PprofBindAddress,
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&v1alpha1.NodeTask{}: {Label: sel},
 		}},
@@ -207,6 +226,21 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 				defer func() { _ = sock.Close() }()
 			}
 		}
+		r.ServiceAccountToken = bearerToken(cfg)
+		if o.CAServerAddress != "" {
+			srv := &cakeys.Server{Node: o.NodeName, Files: h.Files, Client: direct, AgentUser: AgentUser(o.PodNamespace),
+				Advertise: o.CAServerAdvertise, Log: func(m string) { log.FromContext(ctx).Info(m) }}
+			r.CAServer = srv
+			if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+				l, err := net.Listen("tcp", o.CAServerAddress)
+				if err != nil {
+					return fmt.Errorf("the certificate authority server: %w", err)
+				}
+				return srv.Serve(ctx, l)
+			})); err != nil {
+				return fmt.Errorf("adding the certificate authority server: %w", err)
+			}
+		}
 		if o.CertificateCheckInterval > 0 {
 			certs := &CertificateReader{Client: direct, Node: o.NodeName, Host: h, Interval: o.CertificateCheckInterval}
 			if err := mgr.Add(certs); err != nil {
@@ -256,6 +290,21 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		rcancel()
 	}
 	return err
+}
+
+// bearerToken reads the agent's own token as its client sends it: the projected ServiceAccount
+// token file (re-read each time, as the kubelet rotates it), else a fixed token.
+func bearerToken(cfg *rest.Config) func() (string, error) {
+	return func() (string, error) {
+		if cfg.BearerTokenFile != "" {
+			data, err := os.ReadFile(cfg.BearerTokenFile)
+			return strings.TrimSpace(string(data)), err
+		}
+		if cfg.BearerToken != "" {
+			return cfg.BearerToken, nil
+		}
+		return "", errors.New("the agent authenticates with no ServiceAccount token")
+	}
 }
 
 // drain waits, up to grace, until no task is being worked on.

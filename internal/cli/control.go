@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nodeopsv1 "github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/plan"
 )
 
 // resolveTasks finds the tasks NAME stands for: an operation's tasks, or the one task of that name.
@@ -78,8 +79,9 @@ type approveFlags struct {
 // hasGate reports whether the operation, or one of its groups, declares gate name.
 func hasGate(op *nodeopsv1.NodeOperation, name string) bool {
 	gates := append([]nodeopsv1.Gate(nil), op.Spec.Gates...)
-	if op.Spec.Custom != nil {
-		for _, g := range op.Spec.Custom.Groups {
+	// A built-in operation's groups may carry gates too (a rotation's complete-rotation approval).
+	if groups, err := plan.Expand(&op.Spec); err == nil {
+		for _, g := range groups {
 			gates = append(gates, g.Gates...)
 		}
 	}

@@ -306,6 +306,17 @@ func operationDetail(op *nodeopsv1.NodeOperation) string {
 			return "renew all certificates"
 		}
 		return "renew certificates " + strings.Join(certs, ", ")
+	case op.Spec.RotateCertificateAuthorities != nil:
+		r := op.Spec.RotateCertificateAuthorities
+		s := "rotate the " + strings.Join(nodeopsv1.OrAllAuthorities(r.Authorities), ", ") + " certificate authorities"
+		if r.ServiceAccountKey {
+			s += " and the service-account key"
+		}
+		completion := r.Completion
+		if completion == "" {
+			completion = nodeopsv1.CompletionManual
+		}
+		return s + ", completion " + string(completion)
 	case op.Spec.Custom != nil:
 		var names []string
 		for _, g := range op.Spec.Custom.Groups {

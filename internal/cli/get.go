@@ -122,6 +122,8 @@ func operationKind(op *nodeopsv1.NodeOperation) string {
 		return "upgrade " + op.Spec.Upgrade.KubernetesVersion
 	case op.Spec.RenewCertificates != nil:
 		return "renew-certs"
+	case op.Spec.RotateCertificateAuthorities != nil:
+		return "rotate-cas"
 	case op.Spec.Custom != nil:
 		n := len(op.Spec.Custom.Groups)
 		return fmt.Sprintf("custom (%d %s)", n, plural(n, "group", "groups"))

@@ -188,7 +188,8 @@ func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, l
 		return nil, clusterLayout{}, nil, err
 	}
 	l := clusterLayout{Dir: o.Dir, EtcdClientPort: ports[0], EtcdPeerPort: ports[1], APIPort: ports[2], ComponentKubeconfig: o.ComponentKubeconfig,
-		PodBound: o.AgentCredentials == CredentialsPodBound, JobMode: o.jobMode()}
+		PodBound: o.AgentCredentials == CredentialsPodBound, JobMode: o.jobMode(),
+		ManagerPprof: o.ManagerPprofAddress, SimAgentPprof: o.SimAgentPprofAddress}
 	logf("making the cluster PKI with kubeadm (apiserver on https://%s)", l.endpoint())
 	if err := makeClusterPKI(ctx, bin, l, o.KubernetesVersion); err != nil {
 		return nil, clusterLayout{}, nil, err

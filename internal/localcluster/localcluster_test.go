@@ -380,6 +380,24 @@ func TestComponentKubeconfig(t *testing.T) {
 	}
 }
 
+// TestProfilerAddresses: the bench's profiler addresses reach the manager and the sim agent, and
+// nothing asks for a profiler without them.
+func TestProfilerAddresses(t *testing.T) {
+	l := clusterLayout{Dir: "/d"}
+	for _, args := range [][]string{l.managerArgs("manager", false), l.simAgentArgs()} {
+		if slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--pprof-bind-address") }) {
+			t.Errorf("a profiler without an address: %v", args)
+		}
+	}
+	l.ManagerPprof, l.SimAgentPprof = "127.0.0.1:6060", "127.0.0.1:6061"
+	if args := l.managerArgs("manager", false); !slices.Contains(args, "--pprof-bind-address=127.0.0.1:6060") {
+		t.Errorf("the manager gets %v", args)
+	}
+	if args := l.simAgentArgs(); !slices.Contains(args, "--pprof-bind-address=127.0.0.1:6061") {
+		t.Errorf("the sim agent gets %v", args)
+	}
+}
+
 // TestPodBoundKubeconfigs: with pod-bound credentials the manager and each local node's agent get
 // their own kubeconfig, and the agent its stand-in pod's name so a drain leaves it; the simulated
 // nodes' agent keeps the administrator's.

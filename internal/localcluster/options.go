@@ -47,6 +47,9 @@ type Options struct {
 	// one agent per local node, or the manager runs with --agent-mode=Job and nodeops-local plays the
 	// kubelet of the agent Jobs' pods (see runAgentJobPods).
 	AgentMode string
+	// ManagerPprofAddress and SimAgentPprofAddress, when set, are the manager's and the sim nodes'
+	// agent's --pprof-bind-address (make bench -profile).
+	ManagerPprofAddress, SimAgentPprofAddress string
 }
 
 // Options.AgentMode values, the manager's --agent-mode.

@@ -178,6 +178,8 @@ type clusterLayout struct {
 	PodBound bool
 	// JobMode runs the manager with --agent-mode=Job (Options.AgentMode AgentModeJob).
 	JobMode bool
+	// ManagerPprof and SimAgentPprof are Options.ManagerPprofAddress and SimAgentPprofAddress.
+	ManagerPprof, SimAgentPprof string
 }
 
 func (l clusterLayout) pki(name string) string { return filepath.Join(l.Dir, "pki", name) }
@@ -322,6 +324,9 @@ func (l clusterLayout) managerArgs(name string, elect bool) []string {
 		"--metrics-bind-address=0",
 		"--health-probe-bind-address=0",
 	}
+	if l.ManagerPprof != "" {
+		args = append(args, "--pprof-bind-address="+l.ManagerPprof)
+	}
 	if l.JobMode {
 		// Never pulled: nodeops-local runs bin/agent for the Jobs' pods (runAgentPods).
 		args = append(args, "--agent-mode="+AgentModeJob, "--agent-image="+localAgentImage)
@@ -370,12 +375,16 @@ func (l clusterLayout) agentArgs(node string) []string {
 // simAgentArgs: the one agent of every simulated node keeps the administrator's kubeconfig even with
 // pod-bound credentials, as a token is bound to one node.
 func (l clusterLayout) simAgentArgs() []string {
-	return []string{
+	args := []string{
 		"--kubeconfig=" + l.componentKubeconfig(),
 		"--noop-host",
 		"--node-prefix=sim-",
 		"--identity=nodeops-local-agent-sim",
 	}
+	if l.SimAgentPprof != "" {
+		args = append(args, "--pprof-bind-address="+l.SimAgentPprof)
+	}
+	return args
 }
 
 func execute(t *template.Template, data any) string {

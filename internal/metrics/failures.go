@@ -83,31 +83,47 @@ func (f *failures) snapshot() map[[2]string]float64 {
 	return out
 }
 
-// Start counts command failures from every NodeTask change the cache's informer delivers (the
-// nodeops_commands_failed_total counter). Call it once, before the manager starts.
+// Start counts command failures from every NodeTask change, and gate waits and failures from every
+// NodeOperation change, the cache's informers deliver (nodeops_commands_failed_total,
+// nodeops_gate_waits_total, nodeops_gate_failures_total). Call it once, before the manager starts.
 func (m *Manager) Start(ctx context.Context, c cache.Cache) error {
 	inf, err := c.GetInformer(ctx, &v1alpha1.NodeTask{})
 	if err != nil {
 		return fmt.Errorf("get NodeTask informer: %w", err)
 	}
-	if _, err := inf.AddEventHandler(failureHandler{m.failures}); err != nil {
+	if _, err := inf.AddEventHandler(counting[*v1alpha1.NodeTask]{m.failures}); err != nil {
 		return fmt.Errorf("watch NodeTasks for failed commands: %w", err)
+	}
+	opInf, err := c.GetInformer(ctx, &v1alpha1.NodeOperation{})
+	if err != nil {
+		return fmt.Errorf("get NodeOperation informer: %w", err)
+	}
+	if _, err := opInf.AddEventHandler(counting[*v1alpha1.NodeOperation]{m.gateRuns}); err != nil {
+		return fmt.Errorf("watch NodeOperations for gate waits and failures: %w", err)
 	}
 	return nil
 }
 
-type failureHandler struct{ f *failures }
+// counter counts from objects of kind T as an informer sees them (failures, gateCounts).
+type counter[T any] interface {
+	observe(obj T, count bool)
+	forget(obj any)
+}
 
-func (h failureHandler) OnAdd(obj any, isInInitialList bool) {
-	if t, ok := obj.(*v1alpha1.NodeTask); ok {
-		h.f.observe(t, !isInInitialList)
+// counting feeds a counter from an informer: what the initial list holds is observed without
+// being counted, every later add or update is counted.
+type counting[T any] struct{ c counter[T] }
+
+func (h counting[T]) OnAdd(obj any, isInInitialList bool) {
+	if o, ok := obj.(T); ok {
+		h.c.observe(o, !isInInitialList)
 	}
 }
 
-func (h failureHandler) OnUpdate(_, obj any) {
-	if t, ok := obj.(*v1alpha1.NodeTask); ok {
-		h.f.observe(t, true)
+func (h counting[T]) OnUpdate(_, obj any) {
+	if o, ok := obj.(T); ok {
+		h.c.observe(o, true)
 	}
 }
 
-func (h failureHandler) OnDelete(obj any) { h.f.forget(obj) }
+func (h counting[T]) OnDelete(obj any) { h.c.forget(obj) }

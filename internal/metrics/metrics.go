@@ -43,6 +43,8 @@ const (
 	CertificateExpiry     = "nodeops_certificate_expiry_timestamp_seconds"
 	Gates                 = "nodeops_gates"
 	GateSince             = "nodeops_gate_since_timestamp_seconds"
+	GateWaits             = "nodeops_gate_waits_total"
+	GateFailures          = "nodeops_gate_failures_total"
 	BuildInfo             = "nodeops_build_info"
 )
 
@@ -64,8 +66,9 @@ var (
 type Manager struct {
 	reader   client.Reader
 	failures *failures
+	gateRuns *gateCounts
 
-	operations, tasks, unavailable, maxUnavailable, duration, phaseDuration, failed, blockedSince, certExpiry, build, gates, gateSince *prometheus.Desc
+	operations, tasks, unavailable, maxUnavailable, duration, phaseDuration, failed, blockedSince, certExpiry, build, gates, gateSince, gateWaits, gateFailures *prometheus.Desc
 }
 
 // Series is one metric family a collector exports, declared once: the collector builds its
@@ -93,6 +96,8 @@ func ManagerSeries() []Series {
 		{CertificateExpiry, dto.MetricType_GAUGE, "When a control plane's kubeadm certificate expires, in Unix seconds, as the ClusterTarget observed it.", []string{"node", "certificate"}},
 		{Gates, dto.MetricType_GAUGE, "Health gates of unfinished NodeOperations that hold a group (Waiting) or block their operation (TimedOut: it waits for a person's retry or skip), by gate name.", []string{"gate", "state"}},
 		{GateSince, dto.MetricType_GAUGE, "When a gate of an unfinished NodeOperation began holding (Waiting) or blocking (TimedOut), in Unix seconds.", []string{"operation", "group", "gate", "state"}},
+		{GateWaits, dto.MetricType_COUNTER, "Times this manager saw a gate begin holding a group (its state Waiting) since it started, by gate name.", []string{"gate"}},
+		{GateFailures, dto.MetricType_COUNTER, "Times this manager saw a gate block its operation (its state TimedOut) since it started, by gate name and reason: Held (what it checked said no for its whole timeout) or Unevaluable (it could not be checked: an unreachable server, a failing expression, a refused silence).", []string{"gate", "reason"}},
 		{BuildInfo, dto.MetricType_GAUGE, "The manager's build: always 1.", []string{"version", "revision", "goversion"}},
 	}
 }
@@ -112,6 +117,9 @@ func NewManager(reader client.Reader) *Manager {
 	return &Manager{
 		reader:         reader,
 		failures:       newFailures(),
+		gateRuns:       newGateCounts(),
+		gateWaits:      d[GateWaits],
+		gateFailures:   d[GateFailures],
 		operations:     d[Operations],
 		tasks:          d[Tasks],
 		unavailable:    d[GroupUnavailableNodes],
@@ -129,7 +137,7 @@ func NewManager(reader client.Reader) *Manager {
 
 // Describe implements prometheus.Collector.
 func (m *Manager) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.operations, m.tasks, m.unavailable, m.maxUnavailable, m.duration, m.phaseDuration, m.failed, m.blockedSince, m.certExpiry, m.build, m.gates, m.gateSince} {
+	for _, d := range []*prometheus.Desc{m.operations, m.tasks, m.unavailable, m.maxUnavailable, m.duration, m.phaseDuration, m.failed, m.blockedSince, m.certExpiry, m.build, m.gates, m.gateSince, m.gateWaits, m.gateFailures} {
 		ch <- d
 	}
 }
@@ -140,6 +148,13 @@ func (m *Manager) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.build, prometheus.GaugeValue, 1, v.Version, v.Revision, v.GoVersion)
 	for k, n := range m.failures.snapshot() {
 		ch <- prometheus.MustNewConstMetric(m.failed, prometheus.CounterValue, n, k[0], k[1])
+	}
+	waits, gateFailed := m.gateRuns.snapshot()
+	for gate, n := range waits {
+		ch <- prometheus.MustNewConstMetric(m.gateWaits, prometheus.CounterValue, n, gate)
+	}
+	for k, n := range gateFailed {
+		ch <- prometheus.MustNewConstMetric(m.gateFailures, prometheus.CounterValue, n, k[0], k[1])
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)

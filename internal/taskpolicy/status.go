@@ -101,6 +101,8 @@ type Outcome struct {
 	Message  string
 	Tail     string
 	Certs    []v1alpha1.CertificateExpiry
+	// CAServer is where the agent serves a rotation's new authorities (generateCertificateAuthorities).
+	CAServer *v1alpha1.CertificateAuthorityServer
 	// Waits is what the run waited for, apart from the time its work ran.
 	Waits []v1alpha1.CommandWait
 	// Retry: the command failed but has retries left; it goes back to Pending.
@@ -119,6 +121,9 @@ func ApplyResult(s *v1alpha1.NodeTaskStatus, spec *v1alpha1.NodeTaskSpec, i int,
 	c.Waits = o.Waits
 	if len(o.Certs) > 0 {
 		s.Certificates = o.Certs
+	}
+	if o.CAServer != nil {
+		s.CertificateAuthorityServer = o.CAServer
 	}
 	switch {
 	case o.Err == nil:

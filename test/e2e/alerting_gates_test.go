@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -44,6 +46,82 @@ func TestAlertingGates(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	})
+
+	t.Run("the silence nodeops creates exists while the node is worked on and is expired after", func(t *testing.T) {
+		am := monitoring.Alertmanager(t)
+		ctx := t.Context()
+		// The node's script waits for a file in its root: the test reads the silence while the
+		// task is certainly running, then lets it end.
+		const release = "/var/tmp/e2e-silence-release"
+		op := customOp("gate-silence", onNode("worker-1"), script(fmt.Sprintf("while [ ! -f %s ]; do sleep 0.2; done", release), true))
+		op.Spec.Gates = []v1alpha1.Gate{{Name: "no-alerts", Alertmanager: &v1alpha1.AlertmanagerGate{URL: am.URL, Matchers: []string{"alertname=NodeopsE2EBlocker"},
+			Silence: &v1alpha1.AlertmanagerSilence{Matchers: []string{"instance={{node}}"}, MaxDuration: &metav1.Duration{Duration: time.Hour}, Comment: "e2e works on {{node}}"}}}}
+		framework.Create(t, l, op)
+
+		var rec v1alpha1.SilenceStatus
+		testutil.EventuallyEvery(t, framework.OperationTimeout, framework.PollInterval, "the task's script running", func(ctx context.Context) error {
+			got := &v1alpha1.NodeOperation{}
+			if err := l.Client.Get(ctx, client.ObjectKey{Name: op.Name}, got); err != nil {
+				return err
+			}
+			if len(got.Status.Silences) != 1 {
+				return fmt.Errorf("status.silences: %+v", got.Status.Silences)
+			}
+			rec = got.Status.Silences[0]
+			for _, task := range framework.OperationTasks(t, l, op.Name) {
+				if len(task.Status.Commands) > 0 && task.Status.Commands[0].Phase == v1alpha1.CommandRunning {
+					return nil
+				}
+			}
+			return fmt.Errorf("no script running yet")
+		})
+		if rec.Node != "worker-1" || rec.Gate != "no-alerts" || rec.ID == "" {
+			t.Fatalf("status.silences[0] = %+v", rec)
+		}
+		sil, err := am.SilenceByID(ctx, rec.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sil.Status.State != "active" || len(sil.Matchers) != 1 || sil.Matchers[0].Name != "instance" || sil.Matchers[0].Value != "worker-1" ||
+			!strings.Contains(sil.Comment, "e2e works on worker-1") || sil.EndsAt.After(time.Now().Add(time.Hour)) {
+			t.Fatalf("silence %s while worker-1 is worked on: %+v", rec.ID, sil)
+		}
+		// Still running: the silence was read while the node was worked on.
+		for _, task := range framework.OperationTasks(t, l, op.Name) {
+			if task.Status.Phase != v1alpha1.TaskRunning {
+				t.Fatalf("task %s is %s: the silence was not read while it ran", task.Name, task.Status.Phase)
+			}
+		}
+		t.Logf("silence %s active while worker-1 is worked on: %s until %s", rec.ID, sil.Comment, sil.EndsAt.UTC().Format(time.RFC3339))
+
+		path := filepath.Join(l.NodeRoot("worker-1"), release)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		done := framework.WaitForOperation(t, l, framework.WaitForOperationInput{Name: op.Name, Phase: v1alpha1.OperationSucceeded, FailIfBlocked: true})
+		if len(done.Status.Silences) != 0 {
+			t.Errorf("status.silences after the operation: %+v", done.Status.Silences)
+		}
+		sil, err = am.SilenceByID(ctx, rec.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sil.Status.State != "expired" {
+			t.Fatalf("silence %s after the node's task ended: %s, want expired", rec.ID, sil.Status.State)
+		}
+		all, err := am.Silences(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, other := range all {
+			if other.Status.State != "expired" {
+				t.Errorf("silence %s still %s after the operation (%s)", other.ID, other.Status.State, other.Comment)
+			}
+		}
 	})
 
 	t.Run("a query returning a series holds the operation; none releases it", func(t *testing.T) {

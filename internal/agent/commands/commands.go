@@ -74,6 +74,12 @@ type Env struct {
 	// Note shows what a running command waits for in the task's status (redacted by the caller);
 	// nil: only in its output.
 	Note func(message string)
+	// CAServer serves a rotation's staged authorities to the operation's other control planes'
+	// agents (generateCertificateAuthorities publishes it); nil when the agent runs none.
+	CAServer CAServer
+	// ServiceAccountToken is the agent's own token, which copyCertificateAuthorities shows the
+	// generating agent; nil when the agent has none.
+	ServiceAccountToken func() (string, error)
 	// Waits adds up what the command waits for (a mirror pod, the control plane, the manager's
 	// drain), which the agent records apart from the time the work ran; nil records nothing.
 	Waits *Waits
@@ -137,6 +143,9 @@ func (e *Env) printf(format string, args ...any) {
 type Result struct {
 	Message      string
 	Certificates []v1alpha1.CertificateExpiry
+	// CAServer is where the agent serves the authorities generateCertificateAuthorities made: an
+	// address and a certificate fingerprint, never a key (rule 15).
+	CAServer *v1alpha1.CertificateAuthorityServer
 }
 
 // Handler runs one command of one kind; spec is that kind's own type, such as *v1alpha1.ScriptCommand.
@@ -164,6 +173,11 @@ func Handlers() map[string]Handler {
 		handle(runScript),
 		handle(runWait),
 		handle(runPod),
+		handle(runGenerateCertificateAuthorities),
+		handle(runCopyCertificateAuthorities),
+		handle(runTrustCertificateAuthorities),
+		handle(runPublishCertificateAuthorities),
+		handle(runReissueCertificates),
 	)
 }
 

@@ -30,6 +30,7 @@ import (
 	"github.com/nodeops/nodeops/internal/clock"
 	"github.com/nodeops/nodeops/internal/controller/skeleton"
 	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/statuswrite"
 )
 
 // +kubebuilder:rbac:groups=nodeops.io,resources=clustertargets,verbs=get;list;watch;create
@@ -60,7 +61,7 @@ type Reconciler struct {
 	// Now is the clock; the machine's when nil.
 	Now clock.Func
 
-	status skeleton.StatusThrottle
+	status statuswrite.Throttle
 }
 
 func (r *Reconciler) now() time.Time { return r.Now.Now() }
@@ -366,7 +367,7 @@ func completion(t *v1alpha1.NodeTask) time.Time {
 
 // statusRule: the status records the operations generated, the intent act carries out, so it
 // is written with a lock, never over a newer one from a stale cache.
-var statusRule = skeleton.StatusRule{Kind: kind, Lock: true, Owned: []string{
+var statusRule = statuswrite.Rule{Kind: kind, Lock: true, Owned: []string{
 	v1alpha1.ConditionUpToDate, v1alpha1.ConditionReady, v1alpha1.ConditionProgressing,
 	v1alpha1.ConditionReconciling, v1alpha1.ConditionBlocked, v1alpha1.ConditionStalled,
 }}
@@ -379,10 +380,10 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope) (ctrl.Result, er
 	}
 	orig := s.ct.DeepCopy()
 	s.ct.Status = s.d.status
-	wrote, res, err := skeleton.WriteStatus(ctx, r.Client, statusRule, &r.status, skeleton.StatusWrite{
+	wrote, res, err := statuswrite.Write(ctx, r.Client, statusRule, &r.status, statuswrite.Change{
 		Orig: orig, Obj: s.ct, Urgent: !onlyNodes(s.before, &s.d.status), Interval: r.NodesInterval, Now: r.now(),
 	})
-	if wrote != skeleton.StatusWrote {
+	if wrote != statuswrite.Wrote {
 		s.ct.Status = orig.Status
 	}
 	return res, err

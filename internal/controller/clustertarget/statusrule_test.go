@@ -8,7 +8,7 @@ import (
 )
 
 // Each controller owns its conditions (one writer per field): every condition decide sets is in the
-// status rule's list, or skeleton.WriteStatus refuses the write.
+// status rule's list, or statuswrite.Write refuses the write.
 func TestStatusRuleOwnsEveryCondition(t *testing.T) {
 	var st v1alpha1.ClusterTargetStatus
 	setConditions(&st, 1, verdict{phase: v1alpha1.ClusterBlocked, reason: "R", reconciling: true, stalls: true})

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -60,5 +61,28 @@ func TestWindowsHoldGeneration(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestGeneratedOperationCarriesTheTargetsGates: the gates of a ClusterTarget, an Alertmanager
+// silence and an approval among them, reach each operation it generates unchanged.
+func TestGeneratedOperationCarriesTheTargetsGates(t *testing.T) {
+	gates := []v1alpha1.Gate{
+		{Name: "no-pages", Timeout: &metav1.Duration{Duration: time.Hour}, Alertmanager: &v1alpha1.AlertmanagerGate{URL: "http://am:9093", Matchers: []string{"severity=critical"},
+			Silence: &v1alpha1.AlertmanagerSilence{Matchers: []string{"instance={{node}}"}, MaxDuration: &metav1.Duration{Duration: 2 * time.Hour}}}},
+		{Name: "change-board", Approval: &v1alpha1.ApprovalGate{}},
+	}
+	ct := target("v1.37.2", func(ct *v1alpha1.ClusterTarget) { ct.Spec.Gates = gates })
+	d := decide(&input{ct: ct, clusterVersion: "v1.37.0", now: now, ops: map[string]opView{}})
+	if d.create == nil {
+		t.Fatal("no operation generated")
+	}
+	op := Operation(ct, d.create)
+	if !equality.Semantic.DeepEqual(op.Spec.Gates, gates) {
+		t.Fatalf("generated operation's gates %+v, want the target's %+v", op.Spec.Gates, gates)
+	}
+	op.Spec.Gates[0].Alertmanager.Silence.Matchers[0] = "changed"
+	if ct.Spec.Gates[0].Alertmanager.Silence.Matchers[0] != "instance={{node}}" {
+		t.Error("the generated operation shares the target's gates instead of copying them")
 	}
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/nodeops/nodeops/internal/nodelock"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/schedule"
+	"github.com/nodeops/nodeops/internal/statuswrite"
 )
 
 // +kubebuilder:rbac:groups=nodeops.io,resources=nodeoperations,verbs=get;list;watch;delete
@@ -74,6 +75,10 @@ type Reconciler struct {
 	Gates *gate.Checker
 	// GateRecheck is how soon a gate that holds is checked again.
 	GateRecheck time.Duration
+	// Silences holds the Alertmanager silences of gates that ask for one; over HTTP by default.
+	Silences Silencer
+	// SilenceLease is how far ahead a silence's end is set at each extension; defaultSilenceLease when zero.
+	SilenceLease time.Duration
 	// PreflightAnswer is how long a node's agent has to start its preflight task before the node
 	// is listed as failing the preflight; defaultPreflightAnswer when zero.
 	PreflightAnswer time.Duration
@@ -83,11 +88,13 @@ type Reconciler struct {
 	HookNamespace string
 
 	// status batches count-only status writes, by operation name.
-	status skeleton.StatusThrottle
+	status statuswrite.Throttle
 
 	mu sync.Mutex
 	// waiters are the operations waiting for each node's lock, so that the holder's end wakes them.
 	waiters map[string]map[string]bool
+	// silenceEnds is when this manager last set each silence to end, by id.
+	silenceEnds map[string]time.Time
 	// cost is how long each operation's last reconcile took to observe and decide, by name (see ownTaskEvents).
 	cost map[string]time.Duration
 	// createErrs are the hook Jobs the API server refused, by name (see runHooks).
@@ -99,7 +106,8 @@ func New(c client.Client, apiReader client.Reader, locks skeleton.Locker, record
 	return &Reconciler{
 		Client: c, APIReader: apiReader, Locks: locks, Recorder: recorder,
 		StatusInterval: time.Second, CreateParallelism: 64, WaitRecheck: 5 * time.Second, GateRecheck: 10 * time.Second,
-		Sender: &hook.Sender{HTTP: &http.Client{Timeout: 10 * time.Second}},
+		Silences: HTTPSilencer{Client: &http.Client{Timeout: 10 * time.Second}},
+		Sender:   &hook.Sender{HTTP: &http.Client{Timeout: 10 * time.Second}},
 	}
 }
 
@@ -116,6 +124,8 @@ type scope struct {
 	start time.Time
 	// checked are the gates evaluated in this reconcile: their lastChecked is refreshed when the status is written.
 	checked []gateKey
+	// silenceErr are the silences Alertmanager refused or did not answer for, by group and gate: the gate holds.
+	silenceErr map[gateKey]error
 	// hooks is the operation's hooks as this reconcile sees them; nil when it has none.
 	hooks *hookView
 }
@@ -193,6 +203,9 @@ func (r *Reconciler) act(ctx context.Context, s *scope) (ctrl.Result, error) {
 	}
 	if !s.d.recheck.IsZero() {
 		result = skeleton.Within(result, s.d.recheck.Sub(r.now()))
+	}
+	if d := r.silenceRecheck(s.op.Status.Silences); d > 0 {
+		result = skeleton.Within(result, d)
 	}
 	if s.d.status.Phase.Finished() {
 		if err := r.restoreCordons(ctx, s.op); err != nil {
@@ -282,6 +295,7 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 	if s.in.holders, err = r.othersHolding(ctx, &s.in); err != nil {
 		return err
 	}
+	r.holdSilences(ctx, s)
 	if err := r.observeHooks(ctx, s); err != nil {
 		return err
 	}
@@ -504,6 +518,9 @@ func (r *Reconciler) reconcileFinished(ctx context.Context, op *v1alpha1.NodeOpe
 	r.noteWaiting(op.Name, nil)
 	if err := r.restoreCordons(ctx, op); err != nil {
 		return ctrl.Result{}, err
+	}
+	if res, err := r.expireLeftSilences(ctx, op); err != nil || res.RequeueAfter > 0 {
+		return res, err
 	}
 	left, ok := ttlLeft(op, &op.Status, r.now())
 	if !ok || left > 0 {

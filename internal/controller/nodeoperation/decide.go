@@ -92,6 +92,9 @@ type input struct {
 	gates map[string]map[string]gate.Result
 	// gateRecheck is how soon a gate that holds is checked again.
 	gateRecheck time.Duration
+	// silences, when set, are the silences the operation holds after this reconcile's calls to
+	// Alertmanager (silences.go); unset, status.silences stays as it is.
+	silences *[]v1alpha1.SilenceStatus
 	// fail, when set, ends the operation at once: it was refused before anything ran.
 	fail *failure
 	// preflightAnswer is how long a node's agent has to start its preflight task before the node
@@ -135,6 +138,12 @@ func decide(in *input) decision {
 	// Set again below only while the current group is held by a window or a delay.
 	st.NextStart = nil
 	st.PausedBefore = ""
+	if in.silences != nil {
+		st.Silences = append([]v1alpha1.SilenceStatus(nil), *in.silences...)
+		if len(st.Silences) == 0 {
+			st.Silences = nil
+		}
+	}
 	if st.StartTime == nil {
 		st.StartTime = &in.now
 	}

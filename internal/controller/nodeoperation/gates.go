@@ -180,11 +180,15 @@ func (r *Reconciler) checkGates(ctx context.Context, s *scope) {
 			continue // blocked until a person acts: nothing to look at
 		}
 		results[g.Name] = r.Gates.Check(ctx, g, target)
+		if err := s.silenceErr[gateKey{group, g.Name}]; err != nil && results[g.Name].Passed {
+			results[g.Name] = gate.Result{Message: err.Error()}
+		}
 	}
 	if s.in.gates == nil {
 		s.in.gates = map[string]map[string]gate.Result{}
 	}
 	s.in.gates[group] = results
+	r.silenceNewNodes(ctx, s, group, gates, results)
 	for _, g := range gates {
 		if _, ok := results[g.Name]; ok {
 			s.checked = append(s.checked, gateKey{group, g.Name})

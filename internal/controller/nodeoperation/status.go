@@ -11,13 +11,13 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
-	"github.com/nodeops/nodeops/internal/controller/skeleton"
+	"github.com/nodeops/nodeops/internal/statuswrite"
 )
 
 // statusRule: the operation's status is recomputed whole from its tasks every reconcile, so it
 // goes without a lock: a lock would refuse every write of a reconcile running ahead of the cache's
 // copy of the last one, writes the budget (at most 4 per node) counts.
-var statusRule = skeleton.StatusRule{Kind: kind, Owned: []string{
+var statusRule = statuswrite.Rule{Kind: kind, Owned: []string{
 	v1alpha1.ConditionProgressing, v1alpha1.ConditionSucceeded, v1alpha1.ConditionFailed, v1alpha1.ConditionBlocked,
 	v1alpha1.ConditionPreflightFailed,
 }}
@@ -42,10 +42,10 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope) (ctrl.Result, er
 	orig.Status = *s.before
 	s.op.Status = *st
 	now := r.now()
-	wrote, res, err := skeleton.WriteStatus(ctx, r.Client, statusRule, &r.status, skeleton.StatusWrite{
+	wrote, res, err := statuswrite.Write(ctx, r.Client, statusRule, &r.status, statuswrite.Change{
 		Orig: orig, Obj: s.op, Urgent: significant(s.before, st), Interval: r.StatusInterval, Now: now,
 	})
-	if wrote != skeleton.StatusWrote {
+	if wrote != statuswrite.Wrote {
 		s.op.Status = *s.before // s.op.Status is the status as last written (see act)
 		return res, err
 	}
@@ -69,6 +69,10 @@ func significant(before, after *v1alpha1.NodeOperationStatus) bool {
 		if before.Groups[i].Phase != after.Groups[i].Phase {
 			return true
 		}
+	}
+	if !equality.Semantic.DeepEqual(before.Silences, after.Silences) {
+		// A silence's id is recorded before its node's task is created, so a restarted manager finds it.
+		return true
 	}
 	for _, c := range after.Conditions {
 		old := meta.FindStatusCondition(before.Conditions, c.Type)

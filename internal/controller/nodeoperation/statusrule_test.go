@@ -8,7 +8,7 @@ import (
 )
 
 // Each controller owns its conditions (one writer per field): every condition decide sets is in the
-// status rule's list, or skeleton.WriteStatus refuses the write.
+// status rule's list, or statuswrite.Write refuses the write.
 func TestStatusRuleOwnsEveryCondition(t *testing.T) {
 	for _, phase := range []v1alpha1.OperationPhase{v1alpha1.OperationRunning, v1alpha1.OperationBlocked, v1alpha1.OperationSucceeded, v1alpha1.OperationFailed} {
 		var st v1alpha1.NodeOperationStatus

@@ -29,6 +29,7 @@ import (
 	"github.com/nodeops/nodeops/internal/nodelock"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/schedule"
+	"github.com/nodeops/nodeops/internal/statuswrite"
 )
 
 // +kubebuilder:rbac:groups=nodeops.io,resources=nodeprofiles,verbs=get;list;watch;update;patch
@@ -76,7 +77,7 @@ type Reconciler struct {
 	// patched remembers the nodes this controller patched until the cache shows the patch.
 	patched *patchedNodes
 	// status batches count-only status writes, by profile name.
-	status skeleton.StatusThrottle
+	status statuswrite.Throttle
 }
 
 // New returns a Reconciler with default tunables: the one place they are set.

@@ -6,7 +6,7 @@ import (
 )
 
 // Each controller owns its conditions (one writer per field): every condition ComputeStatus sets is
-// in the status rule's list, or skeleton.WriteStatus refuses the write.
+// in the status rule's list, or statuswrite.Write refuses the write.
 func TestStatusRuleOwnsEveryCondition(t *testing.T) {
 	for _, in := range []StatusInput{{}, {Invalid: "spec.nodeSelector: bad"}, {Deleting: true}} {
 		_, conds, _ := ComputeStatus(in)

@@ -14,12 +14,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
-	"github.com/nodeops/nodeops/internal/controller/skeleton"
+	"github.com/nodeops/nodeops/internal/statuswrite"
 )
 
 // statusRule: with a lock, because the status says which generation and spec hash it describes,
 // and a write decided on an older copy of the profile would set them back.
-var statusRule = skeleton.StatusRule{Kind: kind, Lock: true, Owned: []string{
+var statusRule = statuswrite.Rule{Kind: kind, Lock: true, Owned: []string{
 	v1alpha1.ConditionReady, v1alpha1.ConditionProvisioning, v1alpha1.ConditionDegraded,
 }}
 
@@ -72,10 +72,10 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope) (ctrl.Result, er
 	}
 	urgent := !sameConditionStates(old.Conditions, p.Status.Conditions) || !failuresEqual(old.Failures, p.Status.Failures) ||
 		old.SpecHash != p.Status.SpecHash || old.ObservedGeneration != p.Status.ObservedGeneration
-	wrote, res, err := skeleton.WriteStatus(ctx, r.Client, statusRule, &r.status, skeleton.StatusWrite{
+	wrote, res, err := statuswrite.Write(ctx, r.Client, statusRule, &r.status, statuswrite.Change{
 		Orig: s.orig, Obj: p, Urgent: urgent, Interval: r.StatusInterval, Now: r.Now.Now(),
 	})
-	if wrote != skeleton.StatusWrote {
+	if wrote != statuswrite.Wrote {
 		return res, err
 	}
 	r.recordTransitions(s.orig, p)

@@ -51,6 +51,7 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/controller/skeleton"
+	"github.com/nodeops/nodeops/internal/statuswrite"
 	"github.com/nodeops/nodeops/internal/taskpolicy"
 )
 
@@ -254,7 +255,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	res, err := r.liveness(ctx, &task)
 	if errors.Is(err, errStale) {
-		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil // a fresher write (the agent's, perhaps) is looked at next
+		return ctrl.Result{RequeueAfter: skeleton.StaleRetry}, nil // a fresher write (the agent's, perhaps) is looked at next
 	}
 	if err != nil {
 		return res, err
@@ -277,8 +278,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return res, nil
 }
 
-// liveness is a lost agent fails its task in bounded time (rule 9) for one task; it writes only status.conditions, with an optimistic
-// lock so that it never overwrites an agent's write it has not seen.
+// liveness is a lost agent fails its task in bounded time (rule 9) for one task; it writes only
+// its condition AgentLost (writeLost).
 func (r *Reconciler) liveness(ctx context.Context, task *v1alpha1.NodeTask) (ctrl.Result, error) {
 	if !task.Status.Phase.Unfinished() && task.Status.Phase != "" {
 		return ctrl.Result{}, nil // the agent finished it (Succeeded, Aborted)
@@ -358,14 +359,27 @@ func (r *Reconciler) liveness(ctx context.Context, task *v1alpha1.NodeTask) (ctr
 				task.Spec.NodeName, now.Sub(since).Round(time.Second), r.AgentLostAfter, last.UTC().Format(time.RFC3339)))
 		}
 	}
-	err := r.Client.Status().Patch(ctx, task, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
-	if apierrors.IsConflict(err) {
-		return ctrl.Result{}, errStale
-	}
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("write the AgentLost condition of NodeTask %s: %w", task.Name, err)
+	if err := r.writeLost(ctx, orig, task); err != nil {
+		return ctrl.Result{}, err
 	}
 	return res, nil
+}
+
+// lostRule: the manager's AgentLost condition alone (the agent writes every other field; one
+// writer per field, NodeTaskStatus), under a lock, so that it never decides on an agent's write it
+// has not seen: a conflict is looked at again (errStale).
+var lostRule = statuswrite.Rule{Kind: "NodeTask", Fields: statuswrite.ConditionsOnly, Owned: []string{v1alpha1.ConditionAgentLost}, Lock: true}
+
+// writeLost writes task's AgentLost condition, decided on orig.
+func (r *Reconciler) writeLost(ctx context.Context, orig, task *v1alpha1.NodeTask) error {
+	_, _, err := statuswrite.Write(ctx, r.Client, lostRule, nil, statuswrite.Change{Orig: orig, Obj: task, Urgent: true})
+	if errors.Is(err, statuswrite.ErrStale) {
+		return errStale
+	}
+	if err != nil {
+		return fmt.Errorf("write the AgentLost condition of NodeTask %s: %w", task.Name, err)
+	}
+	return nil
 }
 
 // unheldOnDeletedNode marks NodeDeleted a task that no agent holds, whose node is gone: one that
@@ -387,14 +401,7 @@ func (r *Reconciler) unheldOnDeletedNode(ctx context.Context, task, orig *v1alph
 		return ctrl.Result{}, err
 	}
 	r.mark(task, v1alpha1.ReasonNodeDeleted, fmt.Sprintf("node %s was deleted %s", task.Spec.NodeName, when))
-	err = r.Client.Status().Patch(ctx, task, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
-	if apierrors.IsConflict(err) {
-		return ctrl.Result{}, errStale
-	}
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("write the AgentLost condition of NodeTask %s: %w", task.Name, err)
-	}
-	return ctrl.Result{}, nil
+	return ctrl.Result{}, r.writeLost(ctx, orig, task)
 }
 
 // showAwaitingAgent emits AwaitingAgent once per generation for a recovery request this controller

@@ -2,6 +2,7 @@ package nodetask
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/drain"
+	"github.com/nodeops/nodeops/internal/statuswrite"
 	"github.com/nodeops/nodeops/internal/transient"
 )
 
@@ -152,23 +154,28 @@ func (r *DrainReconciler) read(ctx context.Context, key types.NamespacedName) (*
 	return task, nil
 }
 
-// record writes the Drained condition for run key, with an optimistic lock so that it never
-// overwrites an agent's write it has not read; on a conflict it reads the task again and writes
-// only if the same run still waits (an agent that gave up, or a person's abort, needs no answer).
+// drainedRule: the manager's Drained condition alone (the agent writes every other field; one
+// writer per field, NodeTaskStatus), under a lock, so that it never answers a run it has not read.
+var drainedRule = statuswrite.Rule{Kind: "NodeTask", Fields: statuswrite.ConditionsOnly, Owned: []string{v1alpha1.ConditionDrained}, Lock: true}
+
+// record writes the Drained condition for run key (drainedRule); on a conflict it reads the task
+// again and writes only if the same run still waits (an agent that gave up, or a person's abort,
+// needs no answer).
 func (r *DrainReconciler) record(ctx context.Context, task *v1alpha1.NodeTask, i int, key string, o v1alpha1.DrainOutcome) error {
 	for {
 		if j, _, ok := task.DrainPending(); !ok || j != i || v1alpha1.DrainKey(task.Status.Commands[i].Name, task.Status.Commands[i].Attempt) != key {
 			return nil
 		}
-		orig := task.DeepCopy()
-		meta.SetStatusCondition(&task.Status.Conditions, v1alpha1.DrainedCondition(key, o, task.Generation))
+		obj := task.DeepCopy()
+		meta.SetStatusCondition(&obj.Status.Conditions, v1alpha1.DrainedCondition(key, o, task.Generation))
 		err := transient.Retry(ctx, func() error {
-			return r.Client.Status().Patch(ctx, task, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+			_, _, werr := statuswrite.Write(ctx, r.Client, drainedRule, nil, statuswrite.Change{Orig: task, Obj: obj, Urgent: true})
+			return werr
 		})
 		if err == nil {
 			return nil
 		}
-		if !apierrors.IsConflict(err) {
+		if !errors.Is(err, statuswrite.ErrStale) {
 			return fmt.Errorf("write the Drained condition of NodeTask %s: %w", task.Name, err)
 		}
 		fresh, rerr := r.read(ctx, client.ObjectKeyFromObject(task))

@@ -3,12 +3,9 @@ package skeleton
 import (
 	"context"
 	"errors"
-	"reflect"
-	"strings"
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -18,6 +15,7 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/nodelock"
+	"github.com/nodeops/nodeops/internal/statuswrite"
 )
 
 func testScheme(t *testing.T) *runtime.Scheme {
@@ -27,55 +25,6 @@ func testScheme(t *testing.T) *runtime.Scheme {
 		t.Fatal(err)
 	}
 	return s
-}
-
-// A status is written whole: every field of the new status, unchanged ones too (so a stored
-// object lacking a struct never gets half of it), and null for every field gone.
-func TestWholeStatusPatch(t *testing.T) {
-	before := map[string]any{"phase": "Running", "nodes": map[string]any{"matched": 1.0, "failed": 0.0}, "completionTime": "x"}
-	after := map[string]any{"phase": "Running", "nodes": map[string]any{"matched": 2.0}}
-	want := map[string]any{"phase": "Running", "nodes": map[string]any{"matched": 2.0, "failed": nil}, "completionTime": nil}
-	if got := whole(before, after); !reflect.DeepEqual(got, want) {
-		t.Errorf("whole = %v, want %v", got, want)
-	}
-	if got := whole(nil, after); !reflect.DeepEqual(got, after) {
-		t.Errorf("whole over nothing = %v, want %v", got, after)
-	}
-}
-
-// One writer per field: a controller changing a condition another writer owns is refused before
-// anything is written; its own conditions and the fields beside them are its to change.
-func TestWriteStatusOwnedConditions(t *testing.T) {
-	ct := &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: "cluster", ResourceVersion: "1"}}
-	meta.SetStatusCondition(&ct.Status.Conditions, metav1.Condition{Type: "Theirs", Status: metav1.ConditionTrue, Reason: "R"})
-	writes := 0
-	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(testScheme(t)).Build(), interceptor.Funcs{
-		SubResourcePatch: func(context.Context, client.Client, string, client.Object, client.Patch, ...client.SubResourcePatchOption) error {
-			writes++
-			return nil
-		},
-	})
-	rule := StatusRule{Kind: "ClusterTarget", Owned: []string{"Mine"}}
-	var throttle StatusThrottle
-	write := func(change func(*v1alpha1.ClusterTarget)) (StatusWritten, error) {
-		obj := ct.DeepCopy()
-		change(obj)
-		got, _, err := WriteStatus(context.Background(), c, rule, &throttle, StatusWrite{Orig: ct, Obj: obj, Urgent: true, Now: time.Now()})
-		return got, err
-	}
-	got, err := write(func(o *v1alpha1.ClusterTarget) { meta.RemoveStatusCondition(&o.Status.Conditions, "Theirs") })
-	if err == nil || !strings.Contains(err.Error(), "condition Theirs") || writes != 0 {
-		t.Errorf("clearing another writer's condition: %v, error %v, %d writes; want refused, none written", got, err, writes)
-	}
-	got, err = write(func(o *v1alpha1.ClusterTarget) {
-		meta.SetStatusCondition(&o.Status.Conditions, metav1.Condition{Type: "Mine", Status: metav1.ConditionFalse, Reason: "R"})
-	})
-	if err != nil || got != StatusWrote || writes != 1 {
-		t.Errorf("setting an owned condition: %v, error %v, %d writes; want written once", got, err, writes)
-	}
-	if got, err = write(func(*v1alpha1.ClusterTarget) {}); err != nil || got != StatusUnchanged || writes != 1 {
-		t.Errorf("no change: %v, error %v, %d writes; want nothing written", got, err, writes)
-	}
 }
 
 // The conflict rule: with Lock, a status decided on a copy older than the API server's is refused
@@ -93,7 +42,7 @@ func TestWriteStatusStaleActsOnNothing(t *testing.T) {
 	if err := c.Status().Update(context.Background(), &stored); err != nil {
 		t.Fatal(err)
 	}
-	var throttle StatusThrottle
+	var throttle statuswrite.Throttle
 	acted := false
 	res, err := Run(context.Background(), stale, Steps[*v1alpha1.ClusterTarget]{
 		Observe: func(context.Context, *v1alpha1.ClusterTarget) error { return nil },
@@ -101,8 +50,8 @@ func TestWriteStatusStaleActsOnNothing(t *testing.T) {
 		WriteStatus: func(ctx context.Context, ct *v1alpha1.ClusterTarget) (ctrl.Result, error) {
 			obj := ct.DeepCopy()
 			obj.Status.ObservedGeneration = 1
-			_, res, err := WriteStatus(ctx, c, StatusRule{Kind: "ClusterTarget", Lock: true}, &throttle, StatusWrite{Orig: ct, Obj: obj, Urgent: true, Now: time.Now()})
-			if !errors.Is(err, ErrStale) {
+			_, res, err := statuswrite.Write(ctx, c, statuswrite.Rule{Kind: "ClusterTarget", Lock: true}, &throttle, statuswrite.Change{Orig: ct, Obj: obj, Urgent: true, Now: time.Now()})
+			if !errors.Is(err, statuswrite.ErrStale) {
 				t.Errorf("write over a newer object: %v, want ErrStale", err)
 			}
 			return res, err

@@ -10,7 +10,8 @@
 // created this round: the next reconcile decides again.
 //
 // It also holds the protocols the controllers share, each written once: the status write
-// (WriteStatus, under each controller's StatusRule), taking the node lock then creating the task
+// (statuswrite.Write, under each controller's statuswrite.Rule; a package of its own, which the
+// agent writes NodeTask status through too), taking the node lock then creating the task
 // (LockThenCreate), and cache lag after a create (the lock table's reservations, which
 // LockThenCreate makes and every decide reads). It holds no controller's policy: what differs
 // between controllers is a parameter with its reason, and it writes only what a controller asks.
@@ -25,7 +26,11 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/nodelock"
+	"github.com/nodeops/nodeops/internal/statuswrite"
 )
+
+// StaleRetry is when a reconcile whose status write met a newer object (or none) looks again.
+const StaleRetry = 100 * time.Millisecond
 
 // Locker is the manager's node lock table (internal/nodelock.Table), one for every controller
 // that creates NodeTasks (one task per node, rule 1).
@@ -56,7 +61,7 @@ type Steps[S any] struct {
 	Observe func(context.Context, S) error
 	// Decide computes, from the scope alone, the new status and the actions.
 	Decide func(S)
-	// WriteStatus records the decision (StatusWriter.WriteStatus); when it fails nothing is acted on.
+	// WriteStatus records the decision (statuswrite.Write); when it fails nothing is acted on.
 	WriteStatus func(context.Context, S) (ctrl.Result, error)
 	// Act carries the decision out: lock acquisition, then creates, patches and deletes.
 	Act func(context.Context, S) (ctrl.Result, error)
@@ -70,7 +75,7 @@ func Run[S any](ctx context.Context, s S, steps Steps[S]) (ctrl.Result, error) {
 	}
 	steps.Decide(s)
 	status, err := steps.WriteStatus(ctx, s)
-	if errors.Is(err, ErrStale) {
+	if errors.Is(err, statuswrite.ErrStale) {
 		// Decided on a stale object: nothing was recorded, so nothing acts; decide again shortly.
 		return ctrl.Result{RequeueAfter: StaleRetry}, nil
 	}

@@ -77,34 +77,6 @@ func TestRunOrderAndStops(t *testing.T) {
 	}
 }
 
-func TestStatusThrottle(t *testing.T) {
-	var th StatusThrottle
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	if w := th.Wait("a", false, time.Second, now); w != 0 {
-		t.Errorf("first write waits %v", w)
-	}
-	th.Wrote("a", now)
-	if w := th.Wait("a", false, time.Second, now.Add(300*time.Millisecond)); w != 700*time.Millisecond {
-		t.Errorf("count-only write waits %v, want 700ms", w)
-	}
-	if w := th.Wait("a", true, time.Second, now.Add(300*time.Millisecond)); w != 0 {
-		t.Errorf("urgent write waits %v", w)
-	}
-	if w := th.Wait("b", false, time.Second, now); w != 0 {
-		t.Errorf("another object waits %v", w)
-	}
-	if w := th.Wait("a", false, time.Second, now.Add(2*time.Second)); w != 0 {
-		t.Errorf("write after the interval waits %v", w)
-	}
-	if w := th.Wait("a", false, 0, now); w != 0 {
-		t.Errorf("no interval, yet waits %v", w)
-	}
-	th.Forget("a")
-	if w := th.Wait("a", false, time.Second, now); w != 0 {
-		t.Errorf("forgotten object waits %v", w)
-	}
-}
-
 func TestWritesBoundedAndJoined(t *testing.T) {
 	w := NewWrites(3)
 	var running, peak atomic.Int32

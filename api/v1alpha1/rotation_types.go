@@ -1,0 +1,279 @@
+package v1alpha1
+
+import (
+	"strings"
+	"time"
+)
+
+// The certificate authorities a rotation replaces, by the names kubeadm gives them; their files
+// under /etc/kubernetes/pki are ca.crt and ca.key, etcd/ca.crt and etcd/ca.key, front-proxy-ca.crt
+// and front-proxy-ca.key.
+const (
+	AuthorityCluster    = "cluster"
+	AuthorityEtcd       = "etcd"
+	AuthorityFrontProxy = "front-proxy"
+)
+
+// Authorities are every authority a rotation may replace, in the order kubeadm makes them.
+var Authorities = []string{AuthorityCluster, AuthorityEtcd, AuthorityFrontProxy}
+
+// OrAllAuthorities is the authorities listed, or all of them when none is.
+func OrAllAuthorities(authorities []string) []string {
+	if len(authorities) == 0 {
+		return append([]string(nil), Authorities...)
+	}
+	return append([]string(nil), authorities...)
+}
+
+// RotationCompletion says who decides that a rotation drops the old authorities.
+// +kubebuilder:validation:Enum=Auto;Manual
+type RotationCompletion string
+
+const (
+	// CompletionManual waits before phase complete until a person approves it.
+	CompletionManual RotationCompletion = "Manual"
+	// CompletionAuto drops the old authorities as soon as every certificate is re-issued.
+	CompletionAuto RotationCompletion = "Auto"
+)
+
+// RotationNotBuilt is what admission answers to a rotation, in one place so the docs and the tests
+// quote the same words: until every phase works, none may be started.
+const RotationNotBuilt = "not implemented yet: phases trust-both, re-issue and complete are not built (prepare is); see docs/how-to/rotate-cas.md"
+
+// RotateCertificateAuthoritiesOperation replaces the cluster's certificate authorities (and, with
+// serviceAccountKey, the service-account signing key) in four phases, each a set of groups that run
+// control planes one at a time and workers under maxUnavailable: prepare (the new authorities made on
+// the first control plane and copied to the others by their agents: the keys never travel through
+// the API), trust-both (old and new trusted everywhere), re-issue (every certificate and kubeconfig
+// from the new authorities) and complete (the old authorities dropped). Not implemented yet: admission
+// refuses it (RotationNotBuilt).
+type RotateCertificateAuthoritiesOperation struct {
+	// Authorities to replace: cluster, etcd, front-proxy; all three when empty.
+	// +optional
+	// +kubebuilder:validation:MaxItems=3
+	// +kubebuilder:validation:items:Enum=cluster;etcd;front-proxy
+	// +listType=set
+	Authorities []string `json:"authorities,omitempty"`
+	// ServiceAccountKey also replaces the service-account signing key (sa.key, sa.pub): the API server
+	// verifies tokens signed by either key until phase complete, and signs with the new one from
+	// re-issue on.
+	// +optional
+	ServiceAccountKey bool `json:"serviceAccountKey,omitempty"`
+	// Completion: Manual (the default) holds phase complete at an approval gate until a person has
+	// checked the cluster; Auto completes at once.
+	// +optional
+	// +kubebuilder:default=Manual
+	Completion RotationCompletion `json:"completion,omitempty"`
+}
+
+// ClusterCertificateAuthorities says when the ClusterTarget rotates the cluster's certificate authorities.
+type ClusterCertificateAuthorities struct {
+	// RotationCount rotates the certificate authorities once each time it is raised; it can only go
+	// up. Not implemented yet: admission refuses any value but 0.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:XValidation:rule="self >= oldSelf",message="rotationCount can only go up: raise it to rotate the certificate authorities once more"
+	// +kubebuilder:validation:XValidation:rule="self == 0",message="certificateAuthorities.rotationCount is not implemented yet: the rotation's phases trust-both, re-issue and complete are not built (prepare is); see docs/how-to/rotate-cas.md"
+	RotationCount int32 `json:"rotationCount,omitempty"`
+}
+
+// StagingDirectory is where a rotation keeps the new authorities on each control plane until they
+// replace the old ones: beside /etc/kubernetes/pki, with the same layout (ca.crt, ca.key, etcd/ca.crt,
+// ..., sa.key, sa.pub), the directories 0700 and the keys 0600.
+const StagingDirectory = "/etc/kubernetes/pki-rotation"
+
+// GenerateCertificateAuthoritiesCommand makes the rotation's new authorities on this control plane,
+// in StagingDirectory, keys and all, and serves them to the other control planes' agents of the same
+// operation (copyCertificateAuthorities); no key ever goes through the API (rule 15). A staging
+// directory already holding this operation's complete set is kept, so a re-run makes nothing twice.
+type GenerateCertificateAuthoritiesCommand struct {
+	// Authorities to make: cluster, etcd, front-proxy; all three when empty.
+	// +optional
+	// +kubebuilder:validation:MaxItems=3
+	// +kubebuilder:validation:items:Enum=cluster;etcd;front-proxy
+	// +listType=set
+	Authorities []string `json:"authorities,omitempty"`
+	// ServiceAccountKey also makes a new service-account signing key pair.
+	// +optional
+	ServiceAccountKey bool `json:"serviceAccountKey,omitempty"`
+}
+
+func (*GenerateCertificateAuthoritiesCommand) KindName() string {
+	return "generateCertificateAuthorities"
+}
+
+func (*GenerateCertificateAuthoritiesCommand) IsIdempotent() bool { return true }
+
+func (c *GenerateCertificateAuthoritiesCommand) Description() string {
+	return "generate new " + authorityText(c.Authorities, c.ServiceAccountKey) + " in " + StagingDirectory +
+		" and serve them to the other control planes' agents"
+}
+
+func (*GenerateCertificateAuthoritiesCommand) DefaultTimeout() time.Duration { return 2 * time.Minute }
+
+// Effects: it writes only the staging directory, which nothing on the node reads yet; it counts as
+// disruptive as every command that writes the host does.
+func (*GenerateCertificateAuthoritiesCommand) Effects() CommandEffects {
+	return CommandEffects{Disruption: Disruptive}
+}
+
+// CopyCertificateAuthoritiesCommand fetches the rotation's new authorities from the agent of the
+// control plane that generated them (its task in the same operation publishes the address and
+// certificate fingerprint of the agent's server in status.certificateAuthorityServer) into this
+// control plane's StagingDirectory. The receiving agent proves itself with its ServiceAccount token,
+// which the serving agent reviews (TokenReview) and checks against the operation's tasks.
+type CopyCertificateAuthoritiesCommand struct {
+	// Authorities to copy: cluster, etcd, front-proxy; all three when empty.
+	// +optional
+	// +kubebuilder:validation:MaxItems=3
+	// +kubebuilder:validation:items:Enum=cluster;etcd;front-proxy
+	// +listType=set
+	Authorities []string `json:"authorities,omitempty"`
+	// ServiceAccountKey also copies the new service-account signing key pair.
+	// +optional
+	ServiceAccountKey bool `json:"serviceAccountKey,omitempty"`
+}
+
+func (*CopyCertificateAuthoritiesCommand) KindName() string { return "copyCertificateAuthorities" }
+
+func (*CopyCertificateAuthoritiesCommand) IsIdempotent() bool { return true }
+
+func (c *CopyCertificateAuthoritiesCommand) Description() string {
+	return "copy the new " + authorityText(c.Authorities, c.ServiceAccountKey) +
+		" from the generating control plane's agent into " + StagingDirectory
+}
+
+func (*CopyCertificateAuthoritiesCommand) DefaultTimeout() time.Duration { return 2 * time.Minute }
+
+func (*CopyCertificateAuthoritiesCommand) Effects() CommandEffects {
+	return CommandEffects{Disruption: Disruptive}
+}
+
+// CATrust is which authorities a node trusts during a rotation.
+// +kubebuilder:validation:Enum=OldAndNew;NewOnly
+type CATrust string
+
+const (
+	// TrustOldAndNew: every bundle holds the old and the new authority (phase trust-both).
+	TrustOldAndNew CATrust = "OldAndNew"
+	// TrustNewOnly: every bundle holds the new authority alone (phase complete).
+	TrustNewOnly CATrust = "NewOnly"
+)
+
+// TrustCertificateAuthoritiesCommand (not implemented yet: admission refuses it) will rewrite what the
+// node trusts. On a control plane: bundles where a component accepts one (the API server's
+// --client-ca-file, --kubelet-certificate-authority and --requestheader-client-ca-file, the
+// controller-manager's --root-ca-file, the scheduler's and controller-manager's kubeconfigs, every
+// kubeconfig's certificate-authority-data, etcd's --trusted-ca-file and --peer-trusted-ca-file), a
+// separate file where one does not (the controller-manager's --client-ca-file and
+// --cluster-signing-cert-file, kubeadm issue 1350), and with serviceAccountKey --service-account-key-file
+// twice; on any node the kubelet's clientCAFile and kubelet.conf. In a DryRun it lists every file it
+// would change with the issuers it trusts before and after.
+// +kubebuilder:validation:XValidation:rule="false",message="trustCertificateAuthorities is not implemented yet: a certificate authority rotation's phases trust-both and complete are not built; see docs/how-to/rotate-cas.md"
+type TrustCertificateAuthoritiesCommand struct {
+	// +optional
+	// +kubebuilder:validation:MaxItems=3
+	// +kubebuilder:validation:items:Enum=cluster;etcd;front-proxy
+	// +listType=set
+	Authorities []string `json:"authorities,omitempty"`
+	// +optional
+	ServiceAccountKey bool `json:"serviceAccountKey,omitempty"`
+	// Trust is OldAndNew (phase trust-both) or NewOnly (phase complete).
+	Trust CATrust `json:"trust"`
+}
+
+func (*TrustCertificateAuthoritiesCommand) KindName() string { return "trustCertificateAuthorities" }
+
+// Writing the same bundles again leaves them as they are.
+func (*TrustCertificateAuthoritiesCommand) IsIdempotent() bool { return true }
+
+func (c *TrustCertificateAuthoritiesCommand) Description() string {
+	what := "the old and the new"
+	if c.Trust == TrustNewOnly {
+		what = "only the new"
+	}
+	return "trust " + what + " " + authorityText(c.Authorities, c.ServiceAccountKey) +
+		" in every bundle, kubeconfig and kubelet configuration on the node (not implemented yet)"
+}
+
+func (*TrustCertificateAuthoritiesCommand) DefaultTimeout() time.Duration { return 5 * time.Minute }
+
+func (*TrustCertificateAuthoritiesCommand) Effects() CommandEffects {
+	return CommandEffects{Disruption: Disruptive}
+}
+
+// PublishCertificateAuthoritiesCommand (not implemented yet: admission refuses it) will make the
+// cluster-wide changes of a rotation once, recorded before they are made (rule 16): the cluster-info
+// ConfigMap's certificate-authority-data in kube-public, the ca.crt of service-account token Secrets,
+// and a restart of the in-cluster clients that read the CA once (kube-proxy, CoreDNS), after the
+// controller-manager's --root-ca-file has updated every kube-root-ca.crt.
+// +kubebuilder:validation:XValidation:rule="false",message="publishCertificateAuthorities is not implemented yet: a certificate authority rotation's phases trust-both and complete are not built; see docs/how-to/rotate-cas.md"
+type PublishCertificateAuthoritiesCommand struct {
+	// +optional
+	// +kubebuilder:validation:MaxItems=3
+	// +kubebuilder:validation:items:Enum=cluster;etcd;front-proxy
+	// +listType=set
+	Authorities []string `json:"authorities,omitempty"`
+	// Trust is OldAndNew (phase trust-both) or NewOnly (phase complete).
+	Trust CATrust `json:"trust"`
+}
+
+func (*PublishCertificateAuthoritiesCommand) KindName() string {
+	return "publishCertificateAuthorities"
+}
+
+func (*PublishCertificateAuthoritiesCommand) IsIdempotent() bool { return true }
+
+func (c *PublishCertificateAuthoritiesCommand) Description() string {
+	what := "the old and the new"
+	if c.Trust == TrustNewOnly {
+		what = "only the new"
+	}
+	return "publish " + what + " cluster CA in cluster-info and service-account token Secrets, then restart in-cluster clients (not implemented yet)"
+}
+
+func (*PublishCertificateAuthoritiesCommand) DefaultTimeout() time.Duration { return 10 * time.Minute }
+
+func (*PublishCertificateAuthoritiesCommand) Effects() CommandEffects {
+	return CommandEffects{Disruption: Disruptive}
+}
+
+// ReissueCertificatesCommand (not implemented yet: admission refuses it) will re-issue the node's
+// certificates from the new authorities: on a control plane the new CA keys replace the old in
+// /etc/kubernetes/pki and kubeadm's own phases (init phase certs, init phase kubeconfig) issue every
+// certificate and kubeconfig again; on a worker the kubelet's client certificate. Each certificate is
+// recorded before it is issued, so a resumed run issues none twice.
+// +kubebuilder:validation:XValidation:rule="false",message="reissueCertificates is not implemented yet: a certificate authority rotation's phase re-issue is not built; see docs/how-to/rotate-cas.md"
+type ReissueCertificatesCommand struct {
+	// +optional
+	// +kubebuilder:validation:MaxItems=3
+	// +kubebuilder:validation:items:Enum=cluster;etcd;front-proxy
+	// +listType=set
+	Authorities []string `json:"authorities,omitempty"`
+	// +optional
+	ServiceAccountKey bool `json:"serviceAccountKey,omitempty"`
+}
+
+func (*ReissueCertificatesCommand) KindName() string { return "reissueCertificates" }
+
+// Issuing a certificate twice is what a resumed run must not do.
+func (*ReissueCertificatesCommand) IsIdempotent() bool { return false }
+
+func (c *ReissueCertificatesCommand) Description() string {
+	return "re-issue the node's certificates and kubeconfigs from the new " + authorityText(c.Authorities, c.ServiceAccountKey) + " (not implemented yet)"
+}
+
+func (*ReissueCertificatesCommand) DefaultTimeout() time.Duration { return 10 * time.Minute }
+
+func (*ReissueCertificatesCommand) Effects() CommandEffects {
+	return CommandEffects{Disruption: Disruptive}
+}
+
+// authorityText names the authorities (all when none) and the service-account key, for descriptions.
+func authorityText(authorities []string, serviceAccountKey bool) string {
+	s := strings.Join(OrAllAuthorities(authorities), ", ") + " CAs"
+	if serviceAccountKey {
+		s += " and service-account key"
+	}
+	return s
+}
