@@ -52,10 +52,30 @@ func Manifests(fsys fs.FS, pattern string) ([]*unstructured.Unstructured, error)
 	return out, nil
 }
 
-// RBAC are the ServiceAccounts, roles and bindings of a real install's manager and agent
-// (config/manager, config/rbac/role.yaml, config/agent), without their Deployment and DaemonSet.
-func RBAC() ([]*unstructured.Unstructured, error) {
+// Namespaces are the Namespaces a real install creates (config/manager): nodeops-system and
+// nodeops-hooks, where hook Jobs run away from nodeops' own ServiceAccounts.
+func Namespaces() ([]*unstructured.Unstructured, error) {
+	objs, err := Manifests(Manager, "manager/manager.yaml")
+	if err != nil {
+		return nil, err
+	}
 	var out []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == "Namespace" {
+			out = append(out, o)
+		}
+	}
+	return out, nil
+}
+
+// RBAC are the Namespaces, ServiceAccounts, roles and bindings of a real install's manager and
+// agent (config/manager, config/rbac/role.yaml, config/agent), without their Deployment and
+// DaemonSet; the Namespaces come first, as the Roles in them need them.
+func RBAC() ([]*unstructured.Unstructured, error) {
+	out, err := Namespaces()
+	if err != nil {
+		return nil, err
+	}
 	for _, m := range []struct {
 		fsys    fs.FS
 		pattern string

@@ -594,7 +594,7 @@ const sha = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 func TestAdmission(t *testing.T) {
 	env, kubectl, kubeconfig := startAPIServer(t)
 	_ = env
-	cases := append(append(admissionCases(), windowCases()...), gateCases()...)
+	cases := append(append(append(admissionCases(), windowCases()...), gateCases()...), hookCases()...)
 	refused := 0
 	for _, tc := range cases {
 		if tc.field != "" {

@@ -97,6 +97,7 @@ type CustomOperation struct {
 }
 
 // Group is a set of nodes that run the same commands; groups run strictly in order.
+// +kubebuilder:validation:XValidation:rule="!has(self.hooks) || (!has(self.hooks.preOperation) && !has(self.hooks.postOperation))",message="preOperation and postOperation hooks belong on the operation, not on a group",fieldPath=".hooks"
 type Group struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=40
@@ -349,6 +350,10 @@ type NodeOperationStatus struct {
 	// PausedBeforeNode): a pauseBefore entry not yet in spec.resumedBefore. Unset otherwise.
 	// +optional
 	PausedBefore string `json:"pausedBefore,omitempty"`
+	// Hooks is the progress of the hooks running, failed, or done but not yet implied by a task
+	// or a group's phase (see HookRun).
+	// +optional
+	Hooks []HookRun `json:"hooks,omitempty"`
 	// Preflight lists the nodes that failed the preflight, set only while one has.
 	// +optional
 	Preflight *PreflightStatus `json:"preflight,omitempty"`

@@ -80,6 +80,10 @@ type Scheduling struct {
 	// +kubebuilder:validation:items:MaxLength=253
 	// +kubebuilder:validation:XValidation:rule="self.all(n, n.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$'))",message="each entry must be a node name: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit"
 	PauseBefore []string `json:"pauseBefore,omitempty"`
+	// Hooks run before and after each node and the operation (docs/how-to/hooks.md); a group's
+	// preNode and postNode replace the operation's, point by point.
+	// +optional
+	Hooks *Hooks `json:"hooks,omitempty"`
 }
 
 // Over is s with each field it leaves unset taken from def: a group's scheduling over its
@@ -100,5 +104,6 @@ func (s Scheduling) Over(def Scheduling) Scheduling {
 	if len(s.PauseBefore) == 0 {
 		s.PauseBefore = def.PauseBefore
 	}
+	s.Hooks = s.Hooks.Over(def.Hooks)
 	return s
 }

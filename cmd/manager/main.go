@@ -177,8 +177,8 @@ func run(ctx context.Context, args []string) error {
 			DefaultTransform: cache.TransformStripManagedFields(),
 			ByObject: map[client.Object]cache.ByObject{
 				&corev1.Node{}: {Transform: stripNode},
-				// Agent Jobs (--agent-mode=Job) live in nodeops-system only.
-				&batchv1.Job{}: {Namespaces: map[string]cache.Config{"nodeops-system": {}}},
+				// Agent Jobs (--agent-mode=Job) live in nodeops-system, hook Jobs in nodeops-hooks.
+				&batchv1.Job{}: {Namespaces: map[string]cache.Config{"nodeops-system": {}, v1alpha1.HookNamespace: {}}},
 			},
 		},
 	})

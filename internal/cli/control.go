@@ -265,7 +265,7 @@ failed task of the operation is skipped unless --node names one.`,
 )
 
 func newRecoveryCommand(o *Options, r recovery) *cobra.Command {
-	var node, gate string
+	var node, gate, hookName string
 	cmd := &cobra.Command{
 		Use:     r.use,
 		Short:   r.short,
@@ -276,6 +276,9 @@ func newRecoveryCommand(o *Options, r recovery) *cobra.Command {
 			c, err := o.NewClient()
 			if err != nil {
 				return err
+			}
+			if hookName != "" {
+				return o.recoverHook(cmd.Context(), c, args[0], hookName, node, r.mode)
 			}
 			if gate != "" {
 				if node != "" {
@@ -292,6 +295,7 @@ func newRecoveryCommand(o *Options, r recovery) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&node, "node", "", "Only the failed task on this node")
 	cmd.Flags().StringVar(&gate, "gate", "", "A gate of the operation that timed out, instead of failed tasks")
+	cmd.Flags().StringVar(&hookName, "hook", "", "A hook of the operation that failed, instead of failed tasks")
 	return cmd
 }
 

@@ -129,6 +129,9 @@ func describeTo(w io.Writer, op *nodeopsv1.NodeOperation, tasks []nodeopsv1.Node
 	if len(op.Spec.PauseBefore) > 0 {
 		field("Pause before", pauseBeforeText(op))
 	}
+	for _, h := range hookLines(op.Spec.Hooks) {
+		field("Hook", h)
+	}
 	field("Phase", phaseOf(op))
 	if op.Status.NextStart != nil && !op.Status.Phase.Finished() {
 		field("Next start", timeText(op.Status.NextStart))
@@ -161,6 +164,13 @@ func describeTo(w io.Writer, op *nodeopsv1.NodeOperation, tasks []nodeopsv1.Node
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", g.Group, g.Name, g.State, timeText(&since), timeText(&checked), g.Message)
 		}
 		_ = tw.Flush()
+	}
+
+	if len(op.Status.Hooks) > 0 {
+		fmt.Fprintln(w, "\nHooks (running, failed, or done and not yet shown by a task or a group):")
+		for i := range op.Status.Hooks {
+			fmt.Fprintf(w, "  %s\n", hookRunLine(&op.Status.Hooks[i]))
+		}
 	}
 
 	fmt.Fprintln(w, "\nGroups:")

@@ -17,6 +17,7 @@ import (
 
 	nodeopsv1 "github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/gate"
+	"github.com/nodeops/nodeops/internal/hook"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/schedule"
 )
@@ -45,8 +46,11 @@ type PlanGroup struct {
 	// Gates must all pass before each node of the group starts, once its windows allow it.
 	Gates []string `json:"gates,omitempty"`
 	// PauseBefore are the group's nodes the operation pauses before, once each, until a person resumes.
-	PauseBefore []string      `json:"pauseBefore,omitempty"`
-	Commands    []PlanCommand `json:"commands"`
+	PauseBefore []string `json:"pauseBefore,omitempty"`
+	// Hooks run at the group's points (preNode, postNode; the operation's pre/postOperation on
+	// the first and last group), in words.
+	Hooks    []string      `json:"hooks,omitempty"`
+	Commands []PlanCommand `json:"commands"`
 }
 
 // PlanCommand is one command of a PlanGroup.
@@ -199,6 +203,9 @@ func buildPlan(op *nodeopsv1.NodeOperation, nodes []corev1.Node) (*Plan, error) 
 	if err := gate.Validate(&op.Spec); err != nil {
 		return nil, err
 	}
+	if err := hook.Validate(&op.Spec); err != nil {
+		return nil, err
+	}
 	ready := map[string]bool{}
 	for i := range nodes {
 		ready[nodes[i].Name] = plan.NodeReady(&nodes[i])
@@ -211,6 +218,7 @@ func buildPlan(op *nodeopsv1.NodeOperation, nodes []corev1.Node) (*Plan, error) 
 		for j := range gates {
 			pg.Gates = append(pg.Gates, gate.Describe(&gates[j]))
 		}
+		pg.Hooks = groupHooks(op, groups, g.Name)
 		for _, n := range g.Scheduling.Over(op.Spec.Scheduling).PauseBefore {
 			if slices.Contains(g.Nodes, n) {
 				pg.PauseBefore = append(pg.PauseBefore, n)
@@ -316,6 +324,9 @@ func writePlan(w io.Writer, op *nodeopsv1.NodeOperation, p *Plan, colour bool) {
 		}
 		for _, gt := range g.Gates {
 			fmt.Fprintf(w, "   gate %s\n", gt)
+		}
+		for _, h := range g.Hooks {
+			fmt.Fprintf(w, "   hook %s\n", h)
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		for j, c := range g.Commands {

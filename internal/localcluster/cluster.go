@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/nodeops/nodeops/config"
 	"github.com/nodeops/nodeops/internal/secretholder"
 )
 
@@ -222,11 +223,20 @@ func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, l
 	if err != nil {
 		return nil, clusterLayout{}, nil, fmt.Errorf("reading CA: %w", err)
 	}
+	namespaces, err := config.Namespaces()
+	if err != nil {
+		return nil, clusterLayout{}, nil, err
+	}
 	var lastErr error
 	if err := WaitUntil(ctx, pollInterval, func(ctx context.Context) (bool, error) {
 		// kube-system and kube-public are created by the apiserver shortly after it is ready.
-		// nodeops-system holds the agents' node Leases (exclusion that cannot be bypassed, rule 8).
-		objs := append(KubeadmObjects(o.KubernetesVersion, l.endpoint(), caPEM), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nodeops-system"}})
+		// A real install's Namespaces (config/manager): nodeops-system holds the agents' node
+		// Leases (exclusion that cannot be bypassed, rule 8), nodeops-hooks the hook Jobs and
+		// their signing Secret.
+		objs := KubeadmObjects(o.KubernetesVersion, l.endpoint(), caPEM)
+		for _, ns := range namespaces {
+			objs = append(objs, ns.DeepCopy())
+		}
 		lastErr = createAll(ctx, c, objs)
 		return lastErr == nil, nil
 	}); err != nil {

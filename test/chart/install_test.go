@@ -9,7 +9,10 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -109,31 +112,58 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 		t.Errorf("agent DaemonSet after helm upgrade to agent.mode=Job: %v, want NotFound", err)
 	}
 
-	helm("uninstall", "nodeops", "--namespace", "nodeops-system")
-	testutil.Eventually(t, 30*time.Second, "no nodeops object left after helm uninstall", func() error {
-		var left []string
-		for _, gvk := range leftovers {
-			list := &unstructured.UnstructuredList{}
-			list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-			if err := c.List(ctx, list); err != nil {
-				return err
-			}
-			for _, o := range list.Items {
-				if strings.HasPrefix(o.GetName(), "nodeops") || o.GetLabels()["app.kubernetes.io/part-of"] == "nodeops" || o.GetName() == "wasm-shims" {
-					left = append(left, gvk.Kind+"/"+o.GetNamespace()+"/"+o.GetName())
+	// The administrator's signing Secret in the hook namespace (docs/how-to/hooks.md).
+	signing := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "nodeops-hooks", Name: "nodeops-hook-signing"}, Data: map[string][]byte{"events": []byte("k")}}
+	if err := c.Create(ctx, signing); err != nil {
+		t.Fatalf("signing Secret in nodeops-hooks after helm install: %v", err)
+	}
+
+	uninstall := func(when string) {
+		t.Helper()
+		helm("uninstall", "nodeops", "--namespace", "nodeops-system")
+		testutil.Eventually(t, 30*time.Second, "no nodeops object left after helm uninstall"+when, func() error {
+			var left []string
+			for _, gvk := range leftovers {
+				list := &unstructured.UnstructuredList{}
+				list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+				if err := c.List(ctx, list); err != nil {
+					return err
+				}
+				for _, o := range list.Items {
+					if strings.HasPrefix(o.GetName(), "nodeops") || o.GetLabels()["app.kubernetes.io/part-of"] == "nodeops" || o.GetName() == "wasm-shims" {
+						left = append(left, gvk.Kind+"/"+o.GetNamespace()+"/"+o.GetName())
+					}
 				}
 			}
-		}
-		if len(left) > 0 {
-			return &leftError{left}
-		}
-		return nil
-	})
+			if len(left) > 0 {
+				return &leftError{left}
+			}
+			return nil
+		})
+	}
+	uninstall("")
 	for _, name := range crdNames {
 		if err := c.Get(ctx, client.ObjectKey{Name: name}, object("apiextensions.k8s.io", "v1", "CustomResourceDefinition")); err != nil {
 			t.Errorf("CRD %s after helm uninstall (helm keeps CRDs): %v", name, err)
 		}
 	}
+
+	// helm keeps the hook namespace, as it keeps the CRDs: deleting it would delete the
+	// administrator's Secret, and a namespace left terminating would refuse the next install.
+	ns := &corev1.Namespace{}
+	if err := c.Get(ctx, client.ObjectKey{Name: "nodeops-hooks"}, ns); err != nil || ns.DeletionTimestamp != nil {
+		t.Errorf("namespace nodeops-hooks after helm uninstall: %v (deleting since %v), want kept", err, ns.DeletionTimestamp)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(signing), &corev1.Secret{}); err != nil {
+		t.Errorf("signing Secret after helm uninstall: %v, want kept", err)
+	}
+
+	// Installing again takes the kept namespace back (helm's ownership annotations are still on it).
+	helm("install", "nodeops", chartDir, "--namespace", "nodeops-system")
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "nodeops-hooks", Name: "nodeops-manager"}, &rbacv1.RoleBinding{}); err != nil {
+		t.Errorf("the manager's RoleBinding in nodeops-hooks after installing again: %v", err)
+	}
+	uninstall(" again")
 
 	// The kustomize tree applies to the same server (CRDs there, namespace too: the apply takes both).
 	yaml := mustRun(t, nil, "kubectl", "kustomize", filepath.Join(repoRoot, "config", "default"))

@@ -303,9 +303,15 @@ func TestChartMatchesConfig(t *testing.T) {
 		sort.Strings(out)
 		return out
 	}
-	// The chart leaves the namespace to --create-namespace and adds the manager's PDB and its metrics
-	// certificate (config/default leaves the manager its self-signed one).
-	if c, k := keys(chart, "PodDisruptionBudget", "Secret"), keys(kust, "Namespace"); !reflect.DeepEqual(c, k) {
+	// The chart leaves the release namespace to --create-namespace (it renders the hook namespace,
+	// nodeops-hooks, as config/default does) and adds the manager's PDB and its metrics certificate
+	// (config/default leaves the manager its self-signed one).
+	release := func(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+		return slices.DeleteFunc(slices.Clone(objs), func(o *unstructured.Unstructured) bool {
+			return o.GetKind() == "Namespace" && o.GetName() == "nodeops-system"
+		})
+	}
+	if c, k := keys(chart, "PodDisruptionBudget", "Secret"), keys(release(kust)); !reflect.DeepEqual(c, k) {
 		t.Errorf("the chart renders\n  %v\nconfig/default\n  %v", c, k)
 	}
 	for _, o := range kust {
@@ -359,7 +365,8 @@ func TestChartMatchesConfig(t *testing.T) {
 }
 
 // TestOtherNamespace: in DaemonSet mode the release may live elsewhere; the leader election Lease,
-// its Role and every subject follow the release namespace, the kubeadm-config Role stays in kube-system.
+// its Role and every subject follow the release namespace, the kubeadm-config Role stays in
+// kube-system and the hook Jobs' Role in nodeops-hooks.
 func TestOtherNamespace(t *testing.T) {
 	t.Parallel()
 	timed(t)
@@ -384,8 +391,8 @@ func TestOtherNamespace(t *testing.T) {
 	}
 	for _, kind := range []string{"Role", "RoleBinding"} {
 		sort.Strings(ns[kind])
-		if !reflect.DeepEqual(slices.Compact(ns[kind]), []string{"kube-system", "ops"}) {
-			t.Errorf("%ss in %v, want kube-system and ops", kind, ns[kind])
+		if !reflect.DeepEqual(slices.Compact(ns[kind]), []string{"kube-system", "nodeops-hooks", "ops"}) {
+			t.Errorf("%ss in %v, want kube-system, nodeops-hooks and ops", kind, ns[kind])
 		}
 	}
 	// The admission policies name the ServiceAccounts of the release namespace.

@@ -28,6 +28,7 @@ import (
 	"github.com/nodeops/nodeops/internal/clock"
 	"github.com/nodeops/nodeops/internal/controller/skeleton"
 	"github.com/nodeops/nodeops/internal/gate"
+	"github.com/nodeops/nodeops/internal/hook"
 	"github.com/nodeops/nodeops/internal/nodelock"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/schedule"
@@ -81,6 +82,10 @@ type Reconciler struct {
 	// PreflightAnswer is how long a node's agent has to start its preflight task before the node
 	// is listed as failing the preflight; defaultPreflightAnswer when zero.
 	PreflightAnswer time.Duration
+	// Sender delivers http hooks' CloudEvents; HookNamespace is where hook Jobs run and signing
+	// Secrets live (hook.Namespace when empty).
+	Sender        *hook.Sender
+	HookNamespace string
 
 	// status batches count-only status writes, by operation name.
 	status statuswrite.Throttle
@@ -92,6 +97,8 @@ type Reconciler struct {
 	silenceEnds map[string]time.Time
 	// cost is how long each operation's last reconcile took to observe and decide, by name (see ownTaskEvents).
 	cost map[string]time.Duration
+	// createErrs are the hook Jobs the API server refused, by name (see runHooks).
+	createErrs map[string]error
 }
 
 // New returns a Reconciler with default tunables.
@@ -100,6 +107,7 @@ func New(c client.Client, apiReader client.Reader, locks skeleton.Locker, record
 		Client: c, APIReader: apiReader, Locks: locks, Recorder: recorder,
 		StatusInterval: time.Second, CreateParallelism: 64, WaitRecheck: 5 * time.Second, GateRecheck: 10 * time.Second,
 		Silences: HTTPSilencer{Client: &http.Client{Timeout: 10 * time.Second}},
+		Sender:   &hook.Sender{HTTP: &http.Client{Timeout: 10 * time.Second}},
 	}
 }
 
@@ -118,6 +126,8 @@ type scope struct {
 	checked []gateKey
 	// silenceErr are the silences Alertmanager refused or did not answer for, by group and gate: the gate holds.
 	silenceErr map[gateKey]error
+	// hooks is the operation's hooks as this reconcile sees them; nil when it has none.
+	hooks *hookView
 }
 
 // Reconcile follows the skeleton (internal/controller/skeleton): get, then observe, decide,
@@ -160,6 +170,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // operation waits for, so that the holders' ends wake it.
 func (r *Reconciler) decide(s *scope) {
 	s.d = decide(&s.in)
+	r.decideHooks(s)
 	// The reconcile's own work, without the API writes that follow: what batching saves.
 	r.noteCost(s.op.Name, time.Since(s.start))
 	r.noteWaiting(s.op.Name, s.d.waiting)
@@ -176,6 +187,9 @@ func (r *Reconciler) act(ctx context.Context, s *scope) (ctrl.Result, error) {
 	}
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if r.runHooks(ctx, s) {
+		result = skeleton.Within(result, 100*time.Millisecond)
 	}
 	if err := r.mirror(ctx, s.op, s.tasks); err != nil {
 		return ctrl.Result{}, err
@@ -243,6 +257,10 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 			s.in.fail = &failure{reason: ReasonInvalidSpec, message: err.Error()}
 			return nil
 		}
+		if err := hook.Validate(&op.Spec); err != nil {
+			s.in.fail = &failure{reason: ReasonInvalidSpec, message: err.Error()}
+			return nil
+		}
 	}
 	if op.Status.StartTime == nil && op.Spec.Upgrade != nil {
 		f, err := r.checkVersion(ctx, op.Spec.Upgrade.KubernetesVersion)
@@ -278,6 +296,9 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 		return err
 	}
 	r.holdSilences(ctx, s)
+	if err := r.observeHooks(ctx, s); err != nil {
+		return err
+	}
 	r.checkGates(ctx, s)
 	return nil
 }
@@ -474,6 +495,9 @@ func (r *Reconciler) waitersOf(node string) []string {
 func (r *Reconciler) forget(name string) {
 	r.noteWaiting(name, nil)
 	r.status.Forget(name)
+	if r.Sender != nil {
+		r.Sender.Forget(hook.Source(name))
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.cost, name)

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
@@ -53,6 +54,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// Annotations too: a person approves, retries or skips a gate with one.
 		For(&v1alpha1.NodeOperation{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Watches(&v1alpha1.NodeTask{}, r.ownTaskEvents()).
+		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(hookJobOwner)).
 		Watches(&v1alpha1.NodeTask{}, handler.EnqueueRequestsFromMapFunc(r.waitingFor), builder.WithPredicates(changesHold())).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.unfinished), builder.WithPredicates(skeleton.NodeChanged(skeleton.NodeLabels|skeleton.NodeReadiness|skeleton.NodeSchedulable))).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.recordOwner), builder.WithPredicates(cordonRecordChanged())).

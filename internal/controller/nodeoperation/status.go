@@ -50,6 +50,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope) (ctrl.Result, er
 		return res, err
 	}
 	r.emit(s.op, transitions(s.before, st))
+	r.emit(s.op, hookTransitions(s.before, st))
 	return res, nil
 }
 
@@ -58,6 +59,10 @@ func significant(before, after *v1alpha1.NodeOperationStatus) bool {
 	if before.Phase != after.Phase || before.ObservedGeneration != after.ObservedGeneration ||
 		len(before.Groups) != len(after.Groups) || (before.StartTime == nil) != (after.StartTime == nil) ||
 		(before.CompletionTime == nil) != (after.CompletionTime == nil) {
+		return true
+	}
+	if !equality.Semantic.DeepEqual(before.Hooks, after.Hooks) {
+		// A delivered event is recorded at once, so that no later look sends it again.
 		return true
 	}
 	for i := range before.Groups {
