@@ -7,6 +7,7 @@ package transient
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -46,4 +47,14 @@ func Retry(ctx context.Context, do func() error) error {
 		}
 		wait = min(2*wait, maxWait)
 	}
+}
+
+// CutOff reports whether err says a request was not answered because ctx ended, or would have
+// ended before the client's rate limiter let the request go: client-go then fails at once with
+// golang.org/x/time/rate's "would exceed context deadline", which wraps no sentinel, before ctx
+// has actually ended. A busy client near the end of a wait sees this; it is the wait's end, not
+// an answer from the API server.
+func CutOff(ctx context.Context, err error) bool {
+	return err != nil && (ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		strings.Contains(err.Error(), "would exceed context deadline"))
 }

@@ -157,7 +157,7 @@ func (h *heldSecrets) get(ctx context.Context, name string) (map[string][]byte, 
 		if err != nil {
 			return nil, err
 		}
-		if wctx.Err() != nil && noted != "" {
+		if (wctx.Err() != nil || strings.HasPrefix(why, cutOffLook)) && noted != "" {
 			why = noted // the wait ended during this look: the reason is the last look's, not the cut-off read
 		}
 		if why == "" {
@@ -187,6 +187,10 @@ func (h *heldSecrets) get(ctx context.Context, name string) (map[string][]byte, 
 	}
 }
 
+// cutOffLook begins the reason mounted gives when the wait ended (or its client's rate limiter saw
+// it would end) before the pod could be read: not an answer, so the last look's reason stands.
+const cutOffLook = "could not read pod "
+
 // mounted is the host directory of the Secret's volume in the task's holder pod once the kubelet
 // has mounted it; otherwise why it is not there yet. A pod that can never be the task's (another
 // node's) is an error; one another task controls is waited out (an earlier task of the same name
@@ -199,8 +203,8 @@ func (h *heldSecrets) mounted(ctx context.Context, pod, secret string) (dir, why
 	switch {
 	case apierrors.IsNotFound(err):
 		return "", "pod " + ref + " does not exist yet (the manager creates it for the task)", nil
-	case err != nil && ctx.Err() != nil:
-		return "", "pod " + ref + " could not be read: " + err.Error(), nil
+	case transient.CutOff(ctx, err):
+		return "", cutOffLook + ref + " before the wait ended: " + err.Error(), nil
 	case err != nil:
 		return "", "", fmt.Errorf("reading the task's secret holder pod %s: %w", ref, err)
 	case p.Spec.NodeName != env.NodeName:
