@@ -188,7 +188,10 @@ func InstallAdmission(ctx context.Context, cfg *rest.Config, c client.Client) er
 				break
 			}
 			if ctx.Err() != nil {
-				return fmt.Errorf("admission policy %s not enforced yet (last probe: %v): %w", name, last, ctx.Err())
+				if last == nil {
+					return fmt.Errorf("admission policy %s not enforced yet (no probe answered): %w", name, ctx.Err())
+				}
+				return fmt.Errorf("admission policy %s not enforced yet (last probe: %w): %w", name, last, ctx.Err())
 			}
 			last = err
 			time.Sleep(100 * time.Millisecond)

@@ -199,7 +199,10 @@ func trustOnWorker(ctx context.Context, env *Env, in cakeys.TrustInput) ([]cakey
 			last = err
 		}
 		if err := clock.Sleep(ctx, env.poll()); err != nil {
-			return nil, fmt.Errorf("waiting for ConfigMap %s to hold the new cluster authority: %w (last: %v)", key, err, last)
+			if last == nil {
+				return nil, fmt.Errorf("waiting for ConfigMap %s to hold the new cluster authority: %w", key, err)
+			}
+			return nil, fmt.Errorf("waiting for ConfigMap %s to hold the new cluster authority: %w (last: %w)", key, err, last)
 		}
 	}
 }
