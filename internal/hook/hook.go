@@ -9,7 +9,6 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -112,7 +111,7 @@ func NewEvent(op *v1alpha1.NodeOperation, k Key, hook string, since time.Time, m
 		subject = k.Node
 	}
 	return Event{
-		SpecVersion: "1.0", ID: hashOf(string(op.UID), string(k.Point), k.Group, k.Node, k.Outcome)[:32],
+		SpecVersion: "1.0", ID: plan.Hash(string(op.UID), string(k.Point), k.Group, k.Node, k.Outcome)[:32],
 		Source: Source(op.Name), Type: Type(k), Time: since.UTC(),
 		Subject: subject, DataContentType: "application/json",
 		Data: EventData{Operation: op.Name, UID: string(op.UID), Point: string(k.Point), Group: k.Group, Node: k.Node, Hook: hook, Message: message},
@@ -251,7 +250,7 @@ func (s *Sender) post(ctx context.Context, url string, key []byte, ev Event) err
 // JobName is the Job of attempt of hook at k of op: readable, deterministic and at most 63
 // characters (a Job's name is also its pods' job-name label).
 func JobName(op string, k Key, hook string, attempt int32) string {
-	h := hashOf(op, string(k.Point), k.Group, k.Node, k.Outcome, hook, fmt.Sprint(attempt))[:10]
+	h := plan.Hash(op, string(k.Point), k.Group, k.Node, k.Outcome, hook, fmt.Sprint(attempt))[:10]
 	prefix := op + "-" + hook
 	if len(prefix) > 52 {
 		prefix = prefix[:52]
@@ -375,15 +374,4 @@ func Describe(h *v1alpha1.Hook) string {
 		return fmt.Sprintf("%s: http %s, signed with key %s of secret %s/%s (timeout %s)", h.Name, h.HTTP.URL, h.HTTP.SigningKey, Namespace, v1alpha1.HookSigningSecret, timeout)
 	}
 	return h.Name
-}
-
-func hashOf(parts ...string) string {
-	h := sha256.New()
-	for _, p := range parts {
-		var n [8]byte
-		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
-		h.Write(n[:])
-		h.Write([]byte(p))
-	}
-	return hex.EncodeToString(h.Sum(nil))
 }

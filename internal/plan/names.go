@@ -55,8 +55,11 @@ func LabelValue(s string) string {
 	return shorten(s, hashOf(s), validation.LabelValueMaxLength, isLabelValueChar)
 }
 
-// hashOf hashes the parts length-prefixed, so no choice of parts can imitate another.
-func hashOf(parts ...string) string {
+// hashOf is Hash cut to the hashLen digits names carry.
+func hashOf(parts ...string) string { return Hash(parts...)[:hashLen] }
+
+// Hash is the hex SHA-256 of the parts length-prefixed, so no choice of parts can imitate another.
+func Hash(parts ...string) string {
 	h := sha256.New()
 	for _, p := range parts {
 		var n [8]byte
@@ -64,7 +67,7 @@ func hashOf(parts ...string) string {
 		h.Write(n[:])
 		h.Write([]byte(p))
 	}
-	return hex.EncodeToString(h.Sum(nil))[:hashLen]
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // endsInHash reports whether s ends as shorten's results do: "-" and hashLen lowercase hex digits,
