@@ -39,7 +39,7 @@ type options struct {
 	workDir    string
 	keep       bool
 	timeout    time.Duration
-	// scenarios to run, by name (raw, op100, op10, profile); all when empty.
+	// scenarios to run, by name (raw, target, op100, op10, opgate, profile); all when empty.
 	only map[string]bool
 	// profileDir, when set, receives a CPU profile of the manager and the sim agent for each
 	// operation or profile run, profileSeconds long from just before its create.
@@ -69,7 +69,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.timeout, "timeout", 15*time.Minute, "deadline of each measured run")
 	fs.StringVar(&o.profileDir, "profile", "", "directory for CPU profiles (pprof) of the manager and the sim agent, one per operation or profile run; empty takes none")
 	fs.IntVar(&o.profileSeconds, "profile-seconds", 20, "length of each -profile profile, from just before the run's create")
-	only := fs.String("only", "", "comma-separated scenarios to run: raw,target,op100,op10,profile (default all)")
+	only := fs.String("only", "", "comma-separated scenarios to run: raw,target,op100,op10,opgate,profile (default all)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -96,7 +96,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		for _, s := range strings.Split(*only, ",") {
 			s = strings.TrimSpace(s)
 			switch s {
-			case scenarioRaw, scenarioTarget, scenarioOp100, scenarioOp10, scenarioProfile:
+			case scenarioRaw, scenarioTarget, scenarioOp100, scenarioOp10, scenarioOpGate, scenarioProfile:
 				o.only[s] = true
 			default:
 				return o, fmt.Errorf("-only: unknown scenario %q", s)

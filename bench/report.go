@@ -132,6 +132,7 @@ func metMissed(ok bool) string {
 var scenarioTitles = map[string]string{
 	scenarioOp100:   "operation, maxUnavailable 100%",
 	scenarioOp10:    "operation, maxUnavailable 10%",
+	scenarioOpGate:  "operation, maxUnavailable 100%, a CEL gate passing at once",
 	scenarioProfile: "NodeProfile autoProvision, 100%",
 	scenarioTarget:  "ClusterTarget at rest, every node observed",
 }

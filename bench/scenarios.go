@@ -27,6 +27,7 @@ const (
 	scenarioRaw     = "raw"
 	scenarioOp100   = "op100"
 	scenarioOp10    = "op10"
+	scenarioOpGate  = "opgate"
 	scenarioProfile = "profile"
 )
 
@@ -131,16 +132,19 @@ func benchK(ctx context.Context, o options, k int, dir string, logf func(string,
 		undo func(context.Context) error
 	}
 	var scenarios []scenario
-	for _, pct := range []int{100, 10} {
-		name := map[int]string{100: scenarioOp100, 10: scenarioOp10}[pct]
-		if !o.wants(name) {
+	for _, op := range []struct {
+		name  string
+		pct   int
+		gates []v1alpha1.Gate
+	}{{scenarioOp100, 100, nil}, {scenarioOp10, 10, nil}, {scenarioOpGate, 100, passingGates()}} {
+		if !o.wants(op.name) {
 			continue
 		}
-		opName := fmt.Sprintf("bench-%d", pct)
+		opName := "bench-" + op.name
 		scenarios = append(scenarios, scenario{
-			name: name,
+			name: op.name,
 			run: func(ctx context.Context) (time.Duration, taskTimes, error) {
-				return runOperation(ctx, c, opName, pct, k)
+				return runOperation(ctx, c, opName, op.pct, k, op.gates)
 			},
 			undo: func(ctx context.Context) error { return deleteOperation(ctx, c, opName) },
 		})
@@ -277,9 +281,19 @@ func waitQuiet(ctx context.Context, c *cluster) error {
 	return nil // measured anyway; the write breakdown shows what else ran
 }
 
+// passingGates are the opgate scenario's health gates: a CEL gate over the default Namespace, true
+// from the start, so the run shows what checking a gate before every node costs when it passes at
+// once (issue 27: gates read, they do not write per check).
+func passingGates() []v1alpha1.Gate {
+	return []v1alpha1.Gate{{Name: "default-namespace-active", CEL: &v1alpha1.CELGate{
+		APIVersion: "v1", Kind: "Namespace", Name: "default", Expression: "self.status.phase == 'Active'",
+	}}}
+}
+
 // runOperation creates a custom operation with one `wait 0s` over the sim nodes at maxUnavailable
-// pct% and returns the time from create to the Succeeded condition and to the first task's start.
-func runOperation(ctx context.Context, c *cluster, name string, pct, k int) (time.Duration, taskTimes, error) {
+// pct%, checking gates before each node, and returns the time from create to the Succeeded
+// condition and to the first task's start.
+func runOperation(ctx context.Context, c *cluster, name string, pct, k int, gates []v1alpha1.Gate) (time.Duration, taskTimes, error) {
 	mu := intstr.FromString(fmt.Sprintf("%d%%", pct))
 	op := &v1alpha1.NodeOperation{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -287,6 +301,7 @@ func runOperation(ctx context.Context, c *cluster, name string, pct, k int) (tim
 			Custom:         &v1alpha1.CustomOperation{Groups: []v1alpha1.Group{{Name: "wait", Commands: waitZero()}}},
 			NodeSelector:   simSelector(),
 			MaxUnavailable: &mu,
+			Scheduling:     v1alpha1.Scheduling{Gates: gates},
 		},
 	}
 	w, err := c.client.Watch(ctx, &v1alpha1.NodeOperationList{}, client.MatchingFields{"metadata.name": name})
