@@ -24,9 +24,11 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -161,6 +163,10 @@ func run(ctx context.Context, args []string) error {
 			CertDir:        o.metricsCertDir,
 			FilterProvider: filters.WithAuthenticationAndAuthorization,
 		},
+		// controller-runtime keeps controller names for the life of the process, not of the manager:
+		// a process runs one manager, but tests run it again in one process (go test -count=2), as
+		// the agent's controller says too.
+		Controller:                    config.Controller{SkipNameValidation: ptr.To(true)},
 		HealthProbeBindAddress:        o.probeAddr,
 		PprofBindAddress:              o.pprofAddr,
 		LeaderElection:                o.leaderElect,
@@ -229,10 +235,13 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 	if err := collector.Start(ctx, mgr.GetCache()); err != nil {
 		return err
 	}
-	// controller-runtime serves its one registry; registering there is the only global state.
+	// controller-runtime serves its one registry; registering there is the only global state, and
+	// it is undone when the manager stops, so that a manager started again in the same process (a
+	// test run twice) registers its own.
 	if err := ctrlmetrics.Registry.Register(collector); err != nil {
 		return fmt.Errorf("register nodeops' metrics: %w", err)
 	}
+	context.AfterFunc(ctx, func() { ctrlmetrics.Registry.Unregister(collector) })
 	if o.agentMode == "Job" {
 		if err := agentjob.SetupWithManager(mgr, agentjob.Options{Image: o.agentImage}); err != nil {
 			return fmt.Errorf("set up the agent Job controller: %w", err)
