@@ -200,7 +200,7 @@ func TestBlockedSinceAndCertificates(t *testing.T) {
 	if err := env.Client.Create(ctx, ct); err != nil {
 		t.Fatal(err)
 	}
-	deleteAtEnd(t, ct)
+	testutil.RemoveAtEnd(t, env.Client, ct)
 	ct.Status.Certificates = []v1alpha1.ObservedCertificates{{Node: "cp-1", Certificates: []v1alpha1.CertificateExpiry{
 		{Name: "apiserver", NotAfter: metav1.NewTime(expiry)}}}}
 	if err := env.Client.Status().Update(ctx, ct); err != nil {
@@ -230,6 +230,8 @@ func TestCommandTimeSplitsRunFromWaits(t *testing.T) {
 	if err := env.Client.Create(ctx, tk); err != nil {
 		t.Fatal(err)
 	}
+	// The metrics count every task in the cluster: a task left here would be counted by the next run.
+	testutil.RemoveAtEnd(t, env.Client, tk)
 	start := metav1.NewMicroTime(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
 	end := metav1.NewMicroTime(start.Add(40 * time.Second))
 	tk.Status = v1alpha1.NodeTaskStatus{Phase: v1alpha1.TaskSucceeded, Commands: []v1alpha1.CommandStatus{{
@@ -298,7 +300,7 @@ func node(t *testing.T, name string, labels map[string]string, ready, cordoned b
 	if err := testutil.CreateNode(ctx, env.Client, n, ready); err != nil {
 		t.Fatal(err)
 	}
-	deleteAtEnd(t, n)
+	testutil.RemoveAtEnd(t, env.Client, n)
 }
 
 func operation(t *testing.T, name string, sel *metav1.LabelSelector, maxUnavailable *intstr.IntOrString) *v1alpha1.NodeOperation {
@@ -310,7 +312,7 @@ func operation(t *testing.T, name string, sel *metav1.LabelSelector, maxUnavaila
 	if err := env.Client.Create(context.Background(), op); err != nil {
 		t.Fatal(err)
 	}
-	deleteAtEnd(t, op)
+	testutil.RemoveAtEnd(t, env.Client, op)
 	return op
 }
 
@@ -332,17 +334,7 @@ func task(t *testing.T, name, node string) {
 	if err := env.Client.Create(context.Background(), tk); err != nil {
 		t.Fatal(err)
 	}
-	deleteAtEnd(t, tk)
-}
-
-// deleteAtEnd deletes obj when the test ends: the metrics count every object in the cluster, and a
-// test run again (-count=2) creates the same names.
-func deleteAtEnd(t *testing.T, obj client.Object) {
-	t.Cleanup(func() {
-		if err := env.Client.Delete(context.Background(), obj); client.IgnoreNotFound(err) != nil {
-			t.Errorf("delete %T %s: %v", obj, obj.GetName(), err)
-		}
-	})
+	testutil.RemoveAtEnd(t, env.Client, tk)
 }
 
 // gather collects c through a registry that checks it as strictly as Prometheus' client can,

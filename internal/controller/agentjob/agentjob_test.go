@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,6 +87,12 @@ func TestJobNameIsDeterministicAndShort(t *testing.T) {
 	}
 }
 
+// runs numbers the names tests make, so that a test run again in this process (go test -count=2)
+// never takes an earlier run's Events or Jobs for its own.
+var runs atomic.Int64
+
+func unique(name string) string { return fmt.Sprintf("%s-%d", name, runs.Add(1)) }
+
 func TestJobPerNodeWithPendingTasks(t *testing.T) {
 	ctx := context.Background()
 	c := env.Client
@@ -97,23 +104,25 @@ func TestJobPerNodeWithPendingTasks(t *testing.T) {
 		if err := c.Create(ctx, task); err != nil {
 			t.Fatal(err)
 		}
+		testutil.RemoveAtEnd(t, c, task, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "nodeops-system", Name: agentjob.JobName(node)}})
 	}
+	idle, busy := unique("idle-node"), unique("busy-node")
 	// A paused task needs no agent until it is resumed.
-	mk("paused-task", "idle-node", true)
-	mk("pending-task", "busy-node", false)
+	mk(unique("paused-task"), idle, true)
+	mk(unique("pending-task"), busy, false)
 
 	job := &batchv1.Job{}
 	testutil.Eventually(t, 30*time.Second, "a Job for the node with a pending task", func() error {
-		return c.Get(ctx, client.ObjectKey{Namespace: "nodeops-system", Name: "nodeops-agent-busy-node"}, job)
+		return c.Get(ctx, client.ObjectKey{Namespace: "nodeops-system", Name: agentjob.JobName(busy)}, job)
 	})
 	pod := job.Spec.Template.Spec
 	ctr := pod.Containers[0]
-	if pod.NodeName != "busy-node" || !pod.HostPID || !*ctr.SecurityContext.Privileged || ctr.Image != "example.com/agent:test" ||
+	if pod.NodeName != busy || !pod.HostPID || !*ctr.SecurityContext.Privileged || ctr.Image != "example.com/agent:test" ||
 		!strings.Contains(strings.Join(ctr.Args, " "), "--exit-when-idle") || pod.Volumes[0].HostPath.Path != "/" || ctr.VolumeMounts[0].MountPath != "/host" ||
 		len(pod.Tolerations) != 1 || pod.Tolerations[0].Operator != corev1.TolerationOpExists {
 		t.Errorf("agent job pod spec %+v", pod)
 	}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: "nodeops-system", Name: "nodeops-agent-idle-node"}, &batchv1.Job{}); !apierrors.IsNotFound(err) {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "nodeops-system", Name: agentjob.JobName(idle)}, &batchv1.Job{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a Job exists for a node with no pending task (err %v)", err)
 	}
 
@@ -132,7 +141,7 @@ func TestJobPerNodeWithPendingTasks(t *testing.T) {
 	}
 	testutil.Eventually(t, 30*time.Second, "the finished Job replaced by a new one", func() error {
 		j := &batchv1.Job{}
-		if err := c.Get(ctx, client.ObjectKey{Namespace: "nodeops-system", Name: "nodeops-agent-busy-node"}, j); err != nil {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "nodeops-system", Name: agentjob.JobName(busy)}, j); err != nil {
 			return err
 		}
 		if j.UID == oldUID {
@@ -146,13 +155,15 @@ func TestJobPerNodeWithPendingTasks(t *testing.T) {
 func TestJobForFailedTaskOnlyOnceRecoveryIsAsked(t *testing.T) {
 	ctx := context.Background()
 	c := env.Client
+	node := unique("failed-node")
 	task := &v1alpha1.NodeTask{
-		ObjectMeta: metav1.ObjectMeta{Name: "failed-task", Labels: map[string]string{v1alpha1.LabelNode: "failed-node"}},
-		Spec:       v1alpha1.NodeTaskSpec{NodeName: "failed-node", Paused: true, Commands: []v1alpha1.Command{{Wait: &v1alpha1.WaitCommand{}}}},
+		ObjectMeta: metav1.ObjectMeta{Name: unique("failed-task"), Labels: map[string]string{v1alpha1.LabelNode: node}},
+		Spec:       v1alpha1.NodeTaskSpec{NodeName: node, Paused: true, Commands: []v1alpha1.Command{{Wait: &v1alpha1.WaitCommand{}}}},
 	}
 	if err := c.Create(ctx, task); err != nil {
 		t.Fatal(err)
 	}
+	testutil.RemoveAtEnd(t, c, task, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "nodeops-system", Name: agentjob.JobName(node)}})
 	// Created paused so that no Job is made before it is recorded Failed, as an agent records it.
 	task.Status = v1alpha1.NodeTaskStatus{Phase: v1alpha1.TaskFailed, Reason: v1alpha1.ReasonCommandFailed, Attempt: 1,
 		Commands: []v1alpha1.CommandStatus{{Name: "wait", Phase: v1alpha1.CommandFailed, Attempt: 1}}}
@@ -164,7 +175,7 @@ func TestJobForFailedTaskOnlyOnceRecoveryIsAsked(t *testing.T) {
 	if err := c.Patch(ctx, task, client.MergeFrom(base)); err != nil {
 		t.Fatal(err)
 	}
-	key := client.ObjectKey{Namespace: "nodeops-system", Name: "nodeops-agent-failed-node"}
+	key := client.ObjectKey{Namespace: "nodeops-system", Name: agentjob.JobName(node)}
 	// No Job until the controller shows it decided to run none for this generation.
 	testutil.ConsistentlyUntilObserved(t, 20*time.Second, "a node whose only task failed", func() error {
 		err := c.Get(ctx, key, &batchv1.Job{})

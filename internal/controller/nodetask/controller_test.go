@@ -76,7 +76,8 @@ func get(t *testing.T, name string) *v1alpha1.NodeTask {
 func TestClearsRecoveryModeOnlyOnceActedOn(t *testing.T) {
 	ctx := context.Background()
 	// The node exists: the task's failure is its agent's to recover (a lost agent fails its task in bounded time, rule 9 marks tasks of deleted nodes).
-	if err := cl.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}); err != nil {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	if err := cl.Create(ctx, node); err != nil {
 		t.Fatal(err)
 	}
 	task := &v1alpha1.NodeTask{
@@ -86,6 +87,7 @@ func TestClearsRecoveryModeOnlyOnceActedOn(t *testing.T) {
 	if err := cl.Create(ctx, task); err != nil {
 		t.Fatal(err)
 	}
+	testutil.RemoveAtEnd(t, cl, task, node)
 	// What an agent writes when the command fails.
 	task.Status = v1alpha1.NodeTaskStatus{Phase: v1alpha1.TaskFailed, Reason: v1alpha1.ReasonCommandFailed, Attempt: 1, Progress: "0/1",
 		Commands: []v1alpha1.CommandStatus{{Name: "wait", Phase: v1alpha1.CommandFailed, Attempt: 1}}}

@@ -25,13 +25,14 @@ func drainTask(t *testing.T, name string, mode v1alpha1.ExecutionMode, cmd v1alp
 	t.Helper()
 	ctx := context.Background()
 	node := name + "-node"
-	for _, o := range []client.Object{
-		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}},
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}},
-	} {
-		if err := cl.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
+	nodeObj := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	if err := cl.Create(ctx, nodeObj); err != nil {
+		t.Fatal(err)
+	}
+	// The namespace stays when the test ends (envtest runs no namespace controller to finish its
+	// deletion); the next run of the test finds it.
+	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
 	}
 	pod = &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: name,
@@ -50,6 +51,11 @@ func drainTask(t *testing.T, name string, mode v1alpha1.ExecutionMode, cmd v1alp
 	if err := cl.Create(ctx, task); err != nil {
 		t.Fatal(err)
 	}
+	remove := []client.Object{task, nodeObj}
+	for _, p := range append([]*corev1.Pod{pod}, more...) {
+		remove = append(remove, p.DeepCopy())
+	}
+	testutil.RemoveAtEnd(t, cl, remove...)
 	agent := testutil.FakeAgent{Client: cl}
 	if err := agent.Write(ctx, name, func(tk *v1alpha1.NodeTask) {
 		taskpolicy.Apply(&tk.Status, &tk.Spec, taskpolicy.Action{Kind: taskpolicy.ActStart}, metav1.NowMicro())

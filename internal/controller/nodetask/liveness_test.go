@@ -27,7 +27,8 @@ func nodeAndTask(t *testing.T, name string) {
 func nodeAndTaskWith(t *testing.T, name string, spec v1alpha1.NodeTaskSpec) {
 	t.Helper()
 	ctx := context.Background()
-	if err := cl.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := cl.Create(ctx, node); err != nil {
 		t.Fatal(err)
 	}
 	spec.NodeName = name
@@ -38,6 +39,7 @@ func nodeAndTaskWith(t *testing.T, name string, spec v1alpha1.NodeTaskSpec) {
 	if err := cl.Create(ctx, task); err != nil {
 		t.Fatal(err)
 	}
+	testutil.RemoveAtEnd(t, cl, task, node)
 }
 
 // markedLost waits until the manager marked task AgentLost, with a message containing want, so

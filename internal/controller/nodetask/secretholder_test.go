@@ -40,6 +40,13 @@ func holderNamespace(t *testing.T, nodes ...string) {
 	}
 }
 
+// removeWithHolder removes task and its holder pod when the test ends, the task first so that no
+// holder is made for it again.
+func removeWithHolder(t *testing.T, task *v1alpha1.NodeTask) {
+	t.Helper()
+	testutil.RemoveAtEnd(t, cl, task, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: secretholder.Namespace, Name: secretholder.PodName(task.Name)}})
+}
+
 func secretScript(valueFrom, envFrom string) v1alpha1.Command {
 	return v1alpha1.Command{Script: &v1alpha1.ScriptCommand{
 		Inline:  `echo "$TOKEN"`,
@@ -124,6 +131,7 @@ func TestSecretHolderPodOnlyWhileItsTaskRuns(t *testing.T) {
 		if err := cl.Create(ctx, tk); err != nil {
 			t.Fatal(err)
 		}
+		removeWithHolder(t, tk)
 	}
 
 	pod := waitHolder(t, task.Name, task.UID)
@@ -190,6 +198,7 @@ func TestSecretHolderPodOfAnotherTaskIsReplaced(t *testing.T) {
 	if err := cl.Create(ctx, task); err != nil {
 		t.Fatal(err)
 	}
+	removeWithHolder(t, task)
 	testutil.Eventually(t, 30*time.Second, "the earlier task's pod deleted", func() error {
 		p := &corev1.Pod{}
 		err := cl.Get(ctx, client.ObjectKeyFromObject(stale), p)
@@ -223,6 +232,7 @@ func TestSecretHolderNameTakenByAnotherPodIsReplaced(t *testing.T) {
 	if err := cl.Create(ctx, task); err != nil {
 		t.Fatal(err)
 	}
+	removeWithHolder(t, task)
 	testutil.Eventually(t, 30*time.Second, "the squatting pod deleted", func() error {
 		p := &corev1.Pod{}
 		err := cl.Get(ctx, client.ObjectKeyFromObject(squatter), p)
