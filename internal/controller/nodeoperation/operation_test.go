@@ -351,8 +351,7 @@ func TestEmptyGroupSucceeds(t *testing.T) {
 // A NotReady node counts against maxUnavailable and gets no task until it is Ready.
 func TestSafetyRule2_NotReadyNodeWaits(t *testing.T) {
 	f := newFixture(t)
-	nodes := f.nodes(nil, "n1", "n2")
-	f.setReady(nodes[0], false)
+	nodes := append(f.nodesReady(false, nil, "n1"), f.nodes(nil, "n2")...)
 	op := f.operation("notready", func(o *v1alpha1.NodeOperation) { o.Spec.MaxUnavailable = intOrStr("2") },
 		v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{waitCmd()}})
 	tasks := f.waitTasks(op.Name, 1)

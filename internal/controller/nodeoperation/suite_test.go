@@ -178,13 +178,23 @@ func newFixture(t *testing.T) *fixture {
 // nodes creates Ready nodes named <id>-<name> with the fixture's label plus labels.
 func (f *fixture) nodes(labels map[string]string, names ...string) []string {
 	f.t.Helper()
+	return f.nodesReady(true, labels, names...)
+}
+
+// nodesReady is nodes, Ready or not from their first status on: a node made Ready and then set
+// NotReady may still be Ready in the manager's cache when an operation created next is planned.
+func (f *fixture) nodesReady(ready bool, labels map[string]string, names ...string) []string {
+	f.t.Helper()
 	var out []string
 	for _, name := range names {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: f.id + "-" + name, Labels: map[string]string{testLabel: f.id}}}
 		for k, v := range labels {
 			n.Labels[k] = v
 		}
-		f.must(testutil.CreateNode(f.ctx, f.c, n, true))
+		f.must(testutil.CreateNode(f.ctx, f.c, n, ready))
+		// Gone when the test ends: a cluster health gate judges every control plane in the cluster,
+		// so another test's node (or this test's, run again with -count=2) would hold it.
+		testutil.RemoveAtEnd(f.t, f.c, n.DeepCopy())
 		out = append(out, n.Name)
 	}
 	return out
