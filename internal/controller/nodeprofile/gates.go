@@ -108,7 +108,7 @@ func applyGates(p *v1alpha1.NodeProfile, results map[string]gate.Result, now met
 	case len(timedOut) > 0:
 		n := timedOut[0]
 		v.Reason = ReasonGateTimedOut
-		v.Message = msgs[n] + fmt.Sprintf("; kubectl nodeops retry %s --gate %s checks it again, skip --gate %s passes it", ref, n, n)
+		v.Message = msgs[n] + fmt.Sprintf("; kubectl nodeops retry %s --gate %s checks it again, kubectl nodeops skip %s --gate %s passes it", ref, n, ref, n)
 		v.Recheck = time.Time{}
 	case len(waiting) > 0:
 		v.Reason = ReasonWaitingForGate
