@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -248,6 +249,14 @@ func TestGateCommandsOnAProfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	deleteAtEnd(t, p)
+	at := metav1.NewTime(time.Date(2026, 12, 2, 22, 0, 0, 0, time.UTC))
+	p.Status.Gates = []nodeopsv1.GateStatus{{Name: "change-board", State: nodeopsv1.GateWaiting, Message: "waiting for approval", Since: at, LastChecked: at}}
+	if err := k8s.Status().Update(ctx(t), p); err != nil {
+		t.Fatal(err)
+	}
+	if out := mustRun(t, "profile", "status", "gated-prof"); !strings.Contains(out, "change-board: approval") || !regexp.MustCompile(`change-board\s+Waiting\s+.*waiting for approval`).MatchString(out) {
+		t.Errorf("profile status does not show the gate and its last result:\n%s", out)
+	}
 	if out := mustRun(t, "approve", "nodeprofile/gated-prof", "--gate", "change-board"); !strings.Contains(out, "nodeprofile/gated-prof: gate change-board approved") {
 		t.Errorf("approve output: %s", out)
 	}
