@@ -146,17 +146,19 @@ type CommandGate struct {
 }
 
 // ApprovalGate passes once a person or another controller approves it with the annotation
-// `approve.gate.nodeops.io/<name>` on the operation (`kubectl nodeops approve OP --gate NAME`).
+// `approve.gate.nodeops.io/<name>` on the operation or profile (`kubectl nodeops approve OP --gate NAME`,
+// `kubectl nodeops approve nodeprofile/PROFILE --gate NAME`).
 type ApprovalGate struct{}
 
-// Annotations on a NodeOperation by which a person acts on its gates.
+// Annotations on a NodeOperation or a NodeProfile by which a person acts on its gates.
 const (
 	// AnnotationApproveGatePrefix + gate name, any value: the approval gate passes.
 	AnnotationApproveGatePrefix = "approve.gate.nodeops.io/"
 	// AnnotationRetryGatePrefix + gate name, a new value each time: a gate that timed out is checked
 	// again with a fresh timeout.
 	AnnotationRetryGatePrefix = "retry.gate.nodeops.io/"
-	// AnnotationSkipGatePrefix + gate name, any value: the gate passes for the rest of the operation.
+	// AnnotationSkipGatePrefix + gate name, any value: the gate passes for the rest of the
+	// operation; on a profile, until the annotation is removed.
 	AnnotationSkipGatePrefix = "skip.gate.nodeops.io/"
 )
 
@@ -171,10 +173,12 @@ const (
 	GateSkipped  GateState = "Skipped"
 )
 
-// GateStatus is a gate's last result for a group.
+// GateStatus is a gate's last result for a group of a NodeOperation, or for a NodeProfile.
 type GateStatus struct {
-	// Group the gate was checked for.
-	Group string `json:"group"`
+	// Group the gate was checked for; empty on a NodeProfile, whose gates are checked before
+	// each node's install or uninstall.
+	// +optional
+	Group string `json:"group,omitempty"`
 	// Name of the gate.
 	Name  string    `json:"name"`
 	State GateState `json:"state"`

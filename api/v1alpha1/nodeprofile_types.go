@@ -114,6 +114,16 @@ type NodeProfileSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=16
 	Windows []MaintenanceWindow `json:"windows,omitempty"`
+	// Gates must all pass before each node's install or uninstall task starts, after the windows
+	// allow it; while one does not, no new task starts and running ones go on to their end. A gate
+	// that has not passed for its timeout blocks the profile (condition Blocked, reason
+	// GateTimedOut) until a person retries or skips it with the annotations NodeOperation's gates
+	// take (docs/how-to/health-gates.md). Changing them re-provisions nothing (not in the spec hash).
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=map
+	// +listMapKey=name
+	Gates []Gate `json:"gates,omitempty"`
 }
 
 // ProfileNodeCounts counts the profile's nodes.
@@ -167,6 +177,10 @@ type NodeProfileStatus struct {
 	// within a year.
 	// +optional
 	NextStart *metav1.Time `json:"nextStart,omitempty"`
+	// Gates are the last result of each of spec.gates checked so far, and when it was checked.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	Gates []GateStatus `json:"gates,omitempty"`
 }
 
 // Condition types of a NodeProfile.
@@ -175,6 +189,10 @@ const (
 	ConditionProvisioning = "Provisioning"
 	ConditionDegraded     = "Degraded"
 )
+
+// A NodeProfile also has ConditionBlocked (NodeOperation's type): True while a gate that timed
+// out stops its new tasks until a person retries or skips it, so that
+// `kubectl wait nodeprofile/NAME --for=condition=Blocked` works.
 
 // NodeProfile is what a set of nodes must have: installed by NodeTasks, then labelled.
 // The name is at most 50 characters because it becomes part of the node label key

@@ -59,5 +59,19 @@ func gateCases() []admission {
 		{"an alertmanager URL not http", scheduled("g6", "gates:\n- name: a\n  alertmanager: {url: \"ftp://am\"}"), g + ".alertmanager.url", "must be an http or https URL"},
 		{"a gate timeout too long", scheduled("g7", "gates:\n- {name: a, timeout: 200h, approval: {}}"), g + ".timeout", "must be from 1s to 168h"},
 		{"a command gate", scheduled("g8", "gates:\n- {name: a, command: {script: \"test -f /done\"}}"), g + ".command", "command gates are not implemented yet"},
+		// A NodeProfile's gates are the same type under the same rules.
+		{"a profile's gates", profiled("pg0", "gates:\n- {name: a, approval: {}}\n- {name: d, timeout: 5m, cel: {apiVersion: apps/v1, kind: Deployment, namespace: x, name: web, expression: \"true\"}}"), "", ""},
+		{"a profile's command gate", profiled("pg1", "gates:\n- {name: a, command: {script: \"test -f /done\"}}"), g + ".command", "command gates are not implemented yet"},
+		{"a profile's gate of two kinds", profiled("pg2", "gates:\n- {name: a, approval: {}, clusterHealth: {}}"), g, "exactly one of cel, clusterHealth"},
+		{"a profile's gate name not a DNS label", profiled("pg3", "gates:\n- {name: No_Pages, approval: {}}"), g + ".name", "should match"},
+		{"a profile's gate timeout too short", profiled("pg4", "gates:\n- {name: a, timeout: 500ms, approval: {}}"), g + ".timeout", "must be from 1s to 168h"},
+		{"a profile's CEL gate with name and selector", profiled("pg5", "gates:\n- {name: a, cel: {apiVersion: v1, kind: ConfigMap, name: x, selector: {matchLabels: {a: b}}, expression: \"true\"}}"), g + ".cel", "set exactly one of name or selector"},
+		{"a profile's prometheus URL not http", profiled("pg6", "gates:\n- {name: a, prometheus: {url: \"ftp://prom\", query: up}}"), g + ".prometheus.url", "must be an http or https URL"},
+		{"a profile's two gates of one name", profiled("pg7", "gates:\n- {name: a, approval: {}}\n- {name: a, clusterHealth: {}}"), "spec.gates[1]", "Duplicate value"},
 	}
+}
+
+// profiled is profile's NodeProfile with one wait command and the given fields (YAML, indented as under spec:).
+func profiled(name, fields string) string {
+	return profile(name, "- wait: {duration: 1s}") + indent(fields, "  ")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -95,7 +96,19 @@ func hasGate(op *nodeopsv1.NodeOperation, name string) bool {
 
 // annotateGate sets the annotation prefix+gate on operation name: how a person approves,
 // retries or skips a gate (the manager acts on it; the spec stays as created).
+// NAME may also be nodeprofile/PROFILE (or nodeprofiles/, nprof/): a NodeProfile's gates take the
+// same annotations.
 func (o *Options) annotateGate(ctx context.Context, c Client, name, gate, prefix, value, done string) error {
+	if kind, profile, ok := strings.Cut(name, "/"); ok {
+		switch kind {
+		case "nodeprofile", "nodeprofiles", "nprof":
+			return o.annotateProfileGate(ctx, c, profile, gate, prefix, value, strings.Replace(done, "the operation", "the profile", 1))
+		case "nodeoperation", "nodeoperations", "nop":
+			name = profile
+		default:
+			return fmt.Errorf("--gate takes an operation's NAME or nodeprofile/NAME, not %q", name)
+		}
+	}
 	op := &nodeopsv1.NodeOperation{}
 	if err := c.Get(ctx, client.ObjectKey{Name: name}, op); err != nil {
 		return fmt.Errorf("getting nodeoperation %q: %w", name, err)
@@ -112,6 +125,27 @@ func (o *Options) annotateGate(ctx context.Context, c Client, name, gate, prefix
 		return err
 	}
 	fmt.Fprintf(o.Out, "nodeoperation/%s: gate %s %s\n", name, gate, done)
+	return nil
+}
+
+// annotateProfileGate is annotateGate for a NodeProfile.
+func (o *Options) annotateProfileGate(ctx context.Context, c Client, name, gate, prefix, value, done string) error {
+	p := &nodeopsv1.NodeProfile{}
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, p); err != nil {
+		return fmt.Errorf("getting nodeprofile %q: %w", name, err)
+	}
+	if !slices.ContainsFunc(p.Spec.Gates, func(g nodeopsv1.Gate) bool { return g.Name == gate }) {
+		return fmt.Errorf("nodeprofile %s has no gate %q", name, gate)
+	}
+	orig := p.DeepCopy()
+	if p.Annotations == nil {
+		p.Annotations = map[string]string{}
+	}
+	p.Annotations[prefix+gate] = value
+	if err := c.Patch(ctx, p, client.MergeFrom(orig)); err != nil {
+		return fmt.Errorf("updating nodeprofile %s: %w", name, err)
+	}
+	fmt.Fprintf(o.Out, "nodeprofile/%s: gate %s %s\n", name, gate, done)
 	return nil
 }
 
@@ -132,7 +166,8 @@ spec.approvedCommands by one past its current command).
           Controlled).
 
   --gate  approves an approval gate of the operation: its nodes start once its
-          other gates pass.
+          other gates pass. With --gate, NAME may also be nodeprofile/PROFILE:
+          a NodeProfile's approval gate.
 
 NAME is an operation, or a single task.`,
 		Example: `  # Approve the next command on every waiting node
@@ -148,7 +183,10 @@ NAME is an operation, or a single task.`,
   kubectl nodeops approve upgrade-v1-37-2-abcde --auto
 
   # Pass the approval gate change-board
-  kubectl nodeops approve upgrade-v1-37-2-abcde --gate change-board`,
+  kubectl nodeops approve upgrade-v1-37-2-abcde --gate change-board
+
+  # Pass the approval gate change-board of the NodeProfile wasm-shims
+  kubectl nodeops approve nodeprofile/wasm-shims --gate change-board`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := o.NewClient()
@@ -167,7 +205,7 @@ NAME is an operation, or a single task.`,
 	cmd.Flags().BoolVar(&f.all, "all", false, "Approve every remaining command of the current tasks, not just the next one")
 	cmd.Flags().BoolVar(&f.auto, "auto", false, "Switch the operation and its unfinished tasks to Auto mode")
 	cmd.Flags().StringVar(&f.node, "node", "", "Only the task on this node")
-	cmd.Flags().StringVar(&f.gate, "gate", "", "Approve this approval gate of the operation")
+	cmd.Flags().StringVar(&f.gate, "gate", "", "Approve this approval gate of the operation (or of nodeprofile/NAME)")
 	return cmd
 }
 
@@ -246,10 +284,14 @@ var (
 		long: `Set recoveryMode Retry on the failed tasks of an operation (or on the named task):
 the node's agent puts the failed command back to Pending (attempt + 1) and runs
 it again, which unblocks the operation. Every failed task of the operation is
-retried unless --node names one.`,
+retried unless --node names one.
+
+With --gate G, check the timed-out gate G of the operation again with a fresh
+timeout instead; NAME may then also be nodeprofile/PROFILE, a NodeProfile's gate.`,
 		ex: `  kubectl nodeops retry upgrade-v1-37-2-abcde
   kubectl nodeops retry upgrade-v1-37-2-abcde --node worker-2
-  kubectl nodeops retry upgrade-v1-37-2-abcde-workers-worker-2-5d41402abc4b2a76   # a task by name (kubectl get nodetasks)`,
+  kubectl nodeops retry upgrade-v1-37-2-abcde-workers-worker-2-5d41402abc4b2a76   # a task by name (kubectl get nodetasks)
+  kubectl nodeops retry nodeprofile/wasm-shims --gate storage-healthy   # a profile's timed-out gate`,
 	}
 	recoverySkip = recovery{
 		mode:  nodeopsv1.RecoverySkip,
@@ -258,9 +300,14 @@ retried unless --node names one.`,
 		long: `Set recoveryMode Skip on the failed tasks of an operation (or on the named task):
 the node's agent marks the failed command Skipped and the task goes on with its next
 command (or succeeds if it was the last), which unblocks the operation. Every
-failed task of the operation is skipped unless --node names one.`,
+failed task of the operation is skipped unless --node names one.
+
+With --gate G, pass gate G for the rest of the operation instead; NAME may then
+also be nodeprofile/PROFILE: the profile's gate passes until the annotation
+skip.gate.nodeops.io/G is removed.`,
 		ex: `  kubectl nodeops skip custom-rollout
-  kubectl nodeops skip custom-rollout --node sim-0007`,
+  kubectl nodeops skip custom-rollout --node sim-0007
+  kubectl nodeops skip nodeprofile/wasm-shims --gate storage-healthy`,
 	}
 )
 
@@ -294,7 +341,7 @@ func newRecoveryCommand(o *Options, r recovery) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&node, "node", "", "Only the failed task on this node")
-	cmd.Flags().StringVar(&gate, "gate", "", "A gate of the operation that timed out, instead of failed tasks")
+	cmd.Flags().StringVar(&gate, "gate", "", "A gate of the operation (or of nodeprofile/NAME) that timed out, instead of failed tasks")
 	cmd.Flags().StringVar(&hookName, "hook", "", "A hook of the operation that failed, instead of failed tasks")
 	return cmd
 }

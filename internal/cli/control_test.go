@@ -3,12 +3,14 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nodeopsv1 "github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/plan"
@@ -233,5 +235,45 @@ func TestRecoveryOfAnOperationBlockedByAnotherOwnersTask(t *testing.T) {
 	}
 	if got := getTask(t, done.Name).Spec.RecoveryMode; got != "" {
 		t.Errorf("the succeeded task got recoveryMode %q", got)
+	}
+}
+
+// approve, retry and skip --gate act on a NodeProfile named nodeprofile/NAME with the annotations
+// the profile controller reads, and refuse a gate the profile does not have.
+func TestGateCommandsOnAProfile(t *testing.T) {
+	p := &nodeopsv1.NodeProfile{ObjectMeta: metav1.ObjectMeta{Name: "gated-prof"}, Spec: nodeopsv1.NodeProfileSpec{
+		Trigger: &nodeopsv1.ProfileTrigger{Annotation: "kwasm.sh/kwasm-node=true"},
+		Install: []nodeopsv1.Command{script("install-shim", "true")},
+		Gates:   []nodeopsv1.Gate{{Name: "change-board", Approval: &nodeopsv1.ApprovalGate{}}}}}
+	if err := k8s.Create(ctx(t), p); err != nil {
+		t.Fatal(err)
+	}
+	deleteAtEnd(t, p)
+	at := metav1.NewTime(time.Date(2026, 12, 2, 22, 0, 0, 0, time.UTC))
+	p.Status.Gates = []nodeopsv1.GateStatus{{Name: "change-board", State: nodeopsv1.GateWaiting, Message: "waiting for approval", Since: at, LastChecked: at}}
+	if err := k8s.Status().Update(ctx(t), p); err != nil {
+		t.Fatal(err)
+	}
+	if out := mustRun(t, "profile", "status", "gated-prof"); !strings.Contains(out, "change-board: approval") || !regexp.MustCompile(`change-board\s+Waiting\s+.*waiting for approval`).MatchString(out) {
+		t.Errorf("profile status does not show the gate and its last result:\n%s", out)
+	}
+	if out := mustRun(t, "approve", "nodeprofile/gated-prof", "--gate", "change-board"); !strings.Contains(out, "nodeprofile/gated-prof: gate change-board approved") {
+		t.Errorf("approve output: %s", out)
+	}
+	mustRun(t, "retry", "nprof/gated-prof", "--gate", "change-board")
+	if out := mustRun(t, "skip", "nodeprofile/gated-prof", "--gate", "change-board"); !strings.Contains(out, "for the rest of the profile") {
+		t.Errorf("skip output: %s", out)
+	}
+	got := &nodeopsv1.NodeProfile{}
+	if err := k8s.Get(ctx(t), client.ObjectKey{Name: "gated-prof"}, got); err != nil {
+		t.Fatal(err)
+	}
+	for _, prefix := range []string{nodeopsv1.AnnotationApproveGatePrefix, nodeopsv1.AnnotationRetryGatePrefix, nodeopsv1.AnnotationSkipGatePrefix} {
+		if got.Annotations[prefix+"change-board"] == "" {
+			t.Errorf("annotation %s missing: %v", prefix+"change-board", got.Annotations)
+		}
+	}
+	if _, errOut, code := run(t, "approve", "nodeprofile/gated-prof", "--gate", "nope"); code != CodeError || !strings.Contains(errOut, `nodeprofile gated-prof has no gate "nope"`) {
+		t.Errorf("unknown gate: code %d, %s", code, errOut)
 	}
 }

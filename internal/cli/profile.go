@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nodeopsv1 "github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/gate"
 	"github.com/nodeops/nodeops/internal/schedule"
 )
 
@@ -162,12 +163,31 @@ func writeProfileStatus(w io.Writer, p *nodeopsv1.NodeProfile, st ProfileStatus)
 	fmt.Fprintf(tw, "Ready:\t%s\n", conditionText(p.Status.Conditions, nodeopsv1.ConditionReady))
 	if len(p.Spec.Windows) > 0 {
 		fmt.Fprintf(tw, "Windows:\t%s (no new task starts outside them)\n", schedule.DescribeAll(p.Spec.Windows))
+	}
+	for i := range p.Spec.Gates {
+		fmt.Fprintf(tw, "Gate:\t%s\n", gate.Describe(&p.Spec.Gates[i]))
+	}
+	if len(p.Spec.Windows) > 0 || len(p.Spec.Gates) > 0 {
 		fmt.Fprintf(tw, "Provisioning:\t%s\n", conditionText(p.Status.Conditions, nodeopsv1.ConditionProvisioning))
+	}
+	if len(p.Spec.Gates) > 0 {
+		fmt.Fprintf(tw, "Blocked:\t%s\n", conditionText(p.Status.Conditions, nodeopsv1.ConditionBlocked))
 	}
 	if p.Status.NextStart != nil {
 		fmt.Fprintf(tw, "Next start:\t%s\n", timeText(p.Status.NextStart))
 	}
 	_ = tw.Flush()
+
+	if len(p.Status.Gates) > 0 {
+		fmt.Fprintln(w, "\nGates (last result of each, and when it was checked):")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  GATE\tSTATE\tSINCE\tCHECKED\tMESSAGE")
+		for _, g := range p.Status.Gates {
+			since, checked := g.Since, g.LastChecked
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", g.Name, g.State, timeText(&since), timeText(&checked), g.Message)
+		}
+		_ = tw.Flush()
+	}
 
 	fmt.Fprintf(w, "\nProvisioned (%d):\n", len(st.Provisioned))
 	if len(st.Provisioned) > 0 {

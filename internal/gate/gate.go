@@ -1,5 +1,6 @@
-// Package gate evaluates a NodeOperation's health gates (CEL over objects, cluster health,
-// Prometheus, Alertmanager, approval) and compiles their CEL before anything runs. It only reads:
+// Package gate evaluates the health gates of NodeOperations and NodeProfiles (CEL over objects,
+// cluster health, Prometheus, Alertmanager, approval), compiles their CEL before anything runs, and
+// moves each gate's status record on (Advance, the one state machine of gates). It only reads:
 // whatever a gate finds, the controller decides what to do and writes it with its batched status.
 // An error is a gate that does not pass, never one that does (a gate that cannot be evaluated blocks, rule 14).
 package gate
@@ -19,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/cel/environment"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
@@ -35,9 +38,11 @@ func hold(format string, a ...any) Result { return Result{Message: fmt.Sprintf(f
 
 // Target is what a gate is checked for.
 type Target struct {
-	Operation *v1alpha1.NodeOperation
-	Group     string
-	// Finished are the nodes the operation finished most recently, which cluster health checks.
+	// Subject is the operation or profile whose gate it is.
+	Subject Subject
+	// Group is the operation's group; empty for a profile.
+	Group string
+	// Finished are the nodes the operation or profile finished most recently, which cluster health checks.
 	Finished []string
 }
 
@@ -66,10 +71,10 @@ func (c *Checker) Check(ctx context.Context, g *v1alpha1.Gate, t Target) Result 
 	defer cancel()
 	switch {
 	case g.Approval != nil:
-		if _, ok := t.Operation.Annotations[v1alpha1.AnnotationApproveGatePrefix+g.Name]; ok {
+		if _, ok := t.Subject.Annotations[v1alpha1.AnnotationApproveGatePrefix+g.Name]; ok {
 			return Result{Passed: true, Message: "approved"}
 		}
-		return hold("waiting for approval: kubectl nodeops approve %s --gate %s", t.Operation.Name, g.Name)
+		return hold("waiting for approval: kubectl nodeops approve %s --gate %s", t.Subject.Ref(), g.Name)
 	case g.CEL != nil:
 		return c.cel(ctx, g.CEL)
 	case g.ClusterHealth != nil:
@@ -136,18 +141,22 @@ func Compile(expr string) (cel.Program, error) {
 	return e.Program(ast, cel.CostLimit(1_000_000))
 }
 
-// Validate compiles every CEL gate of spec, returning the first error with its field path.
-func Validate(spec *v1alpha1.NodeOperationSpec) error {
-	check := func(path string, gates []v1alpha1.Gate) error {
-		for i := range gates {
-			if g := gates[i].CEL; g != nil {
-				if _, err := Compile(g.Expression); err != nil {
-					return fmt.Errorf("%s[%d].cel.expression: %w", path, i, err)
-				}
+// ValidateGates compiles every CEL gate of gates, at path ("spec.gates"), returning the first
+// error with its field path.
+func ValidateGates(path string, gates []v1alpha1.Gate) error {
+	for i := range gates {
+		if g := gates[i].CEL; g != nil {
+			if _, err := Compile(g.Expression); err != nil {
+				return fmt.Errorf("%s[%d].cel.expression: %w", path, i, err)
 			}
 		}
-		return nil
 	}
+	return nil
+}
+
+// Validate compiles every CEL gate of spec, returning the first error with its field path.
+func Validate(spec *v1alpha1.NodeOperationSpec) error {
+	check := ValidateGates
 	if err := check("spec.gates", spec.Gates); err != nil {
 		return err
 	}
@@ -360,4 +369,17 @@ func Describe(g *v1alpha1.Gate) string {
 		timeout = g.Timeout.Duration.String()
 	}
 	return fmt.Sprintf("%s: %s (timeout %s)", g.Name, what, timeout)
+}
+
+// NewChecker is the manager's Checker: objects and pods read past the cache (live), nodes from
+// cache, HTTP with a timeout, and /readyz asked of the API server at cfg.
+func NewChecker(cfg *rest.Config, live, cache client.Reader) (*Checker, error) {
+	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("client for /readyz: %w", err)
+	}
+	return &Checker{Reader: live, Cache: cache, HTTP: &http.Client{Timeout: 10 * time.Second},
+		Readyz: func(ctx context.Context) error {
+			return disco.RESTClient().Get().AbsPath("/readyz").Do(ctx).Error()
+		}}, nil
 }

@@ -6,8 +6,6 @@ import (
 	"sort"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/gate"
 )
@@ -17,15 +15,12 @@ import (
 // (docs/how-to/health-gates.md). Cluster health reads pods and nodes, already granted.
 // +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets;daemonsets,verbs=get;list
 
-// defaultGateTimeout is a gate's timeout when the API server did not default it (a status
-// written by an older manager, a unit test).
-const defaultGateTimeout = 30 * time.Minute
-
 // gated applies the group's gates, checked in this reconcile (in.gates) or recorded in st, and
-// records each one's state in st.Gates. It returns "" when all pass; otherwise the reason
-// (WaitingForGate or GateTimedOut), the message, and when to look again. A group whose gates have
-// not been checked yet is named in d.checkGates and holds: the controller checks them and decides
-// again, so that an unchecked gate never lets a node start (a gate that cannot be evaluated blocks, rule 14).
+// records each one's state in st.Gates (gate.Advance, shared with NodeProfile). It returns "" when
+// all pass; otherwise the reason (WaitingForGate or GateTimedOut), the message, and when to look
+// again. A group whose gates have not been checked yet is named in d.checkGates and holds: the
+// controller checks them and decides again, so that an unchecked gate never lets a node start (a
+// gate that cannot be evaluated blocks, rule 14).
 func gated(in *input, group string, gates []v1alpha1.Gate, st *v1alpha1.NodeOperationStatus, d *decision) (reason, message string, recheck time.Time) {
 	results, checked := in.gates[group]
 	now := in.now
@@ -33,52 +28,19 @@ func gated(in *input, group string, gates []v1alpha1.Gate, st *v1alpha1.NodeOper
 	var msgs = map[string]string{}
 	for i := range gates {
 		g := &gates[i]
-		rec := findGate(st.Gates, group, g.Name)
-		next := v1alpha1.GateStatus{Group: group, Name: g.Name}
-		if rec != nil {
-			next = *rec
-		}
-		ann := in.op.Annotations
-		if retry, ok := ann[v1alpha1.AnnotationRetryGatePrefix+g.Name]; ok && retry != next.Retried {
-			// A person asked for a fresh look: the wait and its timeout start again now.
-			next.Retried = retry
-			next.State = ""
-		}
-		timeout := defaultGateTimeout
-		if g.Timeout != nil {
-			timeout = g.Timeout.Duration
-		}
 		res, have := results[g.Name]
-		switch _, skip := ann[v1alpha1.AnnotationSkipGatePrefix+g.Name]; {
-		case skip:
-			setGate(&next, v1alpha1.GateSkipped, "skipped by a person ("+v1alpha1.AnnotationSkipGatePrefix+g.Name+")", now)
-		case next.State == v1alpha1.GateTimedOut:
-			// Stays so until a person retries or skips it (a failure blocks until a person decides, rule 3).
-		case !checked || !have:
+		step := gate.Advance(g, gate.Find(st.Gates, group, g.Name), group, in.op.Annotations, res, checked && have, now)
+		next := step.Next
+		if step.Unchecked {
 			d.checkGates = group
-			if next.State == "" || next.State == v1alpha1.GatePassed {
-				setGate(&next, v1alpha1.GateWaiting, "not checked yet", now)
-			}
-		case res.Passed:
-			setGate(&next, v1alpha1.GatePassed, res.Message, now)
-			next.LastChecked = now
-		default:
-			setGate(&next, v1alpha1.GateWaiting, res.Message, now)
-			next.LastChecked = now
-			if due := next.Since.Add(timeout); !now.Time.Before(due) {
-				setGate(&next, v1alpha1.GateTimedOut, res.Message, now)
-			} else if soon := minTime(due, now.Add(in.gateRecheck)); recheck.IsZero() || soon.Before(recheck) {
+		}
+		if !step.Due.IsZero() {
+			if soon := minTime(step.Due, now.Add(in.gateRecheck)); recheck.IsZero() || soon.Before(recheck) {
 				recheck = soon
 			}
 		}
-		if next.LastChecked.IsZero() {
-			next.LastChecked = now
-		}
-		if rec != nil && rec.State == next.State && rec.Message == next.Message && rec.Since.Equal(&next.Since) && rec.Retried == next.Retried {
-			// An unchanged result costs no write: the check time rides along with the next one.
-			next.LastChecked = rec.LastChecked
-		}
-		st.Gates = putGate(st.Gates, next)
+		st.Gates = gate.Put(st.Gates, next)
+		timeout := gate.Timeout(g)
 		switch next.State {
 		case v1alpha1.GateWaiting:
 			waiting = append(waiting, g.Name)
@@ -114,41 +76,7 @@ func minTime(a, b time.Time) time.Time {
 	return b
 }
 
-// setGate moves a gate's record to state with message; Since moves only when the state changes.
-func setGate(g *v1alpha1.GateStatus, state v1alpha1.GateState, message string, now metav1.Time) {
-	if g.State != state {
-		g.Since = now
-	}
-	g.State, g.Message = state, truncate(message, 1024)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-3] + "..."
-}
-
-func findGate(list []v1alpha1.GateStatus, group, name string) *v1alpha1.GateStatus {
-	for i := range list {
-		if list[i].Group == group && list[i].Name == name {
-			return &list[i]
-		}
-	}
-	return nil
-}
-
-// putGate replaces or adds g, keeping the list in the order gates were first checked.
-func putGate(list []v1alpha1.GateStatus, g v1alpha1.GateStatus) []v1alpha1.GateStatus {
-	for i := range list {
-		if list[i].Group == g.Group && list[i].Name == g.Name {
-			out := append([]v1alpha1.GateStatus(nil), list...)
-			out[i] = g
-			return out
-		}
-	}
-	return append(append([]v1alpha1.GateStatus(nil), list...), g)
-}
+func truncate(s string, n int) string { return gate.Truncate(s, n) }
 
 // checkGates decides once, and when the decision wants a group's gates checked before its nodes
 // start, checks them: the gates only read, and the second decision (the skeleton's) uses what
@@ -168,16 +96,12 @@ func (r *Reconciler) checkGates(ctx context.Context, s *scope) {
 			gates = s.in.timing[i].gates
 		}
 	}
-	target := gate.Target{Operation: s.op, Group: group, Finished: recentlyFinished(s, 10)}
+	target := gate.Target{Subject: gate.Subject{Kind: kind, Name: s.op.Name, Annotations: s.op.Annotations}, Group: group, Finished: recentlyFinished(s, 10)}
 	results := map[string]gate.Result{}
 	for i := range gates {
 		g := &gates[i]
-		if _, skip := s.op.Annotations[v1alpha1.AnnotationSkipGatePrefix+g.Name]; skip {
-			continue
-		}
-		if rec := findGate(s.op.Status.Gates, group, g.Name); rec != nil && rec.State == v1alpha1.GateTimedOut &&
-			rec.Retried == s.op.Annotations[v1alpha1.AnnotationRetryGatePrefix+g.Name] {
-			continue // blocked until a person acts: nothing to look at
+		if !gate.NeedsCheck(g, gate.Find(s.op.Status.Gates, group, g.Name), s.op.Annotations) {
+			continue // skipped, or blocked until a person acts: nothing to look at
 		}
 		results[g.Name] = r.Gates.Check(ctx, g, target)
 		if err := s.silenceErr[gateKey{group, g.Name}]; err != nil && results[g.Name].Passed {

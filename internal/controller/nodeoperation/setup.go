@@ -2,14 +2,11 @@ package nodeoperation
 
 import (
 	"context"
-	"fmt"
-	"net/http"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -40,14 +37,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	if r.Gates == nil {
-		disco, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+		g, err := gate.NewChecker(mgr.GetConfig(), mgr.GetAPIReader(), mgr.GetClient())
 		if err != nil {
-			return fmt.Errorf("client for /readyz: %w", err)
+			return err
 		}
-		r.Gates = &gate.Checker{Reader: mgr.GetAPIReader(), Cache: mgr.GetClient(), HTTP: &http.Client{Timeout: 10 * time.Second},
-			Readyz: func(ctx context.Context) error {
-				return disco.RESTClient().Get().AbsPath("/readyz").Do(ctx).Error()
-			}}
+		r.Gates = g
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nodeoperation").

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,6 +27,7 @@ import (
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/clock"
 	"github.com/nodeops/nodeops/internal/controller/skeleton"
+	"github.com/nodeops/nodeops/internal/gate"
 	"github.com/nodeops/nodeops/internal/nodelock"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/schedule"
@@ -73,6 +75,11 @@ type Reconciler struct {
 	APIReader client.Reader
 	// Now is the clock; the machine's when nil.
 	Now clock.Func
+	// Gates evaluates spec.gates; SetupWithManager sets one reading through the manager. Without
+	// one, a gate cannot be evaluated and holds (rule 14).
+	Gates *gate.Checker
+	// GateRecheck is how soon a gate that holds is checked again.
+	GateRecheck time.Duration
 
 	// patched remembers the nodes this controller patched until the cache shows the patch.
 	patched *patchedNodes
@@ -85,7 +92,8 @@ func New(c client.Client, lock skeleton.Locker, recorder events.EventRecorder) *
 	return &Reconciler{
 		Client: c, Lock: lock, Recorder: recorder,
 		Parallelism: DefaultParallelism, StatusInterval: DefaultStatusInterval, RetryAfter: DefaultRetryAfter,
-		patched: newPatchedNodes(),
+		GateRecheck: DefaultGateRecheck,
+		patched:     newPatchedNodes(),
 	}
 }
 
@@ -121,6 +129,13 @@ type scope struct {
 	nextStart time.Time
 	// problems are profile-level faults for status.
 	problems []string
+	// pre is the decision observe made to know whether the gates need a check; decide reuses it.
+	pre *decision
+	// gateResults are the gates checked in this reconcile (nil: none); gates are the records for
+	// status.gates; gateReason and gateMessage say why the gates hold the candidates ("" when not).
+	gateResults             map[string]gate.Result
+	gates                   []v1alpha1.GateStatus
+	gateReason, gateMessage string
 }
 
 // Reconcile follows the skeleton (internal/controller/skeleton): get, finalizer, then observe,
@@ -210,7 +225,32 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 	}
 	in.Tasks = addReserved(p.Name, s.hash, in.Tasks, s.locks, in.Now)
 	s.in = in
+	if len(p.Spec.Gates) > 0 {
+		// Admission cannot compile user CEL without a webhook: the manager does, before anything runs.
+		if err := gate.ValidateGates("spec.gates", p.Spec.Gates); err != nil {
+			s.invalid, s.invalidErr = err.Error(), reconcile.TerminalError(fmt.Errorf("NodeProfile %s: %w", p.Name, err))
+			return nil
+		}
+		// The gates cost a check only when a task would start now were it not for them.
+		if d, err := decide(in); err == nil {
+			s.pre = &d
+			if wantsGates(p, d) && windowsOpen(p, in.Now) {
+				r.checkGates(ctx, s)
+			}
+		}
+	}
 	return nil
+}
+
+// windowsOpen reports whether the profile's windows let a task start at now; windows that cannot
+// be evaluated do not (decide then reports the spec invalid).
+func windowsOpen(p *v1alpha1.NodeProfile, now time.Time) bool {
+	w, err := schedule.Compile("spec.windows", p.Spec.Windows)
+	if err != nil {
+		return false
+	}
+	open, _ := w.At(now)
+	return open
 }
 
 // addReserved returns listed plus the profile's tasks at hash that the lock table holds as
@@ -246,7 +286,13 @@ func (r *Reconciler) decide(s *scope) {
 	}
 	s.classes = PlanRuntimeClasses(s.profile, s.runtimeClasses, s.deleting)
 	s.problems = append(s.problems, s.classes.Conflicts...)
-	d, err := decide(s.in)
+	var d decision
+	var err error
+	if s.pre != nil {
+		d = *s.pre
+	} else {
+		d, err = decide(s.in)
+	}
 	if err != nil {
 		s.invalid, s.invalidErr = err.Error(), reconcile.TerminalError(fmt.Errorf("NodeProfile %s: %w", s.profile.Name, err))
 		return
@@ -260,6 +306,7 @@ func (r *Reconciler) decide(s *scope) {
 		s.decided, s.starts = false, nil
 		return
 	}
+	s.gates = keptGates(s.profile)
 	if len(d.Starts) == 0 {
 		return
 	}
@@ -273,6 +320,20 @@ func (r *Reconciler) decide(s *scope) {
 		}
 		s.window, s.nextStart = fmt.Sprintf("outside the maintenance windows (%s): %s", schedule.DescribeAll(s.profile.Spec.Windows), when), next
 		s.retry = wait
+		return
+	}
+	if wantsGates(s.profile, d) {
+		// After the windows, the gates: while one does not pass no new task starts; running ones go on.
+		v := applyGates(s.profile, s.gateResults, metav1.NewTime(s.in.Now), r.GateRecheck)
+		s.gates = v.Gates
+		if v.Reason != "" {
+			s.starts = nil
+			s.gateReason, s.gateMessage = v.Reason, v.Message
+			s.retry = 0
+			if !v.Recheck.IsZero() {
+				s.retry = max(v.Recheck.Sub(s.in.Now), 100*time.Millisecond)
+			}
+		}
 	}
 }
 

@@ -81,6 +81,7 @@ func startEnv() (stop func(), err error) {
 		r := nodeprofile.New(mgr.GetClient(), locks, mgr.GetEventRecorder("nodeprofile-controller"))
 		r.StatusInterval = 200 * time.Millisecond
 		r.RetryAfter = time.Second
+		r.GateRecheck = 300 * time.Millisecond
 		return r.SetupWithManager(mgr)
 	})
 	if err != nil {

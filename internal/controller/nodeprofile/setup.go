@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/controller/skeleton"
+	"github.com/nodeops/nodeops/internal/gate"
 )
 
 // SetupWithManager registers the NodeProfile controller with default tunables; lock is the node
@@ -29,6 +30,13 @@ func SetupWithManager(mgr ctrl.Manager, lock skeleton.Locker) error {
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
+	}
+	if r.Gates == nil {
+		g, err := gate.NewChecker(mgr.GetConfig(), mgr.GetAPIReader(), mgr.GetClient())
+		if err != nil {
+			return err
+		}
+		r.Gates = g
 	}
 	if err := skeleton.IndexTasksByOwner(context.Background(), mgr.GetFieldIndexer(), kind); err != nil {
 		return err
@@ -57,14 +65,16 @@ func (r *Reconciler) profilesFor(ctx context.Context, _ client.Object) []reconci
 	return reqs
 }
 
-// profileChanged passes spec changes, deletion and finalizer changes, not the controller's own status writes.
+// profileChanged passes spec changes, deletion, finalizer and annotation changes (a person
+// approves, retries or skips a gate with an annotation), not the controller's own status writes.
 func profileChanged() predicate.Funcs {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			o, n := e.ObjectOld, e.ObjectNew
 			return o.GetGeneration() != n.GetGeneration() ||
 				!o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp()) ||
-				!equality.Semantic.DeepEqual(o.GetFinalizers(), n.GetFinalizers())
+				!equality.Semantic.DeepEqual(o.GetFinalizers(), n.GetFinalizers()) ||
+				!equality.Semantic.DeepEqual(o.GetAnnotations(), n.GetAnnotations())
 		},
 	}
 }

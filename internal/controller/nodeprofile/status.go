@@ -46,6 +46,9 @@ type StatusInput struct {
 	// Window, when set, says why waiting nodes start nothing now: outside the maintenance
 	// windows, and the next opening.
 	Window string
+	// GateReason, when set, says that the gates hold the waiting nodes (ReasonWaitingForGate or
+	// ReasonGateTimedOut), with GateMessage, the gate's own words.
+	GateReason, GateMessage string
 }
 
 // ComputeStatus derives counts, conditions (each with a Reason) and failures from a decision.
@@ -57,6 +60,7 @@ func ComputeStatus(in StatusInput) (v1alpha1.ProfileNodeCounts, []metav1.Conditi
 			{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonInvalidSpec, Message: msg},
 			{Type: v1alpha1.ConditionProvisioning, Status: metav1.ConditionFalse, Reason: ReasonInvalidSpec, Message: msg},
 			{Type: v1alpha1.ConditionDegraded, Status: metav1.ConditionTrue, Reason: ReasonInvalidSpec, Message: msg},
+			{Type: v1alpha1.ConditionBlocked, Status: metav1.ConditionTrue, Reason: ReasonInvalidSpec, Message: msg},
 		}, nil
 	}
 	d := in.Decision
@@ -111,6 +115,7 @@ func ComputeStatus(in StatusInput) (v1alpha1.ProfileNodeCounts, []metav1.Conditi
 		degraded.Message = strings.Join(parts, "; ")
 	}
 
+	blocked := metav1.Condition{Type: v1alpha1.ConditionBlocked, Status: metav1.ConditionFalse, Reason: ReasonNotBlocked, Message: "nothing stops new tasks but maxUnavailable, the node lock and the windows"}
 	progressing := metav1.Condition{Type: v1alpha1.ConditionProvisioning, Status: metav1.ConditionFalse, Reason: ReasonIdle, Message: "nothing to do"}
 	if inProgress > 0 || waiting > 0 {
 		progressing.Status = metav1.ConditionTrue
@@ -124,6 +129,14 @@ func ComputeStatus(in StatusInput) (v1alpha1.ProfileNodeCounts, []metav1.Conditi
 				progressing.Message += fmt.Sprintf(" (and %d more failed)", len(b)-1)
 			}
 			progressing.Message += "; no other node starts until it is retried or skipped (kubectl nodeops retry|skip) or the node leaves the profile"
+			blocked.Status, blocked.Reason, blocked.Message = metav1.ConditionTrue, ReasonBlocked, progressing.Message
+		} else if in.GateReason != "" && waiting > 0 {
+			progressing.Reason = in.GateReason
+			progressing.Message = fmt.Sprintf("%d waiting: %s; %d installing, %d uninstalling go on to their end", waiting, in.GateMessage, installing, uninstalling)
+			if in.GateReason == ReasonGateTimedOut {
+				// A gate's timeout blocks until a person decides, as a failed command does (rule 3).
+				blocked.Status, blocked.Reason, blocked.Message = metav1.ConditionTrue, ReasonGateTimedOut, in.GateMessage
+			}
 		} else if in.Window != "" && waiting > 0 {
 			progressing.Reason = ReasonWaitingForWindow
 			progressing.Message = fmt.Sprintf("%d waiting %s; %d installing, %d uninstalling go on to their end", waiting, in.Window, installing, uninstalling)
@@ -144,5 +157,5 @@ func ComputeStatus(in StatusInput) (v1alpha1.ProfileNodeCounts, []metav1.Conditi
 	default:
 		ready.Reason, ready.Message = ReasonInProgress, fmt.Sprintf("%d of %d node(s) provisioned", counts.Provisioned, counts.Matched)
 	}
-	return counts, []metav1.Condition{ready, progressing, degraded}, failures
+	return counts, []metav1.Condition{ready, progressing, degraded, blocked}, failures
 }

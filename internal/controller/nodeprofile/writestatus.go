@@ -20,7 +20,7 @@ import (
 // statusRule: with a lock, because the status says which generation and spec hash it describes,
 // and a write decided on an older copy of the profile would set them back.
 var statusRule = statuswrite.Rule{Kind: kind, Lock: true, Owned: []string{
-	v1alpha1.ConditionReady, v1alpha1.ConditionProvisioning, v1alpha1.ConditionDegraded,
+	v1alpha1.ConditionReady, v1alpha1.ConditionProvisioning, v1alpha1.ConditionDegraded, v1alpha1.ConditionBlocked,
 }}
 
 func (r *Reconciler) removeFinalizer(ctx context.Context, s *scope) error {
@@ -50,6 +50,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope) (ctrl.Result, er
 	}
 	counts, conds, failures := ComputeStatus(StatusInput{
 		Decision: s.decision, Deleting: s.deleting, Started: len(s.starts), Problems: s.problems, Invalid: s.invalid, Window: s.window,
+		GateReason: s.gateReason, GateMessage: s.gateMessage,
 	})
 	p.Status.NextStart = nil
 	if s.window != "" && !s.nextStart.IsZero() {
@@ -59,6 +60,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope) (ctrl.Result, er
 		p.Status.Nodes = counts
 		p.Status.Failures = failures
 		p.Status.Hashes = s.decision.Hashes
+		p.Status.Gates = s.gates
 	}
 	p.Status.SpecHash = s.hash
 	p.Status.ObservedGeneration = p.Generation
@@ -71,7 +73,8 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope) (ctrl.Result, er
 		return ctrl.Result{}, nil
 	}
 	urgent := !sameConditionStates(old.Conditions, p.Status.Conditions) || !failuresEqual(old.Failures, p.Status.Failures) ||
-		old.SpecHash != p.Status.SpecHash || old.ObservedGeneration != p.Status.ObservedGeneration
+		old.SpecHash != p.Status.SpecHash || old.ObservedGeneration != p.Status.ObservedGeneration ||
+		!sameGateStates(old.Gates, p.Status.Gates)
 	wrote, res, err := statuswrite.Write(ctx, r.Client, statusRule, &r.status, statuswrite.Change{
 		Orig: s.orig, Obj: p, Urgent: urgent, Interval: r.StatusInterval, Now: r.Now.Now(),
 	})
@@ -93,6 +96,9 @@ func (r *Reconciler) recordTransitions(old, cur *v1alpha1.NodeProfile) {
 	if c, ok := turnedTrue(v1alpha1.ConditionReady); ok {
 		r.event(cur, corev1.EventTypeNormal, c.Reason, "Provision", c.Message)
 	}
+	if c, ok := turnedTrue(v1alpha1.ConditionBlocked); ok {
+		r.event(cur, corev1.EventTypeWarning, c.Reason, "Provision", c.Message)
+	}
 	if c, ok := turnedTrue(v1alpha1.ConditionProvisioning); ok {
 		r.event(cur, corev1.EventTypeNormal, "Provisioning", "Provision", c.Message)
 	}
@@ -105,4 +111,17 @@ func (r *Reconciler) recordTransitions(old, cur *v1alpha1.NodeProfile) {
 			r.event(cur, corev1.EventTypeWarning, "NodeFailed", "Provision", fmt.Sprintf("node %s, task %s: %s", f.Node, f.Task, f.Message))
 		}
 	}
+}
+
+// sameGateStates compares gate records by name, state, since and retry, ignoring messages and check times.
+func sameGateStates(a, b []v1alpha1.GateStatus) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Name != b[i].Name || a[i].State != b[i].State || !a[i].Since.Equal(&b[i].Since) || a[i].Retried != b[i].Retried {
+			return false
+		}
+	}
+	return true
 }
