@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -37,6 +38,19 @@ func Timeout(g *v1alpha1.Gate) time.Duration {
 		return g.Timeout.Duration
 	}
 	return DefaultTimeout
+}
+
+// HoldMessage says why g, whose record is s, holds: since when it waits and when it times out, or
+// that it held what ("group g", "the profile") for its whole timeout. "" when it does not hold.
+func HoldMessage(g *v1alpha1.Gate, s v1alpha1.GateStatus, what string) string {
+	switch s.State {
+	case v1alpha1.GateWaiting:
+		return fmt.Sprintf("gate %s (since %s, times out at %s): %s", g.Name,
+			s.Since.UTC().Format(time.RFC3339), s.Since.Add(Timeout(g)).UTC().Format(time.RFC3339), s.Message)
+	case v1alpha1.GateTimedOut:
+		return fmt.Sprintf("gate %s held %s for its timeout (%s): %s", g.Name, what, Timeout(g), s.Message)
+	}
+	return ""
 }
 
 // NeedsCheck reports whether g must be evaluated before a node may start: not when a person

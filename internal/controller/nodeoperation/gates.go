@@ -40,16 +40,13 @@ func gated(in *input, group string, gates []v1alpha1.Gate, st *v1alpha1.NodeOper
 			}
 		}
 		st.Gates = gate.Put(st.Gates, next)
-		timeout := gate.Timeout(g)
 		switch next.State {
 		case v1alpha1.GateWaiting:
 			waiting = append(waiting, g.Name)
-			msgs[g.Name] = fmt.Sprintf("gate %s (since %s, times out at %s): %s", g.Name,
-				next.Since.UTC().Format(time.RFC3339), next.Since.Add(timeout).UTC().Format(time.RFC3339), next.Message)
 		case v1alpha1.GateTimedOut:
 			timedOut = append(timedOut, g.Name)
-			msgs[g.Name] = fmt.Sprintf("gate %s held group %s for its timeout (%s): %s", g.Name, group, timeout, next.Message)
 		}
+		msgs[g.Name] = gate.HoldMessage(g, next, "group "+group)
 	}
 	if len(timedOut) > 0 {
 		n := timedOut[0]

@@ -92,16 +92,13 @@ func applyGates(p *v1alpha1.NodeProfile, results map[string]gate.Result, now met
 		if !soon.IsZero() && (v.Recheck.IsZero() || soon.Before(v.Recheck)) {
 			v.Recheck = soon
 		}
-		timeout := gate.Timeout(g)
 		switch next.State {
 		case v1alpha1.GateWaiting:
 			waiting = append(waiting, g.Name)
-			msgs[g.Name] = fmt.Sprintf("gate %s (since %s, times out at %s): %s", g.Name,
-				next.Since.UTC().Format(time.RFC3339), next.Since.Add(timeout).UTC().Format(time.RFC3339), next.Message)
 		case v1alpha1.GateTimedOut:
 			timedOut = append(timedOut, g.Name)
-			msgs[g.Name] = fmt.Sprintf("gate %s held the profile for its timeout (%s): %s", g.Name, timeout, next.Message)
 		}
+		msgs[g.Name] = gate.HoldMessage(g, next, "the profile")
 	}
 	ref := subject(p).Ref()
 	switch {
