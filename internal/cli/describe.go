@@ -155,16 +155,7 @@ func describeTo(w io.Writer, op *nodeopsv1.NodeOperation, tasks []nodeopsv1.Node
 		_ = tw.Flush()
 	}
 
-	if len(op.Status.Gates) > 0 {
-		fmt.Fprintln(w, "\nGates (last result of each, and when it was checked):")
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  GROUP\tGATE\tSTATE\tSINCE\tCHECKED\tMESSAGE")
-		for _, g := range op.Status.Gates {
-			since, checked := g.Since, g.LastChecked
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", g.Group, g.Name, g.State, timeText(&since), timeText(&checked), g.Message)
-		}
-		_ = tw.Flush()
-	}
+	printGates(w, op.Status.Gates, true)
 
 	if len(op.Status.Hooks) > 0 {
 		fmt.Fprintln(w, "\nHooks (running, failed, or done and not yet shown by a task or a group):")
@@ -526,4 +517,28 @@ func waitsText(waits []nodeopsv1.CommandWait) string {
 		parts = append(parts, fmt.Sprintf("%s %s", wt.For, wt.Duration.Round(100*time.Millisecond)))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// printGates prints gate records as a table, each with its last result and when it was checked,
+// with a GROUP column for an operation's (a profile's have no group); nothing when there are none.
+func printGates(w io.Writer, gates []nodeopsv1.GateStatus, groups bool) {
+	if len(gates) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nGates (last result of each, and when it was checked):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	head := "  GATE\tSTATE\tSINCE\tCHECKED\tMESSAGE"
+	if groups {
+		head = "  GROUP\t" + head[2:]
+	}
+	fmt.Fprintln(tw, head)
+	for _, g := range gates {
+		since, checked := g.Since, g.LastChecked
+		row := fmt.Sprintf("%s\t%s\t%s\t%s\t%s", g.Name, g.State, timeText(&since), timeText(&checked), g.Message)
+		if groups {
+			row = g.Group + "\t" + row
+		}
+		fmt.Fprintln(tw, "  "+row)
+	}
+	_ = tw.Flush()
 }

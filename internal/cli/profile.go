@@ -178,16 +178,7 @@ func writeProfileStatus(w io.Writer, p *nodeopsv1.NodeProfile, st ProfileStatus)
 	}
 	_ = tw.Flush()
 
-	if len(p.Status.Gates) > 0 {
-		fmt.Fprintln(w, "\nGates (last result of each, and when it was checked):")
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  GATE\tSTATE\tSINCE\tCHECKED\tMESSAGE")
-		for _, g := range p.Status.Gates {
-			since, checked := g.Since, g.LastChecked
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", g.Name, g.State, timeText(&since), timeText(&checked), g.Message)
-		}
-		_ = tw.Flush()
-	}
+	printGates(w, p.Status.Gates, false)
 
 	fmt.Fprintf(w, "\nProvisioned (%d):\n", len(st.Provisioned))
 	if len(st.Provisioned) > 0 {
