@@ -10,7 +10,6 @@ import (
 // cannot be evaluated (an unreachable server, an expression that fails) does not pass: no gate
 // ever lets work go on by default (rule 14).
 // +kubebuilder:validation:XValidation:rule="[has(self.cel), has(self.clusterHealth), has(self.prometheus), has(self.alertmanager), has(self.command), has(self.approval)].filter(x, x).size() == 1",message="exactly one of cel, clusterHealth, prometheus, alertmanager, command or approval must be set"
-// +kubebuilder:validation:XValidation:rule="!has(self.command)",message="command gates are not implemented yet: use a cel, prometheus or alertmanager gate, or a script command in the group",fieldPath=".command"
 type Gate struct {
 	// Name identifies the gate in status, events, metrics and `kubectl nodeops approve|retry|skip --gate`.
 	// +kubebuilder:validation:MinLength=1
@@ -134,12 +133,18 @@ type AlertmanagerSilence struct {
 	Comment string `json:"comment,omitempty"`
 }
 
-// CommandGate is a script run on a node that must exit 0. Not implemented yet: admission refuses it.
+// CommandGate is a script run on a node that must exit 0, for what only the host can tell (a
+// storage rebuild finished, a RAID resync done). The manager runs it as a gate-check NodeTask (one
+// script command, owned by the operation, labelled LabelGateCheck) and reads its result: exit 0
+// passes, anything else holds with the exit code and the tail of the output. In DryRun it is not
+// run: it passes, saying where it would have run. NodeProfiles do not take it yet.
 type CommandGate struct {
-	// Script is run with /bin/sh on the node.
+	// Script is run with /bin/sh on the node, as a script command is.
+	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=4096
 	Script string `json:"script"`
-	// Node runs the script; the node about to start when empty.
+	// Node runs the script; the node about to start when empty (then nodes start one per check:
+	// each node is checked before it starts).
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	Node string `json:"node,omitempty"`
@@ -149,6 +154,36 @@ type CommandGate struct {
 // `approve.gate.nodeops.io/<name>` on the operation or profile (`kubectl nodeops approve OP --gate NAME`,
 // `kubectl nodeops approve nodeprofile/PROFILE --gate NAME`).
 type ApprovalGate struct{}
+
+// LabelGateCheck marks a NodeTask that checks a command gate; its value is the gate's name. The
+// label alone does not make a gate check: see IsGateCheck.
+const LabelGateCheck = "nodeops.io/gate-check"
+
+// LabelGateAttempt numbers a gate's checks within its operation and group, from 1.
+const LabelGateAttempt = "nodeops.io/gate-attempt"
+
+// AnnotationGateCheckFor names the node a gate check was run for: the node about to start, which
+// the check ran on unless the gate names another.
+const AnnotationGateCheckFor = "nodeops.io/gate-check-for"
+
+// IsGateCheck reports whether t checks a command gate: it carries LabelGateCheck, a NodeOperation
+// is its controller, and it runs exactly one script command. Such a task makes no node unavailable
+// once it ended (a failed check holds nothing, unlike a failed task) and counts in no operation's
+// progress or budget. The label alone is not enough: a task labelled by hand is still a task.
+func IsGateCheck(t *NodeTask) bool {
+	if _, ok := t.Labels[LabelGateCheck]; !ok {
+		return false
+	}
+	if len(t.Spec.Commands) != 1 || t.Spec.Commands[0].Script == nil {
+		return false
+	}
+	for _, ref := range t.OwnerReferences {
+		if ref.Controller != nil && *ref.Controller {
+			return ref.Kind == "NodeOperation" && ref.APIVersion == GroupVersion.String()
+		}
+	}
+	return false
+}
 
 // Annotations on a NodeOperation or a NodeProfile by which a person acts on its gates.
 const (

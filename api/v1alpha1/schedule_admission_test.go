@@ -58,10 +58,11 @@ func gateCases() []admission {
 		{"a silence held too long", scheduled("g5", "gates:\n- name: a\n  alertmanager: {url: \"http://am:9093\", silence: {matchers: [\"instance={{node}}\"], maxDuration: 200h}}"), g + ".alertmanager.silence.maxDuration", "must be from 1m to 168h"},
 		{"an alertmanager URL not http", scheduled("g6", "gates:\n- name: a\n  alertmanager: {url: \"ftp://am\"}"), g + ".alertmanager.url", "must be an http or https URL"},
 		{"a gate timeout too long", scheduled("g7", "gates:\n- {name: a, timeout: 200h, approval: {}}"), g + ".timeout", "must be from 1s to 168h"},
-		{"a command gate", scheduled("g8", "gates:\n- {name: a, command: {script: \"test -f /done\"}}"), g + ".command", "command gates are not implemented yet"},
+		{"a command gate", scheduled("g8", "gates:\n- {name: a, command: {script: \"test -f /done\"}}\n- {name: b, timeout: 1h, command: {script: \"mdadm --detail /dev/md0 | grep -q 'State : clean'\", node: storage-1}}"), "", ""},
+		{"a command gate without a script", scheduled("g9", "gates:\n- {name: a, command: {script: \"\"}}"), g + ".command.script", "should be at least 1 chars long"},
 		// A NodeProfile's gates are the same type under the same rules.
 		{"a profile's gates", profiled("pg0", "gates:\n- {name: a, approval: {}}\n- {name: d, timeout: 5m, cel: {apiVersion: apps/v1, kind: Deployment, namespace: x, name: web, expression: \"true\"}}"), "", ""},
-		{"a profile's command gate", profiled("pg1", "gates:\n- {name: a, command: {script: \"test -f /done\"}}"), g + ".command", "command gates are not implemented yet"},
+		{"a profile's command gate", profiled("pg1", "gates:\n- {name: a, approval: {}}\n- {name: b, command: {script: \"test -f /done\"}}"), "spec.gates", "spec.gates[].command: command gates are not implemented for NodeProfiles yet"},
 		{"a profile's gate of two kinds", profiled("pg2", "gates:\n- {name: a, approval: {}, clusterHealth: {}}"), g, "exactly one of cel, clusterHealth"},
 		{"a profile's gate name not a DNS label", profiled("pg3", "gates:\n- {name: No_Pages, approval: {}}"), g + ".name", "should match"},
 		{"a profile's gate timeout too short", profiled("pg4", "gates:\n- {name: a, timeout: 500ms, approval: {}}"), g + ".timeout", "must be from 1s to 168h"},

@@ -1,5 +1,6 @@
 // Package gate evaluates the health gates of NodeOperations and NodeProfiles (CEL over objects,
-// cluster health, Prometheus, Alertmanager, approval), compiles their CEL before anything runs, and
+// cluster health, Prometheus, Alertmanager, approval; a command gate is a NodeTask the
+// NodeOperation controller runs), compiles their CEL before anything runs, and
 // moves each gate's status record on (Advance, the one state machine of gates). It only reads:
 // whatever a gate finds, the controller decides what to do and writes it with its batched status.
 // An error is a gate that does not pass, never one that does (a gate that cannot be evaluated blocks, rule 14).
@@ -97,8 +98,19 @@ func (c *Checker) Check(ctx context.Context, g *v1alpha1.Gate, t Target) Result 
 			return hold("%d alerts firing: %s", len(alerts), first(alerts))
 		}
 		return Result{Passed: true, Message: "no matching alert firing"}
+	case g.Command != nil:
+		// Run by the operation's controller as a gate-check NodeTask, never here.
+		return hold("a command gate is checked by a NodeTask that only a NodeOperation creates")
 	}
 	return hold("this kind of gate is not implemented")
+}
+
+// firstLine is s's first line, marked when more follow.
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i] + " ..."
+	}
+	return s
 }
 
 // first is the first of lines, and how many more.
@@ -360,7 +372,11 @@ func Describe(g *v1alpha1.Gate) string {
 	case g.Alertmanager != nil:
 		what = fmt.Sprintf("alertmanager %s: no alert firing matching {%s}", g.Alertmanager.URL, strings.Join(g.Alertmanager.Matchers, ", "))
 	case g.Command != nil:
-		what = "command (not implemented)"
+		on := "the node about to start"
+		if g.Command.Node != "" {
+			on = "node " + g.Command.Node
+		}
+		what = fmt.Sprintf("command on %s exits 0: %s", on, firstLine(g.Command.Script))
 	case g.Approval != nil:
 		what = "approval"
 	}

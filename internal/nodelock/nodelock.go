@@ -58,10 +58,15 @@ func OwnerOf(t *v1alpha1.NodeTask) string {
 }
 
 // Holds reports whether the task holds its node: it is pending, running or failed, and not a
-// task that was told to abort and is not running (the agent will only end it).
+// task that was told to abort and is not running (the agent will only end it). A failed gate
+// check (v1alpha1.IsGateCheck) holds nothing: its failure is the gate's answer, which holds the
+// operation, not the node; a failed task that only carries the label still holds it.
 func Holds(t *v1alpha1.NodeTask) bool {
 	phase := t.EffectivePhase()
 	if !phase.Unfinished() {
+		return false
+	}
+	if phase == v1alpha1.TaskFailed && v1alpha1.IsGateCheck(t) {
 		return false
 	}
 	return !t.Spec.Abort || phase == v1alpha1.TaskRunning

@@ -99,6 +99,8 @@ type Reconciler struct {
 	cost map[string]time.Duration
 	// createErrs are the hook Jobs the API server refused, by name (see runHooks).
 	createErrs map[string]error
+	// createdChecks are the gate checks this manager created that the cache may not show yet (see ownChecks).
+	createdChecks map[string]bool
 }
 
 // New returns a Reconciler with default tunables.
@@ -118,8 +120,15 @@ type scope struct {
 	op     *v1alpha1.NodeOperation
 	before *v1alpha1.NodeOperationStatus
 	tasks  []*v1alpha1.NodeTask
-	in     input
-	d      decision
+	// checks are the operation's gate checks (v1alpha1.IsGateCheck), kept apart from its tasks.
+	checks []*v1alpha1.NodeTask
+	// keepChecks are the checks this look consulted or asked for; checkCreates and checkDeletes
+	// are what act does with checks (cmdgate.go).
+	keepChecks   map[string]bool
+	checkCreates []*v1alpha1.NodeTask
+	checkDeletes []*v1alpha1.NodeTask
+	in           input
+	d            decision
 	// start is when the reconcile began, for the cost that batching saves (see ownTaskEvents).
 	start time.Time
 	// checked are the gates evaluated in this reconcile: their lastChecked is refreshed when the status is written.
@@ -157,7 +166,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
 	}
 	// The machine's clock, not r.Now: start measures the reconcile's work, which a held clock would hide.
-	s := &scope{op: op, before: op.Status.DeepCopy(), start: time.Now()}
+	s := &scope{op: op, before: op.Status.DeepCopy(), start: time.Now(), keepChecks: map[string]bool{}}
 	return skeleton.Run(ctx, s, skeleton.Steps[*scope]{
 		Observe:     r.observe,
 		Decide:      r.decide,
@@ -186,6 +195,9 @@ func (r *Reconciler) act(ctx context.Context, s *scope) (ctrl.Result, error) {
 		result = skeleton.Within(result, r.WaitRecheck)
 	}
 	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.actOnChecks(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
 	if r.runHooks(ctx, s) {
@@ -272,8 +284,16 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 			return nil
 		}
 	}
-	s.tasks = tasks
 	for _, t := range tasks {
+		if v1alpha1.IsGateCheck(t) {
+			// A gate's answer, not a node's work: no progress, no budget, no record (cmdgate.go).
+			s.checks = append(s.checks, t)
+		} else {
+			s.tasks = append(s.tasks, t)
+		}
+	}
+	s.in.checks = r.ownChecks(s.checks, s.in.locks)
+	for _, t := range s.tasks {
 		if s.in.tasks[t.Spec.Group] == nil {
 			s.in.tasks[t.Spec.Group] = map[string]taskView{}
 		}
@@ -317,7 +337,7 @@ func (r *Reconciler) othersHolding(ctx context.Context, in *input) (map[string]t
 				continue
 			}
 			h, held := in.locks.Holder(node)
-			if _, seen := out[h.Task]; !held || seen || h.Task == plan.TaskName(in.op.Name, g.Name, node) {
+			if _, seen := out[h.Task]; !held || seen || h.Task == plan.TaskName(in.op.Name, g.Name, node) || in.checks[h.Task] {
 				continue
 			}
 			if in.locks.IsReserved(h.Task) {

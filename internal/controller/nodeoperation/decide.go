@@ -92,6 +92,9 @@ type input struct {
 	gates map[string]map[string]gate.Result
 	// gateRecheck is how soon a gate that holds is checked again.
 	gateRecheck time.Duration
+	// checks are the operation's own gate checks by name (cmdgate.go): a node one holds is not
+	// held by another task, since the check is that node's own gate.
+	checks map[string]bool
 	// silences, when set, are the silences the operation holds after this reconcile's calls to
 	// Alertmanager (silences.go); unset, status.silences stays as it is.
 	silences *[]v1alpha1.SilenceStatus
@@ -123,8 +126,10 @@ type decision struct {
 	budget nodelock.Budget
 	// recheck, when set, is when a window opens or a soak ends: look again then.
 	recheck time.Time
-	// checkGates, when set, names the group whose gates need a check before its nodes start.
+	// checkGates, when set, names the group whose gates need a check before its nodes start, and
+	// checkNode the node about to start, which a command gate without a node of its own runs on.
 	checkGates string
+	checkNode  string
 }
 
 // decide computes the operation's status from its tasks, nodes and the lock table's view, and
@@ -346,7 +351,7 @@ func next(in *input, g *plan.ResolvedGroup, nodes []string, tasks map[string]tas
 			}
 			continue
 		}
-		if h, held := in.locks.Holder(n); held && h.Task != plan.TaskName(in.op.Name, g.Name, n) {
+		if h, held := in.locks.Holder(n); held && h.Task != plan.TaskName(in.op.Name, g.Name, n) && !in.checks[h.Task] {
 			waiting[n] = h
 		}
 		if _, held := waiting[n]; restores && in.cordoned[n] && !held && !in.notReady[n] {

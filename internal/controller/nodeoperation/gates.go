@@ -24,6 +24,8 @@ import (
 func gated(in *input, group string, gates []v1alpha1.Gate, st *v1alpha1.NodeOperationStatus, d *decision) (reason, message string, recheck time.Time) {
 	results, checked := in.gates[group]
 	now := in.now
+	about := d.create[0].node
+	perNode := false
 	var waiting, timedOut []string
 	var msgs = map[string]string{}
 	for i := range gates {
@@ -32,7 +34,10 @@ func gated(in *input, group string, gates []v1alpha1.Gate, st *v1alpha1.NodeOper
 		step := gate.Advance(g, gate.Find(st.Gates, group, g.Name), group, in.op.Annotations, res, checked && have, now)
 		next := step.Next
 		if step.Unchecked {
-			d.checkGates = group
+			d.checkGates, d.checkNode = group, about
+		}
+		if g.Command != nil && g.Command.Node == "" && next.State == v1alpha1.GatePassed {
+			perNode = true
 		}
 		if !step.Due.IsZero() {
 			if soon := minTime(step.Due, now.Add(in.gateRecheck)); recheck.IsZero() || soon.Before(recheck) {
@@ -62,6 +67,11 @@ func gated(in *input, group string, gates []v1alpha1.Gate, st *v1alpha1.NodeOper
 			msg += fmt.Sprintf(" (and %d more gates)", len(waiting)-1)
 		}
 		return ReasonWaitingForGate, msg, recheck
+	}
+	if perNode {
+		// The script ran on the node about to start, and answers for that node only: the others
+		// wait for their own check, one per look (docs/how-to/health-gates.md).
+		d.create = d.create[:1]
 	}
 	return "", "", time.Time{}
 }
@@ -99,6 +109,10 @@ func (r *Reconciler) checkGates(ctx context.Context, s *scope) {
 		g := &gates[i]
 		if !gate.NeedsCheck(g, gate.Find(s.op.Status.Gates, group, g.Name), s.op.Annotations) {
 			continue // skipped, or blocked until a person acts: nothing to look at
+		}
+		if g.Command != nil {
+			results[g.Name] = r.checkCommand(ctx, s, group, g, first.checkNode)
+			continue
 		}
 		results[g.Name] = r.Gates.Check(ctx, g, target)
 		if err := s.silenceErr[gateKey{group, g.Name}]; err != nil && results[g.Name].Passed {
