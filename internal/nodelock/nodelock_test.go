@@ -67,7 +67,9 @@ func TestSafetyRule1_OnlyARealGateCheckFreesItsNodeWhenItFails(t *testing.T) {
 		{"the label alone", func(t *v1alpha1.NodeTask) { t.OwnerReferences = nil }, true},
 		{"the label on a profile's task", func(t *v1alpha1.NodeTask) { t.OwnerReferences[0].Kind = "NodeProfile" }, true},
 		{"an owner that is not the controller", func(t *v1alpha1.NodeTask) { t.OwnerReferences[0].Controller = nil }, true},
-		{"two commands", func(t *v1alpha1.NodeTask) { t.Spec.Commands = append(t.Spec.Commands, v1alpha1.Command{Cordon: &v1alpha1.CordonCommand{}}) }, true},
+		{"two commands", func(t *v1alpha1.NodeTask) {
+			t.Spec.Commands = append(t.Spec.Commands, v1alpha1.Command{Cordon: &v1alpha1.CordonCommand{}})
+		}, true},
 		{"one command that is no script", func(t *v1alpha1.NodeTask) {
 			t.Spec.Commands = []v1alpha1.Command{{Cordon: &v1alpha1.CordonCommand{}}}
 		}, true},

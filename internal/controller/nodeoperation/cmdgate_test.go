@@ -221,7 +221,7 @@ func TestSafetyRule1_AHandLabelledGateCheckStillHoldsItsNode(t *testing.T) {
 	node := f.nodes(nil, "n1")[0]
 	fake := &v1alpha1.NodeTask{
 		ObjectMeta: metav1.ObjectMeta{Name: f.id + "-fake-check", Labels: map[string]string{v1alpha1.LabelGateCheck: "resync"}},
-		Spec: v1alpha1.NodeTaskSpec{NodeName: node, Commands: []v1alpha1.Command{{Script: &v1alpha1.ScriptCommand{Inline: "true"}}}},
+		Spec:       v1alpha1.NodeTaskSpec{NodeName: node, Commands: []v1alpha1.Command{{Script: &v1alpha1.ScriptCommand{Inline: "true"}}}},
 	}
 	f.must(f.c.Create(f.ctx, fake))
 	testutil.RemoveAtEnd(t, f.c, fake.DeepCopy())
