@@ -51,8 +51,8 @@ func (r *Reconciler) showAwaitingPerson(node string, tasks []v1alpha1.NodeTask) 
 	}
 	for i := range tasks {
 		t := &tasks[i]
-		if t.EffectivePhase() != v1alpha1.TaskFailed {
-			continue
+		if t.EffectivePhase() != v1alpha1.TaskFailed || v1alpha1.IsGateCheck(t) {
+			continue // a failed gate check is its gate's answer: no person is asked to recover it
 		}
 		r.mu.Lock()
 		if r.shown == nil {
