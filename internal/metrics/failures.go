@@ -37,7 +37,8 @@ func newFailures() *failures {
 // informer's initial list.
 func (f *failures) observe(t *v1alpha1.NodeTask, count bool) {
 	reason := failureReason(t)
-	if reason == "" {
+	// A failed gate check is its gate's answer, counted by nodeops_gate_failures_total, not a failed command.
+	if reason == "" || v1alpha1.IsGateCheck(t) {
 		return
 	}
 	f.mu.Lock()

@@ -240,7 +240,8 @@ func (m *Manager) collectOperations(ch chan<- prometheus.Metric, ops []v1alpha1.
 func downNodes(tasks []v1alpha1.NodeTask, nodes []corev1.Node) map[string]bool {
 	down := map[string]bool{}
 	for i := range tasks {
-		if tasks[i].EffectivePhase().Unfinished() {
+		// As nodelock.Holds: a gate check its agent recorded failed holds no node.
+		if tasks[i].EffectivePhase().Unfinished() && (tasks[i].Status.Phase != v1alpha1.TaskFailed || !v1alpha1.IsGateCheck(&tasks[i])) {
 			down[tasks[i].Spec.NodeName] = true
 		}
 	}
