@@ -646,7 +646,7 @@ func TestNodeTaskOwnerFieldsImmutable(t *testing.T) {
 	env, _, _ := startAPIServer(t)
 	ctx := context.Background()
 	tk := &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: "owned"},
-		Spec: v1alpha1.NodeTaskSpec{NodeName: "n1", Operation: "op", Group: "g", Commands: []v1alpha1.Command{{Cordon: &v1alpha1.CordonCommand{}}}}}
+		Spec: v1alpha1.NodeTaskSpec{NodeName: "n1", Operation: "op", Group: "g", GateCheck: "resync", Commands: []v1alpha1.Command{{Cordon: &v1alpha1.CordonCommand{}}}}}
 	if err := env.Client.Create(ctx, tk); err != nil {
 		t.Fatal(err)
 	}
@@ -664,6 +664,10 @@ func TestNodeTaskOwnerFieldsImmutable(t *testing.T) {
 		{"operation set", "bare", "spec.operation", func(s *v1alpha1.NodeTaskSpec) { s.Operation = "op" }},
 		{"group changed", "owned", "spec.group", func(s *v1alpha1.NodeTaskSpec) { s.Group = "other" }},
 		{"group set", "bare", "spec.group", func(s *v1alpha1.NodeTaskSpec) { s.Group = "g" }},
+		// No edit turns a task into a gate check or a check into a task (v1alpha1.IsGateCheck).
+		{"gateCheck changed", "owned", "spec.gateCheck", func(s *v1alpha1.NodeTaskSpec) { s.GateCheck = "other" }},
+		{"gateCheck cleared", "owned", "spec.gateCheck", func(s *v1alpha1.NodeTaskSpec) { s.GateCheck = "" }},
+		{"gateCheck set", "bare", "spec.gateCheck", func(s *v1alpha1.NodeTaskSpec) { s.GateCheck = "resync" }},
 	} {
 		var cur v1alpha1.NodeTask
 		if err := env.Client.Get(ctx, client.ObjectKey{Name: tc.task}, &cur); err != nil {

@@ -135,7 +135,7 @@ type AlertmanagerSilence struct {
 
 // CommandGate is a script run on a node that must exit 0, for what only the host can tell (a
 // storage rebuild finished, a RAID resync done). The manager runs it as a gate-check NodeTask (one
-// script command, owned by the operation, labelled LabelGateCheck) and reads its result: exit 0
+// script command, owned by the operation, its spec.gateCheck naming the gate) and reads its result: exit 0
 // passes, anything else holds with the exit code and the tail of the output. In DryRun it is not
 // run: it passes, saying where it would have run. NodeProfiles do not take it yet.
 type CommandGate struct {
@@ -155,8 +155,8 @@ type CommandGate struct {
 // `kubectl nodeops approve nodeprofile/PROFILE --gate NAME`).
 type ApprovalGate struct{}
 
-// LabelGateCheck marks a NodeTask that checks a command gate; its value is the gate's name. The
-// label alone does not make a gate check: see IsGateCheck.
+// LabelGateCheck is set on a NodeTask that checks a command gate, to the gate's name, for
+// selection and display only: spec.gateCheck, which is immutable, is what makes a task a check (IsGateCheck).
 const LabelGateCheck = "nodeops.io/gate-check"
 
 // LabelGateAttempt numbers a gate's checks within its operation and group, from 1.
@@ -166,12 +166,13 @@ const LabelGateAttempt = "nodeops.io/gate-attempt"
 // the check ran on unless the gate names another.
 const AnnotationGateCheckFor = "nodeops.io/gate-check-for"
 
-// IsGateCheck reports whether t checks a command gate: it carries LabelGateCheck, a NodeOperation
-// is its controller, and it runs exactly one script command. Such a task makes no node unavailable
-// once it ended (a failed check holds nothing, unlike a failed task) and counts in no operation's
-// progress or budget. The label alone is not enough: a task labelled by hand is still a task.
+// IsGateCheck reports whether t checks a command gate: its immutable spec.gateCheck is set, a
+// NodeOperation is its controller, and it runs exactly one script command. Such a task makes no
+// node unavailable once its agent recorded it failed (a failed check holds nothing, unlike a failed
+// task) and counts in no operation's progress or budget. Only spec fields decide it, never labels:
+// a person who may edit a task's labels (to retry or skip it) cannot turn work into a check.
 func IsGateCheck(t *NodeTask) bool {
-	if _, ok := t.Labels[LabelGateCheck]; !ok {
+	if t.Spec.GateCheck == "" {
 		return false
 	}
 	if len(t.Spec.Commands) != 1 || t.Spec.Commands[0].Script == nil {

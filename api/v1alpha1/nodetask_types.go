@@ -24,6 +24,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="self.nodeName == oldSelf.nodeName",message="nodeName is immutable",fieldPath=".nodeName"
 // +kubebuilder:validation:XValidation:rule="has(self.operation) == has(oldSelf.operation) && (!has(self.operation) || self.operation == oldSelf.operation)",message="operation is immutable",fieldPath=".operation"
 // +kubebuilder:validation:XValidation:rule="has(self.group) == has(oldSelf.group) && (!has(self.group) || self.group == oldSelf.group)",message="group is immutable",fieldPath=".group"
+// +kubebuilder:validation:XValidation:rule="has(self.gateCheck) == has(oldSelf.gateCheck) && (!has(self.gateCheck) || self.gateCheck == oldSelf.gateCheck)",message="gateCheck is immutable",fieldPath=".gateCheck"
 // +kubebuilder:validation:XValidation:rule="self.executionMode == oldSelf.executionMode || (oldSelf.executionMode == 'Controlled' && self.executionMode == 'Auto')",message="executionMode may only change from Controlled to Auto",fieldPath=".executionMode"
 // +kubebuilder:validation:XValidation:rule="(has(self.approvedCommands) ? self.approvedCommands : 0) >= (has(oldSelf.approvedCommands) ? oldSelf.approvedCommands : 0)",message="approvedCommands cannot decrease",fieldPath=".approvedCommands"
 // +kubebuilder:validation:XValidation:rule="!has(self.approvedCommands) || self.approvedCommands <= self.commands.size()",message="approvedCommands is at most the number of commands",fieldPath=".approvedCommands"
@@ -47,6 +48,13 @@ type NodeTaskSpec struct {
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Group string `json:"group,omitempty"`
+	// GateCheck, set by the manager only, makes the task the check of the command gate it names in
+	// Group (see IsGateCheck); immutable, so that no edit of a task's labels or owners turns work
+	// into a check or a check into work.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	GateCheck string `json:"gateCheck,omitempty"`
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=32
 	// Names are what status and the CLI show beside each index; nameless commands of one kind may repeat.

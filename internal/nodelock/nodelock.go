@@ -59,14 +59,15 @@ func OwnerOf(t *v1alpha1.NodeTask) string {
 
 // Holds reports whether the task holds its node: it is pending, running or failed, and not a
 // task that was told to abort and is not running (the agent will only end it). A failed gate
-// check (v1alpha1.IsGateCheck) holds nothing: its failure is the gate's answer, which holds the
+// check (v1alpha1.IsGateCheck) that its agent recorded failed holds nothing: its failure is the gate's answer, which holds the
 // operation, not the node; a failed task that only carries the label still holds it.
 func Holds(t *v1alpha1.NodeTask) bool {
 	phase := t.EffectivePhase()
 	if !phase.Unfinished() {
 		return false
 	}
-	if phase == v1alpha1.TaskFailed && v1alpha1.IsGateCheck(t) {
+	// The agent's own word: a check the manager marked lost may still be running its script.
+	if t.Status.Phase == v1alpha1.TaskFailed && v1alpha1.IsGateCheck(t) {
 		return false
 	}
 	return !t.Spec.Abort || phase == v1alpha1.TaskRunning

@@ -42,14 +42,15 @@ func TestHolds(t *testing.T) {
 	}
 }
 
-// A failed gate check frees its node; anything short of one (the label on a task of no operation,
-// on a profile's task, on a task of more than one script command) fails and holds as any task (rules 1 and 3).
+// A gate check its agent recorded failed frees its node; anything short of one (the label without
+// spec.gateCheck, spec.gateCheck on a task of no operation, on a profile's task, on a task of more
+// than one script command, a check only the manager marked lost) fails and holds as any task (rules 1 and 3).
 func TestSafetyRule1_OnlyARealGateCheckFreesItsNodeWhenItFails(t *testing.T) {
 	check := func(mutate func(*v1alpha1.NodeTask)) *v1alpha1.NodeTask {
 		tk := &v1alpha1.NodeTask{
 			ObjectMeta: metav1.ObjectMeta{Name: "c", Labels: map[string]string{v1alpha1.LabelGateCheck: "resync"},
 				OwnerReferences: []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeOperation", Name: "op", Controller: ptr.To(true)}}},
-			Spec:   v1alpha1.NodeTaskSpec{NodeName: "n", Commands: []v1alpha1.Command{{Script: &v1alpha1.ScriptCommand{Inline: "true"}}}},
+			Spec:   v1alpha1.NodeTaskSpec{NodeName: "n", GateCheck: "resync", Commands: []v1alpha1.Command{{Script: &v1alpha1.ScriptCommand{Inline: "true"}}}},
 			Status: v1alpha1.NodeTaskStatus{Phase: v1alpha1.TaskFailed},
 		}
 		if mutate != nil {
@@ -64,7 +65,12 @@ func TestSafetyRule1_OnlyARealGateCheckFreesItsNodeWhenItFails(t *testing.T) {
 	}{
 		{"a failed gate check", nil, false},
 		{"a running gate check", func(t *v1alpha1.NodeTask) { t.Status.Phase = v1alpha1.TaskRunning }, true},
-		{"the label alone", func(t *v1alpha1.NodeTask) { t.OwnerReferences = nil }, true},
+		{"no owner", func(t *v1alpha1.NodeTask) { t.OwnerReferences = nil }, true},
+		{"the label without spec.gateCheck", func(t *v1alpha1.NodeTask) { t.Spec.GateCheck = "" }, true},
+		{"a running check the manager marked lost", func(t *v1alpha1.NodeTask) {
+			t.Status.Phase = v1alpha1.TaskRunning
+			t.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionAgentLost, Status: metav1.ConditionTrue}}
+		}, true},
 		{"the label on a profile's task", func(t *v1alpha1.NodeTask) { t.OwnerReferences[0].Kind = "NodeProfile" }, true},
 		{"an owner that is not the controller", func(t *v1alpha1.NodeTask) { t.OwnerReferences[0].Controller = nil }, true},
 		{"two commands", func(t *v1alpha1.NodeTask) {
@@ -73,7 +79,7 @@ func TestSafetyRule1_OnlyARealGateCheckFreesItsNodeWhenItFails(t *testing.T) {
 		{"one command that is no script", func(t *v1alpha1.NodeTask) {
 			t.Spec.Commands = []v1alpha1.Command{{Cordon: &v1alpha1.CordonCommand{}}}
 		}, true},
-		{"no label", func(t *v1alpha1.NodeTask) { t.Labels = nil }, true},
+		{"no label: spec.gateCheck decides", func(t *v1alpha1.NodeTask) { t.Labels = nil }, false},
 	} {
 		if got := Holds(check(tc.mutate)); got != tc.holds {
 			t.Errorf("%s: Holds = %v, want %v", tc.name, got, tc.holds)

@@ -62,6 +62,7 @@ func buildCheck(op *v1alpha1.NodeOperation, group string, g *v1alpha1.Gate, node
 			NodeName:  node,
 			Operation: op.Name,
 			Group:     group,
+			GateCheck: g.Name,
 			Commands: v1alpha1.CommandList{{
 				Name:    g.Name,
 				Timeout: &metav1.Duration{Duration: min(gate.Timeout(g), checkMaxTimeout)},
@@ -72,6 +73,11 @@ func buildCheck(op *v1alpha1.NodeOperation, group string, g *v1alpha1.Gate, node
 			ExecutionMode: v1alpha1.ExecutionAuto,
 		},
 	}
+}
+
+// scriptSucceeded reports whether the check's script ran and exited 0, as its agent recorded.
+func scriptSucceeded(t *v1alpha1.NodeTask) bool {
+	return len(t.Status.Commands) == 1 && t.Status.Commands[0].Phase == v1alpha1.CommandSucceeded
 }
 
 // ended reports whether a check has its answer: succeeded, failed or aborted.
@@ -105,7 +111,7 @@ func attemptOf(t *v1alpha1.NodeTask) int {
 func checksOf(s *scope, group, gateName string) []*v1alpha1.NodeTask {
 	var out []*v1alpha1.NodeTask
 	for _, t := range s.checks {
-		if t.Labels[v1alpha1.LabelGateCheck] == gateName && t.Spec.Group == group && t.DeletionTimestamp.IsZero() {
+		if t.Spec.GateCheck == gateName && t.Spec.Group == group && t.DeletionTimestamp.IsZero() {
 			out = append(out, t)
 		}
 	}
@@ -192,8 +198,9 @@ func (r *Reconciler) checkCommand(ctx context.Context, s *scope, group string, g
 				state = "running on node " + node
 			}
 			return gate.Result{Message: fmt.Sprintf("checking: NodeTask %s %s", latest.Name, state)}
-		case phase == v1alpha1.TaskSucceeded && latest.Status.Phase == v1alpha1.TaskSucceeded:
-			// Its agent's own word only: a lost check a person skipped answers nothing.
+		case phase == v1alpha1.TaskSucceeded && latest.Status.Phase == v1alpha1.TaskSucceeded && scriptSucceeded(latest):
+			// Its agent's word that the script exited 0: a check a person skipped answers nothing
+			// (a person passes a gate with `skip --gate`, which the status records as such).
 			if now.Sub(endedAt(latest)) < passedFor(s.in.gateRecheck) {
 				return gate.Result{Passed: true, Message: "script exited 0 on node " + node}
 			}
@@ -213,10 +220,15 @@ func (r *Reconciler) checkCommand(ctx context.Context, s *scope, group string, g
 	if !s.in.locks.IsReserved(next.Name) {
 		s.checkCreates = append(s.checkCreates, next)
 		for i, t := range checks {
-			if i == 0 && ended(t) && answers(t, g, node, about) {
+			switch {
+			case i == 0 && ended(t) && answers(t, g, node, about):
 				continue // kept while the new check runs: it carries the gate's word
+			case ended(t):
+				s.checkDeletes = append(s.checkDeletes, t)
+			default:
+				// Deleting a check does not stop its script: it is told to abort and goes once ended.
+				s.checkAborts = append(s.checkAborts, t)
 			}
-			s.checkDeletes = append(s.checkDeletes, t)
 		}
 	}
 	if carry != nil {
@@ -225,9 +237,9 @@ func (r *Reconciler) checkCommand(ctx context.Context, s *scope, group string, g
 	return gate.Result{Message: fmt.Sprintf("checking: NodeTask %s to run on node %s", next.Name, node)}
 }
 
-// actOnChecks creates the checks this look asked for, under their nodes' locks, and deletes the
-// checks no look needs: those a new attempt replaces, and unfinished ones this look did not
-// consult (their gate passed, was skipped, or its group no longer starts that node).
+// actOnChecks creates the checks this look asked for, under their nodes' locks; tells the
+// unfinished checks no look needs to abort (their gate passed, was skipped, or its group no longer
+// starts that node); and deletes ended checks a new attempt replaces.
 func (r *Reconciler) actOnChecks(ctx context.Context, s *scope) error {
 	if len(s.checkCreates) > 0 {
 		creates := make([]skeleton.TaskCreate, len(s.checkCreates))
@@ -242,16 +254,33 @@ func (r *Reconciler) actOnChecks(ctx context.Context, s *scope) error {
 		}
 		r.noteChecks(s.checkCreates)
 	}
-	deletes := s.checkDeletes
+	aborts := s.checkAborts
 	for _, t := range s.checks {
-		if !ended(t) && !s.keepChecks[t.Name] && t.DeletionTimestamp.IsZero() {
-			deletes = append(deletes, t)
+		if !ended(t) && !s.keepChecks[t.Name] {
+			aborts = append(aborts, t)
 		}
 	}
 	w := skeleton.NewWrites(r.CreateParallelism)
 	seen := map[string]bool{}
-	for _, t := range deletes {
-		if seen[t.Name] {
+	for _, t := range aborts {
+		// An unfinished check is never deleted: its agent would go on running the script under a
+		// Lease whose task is gone, beside the node's next task (rule 1). It is told to abort, and
+		// deleted by a later look once its agent recorded the end.
+		if seen[t.Name] || t.Spec.Abort {
+			continue
+		}
+		seen[t.Name] = true
+		w.Go(func() error {
+			patched := t.DeepCopy()
+			patched.Spec.Abort = true
+			if err := r.Client.Patch(ctx, patched, client.MergeFrom(t)); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("abort gate check NodeTask %s: %w", t.Name, err)
+			}
+			return nil
+		})
+	}
+	for _, t := range s.checkDeletes {
+		if seen[t.Name] || !ended(t) {
 			continue
 		}
 		seen[t.Name] = true

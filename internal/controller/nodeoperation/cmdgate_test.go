@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
@@ -152,14 +153,19 @@ func TestCommandGateHoldsTheGroupWhileItsCheckFails(t *testing.T) {
 	}
 }
 
-// A check no agent answers holds for the gate's timeout, then blocks the operation with the
-// gate's word; a person's skip lets the group go on.
+// A check whose script runs on holds for the gate's timeout, then blocks the operation with the
+// gate's word; a person's skip lets the group go on. The running check is told to abort, never
+// deleted: deleting it would not stop its script, and the node's task would run beside it (rule 1).
+// The node's task starts only once the check's agent recorded its end.
 func TestCommandGateTimesOutToBlocked(t *testing.T) {
 	f := newFixture(t)
 	f.nodes(nil, "n1")
 	op := f.operation("cmdto", nil, v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{script("a")},
 		Scheduling: v1alpha1.Scheduling{Gates: []v1alpha1.Gate{commandGate("resync", "", 2)}}})
-	f.waitCheck(op.Name, 1)
+	check := f.waitCheck(op.Name, 1)
+	f.must(f.agent().Write(f.ctx, check.Name, func(t *v1alpha1.NodeTask) {
+		taskpolicy.Apply(&t.Status, &t.Spec, taskpolicy.Action{Kind: taskpolicy.ActStart, Index: 0}, metav1.NowMicro())
+	}))
 	got := f.waitReason(op.Name, v1alpha1.ConditionBlocked, nodeoperation.ReasonGateTimedOut)
 	c := condition(got, v1alpha1.ConditionBlocked)
 	if got.Status.Phase != v1alpha1.OperationBlocked || !strings.Contains(c.Message, "gate resync held group g") || !strings.Contains(c.Message, "checking") {
@@ -169,6 +175,22 @@ func TestCommandGateTimesOutToBlocked(t *testing.T) {
 	f.update(op.Name, func(o *v1alpha1.NodeOperation) {
 		o.Annotations = map[string]string{v1alpha1.AnnotationSkipGatePrefix + "resync": "x"}
 	})
+	testutil.Eventually(t, 20*time.Second, "the running check told to abort, not deleted", func() error {
+		var c v1alpha1.NodeTask
+		if err := f.c.Get(f.ctx, client.ObjectKey{Name: check.Name}, &c); err != nil {
+			return err
+		}
+		if !c.Spec.Abort {
+			return fmt.Errorf("spec.abort not set")
+		}
+		return nil
+	})
+	if n := len(f.tasks(op.Name)); n != 0 {
+		t.Fatalf("%d tasks while the check's script runs", n)
+	}
+	f.must(f.agent().Write(f.ctx, check.Name, func(t *v1alpha1.NodeTask) {
+		taskpolicy.Apply(&t.Status, &t.Spec, taskpolicy.Action{Kind: taskpolicy.ActAbort}, metav1.NowMicro())
+	}))
 	f.runAll(f.taskIn(op.Name, "g").Name)
 	f.waitPhase(op.Name, v1alpha1.OperationSucceeded)
 }
@@ -213,15 +235,18 @@ func TestCommandGateInDryRunRunsNothing(t *testing.T) {
 	}
 }
 
-// A failed gate check frees its node (its failure is the gate's answer), but a failed task that
-// merely carries the gate-check label still holds its node until a person acts (rules 1 and 3):
-// the label alone makes nothing a check (v1alpha1.IsGateCheck).
+// A failed gate check frees its node (its failure is the gate's answer), but a failed task of an
+// operation, one script command, that a person labelled as a gate check still holds its node
+// until a person acts (rules 1 and 3): labels and owners make nothing a check, only the immutable
+// spec.gateCheck the manager sets (v1alpha1.IsGateCheck).
 func TestSafetyRule1_AHandLabelledGateCheckStillHoldsItsNode(t *testing.T) {
 	f := newFixture(t)
 	node := f.nodes(nil, "n1")[0]
 	fake := &v1alpha1.NodeTask{
-		ObjectMeta: metav1.ObjectMeta{Name: f.id + "-fake-check", Labels: map[string]string{v1alpha1.LabelGateCheck: "resync"}},
-		Spec:       v1alpha1.NodeTaskSpec{NodeName: node, Commands: []v1alpha1.Command{{Script: &v1alpha1.ScriptCommand{Inline: "true"}}}},
+		ObjectMeta: metav1.ObjectMeta{Name: f.id + "-fake-check", Labels: map[string]string{v1alpha1.LabelGateCheck: "resync"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeOperation",
+				Name: f.id + "-gone", UID: "0b5e3c1e-0000-4000-8000-000000000001", Controller: ptr.To(true)}}},
+		Spec: v1alpha1.NodeTaskSpec{NodeName: node, Commands: []v1alpha1.Command{{Script: &v1alpha1.ScriptCommand{Inline: "true"}}}},
 	}
 	f.must(f.c.Create(f.ctx, fake))
 	testutil.RemoveAtEnd(t, f.c, fake.DeepCopy())

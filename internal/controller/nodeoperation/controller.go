@@ -122,10 +122,11 @@ type scope struct {
 	tasks  []*v1alpha1.NodeTask
 	// checks are the operation's gate checks (v1alpha1.IsGateCheck), kept apart from its tasks.
 	checks []*v1alpha1.NodeTask
-	// keepChecks are the checks this look consulted or asked for; checkCreates and checkDeletes
-	// are what act does with checks (cmdgate.go).
+	// keepChecks are the checks this look consulted or asked for; checkCreates, checkAborts and
+	// checkDeletes are what act does with checks (cmdgate.go).
 	keepChecks   map[string]bool
 	checkCreates []*v1alpha1.NodeTask
+	checkAborts  []*v1alpha1.NodeTask
 	checkDeletes []*v1alpha1.NodeTask
 	in           input
 	d            decision
