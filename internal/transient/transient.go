@@ -33,15 +33,22 @@ func Is(err error) bool {
 }
 
 // Retry runs do until it succeeds, fails with an error that is not transient,
-// retryFor has passed or ctx ends; it returns do's last error.
+// retryFor has passed or ctx ends; it returns do's last error. When ctx ends during an attempt
+// after the API server had failed for a moment, that failure is returned with the cut-off: the
+// caller's deadline is not the API server's answer, the 503 it kept giving is.
 func Retry(ctx context.Context, do func() error) error {
 	give := time.Now().Add(retryFor)
 	wait := first
+	var answered error // the last transient answer of the API server
 	for {
 		err := do()
+		if answered != nil && CutOff(ctx, err) && !Is(err) {
+			return errors.Join(answered, err)
+		}
 		if err == nil || !Is(err) || ctx.Err() != nil || time.Now().Add(wait).After(give) {
 			return err
 		}
+		answered = err
 		if cerr := clock.Sleep(ctx, wait); cerr != nil {
 			return errors.Join(err, cerr)
 		}

@@ -2,6 +2,7 @@ package transient
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -36,5 +37,43 @@ func TestCutOffKnowsTheRateLimitersRefusal(t *testing.T) {
 	stop()
 	if !CutOff(done, notFound) {
 		t.Error("CutOff after the context ended = false, want true")
+	}
+}
+
+// When the caller's deadline cuts an attempt short after the API server answered 503, the error
+// names the 503: the deadline is not the API server's answer (TestNodeWritesWaitOutAMomentOf503s
+// saw "context deadline exceeded" from the node read under load instead).
+func TestRetryCutShortNamesTheLastTransientAnswer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+	defer cancel()
+	unavailable := apierrors.NewServiceUnavailable("the server is currently unable to handle the request")
+	calls := 0
+	err := Retry(ctx, func() error {
+		calls++
+		if calls == 1 {
+			return unavailable
+		}
+		<-ctx.Done() // the next read outlives the deadline, as a slow GET does under load
+		return ctx.Err()
+	})
+	if calls != 2 {
+		t.Fatalf("Retry called do %d times, want 2", calls)
+	}
+	if !apierrors.IsServiceUnavailable(err) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Retry = %v, want the 503 and the deadline", err)
+	}
+
+	// A refusal that is not transient is returned as it is, whatever came before.
+	notFound := apierrors.NewNotFound(schema.GroupResource{Resource: "nodes"}, "n")
+	calls = 0
+	err = Retry(context.Background(), func() error {
+		calls++
+		if calls == 1 {
+			return unavailable
+		}
+		return notFound
+	})
+	if !apierrors.IsNotFound(err) || apierrors.IsServiceUnavailable(err) {
+		t.Errorf("Retry = %v, want the NotFound alone", err)
 	}
 }
