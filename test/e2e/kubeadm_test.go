@@ -83,6 +83,7 @@ func TestKubeadm(t *testing.T) {
 		for _, n := range kadmControlPlanes {
 			before[n] = kadmCertificates(t, l.NodeRoot(n))
 		}
+		kadmDriftRead(t, l)
 		workerTrees := kadmTrees(t, l, kadmWorkers)
 		op := &v1alpha1.NodeOperation{
 			ObjectMeta: metav1.ObjectMeta{Name: "renew"},
@@ -338,6 +339,27 @@ func kadmCertificates(t *testing.T, root string) map[string]*x509.Certificate {
 		out[conf] = framework.KubeconfigClientCertificate(t, filepath.Join(root, "etc/kubernetes", conf))
 	}
 	return out
+}
+
+// kadmDriftRead waits until the ClusterTarget shows a drift reading from every node's agent. The
+// first reading runs kubeadm's dry runs, which write under /etc/kubernetes/tmp for a moment and
+// are removed before the reading is recorded: a snapshot of the roots taken during it would see
+// files no operation wrote (make test saw "removed worker-3/etc/kubernetes/tmp/kubeadm-upgrade-
+// node-dryrun..." once). Later readings run only when the compared files change.
+func kadmDriftRead(t *testing.T, l *framework.Local) {
+	t.Helper()
+	all := append(append([]string(nil), kadmControlPlanes...), kadmWorkers...)
+	framework.WaitForClusterTarget(t, l, "a drift reading from every node", func(ct *v1alpha1.ClusterTarget) error {
+		var read []string
+		for _, d := range ct.Status.Drift {
+			read = append(read, d.Node)
+		}
+		sort.Strings(read)
+		if !slices.Equal(read, all) {
+			return fmt.Errorf("drift read on %v, want %v", read, all)
+		}
+		return nil
+	})
 }
 
 // kadmTrees digests every entry of the nodes' roots: path -> type, permissions and content (a
