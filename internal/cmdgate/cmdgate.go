@@ -300,6 +300,23 @@ func (l *Look) Check(ctx context.Context, c client.Reader, group string, g *v1al
 	return gate.Result{Message: fmt.Sprintf("checking: NodeTask %s to run on node %s", next.Name, node)}
 }
 
+// Drop takes back what this look asked for gateName's checks in group, once its gate no longer
+// needs them (it timed out in this look): Act creates none, and tells the unfinished ones to abort.
+func (l *Look) Drop(group, gateName string) {
+	for _, t := range l.checksOf(group, gateName) {
+		delete(l.keep, t.Name)
+	}
+	creates := l.creates[:0]
+	for _, t := range l.creates {
+		if t.Spec.Group == group && t.Spec.GateCheck == gateName {
+			delete(l.keep, t.Name)
+			continue
+		}
+		creates = append(creates, t)
+	}
+	l.creates = creates
+}
+
 // Created remembers the checks a manager created until its cache shows them. The zero value is ready.
 type Created struct {
 	mu    sync.Mutex
