@@ -103,7 +103,7 @@ type AlertmanagerGate struct {
 	// Silence, when set, has nodeops hold an Alertmanager silence over each node while its task
 	// runs: created before the task is created (a node whose silence cannot be created does not
 	// start, and the gate holds with the reason), extended while the task runs, expired once it
-	// ends, never longer than MaxDuration. Its id is recorded in the operation's status
+	// ends, never longer than MaxDuration. Its id is recorded in the operation's or profile's status
 	// (status.silences), so a restarted manager extends or expires the same silence.
 	// +optional
 	Silence *AlertmanagerSilence `json:"silence,omitempty"`
@@ -127,7 +127,7 @@ type AlertmanagerSilence struct {
 	// +kubebuilder:default="4h0m0s"
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('168h')",message="must be from 1m to 168h"
 	MaxDuration *metav1.Duration `json:"maxDuration,omitempty"`
-	// Comment of the silence, with {{node}} replaced; nodeops adds the operation and group.
+	// Comment of the silence, with {{node}} replaced; nodeops adds the operation and group, or the profile.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Comment string `json:"comment,omitempty"`
@@ -135,9 +135,9 @@ type AlertmanagerSilence struct {
 
 // CommandGate is a script run on a node that must exit 0, for what only the host can tell (a
 // storage rebuild finished, a RAID resync done). The manager runs it as a gate-check NodeTask (one
-// script command, owned by the operation, its spec.gateCheck naming the gate) and reads its result: exit 0
-// passes, anything else holds with the exit code and the tail of the output. In DryRun it is not
-// run: it passes, saying where it would have run. NodeProfiles do not take it yet.
+// script command, owned by the operation or profile, its spec.gateCheck naming the gate) and reads its
+// result: exit 0 passes, anything else holds with the exit code and the tail of the output. In an
+// operation's DryRun it is not run: it passes, saying where it would have run.
 type CommandGate struct {
 	// Script is run with /bin/sh on the node, as a script command is.
 	// +kubebuilder:validation:MinLength=1
@@ -159,7 +159,7 @@ type ApprovalGate struct{}
 // selection and display only: spec.gateCheck, which is immutable, is what makes a task a check (IsGateCheck).
 const LabelGateCheck = "nodeops.io/gate-check"
 
-// LabelGateAttempt numbers a gate's checks within its operation and group, from 1.
+// LabelGateAttempt numbers a gate's checks within its operation and group, or its profile, from 1.
 const LabelGateAttempt = "nodeops.io/gate-attempt"
 
 // AnnotationGateCheckFor names the node a gate check was run for: the node about to start, which
@@ -167,9 +167,9 @@ const LabelGateAttempt = "nodeops.io/gate-attempt"
 const AnnotationGateCheckFor = "nodeops.io/gate-check-for"
 
 // IsGateCheck reports whether t checks a command gate: its immutable spec.gateCheck is set, a
-// NodeOperation is its controller, and it runs exactly one script command. Such a task makes no
-// node unavailable once its agent recorded it failed (a failed check holds nothing, unlike a failed
-// task) and counts in no operation's progress or budget. Only spec fields decide it, never labels:
+// NodeOperation or a NodeProfile is its controller, and it runs exactly one script command. Such a
+// task makes no node unavailable once its agent recorded it failed (a failed check holds nothing,
+// unlike a failed task) and counts in no operation's or profile's progress or budget. Only spec fields decide it, never labels:
 // a person who may edit a task's labels (to retry or skip it) cannot turn work into a check.
 func IsGateCheck(t *NodeTask) bool {
 	if t.Spec.GateCheck == "" {
@@ -180,7 +180,7 @@ func IsGateCheck(t *NodeTask) bool {
 	}
 	for _, ref := range t.OwnerReferences {
 		if ref.Controller != nil && *ref.Controller {
-			return ref.Kind == "NodeOperation" && ref.APIVersion == GroupVersion.String()
+			return (ref.Kind == "NodeOperation" || ref.Kind == "NodeProfile") && ref.APIVersion == GroupVersion.String()
 		}
 	}
 	return false

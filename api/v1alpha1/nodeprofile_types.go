@@ -119,13 +119,12 @@ type NodeProfileSpec struct {
 	// that has not passed for its timeout blocks the profile (condition Blocked, reason
 	// GateTimedOut) until a person retries or skips it with the annotations NodeOperation's gates
 	// take (docs/how-to/health-gates.md). Changing them re-provisions nothing (not in the spec hash).
-	// Command gates and Alertmanager silences are not implemented for profiles yet: admission refuses them.
+	// A command gate runs its script as a gate-check NodeTask owned by the profile; an
+	// alertmanager gate with a silence holds one over each node while its task runs (status.silences).
 	// +optional
 	// +kubebuilder:validation:MaxItems=16
 	// +listType=map
 	// +listMapKey=name
-	// +kubebuilder:validation:XValidation:rule="self.all(g, !has(g.alertmanager) || !has(g.alertmanager.silence))",message="spec.gates[].alertmanager.silence: NodeProfiles hold no silences yet (NodeOperations do): drop silence; the alertmanager gate itself works"
-	// +kubebuilder:validation:XValidation:rule="self.all(g, !has(g.command))",message="spec.gates[].command: command gates are not implemented for NodeProfiles yet (they are for NodeOperations): use a cel, clusterHealth, prometheus, alertmanager or approval gate"
 	Gates []Gate `json:"gates,omitempty"`
 }
 
@@ -184,6 +183,12 @@ type NodeProfileStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=16
 	Gates []GateStatus `json:"gates,omitempty"`
+	// Silences are the Alertmanager silences the profile holds over nodes being worked on
+	// (spec.gates[].alertmanager.silence), so that a restarted manager extends and expires them
+	// rather than creating others. Their group is empty.
+	// +optional
+	// +kubebuilder:validation:MaxItems=1024
+	Silences []SilenceStatus `json:"silences,omitempty"`
 }
 
 // Condition types of a NodeProfile.

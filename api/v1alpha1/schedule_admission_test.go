@@ -62,8 +62,11 @@ func gateCases() []admission {
 		{"a command gate without a script", scheduled("g9", "gates:\n- {name: a, command: {script: \"\"}}"), g + ".command.script", "should be at least 1 chars long"},
 		// A NodeProfile's gates are the same type under the same rules.
 		{"a profile's gates", profiled("pg0", "gates:\n- {name: a, approval: {}}\n- {name: d, timeout: 5m, cel: {apiVersion: apps/v1, kind: Deployment, namespace: x, name: web, expression: \"true\"}}"), "", ""},
-		{"a profile's command gate", profiled("pg1", "gates:\n- {name: a, approval: {}}\n- {name: b, command: {script: \"test -f /done\"}}"), "spec.gates", "spec.gates[].command: command gates are not implemented for NodeProfiles yet"},
-		{"a profile's alertmanager silence", profiled("pg2", "gates:\n- {name: a, alertmanager: {url: 'http://am:9093', silence: {matchers: ['instance={{node}}']}}}"), "spec.gates", "spec.gates[].alertmanager.silence: NodeProfiles hold no silences yet"},
+		{"a profile's command gate", profiled("pg1", "gates:\n- {name: a, approval: {}}\n- {name: b, command: {script: \"test -f /done\"}}\n- {name: c, timeout: 1h, command: {script: \"true\", node: storage-1}}"), "", ""},
+		{"a profile's alertmanager silence", profiled("pg8", "gates:\n- {name: a, alertmanager: {url: 'http://am:9093', silence: {matchers: ['instance={{node}}'], maxDuration: 2h, comment: \"work on {{node}}\"}}}"), "", ""},
+		{"a profile's command gate without a script", profiled("pg9", "gates:\n- {name: a, command: {script: \"\"}}"), g + ".command.script", "should be at least 1 chars long"},
+		{"a profile's silence held too long", profiled("pg10", "gates:\n- name: a\n  alertmanager: {url: \"http://am:9093\", silence: {matchers: [\"instance={{node}}\"], maxDuration: 200h}}"), g + ".alertmanager.silence.maxDuration", "must be from 1m to 168h"},
+		{"a profile's silence without matchers", profiled("pg11", "gates:\n- name: a\n  alertmanager: {url: \"http://am:9093\", silence: {matchers: []}}"), g + ".alertmanager.silence.matchers", "should have at least 1 items"},
 		{"a profile's gate of two kinds", profiled("pg2", "gates:\n- {name: a, approval: {}, clusterHealth: {}}"), g, "exactly one of cel, clusterHealth"},
 		{"a profile's gate name not a DNS label", profiled("pg3", "gates:\n- {name: No_Pages, approval: {}}"), g + ".name", "should match"},
 		{"a profile's gate timeout too short", profiled("pg4", "gates:\n- {name: a, timeout: 500ms, approval: {}}"), g + ".timeout", "must be from 1s to 168h"},

@@ -24,13 +24,17 @@ func TestFailedGateCheckIsNoFailedCommandAndNoDownNode(t *testing.T) {
 	}
 	check, task := failed("check", "resync"), failed("task", "")
 	check.UID, task.UID = "uid-check", "uid-task"
+	// A NodeProfile's command gate check is one too.
+	pcheck := failed("pcheck", "resync")
+	pcheck.UID, pcheck.OwnerReferences[0].Kind = "uid-pcheck", "NodeProfile"
 
-	down := downNodes([]v1alpha1.NodeTask{check, task}, nil)
-	if down["check-node"] || !down["task-node"] {
+	down := downNodes([]v1alpha1.NodeTask{check, task, pcheck}, nil)
+	if down["check-node"] || down["pcheck-node"] || !down["task-node"] {
 		t.Errorf("down nodes %v: want task-node only", down)
 	}
 	f := newFailures()
 	f.observe(&check, true)
+	f.observe(&pcheck, true)
 	f.observe(&task, true)
 	var n float64
 	for _, c := range f.snapshot() {

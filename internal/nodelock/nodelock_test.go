@@ -43,7 +43,7 @@ func TestHolds(t *testing.T) {
 }
 
 // A gate check its agent recorded failed frees its node; anything short of one (the label without
-// spec.gateCheck, spec.gateCheck on a task of no operation, on a profile's task, on a task of more
+// spec.gateCheck, spec.gateCheck on a task of no operation or profile, on a task of more
 // than one script command, a check only the manager marked lost) fails and holds as any task (rules 1 and 3).
 func TestSafetyRule1_OnlyARealGateCheckFreesItsNodeWhenItFails(t *testing.T) {
 	check := func(mutate func(*v1alpha1.NodeTask)) *v1alpha1.NodeTask {
@@ -71,7 +71,8 @@ func TestSafetyRule1_OnlyARealGateCheckFreesItsNodeWhenItFails(t *testing.T) {
 			t.Status.Phase = v1alpha1.TaskRunning
 			t.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionAgentLost, Status: metav1.ConditionTrue}}
 		}, true},
-		{"the label on a profile's task", func(t *v1alpha1.NodeTask) { t.OwnerReferences[0].Kind = "NodeProfile" }, true},
+		{"a profile's failed gate check", func(t *v1alpha1.NodeTask) { t.OwnerReferences[0].Kind = "NodeProfile" }, false},
+		{"spec.gateCheck on a task of another kind", func(t *v1alpha1.NodeTask) { t.OwnerReferences[0].Kind = "ClusterTarget" }, true},
 		{"an owner that is not the controller", func(t *v1alpha1.NodeTask) { t.OwnerReferences[0].Controller = nil }, true},
 		{"two commands", func(t *v1alpha1.NodeTask) {
 			t.Spec.Commands = append(t.Spec.Commands, v1alpha1.Command{Cordon: &v1alpha1.CordonCommand{}})

@@ -108,6 +108,16 @@ func (a FakeAgent) RunAll(ctx context.Context, task string) error {
 	return nil
 }
 
+// Exit records the task's first command run and exited with code, its output's tail output, as
+// the agent records a script that failed (a command gate's check): one write.
+func (a FakeAgent) Exit(ctx context.Context, task string, code int32, output string) error {
+	return a.Write(ctx, task, func(t *v1alpha1.NodeTask) {
+		now := metav1.NowMicro()
+		taskpolicy.Apply(&t.Status, &t.Spec, taskpolicy.Action{Kind: taskpolicy.ActStart, Index: 0}, now)
+		taskpolicy.ApplyResult(&t.Status, &t.Spec, 0, taskpolicy.Outcome{Err: fmt.Errorf("/bin/sh exited with code %d", code), ExitCode: code, Tail: output}, now)
+	})
+}
+
 // Abort ends a task told to abort, as the agent does: one write.
 func (a FakeAgent) Abort(ctx context.Context, task string) error {
 	return a.Write(ctx, task, func(t *v1alpha1.NodeTask) {

@@ -15,6 +15,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -23,6 +24,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/cmdgate"
 	"github.com/nodeops/nodeops/internal/controller/agentjob"
 	"github.com/nodeops/nodeops/internal/testutil"
 )
@@ -206,5 +208,25 @@ func TestJobForFailedTaskOnlyOnceRecoveryIsAsked(t *testing.T) {
 	}
 	testutil.Eventually(t, 30*time.Second, "a Job to carry out the retry", func() error {
 		return c.Get(ctx, key, &batchv1.Job{})
+	})
+}
+
+// A NodeProfile's command gate check is a task like any other to the agent: its node gets an
+// agent Job, whatever kind owns the check.
+func TestJobForAProfilesGateCheck(t *testing.T) {
+	ctx := context.Background()
+	c := env.Client
+	node, profile := unique("check-node"), unique("profile")
+	g := &v1alpha1.Gate{Name: "resync", Command: &v1alpha1.CommandGate{Script: "true"}}
+	check := cmdgate.Build(cmdgate.Owner{Kind: "NodeProfile", Name: profile, UID: types.UID(profile)}, "", g, node, node, 1)
+	if !v1alpha1.IsGateCheck(check) {
+		t.Fatalf("a profile's check is no gate check: %+v", check)
+	}
+	if err := c.Create(ctx, check); err != nil {
+		t.Fatal(err)
+	}
+	testutil.RemoveAtEnd(t, c, check, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "nodeops-system", Name: agentjob.JobName(node)}})
+	testutil.Eventually(t, 30*time.Second, "a Job for the node of the profile's check", func() error {
+		return c.Get(ctx, client.ObjectKey{Namespace: "nodeops-system", Name: agentjob.JobName(node)}, &batchv1.Job{})
 	})
 }

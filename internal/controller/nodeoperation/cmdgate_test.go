@@ -61,11 +61,7 @@ func (f *fixture) waitCheck(op string, n int) v1alpha1.NodeTask {
 // failCheck ends a check's script with exit code and output, as the agent does: one write.
 func (f *fixture) failCheck(task string, code int32, output string) {
 	f.t.Helper()
-	f.must(f.agent().Write(f.ctx, task, func(t *v1alpha1.NodeTask) {
-		now := metav1.NowMicro()
-		taskpolicy.Apply(&t.Status, &t.Spec, taskpolicy.Action{Kind: taskpolicy.ActStart, Index: 0}, now)
-		taskpolicy.ApplyResult(&t.Status, &t.Spec, 0, taskpolicy.Outcome{Err: fmt.Errorf("/bin/sh exited with code %d", code), ExitCode: code, Tail: output}, now)
-	}))
+	f.must(f.agent().Exit(f.ctx, task, code, output))
 }
 
 func commandGate(name, node string, timeout int) v1alpha1.Gate {

@@ -26,12 +26,14 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/clock"
+	"github.com/nodeops/nodeops/internal/cmdgate"
 	"github.com/nodeops/nodeops/internal/controller/skeleton"
 	"github.com/nodeops/nodeops/internal/gate"
 	"github.com/nodeops/nodeops/internal/hook"
 	"github.com/nodeops/nodeops/internal/nodelock"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/schedule"
+	"github.com/nodeops/nodeops/internal/silence"
 	"github.com/nodeops/nodeops/internal/statuswrite"
 )
 
@@ -77,7 +79,7 @@ type Reconciler struct {
 	GateRecheck time.Duration
 	// Silences holds the Alertmanager silences of gates that ask for one; over HTTP by default.
 	Silences Silencer
-	// SilenceLease is how far ahead a silence's end is set at each extension; defaultSilenceLease when zero.
+	// SilenceLease is how far ahead a silence's end is set at each extension; silence.DefaultLease when zero.
 	SilenceLease time.Duration
 	// PreflightAnswer is how long a node's agent has to start its preflight task before the node
 	// is listed as failing the preflight; defaultPreflightAnswer when zero.
@@ -94,13 +96,13 @@ type Reconciler struct {
 	// waiters are the operations waiting for each node's lock, so that the holder's end wakes them.
 	waiters map[string]map[string]bool
 	// silenceEnds is when this manager last set each silence to end, by id.
-	silenceEnds map[string]time.Time
+	silenceEnds silence.Ends
 	// cost is how long each operation's last reconcile took to observe and decide, by name (see ownTaskEvents).
 	cost map[string]time.Duration
 	// createErrs are the hook Jobs the API server refused, by name (see runHooks).
 	createErrs map[string]error
-	// createdChecks are the gate checks this manager created that the cache may not show yet (see ownChecks).
-	createdChecks map[string]bool
+	// createdChecks are the gate checks this manager created that the cache may not show yet.
+	createdChecks cmdgate.Created
 }
 
 // New returns a Reconciler with default tunables.
@@ -108,7 +110,7 @@ func New(c client.Client, apiReader client.Reader, locks skeleton.Locker, record
 	return &Reconciler{
 		Client: c, APIReader: apiReader, Locks: locks, Recorder: recorder,
 		StatusInterval: time.Second, CreateParallelism: 64, WaitRecheck: 5 * time.Second, GateRecheck: 10 * time.Second,
-		Silences: HTTPSilencer{Client: &http.Client{Timeout: 10 * time.Second}},
+		Silences: silence.HTTP{Client: &http.Client{Timeout: 10 * time.Second}},
 		Sender:   &hook.Sender{HTTP: &http.Client{Timeout: 10 * time.Second}},
 	}
 }
@@ -120,16 +122,11 @@ type scope struct {
 	op     *v1alpha1.NodeOperation
 	before *v1alpha1.NodeOperationStatus
 	tasks  []*v1alpha1.NodeTask
-	// checks are the operation's gate checks (v1alpha1.IsGateCheck), kept apart from its tasks.
-	checks []*v1alpha1.NodeTask
-	// keepChecks are the checks this look consulted or asked for; checkCreates, checkAborts and
-	// checkDeletes are what act does with checks (cmdgate.go).
-	keepChecks   map[string]bool
-	checkCreates []*v1alpha1.NodeTask
-	checkAborts  []*v1alpha1.NodeTask
-	checkDeletes []*v1alpha1.NodeTask
-	in           input
-	d            decision
+	// look holds the operation's gate checks (v1alpha1.IsGateCheck), kept apart from its tasks,
+	// and what act does with them (internal/cmdgate).
+	look cmdgate.Look
+	in   input
+	d    decision
 	// start is when the reconcile began, for the cost that batching saves (see ownTaskEvents).
 	start time.Time
 	// checked are the gates evaluated in this reconcile: their lastChecked is refreshed when the status is written.
@@ -167,7 +164,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
 	}
 	// The machine's clock, not r.Now: start measures the reconcile's work, which a held clock would hide.
-	s := &scope{op: op, before: op.Status.DeepCopy(), start: time.Now(), keepChecks: map[string]bool{}}
+	s := &scope{op: op, before: op.Status.DeepCopy(), start: time.Now()}
 	return skeleton.Run(ctx, s, skeleton.Steps[*scope]{
 		Observe:     r.observe,
 		Decide:      r.decide,
@@ -288,12 +285,14 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 	for _, t := range tasks {
 		if v1alpha1.IsGateCheck(t) {
 			// A gate's answer, not a node's work: no progress, no budget, no record (cmdgate.go).
-			s.checks = append(s.checks, t)
+			s.look.Checks = append(s.look.Checks, t)
 		} else {
 			s.tasks = append(s.tasks, t)
 		}
 	}
-	s.in.checks = r.ownChecks(s.checks, s.in.locks)
+	s.in.checks = r.createdChecks.Own(s.look.Checks, s.in.locks)
+	s.look.Owner, s.look.Own, s.look.Locks = checkOwner(op), s.in.checks, s.in.locks
+	s.look.Now, s.look.Recheck = s.in.now.Time, s.in.gateRecheck
 	for _, t := range s.tasks {
 		if s.in.tasks[t.Spec.Group] == nil {
 			s.in.tasks[t.Spec.Group] = map[string]taskView{}

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,11 +27,13 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/clock"
+	"github.com/nodeops/nodeops/internal/cmdgate"
 	"github.com/nodeops/nodeops/internal/controller/skeleton"
 	"github.com/nodeops/nodeops/internal/gate"
 	"github.com/nodeops/nodeops/internal/nodelock"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/schedule"
+	"github.com/nodeops/nodeops/internal/silence"
 	"github.com/nodeops/nodeops/internal/statuswrite"
 )
 
@@ -80,11 +83,19 @@ type Reconciler struct {
 	Gates *gate.Checker
 	// GateRecheck is how soon a gate that holds is checked again.
 	GateRecheck time.Duration
+	// Silences holds the Alertmanager silences of gates that ask for one; over HTTP by default.
+	Silences silence.Silencer
+	// SilenceLease is how far ahead a silence's end is set at each extension; silence.DefaultLease when zero.
+	SilenceLease time.Duration
 
 	// patched remembers the nodes this controller patched until the cache shows the patch.
 	patched *patchedNodes
 	// status batches count-only status writes, by profile name.
 	status statuswrite.Throttle
+	// createdChecks are the gate checks this manager created that the cache may not show yet.
+	createdChecks cmdgate.Created
+	// silenceEnds is when this manager last set each silence to end, by id.
+	silenceEnds silence.Ends
 }
 
 // New returns a Reconciler with default tunables: the one place they are set.
@@ -93,6 +104,7 @@ func New(c client.Client, lock skeleton.Locker, recorder events.EventRecorder) *
 		Client: c, Lock: lock, Recorder: recorder,
 		Parallelism: DefaultParallelism, StatusInterval: DefaultStatusInterval, RetryAfter: DefaultRetryAfter,
 		GateRecheck: DefaultGateRecheck,
+		Silences:    silence.HTTP{Client: &http.Client{Timeout: 10 * time.Second}},
 		patched:     newPatchedNodes(),
 	}
 }
@@ -136,6 +148,15 @@ type scope struct {
 	gateResults             map[string]gate.Result
 	gates                   []v1alpha1.GateStatus
 	gateReason, gateMessage string
+	// look holds the profile's command gate checks (v1alpha1.IsGateCheck), kept apart from its
+	// tasks, and what act does with them (internal/cmdgate); about is the node about to start,
+	// which a command gate without a node runs on ("" when none).
+	look  cmdgate.Look
+	about string
+	// silences is status.silences after this look (nil: unchanged); silenceErr are the silences
+	// Alertmanager refused or did not answer for, by gate: the gate holds.
+	silences   *[]v1alpha1.SilenceStatus
+	silenceErr map[string]error
 }
 
 // Reconcile follows the skeleton (internal/controller/skeleton): get, finalizer, then observe,
@@ -218,13 +239,19 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 			Hash:     n.Annotations[annotation],
 		})
 	}
+	var checks []*v1alpha1.NodeTask
 	for i := range tasks.Items {
-		if v, ok := ViewTask(&tasks.Items[i]); ok {
+		if t := &tasks.Items[i]; v1alpha1.IsGateCheck(t) {
+			// A gate's answer, not a node's work: no membership, no budget, no count (internal/cmdgate).
+			checks = append(checks, t)
+		} else if v, ok := ViewTask(t); ok {
 			in.Tasks = append(in.Tasks, v)
 		}
 	}
 	in.Tasks = addReserved(p.Name, s.hash, in.Tasks, s.locks, in.Now)
 	s.in = in
+	s.look = cmdgate.Look{Owner: checkOwner(p), Checks: checks, Own: r.createdChecks.Own(checks, s.locks), Locks: s.locks, Now: in.Now, Recheck: r.GateRecheck}
+	r.holdSilences(ctx, s)
 	if len(p.Spec.Gates) > 0 {
 		// Admission cannot compile user CEL without a webhook: the manager does, before anything runs.
 		if err := gate.ValidateGates("spec.gates", p.Spec.Gates); err != nil {
@@ -235,7 +262,12 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 		if d, err := decide(in); err == nil {
 			s.pre = &d
 			if wantsGates(p, d) && windowsOpen(p, in.Now) {
+				starts, _ := chooseStarts(p, s.hash, d, s.locks, s.locksSynced, r.RetryAfter, s.look.Own)
+				if len(starts) > 0 {
+					s.about = starts[0].Node
+				}
 				r.checkGates(ctx, s)
+				r.silenceNewNodes(ctx, s, starts)
 			}
 		}
 	}
@@ -298,7 +330,7 @@ func (r *Reconciler) decide(s *scope) {
 		return
 	}
 	s.decision, s.decided = d, true
-	s.starts, s.retry = chooseStarts(s.profile, s.hash, d, s.locks, s.locksSynced, r.RetryAfter)
+	s.starts, s.retry = chooseStarts(s.profile, s.hash, d, s.locks, s.locksSynced, r.RetryAfter, s.look.Own)
 	windows, err := schedule.Compile("spec.windows", s.profile.Spec.Windows)
 	if err != nil {
 		// A window that cannot be evaluated never lets work go on.
@@ -326,6 +358,12 @@ func (r *Reconciler) decide(s *scope) {
 		// After the windows, the gates: while one does not pass no new task starts; running ones go on.
 		v := applyGates(s.profile, s.gateResults, metav1.NewTime(s.in.Now), r.GateRecheck)
 		s.gates = v.Gates
+		for _, g := range v.Gates {
+			if g.State == v1alpha1.GateTimedOut {
+				// Blocked until a person acts: a check of this gate still running is told to abort.
+				s.look.Drop("", g.Name)
+			}
+		}
 		if v.Reason != "" {
 			s.starts = nil
 			s.gateReason, s.gateMessage = v.Reason, v.Message
@@ -333,6 +371,8 @@ func (r *Reconciler) decide(s *scope) {
 			if !v.Recheck.IsZero() {
 				s.retry = max(v.Recheck.Sub(s.in.Now), 100*time.Millisecond)
 			}
+		} else {
+			s.starts = gatedStarts(s.profile, s.starts, v.Gates, s.about)
 		}
 	}
 }
@@ -341,8 +381,9 @@ func (r *Reconciler) decide(s *scope) {
 // whose node another task holds counts against maxUnavailable (budgets are cluster-wide, rule 11)
 // and waits, looked at again after retryAfter, or after lockLag when the holder is the
 // profile's own finished task (the lock table follows the informer a moment behind the cache).
-// Nothing starts before the lock table has synced.
-func chooseStarts(p *v1alpha1.NodeProfile, hash string, d decision, locks nodelock.View, synced bool, retryAfter time.Duration) ([]Start, time.Duration) {
+// A node one of the profile's own gate checks (checks, by name) holds is not held: the check
+// runs there so that the node may start. Nothing starts before the lock table has synced.
+func chooseStarts(p *v1alpha1.NodeProfile, hash string, d decision, locks nodelock.View, synced bool, retryAfter time.Duration, checks map[string]bool) ([]Start, time.Duration) {
 	if len(d.Starts) == 0 || d.Room == 0 {
 		return nil, 0
 	}
@@ -354,7 +395,7 @@ func chooseStarts(p *v1alpha1.NodeProfile, hash string, d decision, locks nodelo
 	held := map[string]bool{}
 	for _, st := range d.Starts {
 		h, ok := locks.Holder(st.Node)
-		if !ok || h.Task == TaskName(p.Name, st.Action, hash, st.Node) {
+		if !ok || h.Task == TaskName(p.Name, st.Action, hash, st.Node) || checks[h.Task] {
 			continue
 		}
 		held[st.Node] = true
@@ -377,14 +418,16 @@ func (r *Reconciler) act(ctx context.Context, s *scope) (ctrl.Result, error) {
 		return ctrl.Result{}, errors.Join(rcErr, s.invalidErr)
 	}
 	res, err := r.apply(ctx, s)
-	if err = errors.Join(rcErr, err); err != nil {
+	checkErr := cmdgate.Writer{Client: r.Client, Live: r.APIReader, Locks: r.Lock, Created: &r.createdChecks, Parallel: r.Parallelism}.Act(ctx, &s.look)
+	if err = errors.Join(rcErr, err, checkErr); err != nil {
 		return ctrl.Result{}, err
 	}
 	if s.deleting && s.decision.Done {
 		// Every node is uninstalled: the finalizer goes, and with it the profile.
 		return ctrl.Result{}, r.removeFinalizer(ctx, s)
 	}
-	return skeleton.LowestNonZero(res, ctrl.Result{RequeueAfter: s.retry}, ctrl.Result{RequeueAfter: s.decision.Expire}), nil
+	return skeleton.LowestNonZero(res, ctrl.Result{RequeueAfter: s.retry}, ctrl.Result{RequeueAfter: s.decision.Expire},
+		ctrl.Result{RequeueAfter: r.silenceRecheck(s.profile.Status.Silences)}), nil
 }
 
 // ViewTask turns a task into what decide needs; ok is false for a task the profile did not build.

@@ -352,7 +352,7 @@ func TestChooseStarts(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			starts, retry := chooseStarts(p, h, d, nodelock.View{Nodes: tt.held}, !tt.unsynced, 5*time.Second)
+			starts, retry := chooseStarts(p, h, d, nodelock.View{Nodes: tt.held}, !tt.unsynced, 5*time.Second, nil)
 			var got []string
 			for _, st := range starts {
 				got = append(got, st.Node)

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/cmdgate"
 	"github.com/nodeops/nodeops/internal/gate"
 )
 
@@ -33,7 +34,8 @@ func wantsGates(p *v1alpha1.NodeProfile, d decision) bool {
 }
 
 // checkGates evaluates the profile's gates that may let a task start (not skipped, not timed out
-// without a retry). They only read; decide applies what they found.
+// without a retry), a command gate for the node about to start (s.about). They only read, but for
+// the checks a command gate asks act to create; decide applies what they found.
 func (r *Reconciler) checkGates(ctx context.Context, s *scope) {
 	p := s.profile
 	target := gate.Target{Subject: subject(p), Finished: recentlyFinished(s.in.Tasks, 10)}
@@ -43,13 +45,55 @@ func (r *Reconciler) checkGates(ctx context.Context, s *scope) {
 		if !gate.NeedsCheck(g, gate.Find(p.Status.Gates, "", g.Name), p.Annotations) {
 			continue
 		}
+		if g.Command != nil {
+			if g.Command.Node == "" && s.about == "" {
+				// Every candidate's node is held, or the lock table has not synced: no node to run
+				// the script on yet. Unchecked, the gate holds without its timeout running down.
+				continue
+			}
+			s.gateResults[g.Name] = s.look.Check(ctx, r.Client, "", g, s.about)
+			continue
+		}
 		if r.Gates == nil {
 			// No checker: the gate cannot be evaluated, and so it holds (rule 14).
 			s.gateResults[g.Name] = gate.Result{Message: "no gate checker in this manager"}
 			continue
 		}
-		s.gateResults[g.Name] = r.Gates.Check(ctx, g, target)
+		res := r.Gates.Check(ctx, g, target)
+		if err := s.silenceErr[g.Name]; err != nil && res.Passed {
+			// A silence Alertmanager did not extend or expire: the gate holds until it does (rule 14).
+			res = gate.Result{Message: err.Error()}
+		}
+		s.gateResults[g.Name] = res
 	}
+}
+
+// checkOwner is the profile as the owner of its command gates' checks (internal/cmdgate, shared
+// with NodeOperation). A profile has no dry run.
+func checkOwner(p *v1alpha1.NodeProfile) cmdgate.Owner {
+	return cmdgate.Owner{Kind: kind, Name: p.Name, UID: p.UID}
+}
+
+// gatedStarts are the starts the passed gates let go: all of them, but the node about to start
+// alone when a command gate that runs on the node about to start passed, for its script answered
+// for that node only (each node is checked before it starts, as in an operation).
+func gatedStarts(p *v1alpha1.NodeProfile, starts []Start, records []v1alpha1.GateStatus, about string) []Start {
+	for i := range p.Spec.Gates {
+		g := &p.Spec.Gates[i]
+		if g.Command == nil || g.Command.Node != "" {
+			continue
+		}
+		if rec := gate.Find(records, "", g.Name); rec != nil && rec.State == v1alpha1.GatePassed {
+			var out []Start
+			for _, st := range starts {
+				if st.Node == about {
+					out = append(out, st)
+				}
+			}
+			return out
+		}
+	}
+	return starts
 }
 
 func subject(p *v1alpha1.NodeProfile) gate.Subject {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -62,6 +63,9 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope) (ctrl.Result, er
 		p.Status.Hashes = s.decision.Hashes
 		p.Status.Gates = s.gates
 	}
+	if s.silences != nil {
+		p.Status.Silences = *s.silences
+	}
 	p.Status.SpecHash = s.hash
 	p.Status.ObservedGeneration = p.Generation
 	for _, c := range conds {
@@ -74,7 +78,9 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope) (ctrl.Result, er
 	}
 	urgent := !sameConditionStates(old.Conditions, p.Status.Conditions) || !failuresEqual(old.Failures, p.Status.Failures) ||
 		old.SpecHash != p.Status.SpecHash || old.ObservedGeneration != p.Status.ObservedGeneration ||
-		!sameGateStates(old.Gates, p.Status.Gates)
+		!sameGateStates(old.Gates, p.Status.Gates) ||
+		// A silence is recorded before its node's task is created, and its end at once (intent before action).
+		!equality.Semantic.DeepEqual(old.Silences, p.Status.Silences)
 	wrote, res, err := statuswrite.Write(ctx, r.Client, statusRule, &r.status, statuswrite.Change{
 		Orig: s.orig, Obj: p, Urgent: urgent, Interval: r.StatusInterval, Now: r.Now.Now(),
 	})
