@@ -264,7 +264,7 @@ func (l *Look) Check(ctx context.Context, c client.Reader, group string, g *v1al
 		case phase == v1alpha1.TaskSucceeded && latest.Status.Phase == v1alpha1.TaskSucceeded && scriptSucceeded(latest):
 			// Its agent's word that the script exited 0: a check a person skipped answers nothing
 			// (a person passes a gate with `skip --gate`, which the status records as such).
-			if l.Now.Sub(endedAt(latest)) < passedFor(l.Recheck) {
+			if l.passStands(latest) {
 				return gate.Result{Passed: true, Message: "script exited 0 on node " + node}
 			}
 		case phase == v1alpha1.TaskFailed:
@@ -298,6 +298,39 @@ func (l *Look) Check(ctx context.Context, c client.Reader, group string, g *v1al
 		return *carry
 	}
 	return gate.Result{Message: fmt.Sprintf("checking: NodeTask %s to run on node %s", next.Name, node)}
+}
+
+// passStands reports whether check, which passed, still answers for its node: for
+// passedFor(Recheck) after it ended, not counting the time the owner's checks of its other gates
+// in the same group ran on the same node since. A node runs one check at a time (its Lease), so
+// two gates whose scripts each outlast passedFor would otherwise take turns for ever: each check
+// would outlive the other's answer, and the node would never have both.
+func (l *Look) passStands(check *v1alpha1.NodeTask) bool {
+	ended := endedAt(check)
+	return l.Now.Sub(ended)-l.othersRan(check, ended) < passedFor(l.Recheck)
+}
+
+// othersRan is how long the owner's checks of gates other than check's, in check's group and on
+// its node, ran after since (a running one until now).
+func (l *Look) othersRan(check *v1alpha1.NodeTask, since time.Time) time.Duration {
+	var ran time.Duration
+	for _, t := range l.Checks {
+		if t.Spec.Group != check.Spec.Group || t.Spec.GateCheck == check.Spec.GateCheck ||
+			t.Spec.NodeName != check.Spec.NodeName || t.Status.StartTime == nil {
+			continue
+		}
+		start, end := t.Status.StartTime.Time, endedAt(t)
+		if end.IsZero() {
+			end = l.Now
+		}
+		if start.Before(since) {
+			start = since
+		}
+		if end.After(start) {
+			ran += end.Sub(start)
+		}
+	}
+	return ran
 }
 
 // Drop takes back what this look asked for gateName's checks in group, once its gate no longer
