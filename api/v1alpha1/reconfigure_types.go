@@ -2,12 +2,13 @@ package v1alpha1
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/yaml"
 )
 
 // ReconfigureOperation changes a kubeadm cluster's configuration as kubeadm's "Reconfiguring a
@@ -22,13 +23,15 @@ type ReconfigureOperation struct {
 	// ClusterConfiguration patches the ClusterConfiguration in kube-system/kubeadm-config.
 	// +optional
 	ClusterConfiguration *ClusterConfigurationPatch `json:"clusterConfiguration,omitempty"`
-	// KubeletConfiguration is a JSON merge patch (RFC 7386) over the KubeletConfiguration in
-	// kube-system/kubelet-config, for example {maxPods: 150}; every node's kubelet gets it.
+	// KubeletConfiguration is a merge patch (RFC 7386, in YAML or JSON) over the KubeletConfiguration
+	// in kube-system/kubelet-config, for example "maxPods: 150"; every node's kubelet gets it. Text
+	// rather than an object: the API server's CEL cannot see into an object of unknown fields, so the
+	// rules that keep the spec immutable could not compare it (the planner checks it is a mapping).
 	// +optional
-	// +kubebuilder:validation:MinProperties=1
-	// +kubebuilder:validation:MaxProperties=64
-	// +kubebuilder:validation:XValidation:rule="!('apiVersion' in self) && !('kind' in self)",message="kubeletConfiguration patches the kubelet's fields: apiVersion and kind are kubeadm's"
-	KubeletConfiguration map[string]apiextensionsv1.JSON `json:"kubeletConfiguration,omitempty"`
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=16384
+	// +kubebuilder:validation:XValidation:rule="!self.matches('(?m)^[^a-zA-Z0-9]*(apiVersion|kind)[^a-zA-Z0-9]*:')",message="kubeletConfiguration patches the kubelet's fields: apiVersion and kind are kubeadm's"
+	KubeletConfiguration string `json:"kubeletConfiguration,omitempty"`
 	// Drain drains each worker before its kubelet restarts; workers are not drained without it.
 	// Control planes are never drained: their kubelet restart leaves their static pods running.
 	// +optional
@@ -147,8 +150,8 @@ type KubeadmUpdateConfigCommand struct {
 	// +optional
 	ClusterConfiguration *ClusterConfigurationPatch `json:"clusterConfiguration,omitempty"`
 	// +optional
-	// +kubebuilder:validation:MaxProperties=64
-	KubeletConfiguration map[string]apiextensionsv1.JSON `json:"kubeletConfiguration,omitempty"`
+	// +kubebuilder:validation:MaxLength=16384
+	KubeletConfiguration string `json:"kubeletConfiguration,omitempty"`
 }
 
 func (*KubeadmUpdateConfigCommand) KindName() string { return "kubeadmUpdateConfig" }
@@ -186,8 +189,8 @@ type KubeadmReconfigureNodeCommand struct {
 	// +optional
 	ClusterConfiguration *ClusterConfigurationPatch `json:"clusterConfiguration,omitempty"`
 	// +optional
-	// +kubebuilder:validation:MaxProperties=64
-	KubeletConfiguration map[string]apiextensionsv1.JSON `json:"kubeletConfiguration,omitempty"`
+	// +kubebuilder:validation:MaxLength=16384
+	KubeletConfiguration string `json:"kubeletConfiguration,omitempty"`
 }
 
 func (*KubeadmReconfigureNodeCommand) KindName() string { return "kubeadmReconfigureNode" }
@@ -222,18 +225,17 @@ func (r *ReconfigureOperation) Changes() []string {
 }
 
 // reconfigured names the ConfigMaps a patch changes.
-func reconfigured(cluster *ClusterConfigurationPatch, kubelet map[string]apiextensionsv1.JSON) []string {
+func reconfigured(cluster *ClusterConfigurationPatch, kubelet string) []string {
 	var out []string
 	if cluster != nil {
 		out = append(out, "kubeadm-config ("+strings.Join(cluster.Sections(), ", ")+")")
 	}
-	if len(kubelet) > 0 {
-		keys := make([]string, 0, len(kubelet))
-		for k := range kubelet {
-			keys = append(keys, k)
+	if kubelet != "" {
+		if patch, err := KubeletPatch(kubelet); err != nil {
+			out = append(out, "kubelet-config")
+		} else {
+			out = append(out, "kubelet-config ("+strings.Join(slices.Sorted(maps.Keys(patch)), ", ")+")")
 		}
-		slices.Sort(keys)
-		out = append(out, "kubelet-config ("+strings.Join(keys, ", ")+")")
 	}
 	if len(out) == 0 {
 		return []string{"nothing"}
@@ -260,3 +262,20 @@ func (p *ClusterConfigurationPatch) Sections() []string {
 
 // String is the flag as a component's command line holds it.
 func (a ExtraArg) String() string { return fmt.Sprintf("--%s=%s", a.Name, a.Value) }
+
+// KubeletPatch reads a kubeletConfiguration merge patch: it must be a YAML or JSON mapping.
+func KubeletPatch(text string) (map[string]any, error) {
+	var patch map[string]any
+	if err := yaml.Unmarshal([]byte(text), &patch); err != nil {
+		return nil, fmt.Errorf("kubeletConfiguration is no YAML or JSON mapping: %w", err)
+	}
+	if len(patch) == 0 {
+		return nil, fmt.Errorf("kubeletConfiguration changes nothing: it is an empty mapping")
+	}
+	for _, k := range []string{"apiVersion", "kind"} {
+		if _, ok := patch[k]; ok {
+			return nil, fmt.Errorf("kubeletConfiguration patches the kubelet's fields: %s is kubeadm's", k)
+		}
+	}
+	return patch, nil
+}

@@ -56,7 +56,7 @@ func expand(spec *v1alpha1.NodeOperationSpec) ([]v1alpha1.Group, error) {
 	case spec.RenewCertificates != nil:
 		return expandRenewCertificates(spec.RenewCertificates), nil
 	case spec.Reconfigure != nil:
-		return expandReconfigure(spec.Reconfigure), nil
+		return expandReconfigure(spec.Reconfigure)
 	case spec.RotateCertificateAuthorities != nil:
 		return expandRotation(spec.RotateCertificateAuthorities), nil
 	}

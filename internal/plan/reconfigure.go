@@ -1,7 +1,7 @@
 package plan
 
 import (
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"fmt"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 )
@@ -12,12 +12,17 @@ import (
 // control planes follow one at a time, each healthy at its new flags before the next starts (rule
 // 13); workers only rewrite their kubelet's configuration, so they have a group only when the
 // kubelet's configuration changes, and are drained only when the operation asks.
-func expandReconfigure(r *v1alpha1.ReconfigureOperation) []v1alpha1.Group {
-	kubelet := len(r.KubeletConfiguration) > 0
+func expandReconfigure(r *v1alpha1.ReconfigureOperation) ([]v1alpha1.Group, error) {
+	kubelet := r.KubeletConfiguration != ""
+	if kubelet {
+		if _, err := v1alpha1.KubeletPatch(r.KubeletConfiguration); err != nil {
+			return nil, fmt.Errorf("reconfigure.%w", err)
+		}
+	}
 	node := func(controlPlane bool) v1alpha1.Command {
 		return v1alpha1.Command{KubeadmReconfigureNode: &v1alpha1.KubeadmReconfigureNodeCommand{
 			ControlPlane: controlPlane && r.ClusterConfiguration != nil, Kubelet: kubelet,
-			ClusterConfiguration: r.ClusterConfiguration.DeepCopy(), KubeletConfiguration: copyJSON(r.KubeletConfiguration)}}
+			ClusterConfiguration: r.ClusterConfiguration.DeepCopy(), KubeletConfiguration: r.KubeletConfiguration}}
 	}
 	restart := func() []v1alpha1.Command {
 		if !kubelet {
@@ -29,7 +34,7 @@ func expandReconfigure(r *v1alpha1.ReconfigureOperation) []v1alpha1.Group {
 		var cmds []v1alpha1.Command
 		if first {
 			cmds = append(cmds, v1alpha1.Command{KubeadmUpdateConfig: &v1alpha1.KubeadmUpdateConfigCommand{
-				ClusterConfiguration: r.ClusterConfiguration.DeepCopy(), KubeletConfiguration: copyJSON(r.KubeletConfiguration)}})
+				ClusterConfiguration: r.ClusterConfiguration.DeepCopy(), KubeletConfiguration: r.KubeletConfiguration}})
 		}
 		cmds = append(cmds, node(true))
 		cmds = append(cmds, restart()...)
@@ -41,7 +46,7 @@ func expandReconfigure(r *v1alpha1.ReconfigureOperation) []v1alpha1.Group {
 		{Name: GroupOtherControlPlanes, NodeSelector: controlPlanes(), NodeFilter: v1alpha1.NodeFilterTail, MaxUnavailable: one(), Commands: controlPlane(false)},
 	}
 	if !kubelet {
-		return groups
+		return groups, nil
 	}
 	var work []v1alpha1.Command
 	if r.Drain != nil {
@@ -53,16 +58,5 @@ func expandReconfigure(r *v1alpha1.ReconfigureOperation) []v1alpha1.Group {
 	if r.Drain != nil {
 		work = append(work, v1alpha1.Command{Uncordon: &v1alpha1.UncordonCommand{}})
 	}
-	return append(groups, v1alpha1.Group{Name: GroupWorkers, NodeSelector: workers(), NodeFilter: v1alpha1.NodeFilterAll, Commands: work})
-}
-
-func copyJSON(m map[string]apiextensionsv1.JSON) map[string]apiextensionsv1.JSON {
-	if m == nil {
-		return nil
-	}
-	out := make(map[string]apiextensionsv1.JSON, len(m))
-	for k, v := range m {
-		out[k] = *v.DeepCopy()
-	}
-	return out
+	return append(groups, v1alpha1.Group{Name: GroupWorkers, NodeSelector: workers(), NodeFilter: v1alpha1.NodeFilterAll, Commands: work}), nil
 }

@@ -14,7 +14,6 @@ import (
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -25,14 +24,14 @@ import (
 // The cluster-wide configuration kubeadm keeps, and the credentials kubeadm upgrade apply reads it
 // with on a control plane. The agent's own ServiceAccount has no right to kube-system's ConfigMaps.
 const (
-	adminConf                = "/etc/kubernetes/admin.conf"
-	kubeadmConfigMap         = "kubeadm-config"
-	kubeadmConfigKey         = "ClusterConfiguration"
-	kubeletConfigMap         = "kubelet-config"
-	kubeletConfigKey         = "kubelet"
-	kubeadmConfigAPIVersion  = "kubeadm.k8s.io/v1beta4"
-	kubeAPIServerManifest    = "/etc/kubernetes/manifests/kube-apiserver.yaml"
-	kubeletConfigFile        = "/var/lib/kubelet/config.yaml"
+	adminConf               = "/etc/kubernetes/admin.conf"
+	kubeadmConfigMap        = "kubeadm-config"
+	kubeadmConfigKey        = "ClusterConfiguration"
+	kubeletConfigMap        = "kubelet-config"
+	kubeletConfigKey        = "kubelet"
+	kubeadmConfigAPIVersion = "kubeadm.k8s.io/v1beta4"
+	kubeAPIServerManifest   = "/etc/kubernetes/manifests/kube-apiserver.yaml"
+	kubeletConfigFile       = "/var/lib/kubelet/config.yaml"
 )
 
 // adminClient talks to the cluster as the host's admin.conf says, as kubeadm does; in a DryRun its
@@ -75,7 +74,7 @@ func runKubeadmUpdateConfig(ctx context.Context, env *Env, c *v1alpha1.KubeadmUp
 			changed = append(changed, kubeadmConfigMap)
 		}
 	}
-	if len(c.KubeletConfiguration) > 0 {
+	if c.KubeletConfiguration != "" {
 		did, err := updateConfigMap(ctx, env, cl, kubeletConfigMap, kubeletConfigKey, func(s string) (string, error) {
 			return PatchKubeletConfiguration(s, c.KubeletConfiguration)
 		})
@@ -242,12 +241,16 @@ func patchArgs(existing any, set []v1alpha1.ExtraArg, remove []string) []any {
 
 // PatchKubeletConfiguration applies a JSON merge patch to a KubeletConfiguration in YAML; the text is
 // returned as it was when the patch changes nothing.
-func PatchKubeletConfiguration(text string, patch map[string]apiextensionsv1.JSON) (string, error) {
+func PatchKubeletConfiguration(text, patch string) (string, error) {
 	doc, err := yaml.YAMLToJSON([]byte(text))
 	if err != nil {
 		return "", fmt.Errorf("KubeletConfiguration unreadable: %w", err)
 	}
-	p, err := json.Marshal(patch)
+	parsed, err := v1alpha1.KubeletPatch(patch)
+	if err != nil {
+		return "", err
+	}
+	p, err := json.Marshal(parsed)
 	if err != nil {
 		return "", err
 	}
@@ -496,7 +499,7 @@ func renderControlPlane(ctx context.Context, env *Env, config string, patches []
 // `kubeadm upgrade node phase kubelet-config --dry-run` (from the ConfigMap as it is), then the patch
 // merged into it. A patch in the node's patches directory that sets the same field wins on the node
 // and is not shown here.
-func previewKubelet(ctx context.Context, env *Env, p map[string]apiextensionsv1.JSON, patches []string) error {
+func previewKubelet(ctx context.Context, env *Env, p string, patches []string) error {
 	var out bytes.Buffer
 	if err := kubeadmDryRun(ctx, &Env{Host: env.Host, acting: env.acting, Out: &out, DryRun: true}, append([]string{"upgrade", "node", "phase", "kubelet-config"}, patches...)...); err != nil {
 		return fmt.Errorf("kubeadm upgrade node phase kubelet-config --dry-run: %w\n%s", err, out.String())

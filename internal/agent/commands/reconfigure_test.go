@@ -4,8 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/agent/commands"
 )
@@ -66,7 +64,7 @@ func TestPatchClusterConfiguration(t *testing.T) {
 // The kubelet's patch is a JSON merge patch; one that changes nothing leaves the text as it was.
 func TestPatchKubeletConfiguration(t *testing.T) {
 	const cfg = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: 110\nevictionHard:\n  memory.available: 100Mi\n"
-	p := map[string]apiextensionsv1.JSON{"maxPods": {Raw: []byte("150")}, "evictionHard": {Raw: []byte(`{"nodefs.available":"5%"}`)}}
+	p := "maxPods: 150\nevictionHard:\n  nodefs.available: 5%\n"
 	got, err := commands.PatchKubeletConfiguration(cfg, p)
 	if err != nil {
 		t.Fatal(err)
@@ -81,6 +79,12 @@ func TestPatchKubeletConfiguration(t *testing.T) {
 	}
 	if diffs := commands.KubeletConfigChanges([]byte(cfg), []byte(got)); strings.Join(diffs, "; ") != "evictionHard.nodefs.available: (none) -> 5%; maxPods: 110 -> 150" {
 		t.Errorf("changes %q", diffs)
+	}
+}
+
+func TestPatchKubeletConfigurationRefusesKubeadmsFields(t *testing.T) {
+	if _, err := commands.PatchKubeletConfiguration("kind: KubeletConfiguration\n", `{"kind": "Other"}`); err == nil || !strings.Contains(err.Error(), "kind is kubeadm's") {
+		t.Errorf("a patch of kind: %v, want it refused", err)
 	}
 }
 
