@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -71,7 +73,7 @@ func TestReconfigure(t *testing.T) {
 			for _, want := range []string{
 				task.Spec.NodeName + " kube-apiserver.yaml would change:\n  flag --audit-log-maxage: (none) -> 30",
 				task.Spec.NodeName + " kube-scheduler.yaml: unchanged",
-				"maxPods: 110 -> 150",
+				"maxPods: (none) -> 150",
 			} {
 				if !strings.Contains(out, want) {
 					t.Errorf("%s: the DryRun's output lacks %q:\n%s", task.Name, want, out)
@@ -79,7 +81,7 @@ func TestReconfigure(t *testing.T) {
 			}
 		}
 		worker := framework.GetTask(t, l, plan.TaskName(op.Name, plan.GroupWorkers, "worker-1"))
-		if out := commandOutput(t, worker, "kubeadmReconfigureNode"); !strings.Contains(out, "worker-1 /var/lib/kubelet/config.yaml would change:\n  maxPods: 110 -> 150") || strings.Contains(out, "kube-apiserver") {
+		if out := commandOutput(t, worker, "kubeadmReconfigureNode"); !strings.Contains(out, "worker-1 /var/lib/kubelet/config.yaml would change:\n  maxPods: (none) -> 150") || strings.Contains(out, "kube-apiserver") {
 			t.Errorf("%s: the DryRun's output does not show the kubelet's difference alone:\n%s", worker.Name, out)
 		}
 	})
@@ -128,6 +130,63 @@ func TestReconfigure(t *testing.T) {
 		first := framework.GetTask(t, l, plan.TaskName(again.Name, plan.GroupFirstControlPlane, "cp-1"))
 		if out := commandOutput(t, first, "kubeadmUpdateConfig"); !strings.Contains(out, "unchanged, already patched") {
 			t.Errorf("the second kubeadmUpdateConfig's output does not say it changed nothing:\n%s", out)
+		}
+	})
+
+	t.Run("the ClusterTarget's controlPlane section generates a reconfigure; a hand edit shows as drift, the fix as none", func(t *testing.T) {
+		framework.EditClusterTarget(t, l, func(ct *v1alpha1.ClusterTarget) {
+			ct.Spec.ControlPlane = &v1alpha1.ClusterConfigurationPatch{Scheduler: &v1alpha1.ControlPlaneComponentPatch{
+				ExtraArgs: []v1alpha1.ExtraArg{{Name: "v", Value: "3"}}}}
+		})
+		ct := framework.WaitForClusterTarget(t, l, "a generated reconfigure succeeded and the target UpToDate", func(ct *v1alpha1.ClusterTarget) error {
+			var gen *v1alpha1.GeneratedOperation
+			for i := range ct.Status.Operations {
+				if ct.Status.Operations[i].Kind == v1alpha1.GeneratedReconfigure {
+					gen = &ct.Status.Operations[i]
+				}
+			}
+			if gen == nil || gen.Phase != v1alpha1.OperationSucceeded {
+				return fmt.Errorf("generated %+v, phase %s", ct.Status.Operations, ct.Status.Phase)
+			}
+			if ct.Status.Phase != v1alpha1.ClusterUpToDate {
+				return fmt.Errorf("phase %s after %s succeeded", ct.Status.Phase, gen.Name)
+			}
+			return nil
+		})
+		if ops := framework.GeneratedOperations(t, l); len(ops) != 1 || !strings.HasPrefix(ops[0], "cluster-reconfigure-") {
+			t.Errorf("generated operations %v, want one reconfigure", ops)
+		}
+		manifests := map[string]string{}
+		for _, n := range cps {
+			path := filepath.Join(l.NodeRoot(n), "etc/kubernetes/manifests/kube-scheduler.yaml")
+			m := framework.ReadFile(t, path)
+			if !strings.Contains(m, "- --v=3\n") {
+				t.Errorf("%s's kube-scheduler manifest has no --v=3:\n%s", n, m)
+			}
+			manifests[path] = m
+		}
+		framework.WaitForClusterTarget(t, l, "no drift after the generated reconfigure", noDrift(nodes...))
+		t.Logf("%s: %s", ct.Status.Operations[len(ct.Status.Operations)-1].Name, driftSummary(ct))
+
+		// By hand, cp-2's scheduler loses the flag: drift, and no new operation (drift generates none).
+		path := filepath.Join(l.NodeRoot("cp-2"), "etc/kubernetes/manifests/kube-scheduler.yaml")
+		if err := os.WriteFile(path, []byte(strings.Replace(manifests[path], "    - --v=3\n", "", 1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		framework.WaitForClusterTarget(t, l, "cp-2's kube-scheduler drifting by the hand edit", func(ct *v1alpha1.ClusterTarget) error {
+			for _, d := range ct.Status.Drift {
+				if d.Node == "cp-2" && d.Drifted && len(d.Components) == 1 && d.Components[0].Component == v1alpha1.DriftKubeScheduler && strings.Contains(d.Components[0].Reason, "flag --v missing") {
+					return nil
+				}
+			}
+			return fmt.Errorf("drift: %s", driftSummary(ct))
+		})
+		if err := os.WriteFile(path, []byte(manifests[path]), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		framework.WaitForClusterTarget(t, l, "no drift once the edit is fixed", noDrift(nodes...))
+		if ops := framework.GeneratedOperations(t, l); len(ops) != 1 {
+			t.Errorf("generated operations %v after a drift: drift generates none", ops)
 		}
 	})
 }

@@ -1,4 +1,4 @@
-package commands_test
+package kubeadmconfig_test
 
 import (
 	"strings"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/agent/commands"
+	"github.com/nodeops/nodeops/internal/kubeadmconfig"
 )
 
 const clusterConfiguration = `apiServer:
@@ -34,7 +35,7 @@ func TestPatchClusterConfiguration(t *testing.T) {
 		Scheduler:    &v1alpha1.ControlPlaneComponentPatch{ExtraArgs: []v1alpha1.ExtraArg{{Name: "v", Value: "2"}}},
 		FeatureGates: map[string]bool{"ControlPlaneKubeletLocalMode": true},
 	}
-	got, err := commands.PatchClusterConfiguration(clusterConfiguration, p)
+	got, err := kubeadmconfig.PatchClusterConfiguration(clusterConfiguration, p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,11 +53,11 @@ func TestPatchClusterConfiguration(t *testing.T) {
 	if strings.Contains(got, "profiling") || strings.Count(got, "audit-log-maxage") != 1 {
 		t.Errorf("profiling not removed or audit-log-maxage not replaced:\n%s", got)
 	}
-	again, err := commands.PatchClusterConfiguration(got, p)
+	again, err := kubeadmconfig.PatchClusterConfiguration(got, p)
 	if err != nil || again != got {
-		t.Errorf("patching twice changed the text again (%v):\n%s", err, commands.LineDiff(got, again))
+		t.Errorf("patching twice changed the text again (%v):\n%s", err, kubeadmconfig.LineDiff(got, again))
 	}
-	if _, err := commands.PatchClusterConfiguration(strings.Replace(clusterConfiguration, "v1beta4", "v1beta3", 1), p); err == nil || !strings.Contains(err.Error(), "only kubeadm.k8s.io/v1beta4") {
+	if _, err := kubeadmconfig.PatchClusterConfiguration(strings.Replace(clusterConfiguration, "v1beta4", "v1beta3", 1), p); err == nil || !strings.Contains(err.Error(), "only kubeadm.k8s.io/v1beta4") {
 		t.Errorf("a v1beta3 configuration: %v, want it refused naming v1beta4", err)
 	}
 }
@@ -65,7 +66,7 @@ func TestPatchClusterConfiguration(t *testing.T) {
 func TestPatchKubeletConfiguration(t *testing.T) {
 	const cfg = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: 110\nevictionHard:\n  memory.available: 100Mi\n"
 	p := "maxPods: 150\nevictionHard:\n  nodefs.available: 5%\n"
-	got, err := commands.PatchKubeletConfiguration(cfg, p)
+	got, err := kubeadmconfig.PatchKubeletConfiguration(cfg, p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +75,7 @@ func TestPatchKubeletConfiguration(t *testing.T) {
 			t.Errorf("patched configuration lacks %q:\n%s", want, got)
 		}
 	}
-	if again, err := commands.PatchKubeletConfiguration(got, p); err != nil || again != got {
+	if again, err := kubeadmconfig.PatchKubeletConfiguration(got, p); err != nil || again != got {
 		t.Errorf("patching twice changed the text again (%v)", err)
 	}
 	if diffs := commands.KubeletConfigChanges([]byte(cfg), []byte(got)); strings.Join(diffs, "; ") != "evictionHard.nodefs.available: (none) -> 5%; maxPods: 110 -> 150" {
@@ -83,13 +84,13 @@ func TestPatchKubeletConfiguration(t *testing.T) {
 }
 
 func TestPatchKubeletConfigurationRefusesKubeadmsFields(t *testing.T) {
-	if _, err := commands.PatchKubeletConfiguration("kind: KubeletConfiguration\n", `{"kind": "Other"}`); err == nil || !strings.Contains(err.Error(), "kind is kubeadm's") {
+	if _, err := kubeadmconfig.PatchKubeletConfiguration("kind: KubeletConfiguration\n", `{"kind": "Other"}`); err == nil || !strings.Contains(err.Error(), "kind is kubeadm's") {
 		t.Errorf("a patch of kind: %v, want it refused", err)
 	}
 }
 
 func TestLineDiff(t *testing.T) {
-	got := commands.LineDiff("a\nb\nc\n", "a\nc\nd\n")
+	got := kubeadmconfig.LineDiff("a\nb\nc\n", "a\nc\nd\n")
 	if got != "- b\n+ d\n" {
 		t.Errorf("diff %q", got)
 	}
