@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
@@ -41,16 +42,17 @@ func commandOutput(t *testing.T, task *v1alpha1.NodeTask, kind string) string {
 	return ""
 }
 
-// TestReconfigure runs issue 28's reconfigure on nodeops-local with 2 control planes and a worker,
+// TestReconfigure runs issue 28's reconfigure on nodeops-local with 3 control planes and a worker,
 // the real kubeadm in every node root: a DryRun changes no root and no ConfigMap and shows each
 // node's difference; the real run patches kube-system's kubeadm-config and kubelet-config, rolls
-// the control planes one at a time (a watch never sees two at once), leaves each control plane's
+// the control planes one at a time (a watch never sees two at once, though the operation's budget
+// allows every node), restarts every kubelet once, leaves each control plane's
 // manifest with the flag and each node's kubelet configuration with maxPods, and the ClusterTarget
 // reports no drift after it.
 func TestReconfigure(t *testing.T) {
-	l := framework.StartLocal(t, "--control-planes=2", "--workers=1")
-	l.WaitNodesReady(t, 3, 3*time.Minute)
-	cps := []string{"cp-1", "cp-2"}
+	l := framework.StartLocal(t, "--control-planes=3", "--workers=1")
+	l.WaitNodesReady(t, 4, 3*time.Minute)
+	cps := []string{"cp-1", "cp-2", "cp-3"}
 	nodes := append(append([]string(nil), cps...), "worker-1")
 	framework.WaitForClusterTarget(t, l, "every node's drift read, none drifting", noDrift(nodes...))
 
@@ -68,7 +70,8 @@ func TestReconfigure(t *testing.T) {
 		if out := commandOutput(t, first, "kubeadmUpdateConfig"); !strings.Contains(out, "+   - name: audit-log-maxage") || !strings.Contains(out, "+ maxPods: 150") {
 			t.Errorf("kubeadmUpdateConfig's DryRun output does not show the ConfigMaps' difference:\n%s", out)
 		}
-		for _, task := range []*v1alpha1.NodeTask{first, framework.GetTask(t, l, plan.TaskName(op.Name, plan.GroupOtherControlPlanes, "cp-2"))} {
+		for _, task := range []*v1alpha1.NodeTask{first, framework.GetTask(t, l, plan.TaskName(op.Name, plan.GroupOtherControlPlanes, "cp-2")),
+			framework.GetTask(t, l, plan.TaskName(op.Name, plan.GroupOtherControlPlanes, "cp-3"))} {
 			out := commandOutput(t, task, "kubeadmReconfigureNode")
 			for _, want := range []string{
 				task.Spec.NodeName + " kube-apiserver.yaml would change:\n  flag --audit-log-maxage: (none) -> 30",
@@ -87,10 +90,22 @@ func TestReconfigure(t *testing.T) {
 	})
 
 	t.Run("reconfigure rolls the control planes one at a time and leaves no drift", func(t *testing.T) {
+		// Every node may be busy at once by the operation's budget: the control planes still go one at a time.
+		all := intstr.FromString("100%")
 		op := &v1alpha1.NodeOperation{ObjectMeta: metav1.ObjectMeta{Name: "reconfigure"}, Spec: reconfigureSpec(v1alpha1.ExecutionAuto)}
+		op.Spec.MaxUnavailable = &all
+		restarts := map[string]int{}
+		for _, n := range nodes {
+			restarts[n] = framework.Restarts(t, l.NodeRoot(n), "kubelet")
+		}
 		_, events := framework.RunOperationWatched(t, l, op, framework.WaitForKubeadmOperation(v1alpha1.OperationSucceeded))
 
-		among := map[string]bool{"cp-1": true, "cp-2": true}
+		for _, n := range nodes {
+			if got := framework.Restarts(t, l.NodeRoot(n), "kubelet"); got != restarts[n]+1 {
+				t.Errorf("%s's kubelet restarted %d times, want once", n, got-restarts[n])
+			}
+		}
+		among := map[string]bool{"cp-1": true, "cp-2": true, "cp-3": true}
 		if held, what := framework.MaxHeld(framework.WorkEvents(events), among); held > 1 {
 			t.Errorf("%d control planes reconfigured at once: %s", held, what)
 		}

@@ -236,8 +236,11 @@ func previewControlPlane(ctx context.Context, env *Env, p *v1alpha1.ClusterConfi
 // its node name, and the advertise address and port its API server runs with.
 func initConfiguration(node string, apiserverManifest []byte) (string, error) {
 	var pod corev1.Pod
-	if err := yaml.Unmarshal(apiserverManifest, &pod); err != nil || len(pod.Spec.Containers) == 0 {
-		return "", fmt.Errorf("%s unreadable: %v", kubeAPIServerManifest, err)
+	if err := yaml.Unmarshal(apiserverManifest, &pod); err != nil {
+		return "", fmt.Errorf("%s unreadable: %w", kubeAPIServerManifest, err)
+	}
+	if len(pod.Spec.Containers) == 0 {
+		return "", fmt.Errorf("%s has no container", kubeAPIServerManifest)
 	}
 	c := pod.Spec.Containers[0]
 	f := flags(append(slices.Clone(c.Command), c.Args...))
