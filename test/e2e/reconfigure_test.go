@@ -180,8 +180,9 @@ func TestReconfigure(t *testing.T) {
 			}
 			manifests[path] = m
 		}
-		framework.WaitForClusterTarget(t, l, "no drift after the generated reconfigure", noDrift(nodes...))
-		t.Logf("%s: %s", ct.Status.Operations[len(ct.Status.Operations)-1].Name, driftSummary(ct))
+		generated := ct.Status.Operations[len(ct.Status.Operations)-1].Name
+		ct = framework.WaitForClusterTarget(t, l, "no drift after the generated reconfigure", noDrift(nodes...))
+		t.Logf("after %s: %s", generated, driftSummary(ct))
 
 		// By hand, cp-2's scheduler loses the flag: drift, and no new operation (drift generates none).
 		path := filepath.Join(l.NodeRoot("cp-2"), "etc/kubernetes/manifests/kube-scheduler.yaml")
