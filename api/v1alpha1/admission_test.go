@@ -611,6 +611,22 @@ spec:
   upgrade: {kubernetesVersion: v1.37.2, upgradeKubeletAndKubectl: false}
   reconfigure: {kubeletConfiguration: "maxPods: 150"}
 `, "spec", "exactly one of upgrade, renewCertificates, reconfigure, rotateCertificateAuthorities or custom must be set"},
+		{"cluster target kubelet kind", `apiVersion: nodeops.io/v1alpha1
+kind: ClusterTarget
+metadata:
+  name: cluster
+spec:
+  kubernetesVersion: v1.37.2
+  kubelet: {configuration: "kind: KubeletConfiguration"}
+`, "spec.kubelet.configuration", "apiVersion and kind are kubeadm's"},
+		{"cluster target controlPlane certSANs not built", `apiVersion: nodeops.io/v1alpha1
+kind: ClusterTarget
+metadata:
+  name: cluster
+spec:
+  kubernetesVersion: v1.37.2
+  controlPlane: {apiServer: {certSANs: [api.example.com]}}
+`, "spec.controlPlane.apiServer.certSANs", "certSANs is not implemented yet"},
 		{"valid reconfigure", reconfigure("ok-rc1", "{clusterConfiguration: {apiServer: {extraArgs: [{name: audit-log-maxage, value: '30'}], removeExtraArgs: [profiling], extraVolumes: [{name: audit, hostPath: /var/log/audit, mountPath: /var/log/audit, pathType: DirectoryOrCreate}]}, featureGates: {ControlPlaneKubeletLocalMode: true}}, kubeletConfiguration: \"maxPods: 150\\nevictionHard:\\n  memory.available: 200Mi\\n\", drain: {timeout: 5m}}"), "", ""},
 		{"valid upgrade with all and its flag", `apiVersion: nodeops.io/v1alpha1
 kind: NodeOperation
@@ -834,6 +850,14 @@ func TestPlannedTasksAreAdmitted(t *testing.T) {
 		t.Errorf("the ClusterTarget's generated operation is refused: %v", err)
 	}
 	specs["cluster-target"] = gen.Spec
+	// The reconfigure a ClusterTarget's controlPlane and kubelet sections generate.
+	ct.Spec.ControlPlane = &v1alpha1.ClusterConfigurationPatch{Scheduler: &v1alpha1.ControlPlaneComponentPatch{ExtraArgs: []v1alpha1.ExtraArg{{Name: "v", Value: "3"}}}}
+	ct.Spec.Kubelet = &v1alpha1.ClusterKubelet{Configuration: "maxPods: 150\n", Drain: &v1alpha1.DrainCommand{}}
+	rec := clustertarget.Operation(ct, &v1alpha1.GeneratedOperation{Name: "cluster-reconfigure-0123456789-1", Kind: v1alpha1.GeneratedReconfigure, ExecutionMode: v1alpha1.ExecutionAuto})
+	if err := env.Client.Create(context.Background(), rec, client.DryRunAll); err != nil {
+		t.Errorf("the ClusterTarget's generated reconfigure is refused: %v", err)
+	}
+	specs["cluster-target-reconfigure"] = rec.Spec
 
 	// A profile's install and uninstall tasks, on a node with the longest name there can be.
 	long := strings.Repeat("n", 120) + "." + strings.Repeat("m", 132)
