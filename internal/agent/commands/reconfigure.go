@@ -201,15 +201,15 @@ func previewControlPlane(ctx context.Context, env *Env, p *v1alpha1.ClusterConfi
 	if err != nil {
 		return err
 	}
-	init, err := initConfiguration(env.NodeName, manifest)
+	initCfg, err := initConfiguration(env.NodeName, manifest)
 	if err != nil {
 		return err
 	}
-	before, err := renderControlPlane(ctx, env, init+"---\n"+current, patches)
+	before, err := renderControlPlane(ctx, env, initCfg+"---\n"+current, patches)
 	if err != nil {
 		return err
 	}
-	after, err := renderControlPlane(ctx, env, init+"---\n"+patched, patches)
+	after, err := renderControlPlane(ctx, env, initCfg+"---\n"+patched, patches)
 	if err != nil {
 		return err
 	}
