@@ -79,6 +79,26 @@ spec:
 `, name, settings)
 }
 
+// reconfigure is a NodeOperation reconfiguring the cluster with the given settings (YAML flow).
+func reconfigure(name, settings string) string {
+	return fmt.Sprintf(`apiVersion: nodeops.io/v1alpha1
+kind: NodeOperation
+metadata:
+  name: %s
+spec:
+  reconfigure: %s
+`, name, settings)
+}
+
+// manyArgs is n extraArgs in YAML flow style.
+func manyArgs(n int) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = fmt.Sprintf("{name: f%d, value: v}", i)
+	}
+	return strings.Join(parts, ", ")
+}
+
 func indent(s, by string) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	for i, l := range lines {
@@ -547,7 +567,7 @@ metadata:
 spec:
   renewCertificates: {}
   rotateCertificateAuthorities: {}
-`, "spec", "exactly one of upgrade, renewCertificates, rotateCertificateAuthorities or custom"},
+`, "spec", "exactly one of upgrade, renewCertificates, reconfigure, rotateCertificateAuthorities or custom"},
 		{"target rotationCount not built", `apiVersion: nodeops.io/v1alpha1
 kind: ClusterTarget
 metadata:
@@ -572,6 +592,42 @@ spec:
 		{"generate of an unknown authority", task("r8", "- generateCertificateAuthorities:\n    authorities: [sa]"), taskPath + ".generateCertificateAuthorities.authorities[0]", "Unsupported value"},
 		{"copy of a repeated authority", task("r9", "- copyCertificateAuthorities:\n    authorities: [etcd, etcd]"), taskPath + ".copyCertificateAuthorities.authorities[1]", "Duplicate value"},
 		{"valid prepare commands", task("ok-r1", "- generateCertificateAuthorities:\n    authorities: [cluster, front-proxy]\n    serviceAccountKey: true\n- copyCertificateAuthorities: {}"), "", ""},
+		{"reconfigure with nothing", reconfigure("rc1", "{drain: {}}"), "spec.reconfigure", "there is nothing to reconfigure"},
+		{"reconfigure with an empty clusterConfiguration", reconfigure("rc2", "{clusterConfiguration: {}}"), "spec.reconfigure.clusterConfiguration", "clusterConfiguration changes nothing"},
+		{"reconfigure flag with its dashes", reconfigure("rc3", "{clusterConfiguration: {apiServer: {extraArgs: [{name: --audit-log-maxage, value: '30'}]}}}"), "spec.reconfigure.clusterConfiguration.apiServer.extraArgs[0].name", "should match"},
+		{"reconfigure flag with its value in the name", reconfigure("rc4", "{clusterConfiguration: {scheduler: {extraArgs: [{name: v=2, value: '2'}]}}}"), "spec.reconfigure.clusterConfiguration.scheduler.extraArgs[0].name", "should match"},
+		{"reconfigure flag set and removed", reconfigure("rc5", "{clusterConfiguration: {controllerManager: {extraArgs: [{name: v, value: '2'}], removeExtraArgs: [v]}}}"), "spec.reconfigure.clusterConfiguration.controllerManager", "either set in extraArgs or removed in removeExtraArgs"},
+		{"reconfigure kubelet apiVersion", reconfigure("rc6", "{kubeletConfiguration: \"apiVersion: v1\\nmaxPods: 150\\n\"}"), "spec.reconfigure.kubeletConfiguration", "apiVersion and kind are kubeadm's"},
+		{"reconfigure kubelet kind in JSON", reconfigure("rc7", `{kubeletConfiguration: '{"kind": "KubeletConfiguration", "maxPods": 150}'}`), "spec.reconfigure.kubeletConfiguration", "apiVersion and kind are kubeadm's"},
+		{"reconfigure etcd not built", reconfigure("rc8", "{clusterConfiguration: {etcd: {extraArgs: [{name: quota-backend-bytes, value: '8589934592'}]}}}"), "spec.reconfigure.clusterConfiguration.etcd", "etcd is not implemented yet"},
+		{"reconfigure certSANs not built", reconfigure("rc9", "{clusterConfiguration: {apiServer: {certSANs: [api.example.com]}}}"), "spec.reconfigure.clusterConfiguration.apiServer.certSANs", "certSANs is not implemented yet"},
+		{"reconfigure volume with a relative path", reconfigure("rc10", "{clusterConfiguration: {apiServer: {extraVolumes: [{name: audit, hostPath: var/log, mountPath: /var/log}]}}}"), "spec.reconfigure.clusterConfiguration.apiServer.extraVolumes[0].hostPath", "should match"},
+		{"reconfigure too many flags", reconfigure("rc11", "{clusterConfiguration: {apiServer: {extraArgs: ["+manyArgs(33)+"]}}}"), "spec.reconfigure.clusterConfiguration.apiServer.extraArgs", "must have at most 32 items"},
+		{"reconfigure and upgrade", `apiVersion: nodeops.io/v1alpha1
+kind: NodeOperation
+metadata:
+  name: rc12
+spec:
+  upgrade: {kubernetesVersion: v1.37.2, upgradeKubeletAndKubectl: false}
+  reconfigure: {kubeletConfiguration: "maxPods: 150"}
+`, "spec", "exactly one of upgrade, renewCertificates, reconfigure, rotateCertificateAuthorities or custom must be set"},
+		{"cluster target kubelet kind", `apiVersion: nodeops.io/v1alpha1
+kind: ClusterTarget
+metadata:
+  name: cluster
+spec:
+  kubernetesVersion: v1.37.2
+  kubelet: {configuration: "kind: KubeletConfiguration"}
+`, "spec.kubelet.configuration", "apiVersion and kind are kubeadm's"},
+		{"cluster target controlPlane certSANs not built", `apiVersion: nodeops.io/v1alpha1
+kind: ClusterTarget
+metadata:
+  name: cluster
+spec:
+  kubernetesVersion: v1.37.2
+  controlPlane: {apiServer: {certSANs: [api.example.com]}}
+`, "spec.controlPlane.apiServer.certSANs", "certSANs is not implemented yet"},
+		{"valid reconfigure", reconfigure("ok-rc1", "{clusterConfiguration: {apiServer: {extraArgs: [{name: audit-log-maxage, value: '30'}], removeExtraArgs: [profiling], extraVolumes: [{name: audit, hostPath: /var/log/audit, mountPath: /var/log/audit, pathType: DirectoryOrCreate}]}, featureGates: {ControlPlaneKubeletLocalMode: true}}, kubeletConfiguration: \"maxPods: 150\\nevictionHard:\\n  memory.available: 200Mi\\n\", drain: {timeout: 5m}}"), "", ""},
 		{"valid upgrade with all and its flag", `apiVersion: nodeops.io/v1alpha1
 kind: NodeOperation
 metadata:
@@ -773,6 +829,14 @@ func TestPlannedTasksAreAdmitted(t *testing.T) {
 			IgnorePreflightErrors: []string{"Swap", "SystemVerification"}}},
 		"renew":      {RenewCertificates: &v1alpha1.RenewCertificatesOperation{}},
 		"renew-some": {RenewCertificates: &v1alpha1.RenewCertificatesOperation{Certificates: []string{"apiserver", "etcd-server"}}},
+		"reconfigure": {Reconfigure: &v1alpha1.ReconfigureOperation{
+			ClusterConfiguration: &v1alpha1.ClusterConfigurationPatch{
+				APIServer: &v1alpha1.APIServerPatch{ControlPlaneComponentPatch: v1alpha1.ControlPlaneComponentPatch{
+					ExtraArgs: []v1alpha1.ExtraArg{{Name: "audit-log-maxage", Value: "30"}}, RemoveExtraArgs: []string{"profiling"},
+					ExtraVolumes: []v1alpha1.HostPathMount{{Name: "audit", HostPath: "/var/log/audit", MountPath: "/var/log/audit"}}}},
+				FeatureGates: map[string]bool{"ControlPlaneKubeletLocalMode": true}},
+			KubeletConfiguration: "maxPods: 150\nevictionHard:\n  memory.available: 200Mi\n",
+			Drain:                &v1alpha1.DrainCommand{Timeout: &metav1.Duration{Duration: 300e9}}}},
 	}
 	// The operation a ClusterTarget with consent to "all" generates.
 	ct := &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.ClusterTargetName}, Spec: v1alpha1.ClusterTargetSpec{
@@ -786,6 +850,14 @@ func TestPlannedTasksAreAdmitted(t *testing.T) {
 		t.Errorf("the ClusterTarget's generated operation is refused: %v", err)
 	}
 	specs["cluster-target"] = gen.Spec
+	// The reconfigure a ClusterTarget's controlPlane and kubelet sections generate.
+	ct.Spec.ControlPlane = &v1alpha1.ClusterConfigurationPatch{Scheduler: &v1alpha1.ControlPlaneComponentPatch{ExtraArgs: []v1alpha1.ExtraArg{{Name: "v", Value: "3"}}}}
+	ct.Spec.Kubelet = &v1alpha1.ClusterKubelet{Configuration: "maxPods: 150\n", Drain: &v1alpha1.DrainCommand{}}
+	rec := clustertarget.Operation(ct, &v1alpha1.GeneratedOperation{Name: "cluster-reconfigure-0123456789-1", Kind: v1alpha1.GeneratedReconfigure, ExecutionMode: v1alpha1.ExecutionAuto})
+	if err := env.Client.Create(context.Background(), rec, client.DryRunAll); err != nil {
+		t.Errorf("the ClusterTarget's generated reconfigure is refused: %v", err)
+	}
+	specs["cluster-target-reconfigure"] = rec.Spec
 
 	// A profile's install and uninstall tasks, on a node with the longest name there can be.
 	long := strings.Repeat("n", 120) + "." + strings.Repeat("m", 132)

@@ -80,6 +80,19 @@ type ClusterUpgrade struct {
 	Path []string `json:"path,omitempty"`
 }
 
+// ClusterKubelet is the kubelet configuration a ClusterTarget keeps the cluster at.
+type ClusterKubelet struct {
+	// Configuration is a merge patch (YAML or JSON) over kube-system/kubelet-config's
+	// KubeletConfiguration, as a reconfigure's kubeletConfiguration.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=16384
+	// +kubebuilder:validation:XValidation:rule="!self.matches('(?m)^[^a-zA-Z0-9]*(apiVersion|kind)[^a-zA-Z0-9]*:')",message="kubelet.configuration patches the kubelet's fields: apiVersion and kind are kubeadm's"
+	Configuration string `json:"configuration"`
+	// Drain drains each worker before its kubelet restarts; workers are not drained without it.
+	// +optional
+	Drain *DrainCommand `json:"drain,omitempty"`
+}
+
 // ClusterTargetSpec is what the cluster should be.
 type ClusterTargetSpec struct {
 	// KubernetesVersion the cluster should run.
@@ -94,6 +107,15 @@ type ClusterTargetSpec struct {
 	CertificateAuthorities ClusterCertificateAuthorities `json:"certificateAuthorities,omitempty"`
 	// +optional
 	Upgrade ClusterUpgrade `json:"upgrade,omitempty"`
+	// ControlPlane is what kube-system/kubeadm-config's ClusterConfiguration must hold (flags,
+	// volumes and feature gates, as a reconfigure's clusterConfiguration): while it does not, the
+	// ClusterTarget generates a reconfigure operation.
+	// +optional
+	ControlPlane *ClusterConfigurationPatch `json:"controlPlane,omitempty"`
+	// Kubelet is what kube-system/kubelet-config must hold: while it does not, the ClusterTarget
+	// generates a reconfigure operation.
+	// +optional
+	Kubelet *ClusterKubelet `json:"kubelet,omitempty"`
 	// ExecutionMode of the NodeOperations it generates: Auto, Controlled or DryRun.
 	// +optional
 	// +kubebuilder:default=Auto
@@ -131,12 +153,13 @@ const (
 )
 
 // GeneratedOperationKind is what a generated NodeOperation does.
-// +kubebuilder:validation:Enum=Upgrade;RenewCertificates
+// +kubebuilder:validation:Enum=Upgrade;RenewCertificates;Reconfigure
 type GeneratedOperationKind string
 
 const (
 	GeneratedUpgrade           GeneratedOperationKind = "Upgrade"
 	GeneratedRenewCertificates GeneratedOperationKind = "RenewCertificates"
+	GeneratedReconfigure       GeneratedOperationKind = "Reconfigure"
 )
 
 // GeneratedOperation is a NodeOperation the ClusterTarget generated. Entries are history: one whose

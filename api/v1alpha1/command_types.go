@@ -57,6 +57,9 @@ type Command struct {
 	Script                   *ScriptCommand                   `json:"script,omitempty"`
 	Wait                     *WaitCommand                     `json:"wait,omitempty"`
 	Pod                      *PodCommand                      `json:"pod,omitempty"`
+	// The reconfigure operation's kinds (reconfigure_types.go).
+	KubeadmUpdateConfig    *KubeadmUpdateConfigCommand    `json:"kubeadmUpdateConfig,omitempty"`
+	KubeadmReconfigureNode *KubeadmReconfigureNodeCommand `json:"kubeadmReconfigureNode,omitempty"`
 	// The certificate authority rotation's kinds (rotation_types.go).
 	GenerateCertificateAuthorities *GenerateCertificateAuthoritiesCommand `json:"generateCertificateAuthorities,omitempty"`
 	CopyCertificateAuthorities     *CopyCertificateAuthoritiesCommand     `json:"copyCertificateAuthorities,omitempty"`

@@ -126,7 +126,7 @@ type Group struct {
 }
 
 // NodeOperationSpec is one run of a workflow across nodes.
-// +kubebuilder:validation:XValidation:rule="[has(self.upgrade), has(self.renewCertificates), has(self.rotateCertificateAuthorities), has(self.custom)].filter(x, x).size() == 1",message="exactly one of upgrade, renewCertificates, rotateCertificateAuthorities or custom must be set"
+// +kubebuilder:validation:XValidation:rule="[has(self.upgrade), has(self.renewCertificates), has(self.reconfigure), has(self.rotateCertificateAuthorities), has(self.custom)].filter(x, x).size() == 1",message="exactly one of upgrade, renewCertificates, reconfigure, rotateCertificateAuthorities or custom must be set"
 // +kubebuilder:validation:XValidation:rule="has(self.renewCertificates) == has(oldSelf.renewCertificates) && (!has(self.renewCertificates) || self.renewCertificates == oldSelf.renewCertificates)",message="renewCertificates is immutable",fieldPath=".renewCertificates"
 // +kubebuilder:validation:XValidation:rule="has(self.rotateCertificateAuthorities) == has(oldSelf.rotateCertificateAuthorities) && (!has(self.rotateCertificateAuthorities) || self.rotateCertificateAuthorities == oldSelf.rotateCertificateAuthorities)",message="rotateCertificateAuthorities is immutable",fieldPath=".rotateCertificateAuthorities"
 // +kubebuilder:validation:XValidation:rule="!has(self.rotateCertificateAuthorities)",message="rotateCertificateAuthorities is not implemented yet: phase trust-both's publishCertificateAuthorities and phases re-issue and complete are not built (prepare and trust-both's trustCertificateAuthorities with trust OldAndNew are); see docs/how-to/rotate-cas.md",fieldPath=".rotateCertificateAuthorities"
@@ -146,6 +146,10 @@ type NodeOperationSpec struct {
 	Upgrade *UpgradeOperation `json:"upgrade,omitempty"`
 	// +optional
 	RenewCertificates *RenewCertificatesOperation `json:"renewCertificates,omitempty"`
+	// Reconfigure changes the cluster's kubeadm ClusterConfiguration and kubelet configuration and
+	// rolls the change out node by node (docs/how-to/reconfigure.md).
+	// +optional
+	Reconfigure *ReconfigureOperation `json:"reconfigure,omitempty"`
 	// RotateCertificateAuthorities replaces the cluster's certificate authorities. Not implemented
 	// yet: admission refuses it (docs/how-to/rotate-cas.md says what is built).
 	// +optional

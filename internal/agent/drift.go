@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -44,8 +45,8 @@ var driftComponents = []string{v1alpha1.DriftKubeAPIServer, v1alpha1.DriftKubeCo
 // DriftReader records in its Node's annotation v1alpha1.AnnotationDrift whether the node's static
 // pod manifests (on a control plane) and kubelet configuration match what the real kubeadm generates
 // from the cluster's kubeadm-config and kubelet-config ConfigMaps (`kubeadm upgrade node phase
-// control-plane|kubelet-config --dry-run`), comparing the parts that matter (DiffStaticPod,
-// DiffKubeletConfig). It reads soon after the agent starts, whenever the files' digest changes
+// control-plane|kubelet-config --dry-run`), comparing the parts that matter (commands.DiffStaticPod,
+// commands.DiffKubeletConfig). It reads soon after the agent starts, whenever the files' digest changes
 // (looked at every FileCheck) and every Interval, jittered; it writes only when the reading changed.
 type DriftReader struct {
 	Client client.Client
@@ -172,7 +173,7 @@ func (d *DriftReader) Read(ctx context.Context) v1alpha1.DriftReading {
 			if err != nil {
 				return v1alpha1.DriftReading{Error: fmt.Sprintf("reading %s: %v", path, err)}
 			}
-			if reason := DiffStaticPod(have, []byte(generated)); reason != "" {
+			if reason := commands.DiffStaticPod(have, []byte(generated)); reason != "" {
 				reading.Components = append(reading.Components, v1alpha1.ComponentDrift{Component: c, Reason: reason})
 			}
 		}
@@ -192,7 +193,7 @@ func (d *DriftReader) Read(ctx context.Context) v1alpha1.DriftReading {
 	case err != nil:
 		return v1alpha1.DriftReading{Error: fmt.Sprintf("reading %s: %v", kubeletConfigPath, err)}
 	default:
-		if reason := DiffKubeletConfig(have, []byte(generated)); reason != "" {
+		if reason := commands.DiffKubeletConfig(have, []byte(generated)); reason != "" {
 			reading.Components = append(reading.Components, v1alpha1.ComponentDrift{Component: v1alpha1.DriftKubelet, Reason: reason})
 		}
 	}
@@ -205,5 +206,13 @@ func (d *DriftReader) render(ctx context.Context, args []string) (map[string]str
 	if err := commands.KubeadmRender(ctx, d.Host, &out, args...); err != nil {
 		return nil, fmt.Errorf("kubeadm %s --dry-run: %w: %s", joinArgs(args), err, lastLine(out.String()))
 	}
-	return ParseDryRunFiles(out.String()), nil
+	return commands.ParseDryRunFiles(out.String()), nil
+}
+
+func joinArgs(args []string) string { return strings.Join(args, " ") }
+
+// lastLine is the last non-empty line of out: kubeadm's error, for the reading's reason.
+func lastLine(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	return lines[len(lines)-1]
 }

@@ -297,6 +297,12 @@ func operationDetail(op *nodeopsv1.NodeOperation) string {
 			return "renew all certificates"
 		}
 		return "renew certificates " + strings.Join(certs, ", ")
+	case op.Spec.Reconfigure != nil:
+		s := "reconfigure: patch " + strings.Join(op.Spec.Reconfigure.Changes(), " and ")
+		if op.Spec.Reconfigure.Drain != nil {
+			s += ", workers drained"
+		}
+		return s
 	case op.Spec.RotateCertificateAuthorities != nil:
 		r := op.Spec.RotateCertificateAuthorities
 		s := "rotate the " + strings.Join(nodeopsv1.OrAllAuthorities(r.Authorities), ", ") + " certificate authorities"

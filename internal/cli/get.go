@@ -122,6 +122,8 @@ func operationKind(op *nodeopsv1.NodeOperation) string {
 		return "upgrade " + op.Spec.Upgrade.KubernetesVersion
 	case op.Spec.RenewCertificates != nil:
 		return "renew-certs"
+	case op.Spec.Reconfigure != nil:
+		return "reconfigure"
 	case op.Spec.RotateCertificateAuthorities != nil:
 		return "rotate-cas"
 	case op.Spec.Custom != nil:

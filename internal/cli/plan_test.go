@@ -54,6 +54,7 @@ func TestPlanGolden(t *testing.T) {
 		{"plan-upgrade-packages", []string{"plan", "upgrade", "v1.37.2", "--package-source", "apt"}},
 		{"plan-renew-certs", []string{"plan", "renew-certs", "--certificates", "apiserver,etcd-server", "--controlled"}},
 		{"plan-file", []string{"plan", "-f", "testdata/custom.yaml"}},
+		{"plan-reconfigure", []string{"plan", "-f", "testdata/reconfigure.yaml"}},
 		{"plan-renew-certs-json", []string{"plan", "renew-certs", "-o", "json"}},
 	}
 	before := operationCount(t)

@@ -23,9 +23,9 @@ const (
 	GroupControlPlanes      = "control-planes"
 )
 
-// ErrNoOperation is returned for a spec with none of upgrade, renewCertificates,
+// ErrNoOperation is returned for a spec with none of upgrade, renewCertificates, reconfigure,
 // rotateCertificateAuthorities or custom set.
-var ErrNoOperation = errors.New("exactly one of upgrade, renewCertificates, rotateCertificateAuthorities or custom must be set")
+var ErrNoOperation = errors.New("exactly one of upgrade, renewCertificates, reconfigure, rotateCertificateAuthorities or custom must be set")
 
 // Expand turns an operation spec into its ordered groups. Built-in operations are expanded as
 // docs/design.md says; custom groups pass through (copied, with nodeFilter defaulted to All). The
@@ -33,7 +33,7 @@ var ErrNoOperation = errors.New("exactly one of upgrade, renewCertificates, rota
 // A group's nil MaxUnavailable means the operation's.
 func Expand(spec *v1alpha1.NodeOperationSpec) ([]v1alpha1.Group, error) {
 	set := 0
-	for _, b := range []bool{spec.Upgrade != nil, spec.RenewCertificates != nil, spec.RotateCertificateAuthorities != nil, spec.Custom != nil} {
+	for _, b := range []bool{spec.Upgrade != nil, spec.RenewCertificates != nil, spec.Reconfigure != nil, spec.RotateCertificateAuthorities != nil, spec.Custom != nil} {
 		if b {
 			set++
 		}
@@ -55,6 +55,8 @@ func expand(spec *v1alpha1.NodeOperationSpec) ([]v1alpha1.Group, error) {
 		return expandUpgrade(spec.Upgrade)
 	case spec.RenewCertificates != nil:
 		return expandRenewCertificates(spec.RenewCertificates), nil
+	case spec.Reconfigure != nil:
+		return expandReconfigure(spec.Reconfigure)
 	case spec.RotateCertificateAuthorities != nil:
 		return expandRotation(spec.RotateCertificateAuthorities), nil
 	}

@@ -82,6 +82,37 @@ func TestExpand(t *testing.T) {
 			}}},
 			want: []group{{"a", v1alpha1.NodeFilterAll, []string{"wait"}}, {"b", v1alpha1.NodeFilterTail, []string{"cordon", "uncordon"}}},
 		},
+		{
+			name: "reconfigure the control plane and the kubelet",
+			spec: v1alpha1.NodeOperationSpec{Reconfigure: reconfigureBoth()},
+			want: []group{
+				{GroupPreflight, v1alpha1.NodeFilterAll, []string{"preflight"}},
+				{GroupFirstControlPlane, v1alpha1.NodeFilterHead, []string{"kubeadmUpdateConfig", "kubeadmReconfigureNode", "restartService", "waitNodeReady"}},
+				{GroupOtherControlPlanes, v1alpha1.NodeFilterTail, []string{"kubeadmReconfigureNode", "restartService", "waitNodeReady"}},
+				{GroupWorkers, v1alpha1.NodeFilterAll, []string{"kubeadmReconfigureNode", "restartService", "waitNodeReady"}},
+			},
+		},
+		{
+			name: "reconfigure the kubelet, workers drained",
+			spec: v1alpha1.NodeOperationSpec{Reconfigure: &v1alpha1.ReconfigureOperation{KubeletConfiguration: reconfigureBoth().KubeletConfiguration, Drain: &v1alpha1.DrainCommand{}}},
+			want: []group{
+				{GroupPreflight, v1alpha1.NodeFilterAll, []string{"preflight"}},
+				{GroupFirstControlPlane, v1alpha1.NodeFilterHead, []string{"kubeadmUpdateConfig", "kubeadmReconfigureNode", "restartService", "waitNodeReady"}},
+				{GroupOtherControlPlanes, v1alpha1.NodeFilterTail, []string{"kubeadmReconfigureNode", "restartService", "waitNodeReady"}},
+				{GroupWorkers, v1alpha1.NodeFilterAll, []string{"cordon", "drain", "kubeadmReconfigureNode", "restartService", "waitNodeReady", "uncordon"}},
+			},
+		},
+		{
+			name: "reconfigure the control plane only: no worker group, no kubelet restart",
+			spec: v1alpha1.NodeOperationSpec{Reconfigure: &v1alpha1.ReconfigureOperation{ClusterConfiguration: reconfigureBoth().ClusterConfiguration}},
+			want: []group{
+				{GroupPreflight, v1alpha1.NodeFilterAll, []string{"preflight"}},
+				{GroupFirstControlPlane, v1alpha1.NodeFilterHead, []string{"kubeadmUpdateConfig", "kubeadmReconfigureNode", "waitNodeReady"}},
+				{GroupOtherControlPlanes, v1alpha1.NodeFilterTail, []string{"kubeadmReconfigureNode", "waitNodeReady"}},
+			},
+		},
+		{name: "reconfigure with a kubelet patch that is no mapping", spec: v1alpha1.NodeOperationSpec{Reconfigure: &v1alpha1.ReconfigureOperation{KubeletConfiguration: "- maxPods: 150"}}, wantErr: true},
+		{name: "reconfigure with a kubelet patch naming the kind", spec: v1alpha1.NodeOperationSpec{Reconfigure: &v1alpha1.ReconfigureOperation{KubeletConfiguration: `{"maxPods": 1, "kind": "X"}`}}, wantErr: true},
 		{name: "nothing set", spec: v1alpha1.NodeOperationSpec{}, wantErr: true},
 		{
 			name: "two set",
@@ -123,6 +154,8 @@ func TestSafetyRule13_ControlPlaneGroupsEndWaitingForAHealthyControlPlane(t *tes
 			map[string]*v1alpha1.ControlPlaneHealth{GroupFirstControlPlane: {Version: "v1.37.2"}, GroupOtherControlPlanes: {Version: "v1.37.2"}, GroupWorkers: nil}},
 		{"renew certificates", v1alpha1.NodeOperationSpec{RenewCertificates: &v1alpha1.RenewCertificatesOperation{}},
 			map[string]*v1alpha1.ControlPlaneHealth{GroupControlPlanes: {}}},
+		{"reconfigure", v1alpha1.NodeOperationSpec{Reconfigure: reconfigureBoth()},
+			map[string]*v1alpha1.ControlPlaneHealth{GroupFirstControlPlane: {}, GroupOtherControlPlanes: {}, GroupWorkers: nil}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			groups, err := expand(&tt.spec)
@@ -345,5 +378,47 @@ func TestNodeReady(t *testing.T) {
 	n.Status.Conditions[0].Status = corev1.ConditionTrue
 	if !NodeReady(&n) {
 		t.Error("Ready=True is ready")
+	}
+}
+
+func reconfigureBoth() *v1alpha1.ReconfigureOperation {
+	return &v1alpha1.ReconfigureOperation{
+		ClusterConfiguration: &v1alpha1.ClusterConfigurationPatch{APIServer: &v1alpha1.APIServerPatch{ControlPlaneComponentPatch: v1alpha1.ControlPlaneComponentPatch{
+			ExtraArgs: []v1alpha1.ExtraArg{{Name: "audit-log-maxage", Value: "30"}}}}},
+		KubeletConfiguration: "maxPods: 150\n",
+	}
+}
+
+// The patch is patched once, on the first control plane only; every node's command carries it for
+// its DryRun, and regenerates the manifests only on control planes and the kubelet's only when the
+// kubelet's configuration changes.
+func TestExpandReconfigure(t *testing.T) {
+	r := reconfigureBoth()
+	groups, err := expandReconfigure(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	updates := 0
+	for _, g := range groups {
+		for _, c := range g.Commands {
+			if c.KubeadmUpdateConfig != nil {
+				updates++
+				if g.Name != GroupFirstControlPlane || !reflect.DeepEqual(c.KubeadmUpdateConfig.ClusterConfiguration, r.ClusterConfiguration) {
+					t.Errorf("group %s updates the configuration %+v", g.Name, c.KubeadmUpdateConfig)
+				}
+			}
+			if n := c.KubeadmReconfigureNode; n != nil {
+				if n.ControlPlane != (g.Name != GroupWorkers) || !n.Kubelet || !reflect.DeepEqual(n.KubeletConfiguration, r.KubeletConfiguration) {
+					t.Errorf("group %s: %+v", g.Name, n)
+				}
+			}
+		}
+	}
+	if updates != 1 {
+		t.Errorf("%d kubeadmUpdateConfig commands, want 1", updates)
+	}
+	r.ClusterConfiguration.APIServer.ExtraArgs[0].Value = "changed"
+	if groups[0].Commands[0].KubeadmUpdateConfig.ClusterConfiguration.APIServer.ExtraArgs[0].Value != "30" {
+		t.Error("the plan shares the spec's patch instead of copying it")
 	}
 }

@@ -54,7 +54,8 @@ func PreflightChecks(spec *v1alpha1.NodeOperationSpec, groups []v1alpha1.Group) 
 		for i := range g.Commands {
 			c := &g.Commands[i]
 			switch {
-			case c.KubeadmUpgradeApply != nil, c.KubeadmUpgradePlan != nil, c.KubeadmUpgradeNode != nil, c.KubeadmRenewCertificates != nil:
+			case c.KubeadmUpgradeApply != nil, c.KubeadmUpgradePlan != nil, c.KubeadmUpgradeNode != nil, c.KubeadmRenewCertificates != nil,
+				c.KubeadmUpdateConfig != nil, c.KubeadmReconfigureNode != nil:
 				kubeadm = true
 			case c.InstallBinaries != nil:
 				disk = true

@@ -173,6 +173,8 @@ func Handlers() map[string]Handler {
 		handle(runScript),
 		handle(runWait),
 		handle(runPod),
+		handle(runKubeadmUpdateConfig),
+		handle(runKubeadmReconfigureNode),
 		handle(runGenerateCertificateAuthorities),
 		handle(runCopyCertificateAuthorities),
 		handle(runTrustCertificateAuthorities),

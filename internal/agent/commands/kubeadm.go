@@ -117,8 +117,14 @@ func runUpgrade(ctx context.Context, env *Env, args []string) error {
 	return kubeadm(ctx, env, args...)
 }
 
+// The upgrades pass the node's kubeadm patches directory when it has one, as the drift reader and
+// reconfigure do: without it kubeadm would regenerate the manifests and undo the patches kept there.
 func runKubeadmUpgradeApply(ctx context.Context, env *Env, c *v1alpha1.KubeadmUpgradeApplyCommand) (Result, error) {
-	args := append([]string{"upgrade", "apply", c.KubernetesVersion, "--yes"}, ignorePreflight(c.IgnorePreflightErrors)...)
+	patches, err := patchesArgs(env)
+	if err != nil {
+		return Result{}, err
+	}
+	args := append(append([]string{"upgrade", "apply", c.KubernetesVersion, "--yes"}, ignorePreflight(c.IgnorePreflightErrors)...), patches...)
 	if err := runUpgrade(ctx, env, args); err != nil {
 		return Result{}, err
 	}
@@ -126,7 +132,11 @@ func runKubeadmUpgradeApply(ctx context.Context, env *Env, c *v1alpha1.KubeadmUp
 }
 
 func runKubeadmUpgradeNode(ctx context.Context, env *Env, c *v1alpha1.KubeadmUpgradeNodeCommand) (Result, error) {
-	args := append([]string{"upgrade", "node"}, ignorePreflight(c.IgnorePreflightErrors)...)
+	patches, err := patchesArgs(env)
+	if err != nil {
+		return Result{}, err
+	}
+	args := append(append([]string{"upgrade", "node"}, ignorePreflight(c.IgnorePreflightErrors)...), patches...)
 	if err := runUpgrade(ctx, env, args); err != nil {
 		return Result{}, err
 	}

@@ -8,7 +8,10 @@ package clustertarget
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"sort"
@@ -29,6 +32,7 @@ import (
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/clock"
 	"github.com/nodeops/nodeops/internal/controller/skeleton"
+	"github.com/nodeops/nodeops/internal/kubeadmconfig"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/statuswrite"
 )
@@ -105,6 +109,9 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 		return err
 	}
 	s.in.clusterVersion, s.in.versionProblem = v, problem
+	if s.in.reconfigure, s.in.reconfigureProblem, err = ReconfigurePending(ctx, r.System, s.ct); err != nil {
+		return err
+	}
 
 	// Read-only lists (no deep copy): observe copies what it keeps.
 	var nodes corev1.NodeList
@@ -143,9 +150,12 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 		}
 		s.in.ops[op.Name] = viewOf(op)
 		s.in.opOrder = append(s.in.opOrder, op.Name)
-		if op.Spec.Upgrade != nil {
+		switch {
+		case op.Spec.Upgrade != nil:
 			s.in.opKinds[op.Name], s.in.opVersions[op.Name] = v1alpha1.GeneratedUpgrade, op.Spec.Upgrade.KubernetesVersion
-		} else {
+		case op.Spec.Reconfigure != nil:
+			s.in.opKinds[op.Name] = v1alpha1.GeneratedReconfigure
+		default:
 			s.in.opKinds[op.Name] = v1alpha1.GeneratedRenewCertificates
 		}
 	}
@@ -166,6 +176,59 @@ func ClusterVersion(ctx context.Context, c client.Reader) (v, problem string, er
 		return "", "kube-system/kubeadm-config: " + perr.Error(), nil
 	}
 	return v, "", nil
+}
+
+// KubeletConfig is where kubeadm keeps the kubelet's configuration for every node.
+var KubeletConfig = types.NamespacedName{Namespace: "kube-system", Name: "kubelet-config"}
+
+// ReconfigurePending names what kubeadm-config and kubelet-config lack of the ClusterTarget's
+// controlPlane and kubelet sections (empty when they hold them, or the target has none); problem
+// says why it cannot tell (a ConfigMap missing, a ClusterConfiguration kubeadm no longer writes).
+func ReconfigurePending(ctx context.Context, c client.Reader, ct *v1alpha1.ClusterTarget) (pending []string, problem string, err error) {
+	check := func(key types.NamespacedName, field string, patch func(string) (string, error)) (bool, string, error) {
+		var cm corev1.ConfigMap
+		if err := c.Get(ctx, key, &cm); err != nil {
+			if apierrors.IsNotFound(err) {
+				return false, fmt.Sprintf("kube-system/%s not found", key.Name), nil
+			}
+			return false, "", fmt.Errorf("read kube-system/%s: %w", key.Name, err)
+		}
+		text, ok := cm.Data[field]
+		if !ok {
+			return false, fmt.Sprintf("kube-system/%s has no %s", key.Name, field), nil
+		}
+		patched, perr := patch(text)
+		if perr != nil {
+			return false, fmt.Sprintf("kube-system/%s: %v", key.Name, perr), nil
+		}
+		return patched != text, "", nil
+	}
+	if p := ct.Spec.ControlPlane; p != nil {
+		differs, problem, err := check(KubeadmConfig, "ClusterConfiguration", func(s string) (string, error) { return kubeadmconfig.PatchClusterConfiguration(s, p) })
+		if err != nil || problem != "" {
+			return nil, problem, err
+		}
+		if differs {
+			pending = append(pending, "kubeadm-config ("+strings.Join(p.Sections(), ", ")+")")
+		}
+	}
+	if k := ct.Spec.Kubelet; k != nil {
+		differs, problem, err := check(KubeletConfig, "kubelet", func(s string) (string, error) { return kubeadmconfig.PatchKubeletConfiguration(s, k.Configuration) })
+		if err != nil || problem != "" {
+			return nil, problem, err
+		}
+		if differs {
+			pending = append(pending, "kubelet-config")
+		}
+	}
+	return pending, "", nil
+}
+
+// ReconfigureHash names what the ClusterTarget's controlPlane and kubelet sections ask for.
+func ReconfigureHash(ct *v1alpha1.ClusterTarget) string {
+	b, _ := json.Marshal([]any{ct.Spec.ControlPlane, ct.Spec.Kubelet})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])[:10]
 }
 
 func viewOf(op *v1alpha1.NodeOperation) opView {
@@ -487,6 +550,16 @@ func Operation(ct *v1alpha1.ClusterTarget, g *v1alpha1.GeneratedOperation) *v1al
 			AllowIgnoreAllPreflightErrors: u.AllowIgnoreAllPreflightErrors,
 			Drain:                         u.Drain.DeepCopy(),
 		}
+		if u.MaxUnavailable != nil {
+			m := *u.MaxUnavailable
+			op.Spec.MaxUnavailable = &m
+		}
+	case v1alpha1.GeneratedReconfigure:
+		r := &v1alpha1.ReconfigureOperation{ClusterConfiguration: ct.Spec.ControlPlane.DeepCopy()}
+		if k := ct.Spec.Kubelet; k != nil {
+			r.KubeletConfiguration, r.Drain = k.Configuration, k.Drain.DeepCopy()
+		}
+		op.Spec.Reconfigure = r
 		if u.MaxUnavailable != nil {
 			m := *u.MaxUnavailable
 			op.Spec.MaxUnavailable = &m

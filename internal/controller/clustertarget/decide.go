@@ -38,6 +38,8 @@ const (
 	ReasonNothingToDo              = "NothingToDo"
 	ReasonWaitingForWindow         = "WaitingForWindow"
 	ReasonInvalidWindows           = "InvalidWindows"
+	ReasonReconfigureDue           = "ReconfigureDue"
+	ReasonInvalidConfiguration     = "InvalidConfiguration"
 )
 
 // opView is what decide needs of a generated NodeOperation that exists.
@@ -59,6 +61,10 @@ type input struct {
 	nodes          []v1alpha1.ObservedNode
 	certs          []v1alpha1.ObservedCertificates
 	drift          []v1alpha1.ObservedDrift
+	// reconfigure names what kube-system's kubeadm-config and kubelet-config lack of spec.controlPlane
+	// and spec.kubelet; reconfigureProblem says why that is unknown.
+	reconfigure        []string
+	reconfigureProblem string
 	// ops are the NodeOperations the ClusterTarget controls, by name.
 	ops map[string]opView
 	// opOrder lists ops by creation, for adopting operations missing from the history.
@@ -90,8 +96,8 @@ type verdict struct {
 
 // decide is pure: from the observations and the history it computes the status and the one
 // operation to generate, if any. Rules, in order: an unfinished generated operation is waited
-// for (Blocked when it is); an upgrade comes before a renewal (kubeadm upgrade renews the
-// certificates anyway); a rotation is generated once per raise of rotationCount; an automatic
+// for (Blocked when it is); an upgrade comes before a reconfigure (kubeadm upgrade keeps the
+// configuration), and both before a renewal (kubeadm upgrade renews the certificates anyway); a rotation is generated once per raise of rotationCount; an automatic
 // renewal once certificates fall within renewBefore, unless the last renewal left them there; a
 // failed, aborted or deleted attempt is tried again only after the spec changed.
 func decide(in *input) decision {
@@ -243,6 +249,14 @@ func due(in *input, st *v1alpha1.ClusterTargetStatus) (*v1alpha1.GeneratedOperat
 		return nil, verdict{phase: v1alpha1.ClusterWaiting, reason: ReasonNodesBehind,
 			message: msg + "; nodeops generates upgrades when the cluster version is behind, not for single nodes"}
 	}
+	if in.reconfigureProblem != "" {
+		return nil, verdict{phase: v1alpha1.ClusterWaiting, reason: ReasonInvalidConfiguration, stalls: true, message: in.reconfigureProblem + "; nothing was run"}
+	}
+	if len(in.reconfigure) > 0 {
+		// Named by what it asks for, so a changed spec is a new operation and a met one is never repeated.
+		return attempt(in, st.Operations, "cluster-reconfigure-"+ReconfigureHash(ct), v1alpha1.GeneratedReconfigure, "",
+			ReasonReconfigureDue, "reconfigure: kube-system's "+strings.Join(in.reconfigure, " and ")+" must change")
+	}
 	if n := ct.Spec.Certificates.RotationCount; n > st.LastRotationCount {
 		return attempt(in, st.Operations, fmt.Sprintf("cluster-rotate-certificates-%d", n), v1alpha1.GeneratedRenewCertificates, "",
 			ReasonRotationRequested, fmt.Sprintf("rotationCount raised to %d", n))
@@ -267,7 +281,11 @@ func due(in *input, st *v1alpha1.ClusterTargetStatus) (*v1alpha1.GeneratedOperat
 		return attempt(in, st.Operations, "cluster-renew-certificates-expiring-"+exp.UTC().Format("20060102"), v1alpha1.GeneratedRenewCertificates, "",
 			ReasonCertificatesExpiring, fmt.Sprintf("certificates expire at %s, within renewBefore %s", exp.UTC().Format(time.RFC3339), rb))
 	}
-	return nil, verdict{phase: v1alpha1.ClusterUpToDate, upToDate: true, reason: ReasonUpToDate, message: "the cluster is at " + target + " and no renewal is due"}
+	msg := "the cluster is at " + target + " and no renewal is due"
+	if ct.Spec.ControlPlane != nil || ct.Spec.Kubelet != nil {
+		msg = "the cluster is at " + target + ", its kubeadm configuration holds spec.controlPlane and spec.kubelet, and no renewal is due"
+	}
+	return nil, verdict{phase: v1alpha1.ClusterUpToDate, upToDate: true, reason: ReasonUpToDate, message: msg}
 }
 
 // attempt is the next attempt of the operation named prefix-<n>, or nil and why there is none:

@@ -220,3 +220,53 @@ func TestObserveCertificates(t *testing.T) {
 		t.Fatalf("next expiry %v from a reading with a problem", next)
 	}
 }
+
+func withControlPlane(ct *v1alpha1.ClusterTarget) {
+	ct.Spec.ControlPlane = &v1alpha1.ClusterConfigurationPatch{APIServer: &v1alpha1.APIServerPatch{
+		ControlPlaneComponentPatch: v1alpha1.ControlPlaneComponentPatch{ExtraArgs: []v1alpha1.ExtraArg{{Name: "audit-log-maxage", Value: "30"}}}}}
+	ct.Spec.Kubelet = &v1alpha1.ClusterKubelet{Configuration: "maxPods: 150\n"}
+}
+
+// The controlPlane and kubelet sections generate one reconfigure while kube-system's configuration
+// lacks them, after any upgrade due, and none once it holds them; a configuration nodeops cannot
+// read stalls with its reason.
+func TestDecideReconfigure(t *testing.T) {
+	ct := target("v1.37.2", withControlPlane)
+	name := "cluster-reconfigure-" + ReconfigureHash(ct) + "-1"
+	pending := []string{"kubeadm-config (apiServer)", "kubelet-config"}
+	tests := []struct {
+		name                  string
+		in                    input
+		create, phase, reason string
+	}{
+		{"lacking", input{ct: ct, clusterVersion: "v1.37.2", reconfigure: pending}, name, "Progressing", ReasonOperationCreated},
+		{"an upgrade first", input{ct: ct, clusterVersion: "v1.37.0", reconfigure: pending}, "cluster-upgrade-v1.37.2-1", "Progressing", ReasonOperationCreated},
+		{"held", input{ct: ct, clusterVersion: "v1.37.2"}, "", "UpToDate", ReasonUpToDate},
+		{"unreadable", input{ct: ct, clusterVersion: "v1.37.2", reconfigureProblem: "kube-system/kubelet-config not found"}, "", "Waiting", ReasonInvalidConfiguration},
+		{"succeeded, the cache not caught up", input{ct: target("v1.37.2", withControlPlane, func(ct *v1alpha1.ClusterTarget) {
+			ct.Status.Operations = []v1alpha1.GeneratedOperation{{Name: name, Kind: v1alpha1.GeneratedReconfigure, Phase: "Succeeded", Generation: 1, ExecutionMode: v1alpha1.ExecutionAuto}}
+		}), clusterVersion: "v1.37.2", reconfigure: pending, ops: map[string]opView{name: {Phase: "Succeeded", Mode: v1alpha1.ExecutionAuto}}}, "", "Progressing", ReasonAwaitingObservedVersion},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := decide(&tt.in)
+			got := ""
+			if d.create != nil {
+				got = d.create.Name
+			}
+			if got != tt.create || string(d.status.Phase) != tt.phase {
+				t.Fatalf("created %q phase %s, want %q %s; conditions %+v", got, d.status.Phase, tt.create, tt.phase, d.status.Conditions)
+			}
+			if c := meta.FindStatusCondition(d.status.Conditions, v1alpha1.ConditionUpToDate); c == nil || c.Reason != tt.reason {
+				t.Errorf("UpToDate condition %+v, want reason %s", c, tt.reason)
+			}
+			if d.create != nil && d.create.Kind == v1alpha1.GeneratedReconfigure {
+				op := Operation(tt.in.ct, d.create)
+				r := op.Spec.Reconfigure
+				if r == nil || r.KubeletConfiguration != "maxPods: 150\n" || r.ClusterConfiguration.APIServer.ExtraArgs[0].Value != "30" {
+					t.Errorf("generated spec %+v", op.Spec)
+				}
+			}
+		})
+	}
+}

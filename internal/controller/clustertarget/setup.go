@@ -129,10 +129,10 @@ func certificatesChanged() predicate.Predicate {
 	}
 }
 
-// isClusterConfigMap passes kubeadm-config and the cluster CA bundle, of kube-system's ConfigMaps.
+// isClusterConfigMap passes kubeadm-config, kubelet-config and the cluster CA bundle, of kube-system's ConfigMaps.
 func isClusterConfigMap() predicate.TypedPredicate[client.Object] {
 	return predicate.NewPredicateFuncs(func(o client.Object) bool {
-		return o.GetNamespace() == KubeadmConfig.Namespace && (o.GetName() == KubeadmConfig.Name || o.GetName() == RootCAConfigMap)
+		return o.GetNamespace() == KubeadmConfig.Namespace && (o.GetName() == KubeadmConfig.Name || o.GetName() == KubeletConfig.Name || o.GetName() == RootCAConfigMap)
 	})
 }
 

@@ -1,10 +1,10 @@
-package agent_test
+package commands_test
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/nodeops/nodeops/internal/agent"
+	"github.com/nodeops/nodeops/internal/agent/commands"
 )
 
 const apiserverManifest = `apiVersion: v1
@@ -65,7 +65,7 @@ func TestDiffStaticPod(t *testing.T) {
 		{"unreadable", "kind: Pod\nspec: [\n", "manifest unreadable"},
 	}
 	for _, tt := range tests {
-		got := agent.DiffStaticPod([]byte(tt.have), []byte(apiserverManifest))
+		got := commands.DiffStaticPod([]byte(tt.have), []byte(apiserverManifest))
 		if tt.want == "" && got != "" || tt.want != "" && !strings.Contains(got, tt.want) {
 			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
 		}
@@ -85,7 +85,7 @@ func TestDiffKubeletConfig(t *testing.T) {
 		{"a field added", kubeadms + "serializeImagePulls: false\nrotateCertificates: true\n", "rotateCertificates=true, kubeadm's has none"},
 	}
 	for _, tt := range tests {
-		got := agent.DiffKubeletConfig([]byte(tt.have), []byte(kubeadms))
+		got := commands.DiffKubeletConfig([]byte(tt.have), []byte(kubeadms))
 		if tt.want == "" && got != "" || tt.want != "" && !strings.Contains(got, tt.want) {
 			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
 		}
@@ -105,7 +105,7 @@ func TestParseDryRunFiles(t *testing.T) {
 		"kind: KubeletConfiguration\nmaxPods: 110\n" +
 		"[upgrade/kubelet-config] The kubelet configuration for this node was successfully upgraded!\n" +
 		"removed kubeadm's dry-run files /etc/kubernetes/tmp/kubeadm-upgrade-node-dryrun1\n"
-	got := agent.ParseDryRunFiles(out)
+	got := commands.ParseDryRunFiles(out)
 	if len(got) != 2 || got["/etc/kubernetes/manifests/kube-apiserver.yaml"] != "kind: Pod\nmetadata:\n  name: kube-apiserver\n" ||
 		got["/var/lib/kubelet/config.yaml"] != "kind: KubeletConfiguration\nmaxPods: 110\n" {
 		t.Errorf("files %q", got)

@@ -1,4 +1,4 @@
-package agent
+package commands
 
 import (
 	"encoding/json"
@@ -48,12 +48,22 @@ const maxDifferences = 3
 // annotations, probes and resources, which kubeadm sets by itself, are left out. It returns a short
 // reason, empty when they match.
 func DiffStaticPod(have, want []byte) string {
+	return summarize(staticPodDiffs(have, want, diffMaps))
+}
+
+// StaticPodChanges lists every difference between two renderings of a static pod manifest, on what
+// DiffStaticPod compares, as "what: old -> new": what a reconfigure changes.
+func StaticPodChanges(before, after []byte) []string {
+	return staticPodDiffs(before, after, changeMaps)
+}
+
+func staticPodDiffs(have, want []byte, diffMaps func(what string, have, want map[string]string) []string) []string {
 	var h, w corev1.Pod
 	if err := yaml.Unmarshal(have, &h); err != nil {
-		return "manifest unreadable: " + err.Error()
+		return []string{"manifest unreadable: " + err.Error()}
 	}
 	if err := yaml.Unmarshal(want, &w); err != nil {
-		return "kubeadm's manifest unreadable: " + err.Error()
+		return []string{"kubeadm's manifest unreadable: " + err.Error()}
 	}
 	var diffs []string
 	haveContainers := map[string]corev1.Container{}
@@ -77,7 +87,7 @@ func DiffStaticPod(have, want []byte) string {
 		diffs = append(diffs, "container "+name+" is not kubeadm's")
 	}
 	diffs = append(diffs, diffMaps("volume ", volumes(h.Spec.Volumes), volumes(w.Spec.Volumes))...)
-	return summarize(diffs)
+	return diffs
 }
 
 // flags reads a command line as flag -> value; words that are no flag are kept by position.
@@ -149,6 +159,30 @@ func diffMaps(what string, have, want map[string]string) []string {
 	return out
 }
 
+// changeMaps names every key whose value differs, sorted: "what: old -> new", (none) for a key absent.
+func changeMaps(what string, before, after map[string]string) []string {
+	keys := slices.Sorted(maps.Keys(before))
+	for k := range after {
+		if _, ok := before[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	var out []string
+	show := func(m map[string]string, k string) string {
+		if v, ok := m[k]; ok {
+			return v
+		}
+		return "(none)"
+	}
+	for _, k := range keys {
+		if b, a := show(before, k), show(after, k); b != a {
+			out = append(out, fmt.Sprintf("%s%s: %s -> %s", what, k, b, a))
+		}
+	}
+	return out
+}
+
 func summarize(diffs []string) string {
 	if len(diffs) <= maxDifferences {
 		return strings.Join(diffs, "; ")
@@ -160,17 +194,27 @@ func summarize(diffs []string) string {
 // field; a field set to its zero value (0, "", false, "0s", {} or []) counts as absent, since
 // kubeadm writes some of those and omits others. It returns a short reason, empty when they match.
 func DiffKubeletConfig(have, want []byte) string {
+	return summarize(kubeletConfigDiffs(have, want, diffMaps))
+}
+
+// KubeletConfigChanges lists every field two kubelet configurations differ in, as DiffKubeletConfig
+// compares them, as "field: old -> new".
+func KubeletConfigChanges(before, after []byte) []string {
+	return kubeletConfigDiffs(before, after, changeMaps)
+}
+
+func kubeletConfigDiffs(have, want []byte, diffMaps func(what string, have, want map[string]string) []string) []string {
 	var h, w map[string]any
 	if err := yaml.Unmarshal(have, &h); err != nil {
-		return "configuration unreadable: " + err.Error()
+		return []string{"configuration unreadable: " + err.Error()}
 	}
 	if err := yaml.Unmarshal(want, &w); err != nil {
-		return "kubeadm's configuration unreadable: " + err.Error()
+		return []string{"kubeadm's configuration unreadable: " + err.Error()}
 	}
 	hf, wf := map[string]string{}, map[string]string{}
 	flatten("", h, hf)
 	flatten("", w, wf)
-	return summarize(diffMaps("", hf, wf))
+	return diffMaps("", hf, wf)
 }
 
 // flatten writes every non-zero leaf of v into out, keyed by its dotted path; lists are leaves.
@@ -197,12 +241,4 @@ func flatten(prefix string, v any, out map[string]string) {
 		}
 		out[prefix] = s
 	}
-}
-
-func joinArgs(args []string) string { return strings.Join(args, " ") }
-
-// lastLine is the last non-empty line of out: kubeadm's error, for the reading's reason.
-func lastLine(out string) string {
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	return lines[len(lines)-1]
 }
