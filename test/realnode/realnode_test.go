@@ -2,7 +2,8 @@
 
 // Package realnode is the real-node end-to-end test: on the single-node kubeadm cluster that
 // `make realnode` starts (real kubelet, containerd and runc; Kubernetes v1.36), it renews the
-// certificates through `kubectl nodeops`, installs and uninstalls a runtime handler through a
+// certificates by hand as kubeadm's documentation says and then through `kubectl nodeops`
+// (printing both times and their ratio), installs and uninstalls a runtime handler through a
 // NodeProfile, and upgrades the cluster to v1.37.2 through the ClusterTarget, then checks what an
 // administrator would: versions, static pod images, kubelet, node readiness, certificates, a
 // workload and the manager. Run it with `make e2e-realnode`, which also brings the node up and
@@ -111,18 +112,36 @@ func TestRealNode0NodeopsRunsTheImagesMakeImagesBuilt(t *testing.T) {
 	}
 }
 
+// TestRealNode1RenewCertificates renews the certificates twice, measured the same way: first by
+// hand, as kubeadm's documentation says (the baseline, issue 30), then through `kubectl nodeops
+// renew-certs --watch`; it prints both times and their ratio, and where nodeops' time went.
 func TestRealNode1RenewCertificates(t *testing.T) {
 	e := setup(t)
+	var manual time.Duration
+	t.Run("by hand as kubeadm's documentation says", func(t *testing.T) {
+		byHand := *e
+		byHand.t = t
+		manual = byHand.manualRenewal()
+	})
 	fileBefore := certNotBefore(t, framework.ParseCertificate(t, apiCertFile, []byte(framework.ReadFile(t, apiCertFile))))
 	time.Sleep(2 * time.Second) // notBefore has second precision: a renewal must be seen to move it
 	e.nodeops("plan", "renew-certs")
+	begin := time.Now()
 	name := e.runOperation("renew-certs")
+	end := time.Now()
 	// The moment the watch exits Succeeded, before any other request, the restarted API server
 	// serves the cluster admin.
 	e.controlPlaneServesAtOnce("kubectl nodeops renew-certs --watch")
 	e.operationSucceeded(name)
 	// Where the renewal's time went: per command, the time the work ran and each wait.
 	e.nodeops("describe", name)
+	e.timeBreakdown("renewal", name, begin, end)
+	took := end.Sub(begin)
+	if manual > 0 {
+		figure("renewal: manual %s, nodeops %s, ratio %.2f", manual.Round(100*time.Millisecond), took.Round(100*time.Millisecond), took.Seconds()/manual.Seconds())
+	} else {
+		figure("renewal: manual failed (no baseline), nodeops %s", took.Round(100*time.Millisecond))
+	}
 	fileAfterRenew := certNotBefore(t, framework.ParseCertificate(t, apiCertFile, []byte(framework.ReadFile(t, apiCertFile))))
 	if !fileAfterRenew.After(fileBefore) {
 		t.Fatalf("%s notBefore did not move: %s before, %s after renewCertificates", apiCertFile, fileBefore, fileAfterRenew)
@@ -382,7 +401,8 @@ func (e *env) kubectlOnce(args ...string) (string, error) {
 
 // upgradeThroughClusterTarget sets the ClusterTarget's version as a person would and waits with
 // kubectl for UpToDate; it returns the NodeOperation the manager generated, Succeeded, and prints
-// the time kubeadm's own commands took beside the whole upgrade's.
+// the upgrade's wall time (target set to the watch exiting Succeeded) beside the time kubeadm's own
+// commands took, and per command where the rest went (issue 30).
 func (e *env) upgradeThroughClusterTarget(source, ignore string) *nodeopsv1.NodeOperation {
 	e.t.Helper()
 	e.nodeops("target")
@@ -406,6 +426,7 @@ func (e *env) upgradeThroughClusterTarget(source, ignore string) *nodeopsv1.Node
 	if _, code, err := e.nodeopsCode("watch", generated); err != nil || code != 0 {
 		e.t.Fatalf("kubectl nodeops watch %s: exit %d %v, want 0 (Succeeded)", generated, code, err)
 	}
+	succeeded := time.Now()
 	e.controlPlaneServesAtOnce("kubectl nodeops watch " + generated + " exited Succeeded")
 	cmd := exec.CommandContext(e.ctx, filepath.Join(e.bin, "kubectl"), "wait", "clustertarget/cluster",
 		"--for=condition=UpToDate", "--timeout=20m")
@@ -427,26 +448,13 @@ func (e *env) upgradeThroughClusterTarget(source, ignore string) *nodeopsv1.Node
 		e.t.Fatalf("the ClusterTarget generated upgrades %v, want exactly one", upgrades)
 	}
 	op := e.operationSucceeded(upgrades[0])
-	var tasks nodeopsv1.NodeTaskList
-	if err := e.c.List(e.ctx, &tasks, client.MatchingLabels{nodeopsv1.LabelOperation: op.Name}); err != nil {
-		e.t.Fatal(err)
-	}
-	var kubeadm time.Duration
-	var each []string
-	for _, task := range tasks.Items {
-		for i, c := range task.Status.Commands {
-			kind := task.Spec.Commands[i].Kind()
-			if !strings.HasPrefix(kind, "kubeadm") || c.StartTime == nil || c.CompletionTime == nil {
-				continue
-			}
-			d := c.CompletionTime.Sub(c.StartTime.Time)
-			kubeadm += d
-			each = append(each, fmt.Sprintf("%s %s", kind, d.Round(time.Second)))
-		}
-	}
 	e.nodeops("describe", op.Name) // per command, the time the work ran and each wait
-	e.t.Logf("upgrade %s through ClusterTarget: %s in kubeadm's own commands (%s) of %s wall time from target set to kubectl wait returning",
-		op.Name, kubeadm.Round(time.Second), strings.Join(each, ", "), wall.Round(time.Second))
+	upgradeWall := succeeded.Sub(begin)
+	kubeadm := e.timeBreakdown("upgrade", op.Name, begin, succeeded)
+	beyond := upgradeWall - kubeadm
+	figure("upgrade: wall %s, kubeadm's own commands %s, nodeops beyond kubeadm %s (%.1f%%)",
+		upgradeWall.Round(100*time.Millisecond), kubeadm.Round(100*time.Millisecond), beyond.Round(100*time.Millisecond), 100*beyond.Seconds()/upgradeWall.Seconds())
+	e.t.Logf("upgrade %s: %s from target set to kubectl wait returning UpToDate", op.Name, wall.Round(time.Second))
 	return op
 }
 
