@@ -89,8 +89,10 @@ type Reconciler struct {
 	// written is the resourceVersion of the agent's last status write per task: a cached task at
 	// another version may not show that write yet, so it is read again from the API.
 	written map[types.UID]string
-	// running counts tasks being worked on, for --exit-when-idle.
+	// running counts tasks being worked on, for --exit-when-idle; worked counts every start of
+	// work on a task, so the drift reader knows a task came and went between two of its looks.
 	running int
+	worked  uint64
 	// leases are the node Leases this agent wrote last, by node.
 	leases map[string]heldLease
 }
@@ -179,6 +181,16 @@ func (r *Reconciler) setRunning(d int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.running += d
+	if d > 0 {
+		r.worked += uint64(d)
+	}
+}
+
+// Worked counts the times the agent began working on a task since it started.
+func (r *Reconciler) Worked() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.worked
 }
 
 // Busy reports whether a task is being worked on.

@@ -58,8 +58,13 @@ type DriftReader struct {
 	FileCheck time.Duration
 	// Busy says a task is running on the node: its files may be half changed, so the reading waits.
 	Busy func() bool
+	// Worked counts the tasks the agent began on the node: one that came and went since the last
+	// reading may have changed what is compared (a reconfigure writes the files and the ConfigMaps)
+	// or put a file back as it was, so the next look compares whatever the digest says.
+	Worked func() uint64
 
 	digest  string
+	seen    uint64
 	written string
 }
 
@@ -83,8 +88,9 @@ func (d *DriftReader) Start(ctx context.Context) error {
 		if d.Busy != nil && d.Busy() {
 			continue
 		}
+		worked := d.worked()
 		digest, err := d.fileDigest()
-		if err == nil && digest == d.digest && time.Now().Before(next) {
+		if err == nil && digest == d.digest && worked == d.seen && time.Now().Before(next) {
 			continue
 		}
 		if err == nil {
@@ -95,9 +101,16 @@ func (d *DriftReader) Start(ctx context.Context) error {
 			next = time.Now().Add(look)
 			continue
 		}
-		d.digest = digest
+		d.digest, d.seen = digest, worked
 		next = time.Now().Add(every + time.Duration(rand.Int64N(int64(every)/5+1)))
 	}
+}
+
+func (d *DriftReader) worked() uint64 {
+	if d.Worked == nil {
+		return 0
+	}
+	return d.Worked()
 }
 
 // fileDigest sums the files drift compares, so that a change to one is compared at once.

@@ -253,7 +253,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 			}
 		}
 		if o.DriftCheckInterval > 0 {
-			drift := &DriftReader{Client: direct, Node: o.NodeName, Host: h, Interval: o.DriftCheckInterval, FileCheck: o.DriftFileCheck, Busy: r.Busy}
+			drift := &DriftReader{Client: direct, Node: o.NodeName, Host: h, Interval: o.DriftCheckInterval, FileCheck: o.DriftFileCheck, Busy: r.Busy, Worked: r.Worked}
 			if err := mgr.Add(drift); err != nil {
 				return fmt.Errorf("adding the drift reader: %w", err)
 			}
