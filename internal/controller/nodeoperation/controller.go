@@ -78,7 +78,7 @@ type Reconciler struct {
 	// GateRecheck is how soon a gate that holds is checked again.
 	GateRecheck time.Duration
 	// Silences holds the Alertmanager silences of gates that ask for one; over HTTP by default.
-	Silences Silencer
+	Silences silence.Silencer
 	// SilenceLease is how far ahead a silence's end is set at each extension; silence.DefaultLease when zero.
 	SilenceLease time.Duration
 	// PreflightAnswer is how long a node's agent has to start its preflight task before the node

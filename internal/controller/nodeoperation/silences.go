@@ -15,12 +15,6 @@ import (
 	"github.com/nodeops/nodeops/internal/statuswrite"
 )
 
-// Silencer creates, extends and expires Alertmanager silences (internal/silence, shared with NodeProfile).
-type Silencer = silence.Silencer
-
-// HTTPSilencer is the Silencer of a running manager.
-type HTTPSilencer = silence.HTTP
-
 // silences is the operation controller's silence holder: its Silencer, lease and memory of ends.
 func (r *Reconciler) silences() silence.Holder {
 	return silence.Holder{Silencer: r.Silences, Lease: r.SilenceLease, Ends: &r.silenceEnds}
