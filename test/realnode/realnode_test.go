@@ -77,7 +77,7 @@ type env struct {
 
 // The scenarios share the one node that `make realnode` brought up and run in this order (go test
 // runs a file's tests in order): nodeops' images, renewal, a runtime handler through a NodeProfile,
-// the upgrade, a pod command, a script's Secret from the kubelet.
+// a reconfigure, the upgrade, a pod command, a script's Secret from the kubelet.
 
 // TestRealNode0NodeopsRunsTheImagesMakeImagesBuilt: the manager and agent run the images `make
 // images` built, by the index digests its digests.env names (the chart installed with its
@@ -153,6 +153,12 @@ func TestRealNode2RuntimeProfile(t *testing.T) {
 	setup(t).runtimeProfile()
 }
 
+// TestRealNode2bReconfigure: a reconfigure (issue 28) sets an API server flag and the kubelet's
+// maxPods; the upgrade after it must keep both.
+func TestRealNode2bReconfigure(t *testing.T) {
+	setup(t).reconfigure()
+}
+
 func TestRealNode3UpgradeThroughClusterTarget(t *testing.T) {
 	e := setup(t)
 	if v := e.kubeletVersion(); v != fromVersion {
@@ -174,6 +180,10 @@ func TestRealNode3UpgradeThroughClusterTarget(t *testing.T) {
 	e.verifyVersion()
 	e.verifyStaticPods()
 	e.verifyKubelet()
+	// What the reconfigure before it changed lives in kubeadm-config and kubelet-config, which
+	// kubeadm upgrade keeps.
+	e.verifyReconfigured("after the upgrade")
+	e.upgradePlanPasses()
 	servedAfter := certNotBefore(t, e.servedCert())
 	if !servedAfter.After(servedBefore) {
 		t.Errorf("the API server's served certificate notBefore did not move: %s before, %s after", servedBefore, servedAfter)
