@@ -189,7 +189,9 @@ func (*KubeadmRenewCertificatesCommand) Effects() CommandEffects {
 }
 
 // RestartStaticPodsCommand restarts control-plane static pods by moving each manifest out of
-// /etc/kubernetes/manifests and back, then waiting for its mirror pod where a kubelet runs.
+// /etc/kubernetes/manifests and back, then waiting for its mirror pod where a kubelet runs: etcd,
+// then the API server, each alone and serving again before the next; the controller-manager and the
+// scheduler together (both are only clients of the API server), so their restart waits for the slower.
 type RestartStaticPodsCommand struct {
 	// Components to restart; all manifests present when empty.
 	// +optional

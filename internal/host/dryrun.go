@@ -152,7 +152,9 @@ func firstLineOf(s string) string {
 type DryRunStaticPods struct{}
 
 // Restart implements StaticPods.
-func (DryRunStaticPods) Restart(_ context.Context, out io.Writer, component string, _ MirrorPod) error {
-	_, _ = fmt.Fprintf(out, "dry run: would restart static pod %s\n", component)
+func (DryRunStaticPods) Restart(_ context.Context, out io.Writer, pods ...StaticPod) error {
+	for _, p := range pods {
+		_, _ = fmt.Fprintf(out, "dry run: would restart static pod %s\n", p.Component)
+	}
 	return nil
 }

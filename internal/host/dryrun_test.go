@@ -80,7 +80,7 @@ func TestDryRunHostReportsAndChangesNothing(t *testing.T) {
 		{func() error { return h.Files.RemoveAll("/etc/kubernetes/tmp") }, "would remove /etc/kubernetes/tmp and everything under it"},
 		{func() error { return h.Files.Rename("/etc/a", "/etc/b") }, "would move /etc/a to /etc/b"},
 		{func() error { return h.Services.Restart(ctx, "kubelet") }, "would restart kubelet with local service table"},
-		{func() error { return h.StaticPods.Restart(ctx, &out, "etcd", nil) }, "would restart static pod etcd"},
+		{func() error { return h.StaticPods.Restart(ctx, &out, host.StaticPod{Component: "etcd"}) }, "would restart static pod etcd"},
 		{func() error {
 			return h.Exec.Run(ctx, host.Cmd{Path: "/bin/sh", Args: []string{"-c", "touch /ran\necho"}})
 		}, "would run /bin/sh -c touch /ran ..."},
@@ -101,47 +101,91 @@ func TestDryRunHostReportsAndChangesNothing(t *testing.T) {
 	}
 }
 
-// fakeMirror records what a restart saw of the manifest at each step.
+// fakeMirror records what a restart saw of the manifests at each step, in steps it may share with
+// the other components' fakeMirrors.
 type fakeMirror struct {
 	root  string
-	steps []string
+	comp  string // etcd when empty
+	steps *[]string
 }
 
+func newFakeMirror(root string) *fakeMirror { return &fakeMirror{root: root, steps: new([]string)} }
+
+// present says, for each component whose manifest the restart handles, whether it is in place.
 func (f *fakeMirror) present() string {
-	if _, err := os.Stat(filepath.Join(f.root, "etc/kubernetes/manifests/etcd.yaml")); err == nil {
-		return "in"
+	var s []string
+	for _, comp := range []string{"etcd", "kube-controller-manager", "kube-scheduler"} {
+		if _, err := os.Stat(filepath.Join(f.root, "etc/kubernetes/manifests", comp+".yaml")); err == nil {
+			s = append(s, "in")
+		} else if _, err := os.Stat(filepath.Join(f.root, "etc/kubernetes/nodeops-moved", comp+".yaml")); err == nil {
+			s = append(s, "out")
+		}
 	}
-	return "out"
+	return strings.Join(s, "+")
+}
+
+func (f *fakeMirror) step(what string) {
+	if f.comp != "" {
+		what = f.comp + " " + what
+	}
+	*f.steps = append(*f.steps, what+" "+f.present())
 }
 
 func (f *fakeMirror) Identity(context.Context) string {
-	f.steps = append(f.steps, "identity "+f.present())
+	f.step("identity")
 	return "run-1"
 }
 
 func (f *fakeMirror) WaitGone(_ context.Context, before string) error {
-	f.steps = append(f.steps, "gone "+before+" "+f.present())
+	f.step("gone " + before)
 	return nil
 }
 
 func (f *fakeMirror) WaitBack(_ context.Context, before string) error {
-	f.steps = append(f.steps, "back "+before+" "+f.present())
+	f.step("back " + before)
 	return nil
+}
+
+// TestKubeletStaticPodsRestartTogether: the controller-manager and the scheduler restarted together
+// are both out before the restart waits for either to go, and both back before it waits for either
+// to come back, so the restart takes the slower of the two, not their sum.
+func TestKubeletStaticPodsRestartTogether(t *testing.T) {
+	root := hosttest.NewRoot(t, map[string]string{
+		"/etc/kubernetes/manifests/kube-controller-manager.yaml": "cm",
+		"/etc/kubernetes/manifests/kube-scheduler.yaml":          "scheduler",
+	})
+	steps := new([]string)
+	cm := &fakeMirror{root: root, comp: "cm", steps: steps}
+	sched := &fakeMirror{root: root, comp: "scheduler", steps: steps}
+	var out strings.Builder
+	sp := &host.KubeletStaticPods{Files: &host.FS{Root: root}}
+	if err := sp.Restart(context.Background(), &out, host.StaticPod{Component: "kube-controller-manager", Mirror: cm},
+		host.StaticPod{Component: "kube-scheduler", Mirror: sched}); err != nil {
+		t.Fatal(err)
+	}
+	want := "cm identity in+in, scheduler identity in+in, cm gone run-1 out+out, scheduler gone run-1 out+out, " +
+		"cm back run-1 in+in, scheduler back run-1 in+in"
+	if got := strings.Join(*steps, ", "); got != want {
+		t.Errorf("steps\n%s\nwant\n%s", got, want)
+	}
+	if got := out.String(); got != "static pod kube-controller-manager restarted\nstatic pod kube-scheduler restarted\n" {
+		t.Errorf("output %q", got)
+	}
 }
 
 func TestKubeletStaticPodsWaitsWhileTheManifestIsOut(t *testing.T) {
 	root := hosttest.NewRoot(t, map[string]string{"/etc/kubernetes/nodeops-moved/etcd.yaml": "etcd"})
-	mirror := &fakeMirror{root: root}
+	mirror := newFakeMirror(root)
 	var out strings.Builder
 	sp := &host.KubeletStaticPods{Files: &host.FS{Root: root}}
-	if err := sp.Restart(context.Background(), &out, "etcd", mirror); err != nil {
+	if err := sp.Restart(context.Background(), &out, host.StaticPod{Component: "etcd", Mirror: mirror}); err != nil {
 		t.Fatal(err)
 	}
 	// The manifest an interrupted run left out is put back first.
-	if got, want := strings.Join(mirror.steps, ", "), "identity in, gone run-1 out, back run-1 in"; got != want {
+	if got, want := strings.Join(*mirror.steps, ", "), "identity in, gone run-1 out, back run-1 in"; got != want {
 		t.Errorf("steps %q, want %q", got, want)
 	}
-	if err := sp.Restart(context.Background(), &out, "kube-scheduler", mirror); err == nil || !strings.Contains(err.Error(), "no static pod manifest") {
+	if err := sp.Restart(context.Background(), &out, host.StaticPod{Component: "kube-scheduler", Mirror: mirror}); err == nil || !strings.Contains(err.Error(), "no static pod manifest") {
 		t.Errorf("restart without a manifest: %v", err)
 	}
 }

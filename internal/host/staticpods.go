@@ -17,10 +17,17 @@ const (
 // Manifest is the host path of component's manifest in dir.
 func Manifest(dir, component string) string { return dir + "/" + component + ".yaml" }
 
-// StaticPods restarts a control-plane static pod by moving its manifest out of ManifestsDir and back.
+// StaticPods restarts control-plane static pods by moving their manifests out of ManifestsDir and back.
 type StaticPods interface {
-	// Restart restarts component, saying what it did to out; mirror watches its pod where a kubelet runs.
-	Restart(ctx context.Context, out io.Writer, component string, mirror MirrorPod) error
+	// Restart restarts the pods together, saying what it did to out: every manifest out, every pod
+	// gone, every manifest back, every pod back Ready. It returns once all of them serve again.
+	Restart(ctx context.Context, out io.Writer, pods ...StaticPod) error
+}
+
+// StaticPod is one component to restart and, where a kubelet runs, the watch on its mirror pod.
+type StaticPod struct {
+	Component string
+	Mirror    MirrorPod
 }
 
 // MirrorPod watches a static pod's mirror pod, for restarts where a kubelet runs. The host knows no
@@ -54,27 +61,46 @@ type KubeletStaticPods struct {
 	Files Files
 }
 
-// Restart implements StaticPods.
-func (k *KubeletStaticPods) Restart(ctx context.Context, out io.Writer, component string, mirror MirrorPod) error {
-	live, moved, err := manifestInPlace(k.Files, component)
-	if err != nil {
-		return err
+// Restart implements StaticPods. Pods restarted together wait out their slowest, not their sum: the
+// kubelet stops and starts them at once.
+func (k *KubeletStaticPods) Restart(ctx context.Context, out io.Writer, pods ...StaticPod) error {
+	type moving struct {
+		StaticPod
+		live, moved, before string
 	}
-	before := mirror.Identity(ctx)
-	if err := k.Files.Rename(live, moved); err != nil {
-		return err
+	ms := make([]moving, 0, len(pods))
+	for _, p := range pods {
+		live, moved, err := manifestInPlace(k.Files, p.Component)
+		if err != nil {
+			return err
+		}
+		ms = append(ms, moving{StaticPod: p, live: live, moved: moved, before: p.Mirror.Identity(ctx)})
 	}
-	goneErr := mirror.WaitGone(ctx, before)
-	if err := k.Files.Rename(moved, live); err != nil {
-		return err
+	for i := range ms {
+		if err := k.Files.Rename(ms[i].live, ms[i].moved); err != nil {
+			return err
+		}
 	}
-	if goneErr != nil {
-		_, _ = fmt.Fprintf(out, "mirror pod of %s did not go away: %v\n", component, goneErr)
+	goneErrs := make([]error, len(ms))
+	for i := range ms {
+		goneErrs[i] = ms[i].Mirror.WaitGone(ctx, ms[i].before)
 	}
-	if err := mirror.WaitBack(ctx, before); err != nil {
-		return fmt.Errorf("static pod %s did not come back: %w", component, err)
+	for i := range ms {
+		if err := k.Files.Rename(ms[i].moved, ms[i].live); err != nil {
+			return err
+		}
 	}
-	_, _ = fmt.Fprintf(out, "static pod %s restarted\n", component)
+	for i := range ms {
+		if goneErrs[i] != nil {
+			_, _ = fmt.Fprintf(out, "mirror pod of %s did not go away: %v\n", ms[i].Component, goneErrs[i])
+		}
+	}
+	for i := range ms {
+		if err := ms[i].Mirror.WaitBack(ctx, ms[i].before); err != nil {
+			return fmt.Errorf("static pod %s did not come back: %w", ms[i].Component, err)
+		}
+		_, _ = fmt.Fprintf(out, "static pod %s restarted\n", ms[i].Component)
+	}
 	return nil
 }
 
@@ -86,20 +112,22 @@ type LocalStaticPods struct {
 }
 
 // Restart implements StaticPods.
-func (l *LocalStaticPods) Restart(_ context.Context, out io.Writer, component string, _ MirrorPod) error {
-	live, moved, err := manifestInPlace(l.Files, component)
-	if err != nil {
-		return err
+func (l *LocalStaticPods) Restart(_ context.Context, out io.Writer, pods ...StaticPod) error {
+	for _, p := range pods {
+		live, moved, err := manifestInPlace(l.Files, p.Component)
+		if err != nil {
+			return err
+		}
+		if err := l.Files.Rename(live, moved); err != nil {
+			return err
+		}
+		if err := l.Files.Rename(moved, live); err != nil {
+			return err
+		}
+		if err := l.Table.Record("restart static-pod/" + p.Component); err != nil {
+			return err
+		}
+		_, _ = fmt.Fprintf(out, "static pod %s restarted (recorded in the local service table)\n", p.Component)
 	}
-	if err := l.Files.Rename(live, moved); err != nil {
-		return err
-	}
-	if err := l.Files.Rename(moved, live); err != nil {
-		return err
-	}
-	if err := l.Table.Record("restart static-pod/" + component); err != nil {
-		return err
-	}
-	_, _ = fmt.Fprintf(out, "static pod %s restarted (recorded in the local service table)\n", component)
 	return nil
 }

@@ -18,6 +18,8 @@ import (
 const (
 	staticPodGoneWait = 2 * time.Minute
 	staticPodBackWait = 5 * time.Minute
+	// mirrorPodReadTimeout bounds each read of a mirror pod while a restart waits for it.
+	mirrorPodReadTimeout = 5 * time.Second
 )
 
 var controlPlaneComponents = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}
@@ -34,12 +36,35 @@ func runRestartStaticPods(ctx context.Context, env *Env, c *v1alpha1.RestartStat
 			}
 		}
 	}
-	for _, comp := range components {
-		if err := env.Host.StaticPods.Restart(ctx, env.out(), comp, &mirrorPod{env: env, comp: comp}); err != nil {
+	for _, round := range restartRounds(components) {
+		pods := make([]host.StaticPod, len(round))
+		for i, comp := range round {
+			pods[i] = host.StaticPod{Component: comp, Mirror: &mirrorPod{env: env, comp: comp}}
+		}
+		if err := env.Host.StaticPods.Restart(ctx, env.out(), pods...); err != nil {
 			return Result{}, err
 		}
 	}
 	return Result{Message: fmt.Sprintf("restarted static pods %v", components)}, nil
+}
+
+// restartRounds groups the components, in their order, into the restarts made together: the
+// controller-manager and the scheduler side by side (each is a client of the API server alone and
+// takes 20 to 25 s to come back on a real node, so together the restart waits for the slower, not
+// both), etcd and the API server each alone (the API server needs etcd, and every other component
+// needs the API server). Each round serves again before the next starts, and the command ends only
+// when every component serves (rule 13).
+func restartRounds(components []string) [][]string {
+	clientOnly := func(comp string) bool { return comp == "kube-controller-manager" || comp == "kube-scheduler" }
+	var rounds [][]string
+	for _, comp := range components {
+		if n := len(rounds); n > 0 && clientOnly(comp) && clientOnly(rounds[n-1][0]) {
+			rounds[n-1] = append(rounds[n-1], comp)
+			continue
+		}
+		rounds = append(rounds, []string{comp})
+	}
+	return rounds
 }
 
 // mirrorPod is host.MirrorPod for a component of this node, read through the cluster.
@@ -91,7 +116,11 @@ func waitMirrorPod(ctx context.Context, env *Env, comp string, done func(uid typ
 	defer cancel()
 	for {
 		pod := &corev1.Pod{}
-		err := env.Client.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: comp + "-" + env.NodeName}, pod)
+		// A read answered by an API server whose etcd is away hangs until the API server gives up
+		// (about 30 s on the real node): a short bound tells sooner that the component went.
+		readCtx, readCancel := context.WithTimeout(ctx, mirrorPodReadTimeout)
+		err := env.Client.Get(readCtx, client.ObjectKey{Namespace: "kube-system", Name: comp + "-" + env.NodeName}, pod)
+		readCancel()
 		switch {
 		case apierrors.IsNotFound(err):
 			if done("", false, false) {

@@ -2,10 +2,15 @@ package commands
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 )
@@ -31,4 +36,39 @@ func TestWaitsAddUpByWhatWasWaitedFor(t *testing.T) {
 		t.Error("a nil Waits lists something")
 	}
 	(&Env{}).waiting(v1alpha1.WaitDrain)() // an Env without Waits records nothing and does not panic
+}
+
+// TestMirrorPodReadsAreBoundedWhileEtcdIsAway: with etcd's manifest out, an API server on the same
+// node cannot answer a read of the mirror pod and hangs until it gives up (about 30 s on the real
+// node, longer than the restart would wait). Each read is bounded, so the restart tells that etcd
+// went from the unanswered read, not from the end of its whole wait.
+func TestMirrorPodReadsAreBoundedWhileEtcdIsAway(t *testing.T) {
+	hanging := interceptor.NewClient(fake.NewClientBuilder().Build(), interceptor.Funcs{
+		Get: func(ctx context.Context, _ client.WithWatch, _ client.ObjectKey, _ client.Object, _ ...client.GetOption) error {
+			<-ctx.Done() // the API server never answers while etcd is away
+			return ctx.Err()
+		},
+	})
+	var out strings.Builder
+	env := &Env{Client: hanging, NodeName: "cp-1", Out: &out, Poll: 10 * time.Millisecond}
+	// The restart's own wait is far longer than a read's bound: only the bound can end the read.
+	ctx, cancel := context.WithTimeout(context.Background(), staticPodGoneWait)
+	defer cancel()
+	if err := (&mirrorPod{env: env, comp: "etcd"}).WaitGone(ctx, "run-1"); err != nil {
+		t.Fatalf("WaitGone for etcd with a hanging API server: %v, want gone", err)
+	}
+	if !strings.Contains(out.String(), "API server unreachable after moving the etcd manifest out") {
+		t.Errorf("output %q does not say the API server went away", out.String())
+	}
+}
+
+// The controller-manager and the scheduler restart together; etcd and the API server each alone.
+func TestRestartRounds(t *testing.T) {
+	got := restartRounds([]string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"})
+	if fmt.Sprint(got) != "[[etcd] [kube-apiserver] [kube-controller-manager kube-scheduler]]" {
+		t.Errorf("rounds %v", got)
+	}
+	if got := restartRounds([]string{"kube-scheduler", "etcd", "kube-controller-manager"}); fmt.Sprint(got) != "[[kube-scheduler] [etcd] [kube-controller-manager]]" {
+		t.Errorf("rounds %v: components in the order asked, only neighbours together", got)
+	}
 }
