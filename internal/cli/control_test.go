@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -275,5 +276,59 @@ func TestGateCommandsOnAProfile(t *testing.T) {
 	}
 	if _, errOut, code := run(t, "approve", "nodeprofile/gated-prof", "--gate", "nope"); code != CodeError || !strings.Contains(errOut, `nodeprofile gated-prof has no gate "nope"`) {
 		t.Errorf("unknown gate: code %d, %s", code, errOut)
+	}
+}
+
+// TestReconfigureShortcut: `reconfigure` builds from its flags the operation a person would write by
+// hand, `plan reconfigure` shows the same plan as `plan -f` of that manifest, and a bad flag is
+// refused naming it before anything is created.
+func TestReconfigureShortcut(t *testing.T) {
+	planCluster(t)
+	args := []string{"--apiserver-arg", "audit-log-maxage=30", "--kubelet-config", "maxPods: 150\n"}
+	viaShortcut := mustRun(t, append([]string{"plan", "reconfigure"}, args...)...)
+	viaFile := mustRun(t, "plan", "-f", "testdata/reconfigure.yaml")
+	cut := func(s string) string { return s[:strings.LastIndex(s, "Nothing was created.")] }
+	if cut(viaShortcut) != cut(viaFile) {
+		t.Errorf("plan reconfigure %q:\n%s\nwant the plan of testdata/reconfigure.yaml:\n%s", args, viaShortcut, viaFile)
+	}
+
+	deleteAtEnd(t, &nodeopsv1.NodeOperation{ObjectMeta: metav1.ObjectMeta{Name: "reconf-1"}})
+	out := mustRun(t, "reconfigure", "--name", "reconf-1", "--dry-run", "--scheduler-arg", "v=2", "--scheduler-arg", "profiling-",
+		"--scheduler-arg", "v=3", "--controller-manager-arg", "bind-address-", "--feature-gate", "ControlPlaneKubeletLocalMode=true",
+		"--kubelet-config", "maxPods: 120", "--drain")
+	if !strings.Contains(out, "nodeoperation/reconf-1 created (reconfigure, DryRun)") {
+		t.Errorf("reconfigure output:\n%s", out)
+	}
+	rc := getOp(t, "reconf-1").Spec.Reconfigure
+	cc := rc.ClusterConfiguration
+	if cc == nil || cc.APIServer != nil || cc.Scheduler == nil || fmt.Sprint(cc.Scheduler.ExtraArgs) != "[--v=3]" ||
+		fmt.Sprint(cc.Scheduler.RemoveExtraArgs) != "[profiling]" || fmt.Sprint(cc.ControllerManager.RemoveExtraArgs) != "[bind-address]" ||
+		!cc.FeatureGates["ControlPlaneKubeletLocalMode"] || rc.KubeletConfiguration != "maxPods: 120" || rc.Drain == nil {
+		t.Errorf("reconfigure created %+v (cluster configuration %+v)", rc, cc)
+	}
+
+	for _, bad := range [][]string{
+		{"reconfigure"},
+		{"reconfigure", "--apiserver-arg", "--audit-log-maxage=30"},
+		{"reconfigure", "--scheduler-arg", "v"},
+		{"reconfigure", "--feature-gate", "X=maybe"},
+		{"reconfigure", "--kubelet-config", "a: 1", "--kubelet-config-file", "x.yaml"},
+	} {
+		before := operationCount(t)
+		_, errOut, code := run(t, bad...)
+		flag := "nothing to reconfigure"
+		if len(bad) > 1 {
+			flag = bad[1]
+		}
+		if code != CodeError || !strings.Contains(errOut, flag) {
+			t.Errorf("%q: exit %d, stderr %q; want an error naming %s", bad, code, errOut, flag)
+		}
+		if operationCount(t) != before {
+			t.Errorf("%q created an operation", bad)
+		}
+	}
+	// The API server's own refusal reaches the user, naming the field.
+	if _, errOut, code := run(t, "reconfigure", "--kubelet-config", "kind: KubeletConfiguration"); code != CodeError || !strings.Contains(errOut, "kubeletConfiguration") {
+		t.Errorf("reconfigure --kubelet-config 'kind: ...': exit %d, stderr %q", code, errOut)
 	}
 }

@@ -70,7 +70,7 @@ type planFlags struct {
 func newPlanCommand(o *Options) *cobra.Command {
 	pf := &planFlags{}
 	cmd := &cobra.Command{
-		Use:   "plan (-f FILE | upgrade VERSION | renew-certs)",
+		Use:   "plan (-f FILE | upgrade VERSION | renew-certs | reconfigure)",
 		Short: "Show what an operation would do: groups, nodes in order, commands. Creates nothing",
 		Long: `Expand an operation the way the manager will, against the cluster's nodes as they
 are now, and show its groups in order, each with its nodes (sorted, as they will
@@ -78,7 +78,7 @@ be taken) and its commands. Nothing is created or changed; only nodes (and, for 
 upgrade, kube-system/kubeadm-config for the version check) are read.
 
 The operation comes from a file (-f, a NodeOperation manifest; - reads standard
-input) or from the same shortcuts and flags as 'upgrade' and 'renew-certs'.`,
+input) or from the same shortcuts and flags as 'upgrade', 'renew-certs' and 'reconfigure'.`,
 		Example: `  # A manifest you are about to apply
   kubectl nodeops plan -f rollout.yaml
 
@@ -91,7 +91,7 @@ input) or from the same shortcuts and flags as 'upgrade' and 'renew-certs'.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if pf.file == "" {
-				return errors.New("give -f FILE, or a shortcut: 'plan upgrade VERSION' or 'plan renew-certs'")
+				return errors.New("give -f FILE, or a shortcut: 'plan upgrade VERSION', 'plan renew-certs' or 'plan reconfigure'")
 			}
 			op, err := readOperation(o.In, pf.file)
 			if err != nil {
@@ -137,7 +137,24 @@ input) or from the same shortcuts and flags as 'upgrade' and 'renew-certs'.`,
 	}
 	rf.addCommon(renew.Flags())
 	rf.addRenew(renew.Flags())
-	cmd.AddCommand(up, renew)
+
+	cf, rcf := &operationFlags{}, &reconfigureFlags{}
+	reconf := &cobra.Command{
+		Use:     "reconfigure",
+		Short:   "Plan a reconfigure (same flags as 'kubectl nodeops reconfigure')",
+		Example: `  kubectl nodeops plan reconfigure --apiserver-arg audit-log-maxage=30 --kubelet-config 'maxPods: 150'`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			op, err := cf.reconfigureOperation(rcf, func() ([]byte, error) { return io.ReadAll(o.In) })
+			if err != nil {
+				return err
+			}
+			return o.runPlan(cmd.Context(), op, pf.output, "kubectl nodeops reconfigure (with the same flags)")
+		},
+	}
+	cf.addCommon(reconf.Flags())
+	rcf.add(reconf.Flags())
+	cmd.AddCommand(up, renew, reconf)
 	return cmd
 }
 

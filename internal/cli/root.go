@@ -115,6 +115,7 @@ See what an operation would do with 'plan', start one with 'upgrade' or 'renew-c
 		newAbortCommand(o),
 		newUpgradeCommand(o),
 		newRenewCertsCommand(o),
+		newReconfigureCommand(o),
 		newProfileCommand(o),
 		newTargetCommand(o),
 		newVersionCommand(o),
