@@ -10,6 +10,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
+	"syscall"
 	"time"
 	_ "time/tzdata" // maintenance windows name IANA zones; the image may have no zoneinfo
 
@@ -75,10 +77,32 @@ type options struct {
 }
 
 func main() {
-	if err := run(ctrl.SetupSignalHandler(), os.Args[1:]); err != nil {
+	ctx := ctrl.SetupSignalHandler()
+	err := run(ctx, os.Args[1:])
+	if err != nil && ctx.Err() == nil && isLeadershipLost(err) {
+		// Losing the Lease ends this process's leadership for good: nothing of it may act again. A
+		// container that exited would be restarted by its kubelet only after a crash-loop back-off
+		// (10 s, then 20, 40, ... 5 min): on a single control plane, whose API server every renewal and
+		// upgrade restarts, the manager lost the Lease at each restart and an operation's last step
+		// waited out the back-off. Replacing the process image instead ends every goroutine of this
+		// leadership as an exit would and starts a new candidate at once, with a new identity, which
+		// waits for the Lease like any other.
+		fmt.Fprintln(os.Stderr, "manager: leader election lost; starting again in place as a new candidate")
+		if exe, xerr := os.Executable(); xerr == nil {
+			xerr = syscall.Exec(exe, os.Args, os.Environ())
+			err = fmt.Errorf("%w (starting again in place failed: %v)", err, xerr)
+		}
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "manager:", err)
 		os.Exit(1)
 	}
+}
+
+// isLeadershipLost says whether the manager stopped because it lost the leader election Lease
+// (controller-runtime returns this error, with no type of its own).
+func isLeadershipLost(err error) bool {
+	return strings.Contains(err.Error(), "leader election lost")
 }
 
 // run runs the manager until ctx ends.
