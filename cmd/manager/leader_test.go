@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strings"
@@ -15,6 +18,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -165,4 +169,46 @@ func TestLostLeadershipStartsANewCandidateInPlace(t *testing.T) {
 	default:
 	}
 	t.Logf("pid %d led as %s, lost the Lease, and leads again in the same process as %s", cmd.Process.Pid, first, second)
+}
+
+// TestStartWaitsForTheAPIServer: a manager started while its API server is away (as on a single
+// control plane whose API server a renewal restarts) waits until it answers, saying so, instead of
+// failing at once.
+func TestStartWaitsForTheAPIServer(t *testing.T) {
+	var mu sync.Mutex
+	refusals := 3
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if refusals > 0 {
+			refusals--
+			http.Error(w, "etcd is away", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"major":"1","minor":"37","gitVersion":"v1.37.2"}`))
+	}))
+	defer srv.Close()
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := waitForAPIServer(ctx, &rest.Config{Host: srv.URL}, &out); err != nil {
+		t.Fatalf("waitForAPIServer: %v\n%s", err, out.String())
+	}
+	if got := out.String(); !strings.Contains(got, "manager: waiting for the API server (0s so far): ") || !strings.Contains(got, "manager: the API server answers after") {
+		t.Errorf("output %q does not say it waited and then found the API server", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if refusals != 0 {
+		t.Errorf("%d refusals left: it did not ask until the API server answered", refusals)
+	}
+
+	// Its wait ends with the manager's context, naming the last error.
+	srv.Close()
+	short, cancelShort := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancelShort()
+	if err := waitForAPIServer(short, &rest.Config{Host: srv.URL}, io.Discard); err == nil || !strings.Contains(err.Error(), "waiting for the API server") {
+		t.Errorf("waitForAPIServer against a closed server: %v", err)
+	}
 }

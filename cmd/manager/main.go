@@ -9,6 +9,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"syscall"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -163,6 +165,9 @@ func run(ctx context.Context, args []string) error {
 	}
 	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
 	cfg.UserAgent = "nodeops-manager"
+	if err := waitForAPIServer(ctx, cfg, os.Stderr); err != nil {
+		return err
+	}
 
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
@@ -305,4 +310,36 @@ func stripNode(obj any) (any, error) {
 		n.Status.Images = nil
 	}
 	return obj, nil
+}
+
+// waitForAPIServer waits until the API server answers /version. Building the manager needs it (the
+// cache asks the API server which kinds are namespaced) and fails at once without it; a manager that
+// starts while the API server restarts (a single control plane's renewal or upgrade, or a start in
+// place after the Lease was lost) waits for it instead of exiting into the kubelet's crash-loop
+// back-off. It says what it waits for every ten seconds; the liveness probe bounds the wait.
+func waitForAPIServer(ctx context.Context, cfg *rest.Config, out io.Writer) error {
+	dc, err := discovery.NewDiscoveryClientForConfig(rest.CopyConfig(cfg))
+	if err != nil {
+		return fmt.Errorf("discovery client: %w", err)
+	}
+	start := time.Now()
+	var said time.Time
+	for {
+		_, err := dc.ServerVersion()
+		if err == nil {
+			if !said.IsZero() {
+				fmt.Fprintf(out, "manager: the API server answers after %s\n", time.Since(start).Round(time.Second))
+			}
+			return nil
+		}
+		if said.IsZero() || time.Since(said) >= 10*time.Second {
+			fmt.Fprintf(out, "manager: waiting for the API server (%s so far): %v\n", time.Since(start).Round(time.Second), err)
+			said = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the API server: %w (last: %v)", ctx.Err(), err)
+		case <-time.After(time.Second):
+		}
+	}
 }

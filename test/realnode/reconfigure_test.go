@@ -178,25 +178,28 @@ func (e *env) commandOutput(task, kind string) string {
 	return ""
 }
 
-// apiServerArgs is the command line of the running kube-apiserver process, read from /proc.
+// apiServerArgs is the command line of the node's running kube-apiserver process, read from /proc
+// (other API servers may run on the machine, such as tests' own: the node's is kubeadm's, with its
+// client CA under /etc/kubernetes/pki).
 func (e *env) apiServerArgs() []string {
 	e.t.Helper()
-	args, _ := processArgs("kube-apiserver")
+	args, _ := processArgs("kube-apiserver", "--client-ca-file="+pkiDir+"/ca.crt")
 	return args
 }
 
-// kubeletPID is the running kubelet's process ID.
+// kubeletPID is the node's running kubelet's process ID.
 func (e *env) kubeletPID() int {
 	e.t.Helper()
-	_, pid := processArgs("kubelet")
+	_, pid := processArgs("kubelet", "--config="+kubeletConfig)
 	if pid == 0 {
 		e.t.Fatal("no kubelet process")
 	}
 	return pid
 }
 
-// processArgs finds the one process whose command is name and returns its arguments and PID.
-func processArgs(name string) ([]string, int) {
+// processArgs finds a process whose command is name with the argument mark, and returns its
+// arguments and PID.
+func processArgs(name, mark string) ([]string, int) {
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {
 		raw, err := os.ReadFile(filepath.Join(d, "cmdline"))
@@ -204,7 +207,7 @@ func processArgs(name string) ([]string, int) {
 			continue
 		}
 		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
-		if filepath.Base(args[0]) == name {
+		if filepath.Base(args[0]) == name && hasArg(args, mark) {
 			pid, _ := strconv.Atoi(filepath.Base(d))
 			return args, pid
 		}
