@@ -356,7 +356,7 @@ func readJournal(files host.Files, t Target, ca *x509.Certificate) (c *x509.Cert
 
 // Reissue re-issues a control plane's certificates from the operation's new authorities (steps in
 // this order): the new authorities' certificates and keys (and with ServiceAccountKey sa.key and
-// sa.pub) replace the old in /etc/kubernetes/pki, key first; then each certificate they sign is
+// sa.pub) replace the old in /etc/kubernetes/pki, key first, each old file kept in PreviousDirectory; then each certificate they sign is
 // issued again, recorded in the journal before it is put in place, key before certificate. A
 // certificate the new authority signed already is kept, and one the journal holds is installed, not
 // issued again: a run cut anywhere and run again ends with the same certificates and issues none twice.
@@ -511,8 +511,20 @@ func replaceAuthorityFile(files host.Files, p Pair, rel string, mode fs.FileMode
 	if dryRun {
 		return s, nil
 	}
+	// The old file is kept first, once, so a person can still back out after re-issue
+	// (docs/how-to/rotate-cas.md); a resumed run finds it kept and leaves it as it is.
+	if got != nil && !files.Exists(previous(rel)) {
+		if err := files.WriteFileAtomic(previous(rel), got, 0o600); err != nil {
+			return nil, err
+		}
+	}
 	return s, files.WriteFileAtomic(pki(rel), want, mode)
 }
+
+// PreviousDirectory keeps, in the staging directory, the old authorities' files re-issue replaced.
+const PreviousDirectory = v1alpha1.StagingDirectory + "/previous"
+
+func previous(rel string) string { return path.Join(PreviousDirectory, rel) }
 
 func keyOrCert(rel string) string {
 	switch {

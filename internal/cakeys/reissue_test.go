@@ -149,6 +149,10 @@ func TestReissueOnAKubeadmControlPlane(t *testing.T) {
 	fresh := trustedBoth(t, root)
 	files := host.NewLocal(root).Files
 	before := leaves(t, root)
+	oldAuthorities := map[string][]byte{}
+	for _, rel := range []string{"ca.crt", "ca.key", "etcd/ca.key", "front-proxy-ca.key", "sa.key", "sa.pub"} {
+		oldAuthorities[rel] = readFile(t, root, pki(rel))
+	}
 	var names []string
 	for n := range before {
 		names = append(names, n)
@@ -184,6 +188,15 @@ func TestReissueOnAKubeadmControlPlane(t *testing.T) {
 	for _, rel := range []string{"ca.crt", "ca.key", "etcd/ca.crt", "etcd/ca.key", "front-proxy-ca.crt", "front-proxy-ca.key", "sa.key", "sa.pub"} {
 		if !bytes.Equal(readFile(t, root, pki(rel)), readFile(t, root, staged(rel))) {
 			t.Errorf("%s is not the new one", rel)
+		}
+	}
+	// The old authorities are kept for a person who backs out (0600, in the staging directory).
+	for rel, data := range oldAuthorities {
+		if !bytes.Equal(readFile(t, root, previous(rel)), data) {
+			t.Errorf("%s: the old %s is not kept", previous(rel), rel)
+		}
+		if fi, _ := os.Stat(filepath.Join(root, previous(rel))); fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s mode %04o", previous(rel), fi.Mode().Perm())
 		}
 	}
 	after := leaves(t, root)
@@ -427,8 +440,8 @@ func TestReissueInterruptedAtEveryWriteIssuesNothingTwice(t *testing.T) {
 	if _, err := Reissue(counter, in, false); err != nil {
 		t.Fatal(err)
 	}
-	// The authorities (8 files), then per target its journal entry and its one or two files.
-	if counter.writes < 8+2*len(wantTargets) {
+	// The authorities (8 files, each kept first), then per target its journal entry and its one or two files.
+	if counter.writes < 16+2*len(wantTargets) {
 		t.Fatalf("only %d writes to cut", counter.writes)
 	}
 	for n := 1; n <= counter.writes; n++ {
