@@ -169,7 +169,9 @@ func TestReissueCertificatesOnAWorkerAsksTheClusterAsTheKubelet(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = te.Stop() }()
-	ctx := context.Background()
+	// A run that would wait for a request nobody signs fails the test instead of hanging it.
+	ctx, cancelAll := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancelAll()
 	node := "worker-" + strings.ToLower(rand.Text()[:6])
 	kubelet, err := te.AddUser("system:node:"+node, "system:nodes")
 	if err != nil {
@@ -266,6 +268,13 @@ func TestReissueCertificatesOnAWorkerAsksTheClusterAsTheKubelet(t *testing.T) {
 	reqs := requests()
 	if len(reqs) != 1 {
 		t.Fatalf("%d requests", len(reqs))
+	}
+	// Run again, cut again: it waits for the same request, and makes no second one.
+	cut, cancel = context.WithTimeout(ctx, time.Second)
+	_, _, _ = reissue(cut, t, env(false))
+	cancel()
+	if again := requests(); len(again) != 1 {
+		t.Fatalf("the resumed run made another request: %d requests", len(again))
 	}
 	if reqs[0].Spec.Username != "system:node:"+node || reqs[0].Spec.SignerName != "kubernetes.io/kube-apiserver-client-kubelet" {
 		t.Fatalf("the request was made by %q for %q, want the kubelet's own", reqs[0].Spec.Username, reqs[0].Spec.SignerName)
