@@ -514,11 +514,25 @@ func replaceAuthorityFile(files host.Files, p Pair, rel string, mode fs.FileMode
 	// The old file is kept first, once, so a person can still back out after re-issue
 	// (docs/how-to/rotate-cas.md); a resumed run finds it kept and leaves it as it is.
 	if got != nil && !files.Exists(previous(rel)) {
-		if err := files.WriteFileAtomic(previous(rel), got, 0o600); err != nil {
+		if err := record(files, previous(rel), got); err != nil {
 			return nil, err
 		}
 	}
 	return s, files.WriteFileAtomic(pki(rel), want, mode)
+}
+
+// record writes a file holding a key into the staging directory: the file 0600 and every directory
+// of the staging directory it is in 0700, on a worker too (where nothing else made them).
+func record(files host.Files, p string, data []byte) error {
+	if err := files.WriteFileAtomic(p, data, 0o600); err != nil {
+		return err
+	}
+	for d := path.Dir(p); strings.HasPrefix(d, v1alpha1.StagingDirectory); d = path.Dir(d) {
+		if err := files.Chmod(d, 0o700); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // PreviousDirectory keeps, in the staging directory, the old authorities' files re-issue replaced.
@@ -573,7 +587,7 @@ func reissueOne(files host.Files, t Target, s *signer, now time.Time, dryRun boo
 		}
 		step.Serial = serial(c)
 		// The record before the certificate is put in place (rule 16): a resumed run installs this one.
-		if err := files.WriteFileAtomic(journalFile(t), append(append([]byte(nil), certPEM...), keyPEM...), 0o600); err != nil {
+		if err := record(files, journalFile(t), append(append([]byte(nil), certPEM...), keyPEM...)); err != nil {
 			return Step{}, err
 		}
 	}

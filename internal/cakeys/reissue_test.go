@@ -233,6 +233,11 @@ func TestReissueOnAKubeadmControlPlane(t *testing.T) {
 	if link, err := os.Readlink(filepath.Join(root, KubeletPKIDirectory, "kubelet-client-current.pem")); err != nil || link != filepath.Base(kubeletClientFile) {
 		t.Errorf("kubelet-client-current.pem -> %q (%v)", link, err)
 	}
+	for _, d := range []string{JournalDirectory, PreviousDirectory, PreviousDirectory + "/etcd"} {
+		if fi, err := os.Stat(filepath.Join(root, d)); err != nil || fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s: %v %v, want mode 0700", d, fi, err)
+		}
+	}
 	for _, p := range []string{kubeletClientFile, pki("apiserver.key"), journalFile(Target{Name: "apiserver"})} {
 		if fi, err := os.Stat(filepath.Join(root, p)); err != nil || fi.Mode().Perm() != 0o600 {
 			t.Errorf("%s: %v %v, want mode 0600", p, fi, err)

@@ -132,7 +132,7 @@ func PrepareKubeletRequest(files host.Files, operation, node string, dryRun bool
 		}
 		if !dryRun {
 			// The record before the request (rule 16): a resumed run asks for this key again.
-			if err := files.WriteFileAtomic(journalKeyFile, keyPEM, 0o600); err != nil {
+			if err := record(files, journalKeyFile, keyPEM); err != nil {
 				return nil, nil, err
 			}
 		}
@@ -201,7 +201,7 @@ func (r *KubeletRequest) Complete(files host.Files, certPEM []byte) (Step, error
 		return Step{}, fmt.Errorf("the issued certificate names %q, not %q", c.Subject.CommonName, r.CommonName)
 	}
 	certOnly := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
-	if err := files.WriteFileAtomic(journalFile(r.Target), append(append([]byte(nil), certOnly...), r.keyPEM...), 0o600); err != nil {
+	if err := record(files, journalFile(r.Target), append(append([]byte(nil), certOnly...), r.keyPEM...)); err != nil {
 		return Step{}, err
 	}
 	if err := install(files, r.Target, certOnly, r.keyPEM); err != nil {

@@ -317,6 +317,11 @@ func TestReissueCertificatesOnAWorkerAsksTheClusterAsTheKubelet(t *testing.T) {
 	if _, err := tlsPair(t, filepath.Join(root, dated)); err != nil {
 		t.Errorf("kubelet-client-current.pem: %v", err)
 	}
+	for _, d := range []string{v1alpha1.StagingDirectory, cakeys.JournalDirectory} {
+		if fi, err := os.Stat(filepath.Join(root, d)); err != nil || fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s on the worker: %v %v, want mode 0700: it holds the request's key", d, fi, err)
+		}
+	}
 	if !strings.Contains(out, "after: issued by CA \"kubernetes\"") || strings.Contains(out, "PRIVATE KEY") {
 		t.Errorf("output:\n%s", out)
 	}
