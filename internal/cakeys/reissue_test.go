@@ -244,6 +244,18 @@ func TestReissueOnAKubeadmControlPlane(t *testing.T) {
 		}
 	}
 
+	// kubeadm itself takes the result for its own: `init phase certs all` keeps an existing certificate
+	// only when the authority on disk signed it and its key matches (phases/certs/certs.go), else fails.
+	pkiDir := filepath.Join(root, PKIDirectory)
+	snap := snapshot(t, root)
+	out, err := exec.Command(kubeadmBin(t), "init", "phase", "certs", "all", "--cert-dir", pkiDir, "--apiserver-advertise-address", "10.0.0.1", "--apiserver-cert-extra-sans", "cp.example.com").CombinedOutput()
+	if err != nil || strings.Contains(string(out), "Generating") {
+		t.Fatalf("kubeadm init phase certs on the re-issued certificates: %v\n%s", err, out)
+	}
+	if snapshot(t, root) != snap {
+		t.Fatal("kubeadm changed the re-issued certificates")
+	}
+
 	again, err := Reissue(files, reissueInput(), false)
 	if err != nil {
 		t.Fatal(err)
