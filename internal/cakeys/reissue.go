@@ -573,7 +573,7 @@ func reissueOne(files host.Files, t Target, s *signer, now time.Time, dryRun boo
 		step.State, step.Serial = "install", serial(jc)
 	} else {
 		if cur == nil {
-			return Step{}, fmt.Errorf("%s: cannot re-issue a certificate that cannot be read and that no run recorded in %s: %w", t.Path, JournalDirectory, err)
+			return Step{}, fmt.Errorf("%s: cannot re-issue a certificate that is missing or cannot be read and that no run recorded in %s", t.Path, JournalDirectory)
 		}
 		step.State = "issue"
 		if dryRun {

@@ -28,8 +28,12 @@ import (
 // re-issue on the control planes is the new authority.
 
 // journalKeyFile records the key a worker's request is made for before the request is sent, so a
-// resumed run asks again for the same key (and so under the same name) instead of making another.
-var journalKeyFile = path.Join(JournalDirectory, "kubelet-client-request.key")
+// resumed run asks again for the same key (and so under the same name) instead of making another. It
+// is the operation's: a worker keeps no staging directory of its own operation, and a later rotation
+// must not take an earlier one's key.
+func journalKeyFile(operation string) string {
+	return path.Join(JournalDirectory, "kubelet-client-request-"+operation+".key")
+}
 
 // KubeletRequest is a worker's request for a new kubelet client certificate.
 type KubeletRequest struct {
@@ -45,6 +49,7 @@ type KubeletRequest struct {
 	Before     string
 	key        crypto.Signer
 	keyPEM     []byte
+	keyFile    string
 }
 
 // WorkerNewClusterCA is the new cluster authority on a worker: the one in the bundle trust-both wrote
@@ -121,7 +126,8 @@ func PrepareKubeletRequest(files host.Files, operation, node string, dryRun bool
 	}
 	var keyPEM []byte
 	var k crypto.Signer
-	if data, err := files.ReadFile(journalKeyFile); err == nil {
+	keyFile := journalKeyFile(operation)
+	if data, err := files.ReadFile(keyFile); err == nil {
 		if k, err = parseAnyKey(data); err == nil {
 			keyPEM = data
 		}
@@ -132,7 +138,7 @@ func PrepareKubeletRequest(files host.Files, operation, node string, dryRun bool
 		}
 		if !dryRun {
 			// The record before the request (rule 16): a resumed run asks for this key again.
-			if err := record(files, journalKeyFile, keyPEM); err != nil {
+			if err := record(files, keyFile, keyPEM); err != nil {
 				return nil, nil, err
 			}
 		}
@@ -150,7 +156,7 @@ func PrepareKubeletRequest(files host.Files, operation, node string, dryRun bool
 	return &KubeletRequest{
 		Target: *t, Name: requestName(operation, node, hex.EncodeToString(sum[:8])), CommonName: want,
 		Request: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
-		NewCA:   newCA, Before: before, key: k, keyPEM: keyPEM,
+		NewCA:   newCA, Before: before, key: k, keyPEM: keyPEM, keyFile: keyFile,
 	}, nil, nil
 }
 
@@ -193,7 +199,7 @@ func (r *KubeletRequest) Complete(files host.Files, certPEM []byte) (Step, error
 		return Step{}, fmt.Errorf("the issued certificate: %w", err)
 	}
 	if !IssuedBy(c, r.key, r.NewCA) {
-		_ = files.Remove(journalKeyFile)
+		_ = files.Remove(r.keyFile)
 		return Step{}, fmt.Errorf("the cluster issued %s a certificate %w (issuer %q): the controller-manager that signs (--cluster-signing-cert-file) has not been restarted on the new ca.crt; run group ca-reissue-control-planes on every control plane first: %w",
 			r.CommonName, ErrIssuedByOldAuthority, c.Issuer.CommonName, c.CheckSignatureFrom(r.NewCA))
 	}
