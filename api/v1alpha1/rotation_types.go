@@ -38,7 +38,7 @@ const (
 
 // RotationNotBuilt is what admission answers to a rotation, in one place so the docs and the tests
 // quote the same words: until every phase works, none may be started.
-const RotationNotBuilt = "not implemented yet: phase trust-both's publishCertificateAuthorities and phases re-issue and complete are not built (prepare and trust-both's trustCertificateAuthorities with trust OldAndNew are); see docs/how-to/rotate-cas.md"
+const RotationNotBuilt = "not implemented yet: phase trust-both's publishCertificateAuthorities and phase complete are not built (prepare, trust-both's trustCertificateAuthorities with trust OldAndNew, and re-issue are); see docs/how-to/rotate-cas.md"
 
 // RotateCertificateAuthoritiesOperation replaces the cluster's certificate authorities (and, with
 // serviceAccountKey, the service-account signing key) in four phases, each a set of groups that run
@@ -46,8 +46,8 @@ const RotationNotBuilt = "not implemented yet: phase trust-both's publishCertifi
 // the first control plane and copied to the others by their agents: the keys never travel through
 // the API), trust-both (old and new trusted everywhere), re-issue (every certificate and kubeconfig
 // from the new authorities) and complete (the old authorities dropped). Not implemented yet: admission
-// refuses it (RotationNotBuilt): phase prepare and trust-both's trustCertificateAuthorities are
-// built and run as commands of a custom operation.
+// refuses it (RotationNotBuilt): phase prepare, trust-both's trustCertificateAuthorities and phase
+// re-issue are built and run as commands of a custom operation.
 type RotateCertificateAuthoritiesOperation struct {
 	// Authorities to replace: cluster, etcd, front-proxy; all three when empty.
 	// +optional
@@ -74,7 +74,7 @@ type ClusterCertificateAuthorities struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:XValidation:rule="self >= oldSelf",message="rotationCount can only go up: raise it to rotate the certificate authorities once more"
-	// +kubebuilder:validation:XValidation:rule="self == 0",message="certificateAuthorities.rotationCount is not implemented yet: the rotation's phase trust-both's publishCertificateAuthorities and phases re-issue and complete are not built (prepare and trust-both's trustCertificateAuthorities with trust OldAndNew are); see docs/how-to/rotate-cas.md"
+	// +kubebuilder:validation:XValidation:rule="self == 0",message="certificateAuthorities.rotationCount is not implemented yet: the rotation's phase trust-both's publishCertificateAuthorities and phase complete are not built (prepare, trust-both's trustCertificateAuthorities with trust OldAndNew, and re-issue are); see docs/how-to/rotate-cas.md"
 	RotationCount int32 `json:"rotationCount,omitempty"`
 }
 
@@ -247,12 +247,19 @@ func (*PublishCertificateAuthoritiesCommand) Effects() CommandEffects {
 	return CommandEffects{Disruption: Disruptive}
 }
 
-// ReissueCertificatesCommand (not implemented yet: admission refuses it) will re-issue the node's
-// certificates from the new authorities: on a control plane the new CA keys replace the old in
-// /etc/kubernetes/pki and kubeadm's own phases (init phase certs, init phase kubeconfig) issue every
-// certificate and kubeconfig again; on a worker the kubelet's client certificate. Each certificate is
-// recorded before it is issued, so a resumed run issues none twice.
-// +kubebuilder:validation:XValidation:rule="false",message="reissueCertificates is not implemented yet: a certificate authority rotation's phase re-issue is not built; see docs/how-to/rotate-cas.md"
+// ReissueCertificatesCommand (phase re-issue) issues the node's certificates again from the new
+// authorities. On a control plane (which holds the operation's staged authorities, and must trust
+// them already: phase trust-both) the staged CA certificates and keys (and with serviceAccountKey
+// sa.key and sa.pub) replace the old in /etc/kubernetes/pki, then every certificate kubeadm made
+// (apiserver, apiserver-kubelet-client, front-proxy-client, the etcd ones, apiserver-etcd-client),
+// the client certificates of admin.conf, super-admin.conf, controller-manager.conf and scheduler.conf
+// and the kubelet's client certificate are issued again as `kubeadm certs renew` would (same subject,
+// SANs and usages, a new key); the kubeconfigs keep trusting the old and the new CA. On a worker the
+// kubelet's client certificate is asked of the cluster with the kubelet's own credentials (a
+// CertificateSigningRequest the controller-manager signs with the new ca.crt). Each certificate is
+// recorded on the node before it is put in place, so a resumed run issues none twice; a certificate
+// the new authority issued already is kept. In a DryRun it lists every file it would change with its
+// old and new issuer.
 type ReissueCertificatesCommand struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=3
@@ -265,11 +272,12 @@ type ReissueCertificatesCommand struct {
 
 func (*ReissueCertificatesCommand) KindName() string { return "reissueCertificates" }
 
-// Issuing a certificate twice is what a resumed run must not do.
-func (*ReissueCertificatesCommand) IsIdempotent() bool { return false }
+// A re-run keeps what the new authorities issued and installs what an interrupted run recorded, so
+// it issues no certificate twice.
+func (*ReissueCertificatesCommand) IsIdempotent() bool { return true }
 
 func (c *ReissueCertificatesCommand) Description() string {
-	return "re-issue the node's certificates and kubeconfigs from the new " + authorityText(c.Authorities, c.ServiceAccountKey) + " (not implemented yet)"
+	return "re-issue the node's certificates and kubeconfigs from the new " + authorityText(c.Authorities, c.ServiceAccountKey)
 }
 
 func (*ReissueCertificatesCommand) DefaultTimeout() time.Duration { return 10 * time.Minute }

@@ -121,6 +121,16 @@ func (e *Env) WriteKubeconfig(dir string) (string, error) {
 	return path, nil
 }
 
+// AddUser is a client configuration for a user whose client certificate the API server's client CA
+// issued, such as a kubelet's: system:node:NAME in group system:nodes.
+func (e *Env) AddUser(name string, groups ...string) (*rest.Config, error) {
+	user, err := e.env.AddUser(envtest.User{Name: name, Groups: groups}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("add envtest user %s: %w", name, err)
+	}
+	return user.Config(), nil
+}
+
 // Logger logs errors only, or everything when NODEOPS_TEST_VERBOSE is set.
 func Logger() logr.Logger {
 	verbose := os.Getenv("NODEOPS_TEST_VERBOSE") != ""

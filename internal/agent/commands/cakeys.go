@@ -2,18 +2,24 @@ package commands
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/cakeys"
 	"github.com/nodeops/nodeops/internal/clock"
+	"github.com/nodeops/nodeops/internal/plan"
 )
 
 // CAServer publishes where the agent serves a rotation's staged authorities (cakeys.Server).
@@ -214,6 +220,124 @@ func runPublishCertificateAuthorities(context.Context, *Env, *v1alpha1.PublishCe
 	return Result{}, notBuilt("publishCertificateAuthorities")
 }
 
-func runReissueCertificates(context.Context, *Env, *v1alpha1.ReissueCertificatesCommand) (Result, error) {
-	return Result{}, notBuilt("reissueCertificates")
+// runReissueCertificates (phase re-issue) issues the node's certificates again from the new
+// authorities. A control plane signs them itself with the staged authorities, which then replace the
+// old in /etc/kubernetes/pki (cakeys.Reissue); a worker, which holds no authority's key, asks the
+// cluster for its kubelet's client certificate with the kubelet's own credentials
+// (reissueKubeletClient). No key is printed: each line names a file and its old and new issuer.
+func runReissueCertificates(ctx context.Context, env *Env, c *v1alpha1.ReissueCertificatesCommand) (Result, error) {
+	cp, err := cakeys.IsControlPlane(env.Host.Files, env.Operation)
+	if err != nil {
+		return Result{}, err
+	}
+	var steps []cakeys.Step
+	switch {
+	case cp:
+		steps, err = cakeys.Reissue(env.Host.Files, cakeys.ReissueInput{Operation: env.Operation, Authorities: c.Authorities,
+			ServiceAccountKey: c.ServiceAccountKey, Now: time.Now(), NodeName: env.NodeName}, env.DryRun)
+	case slices.Contains(v1alpha1.OrAllAuthorities(c.Authorities), v1alpha1.AuthorityCluster):
+		steps, err = reissueKubeletClient(ctx, env)
+	default:
+		return Result{Message: "a worker holds no certificate of the " + strings.Join(c.Authorities, ", ") + " authorities; nothing to re-issue"}, nil
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	counts := map[string]int{}
+	for _, s := range steps {
+		if env.DryRun {
+			env.printf("dry run: would change %s\n", s)
+		} else {
+			env.printf("%s\n", s)
+		}
+		counts[s.State]++
+	}
+	msg := fmt.Sprintf("%d certificates issued by the new authorities, %d installed as an interrupted run recorded them, %d kept (issued by them already)",
+		counts["issue"], counts["install"], counts["kept"])
+	if counts["replace"] > 0 {
+		msg = fmt.Sprintf("%d authority files replaced by the new; ", counts["replace"]) + msg
+	}
+	return Result{Message: msg}, nil
+}
+
+// kubeletClientSigner is the signer of kubelets' client certificates, which the controller-manager's
+// csrapproving controller approves for a node renewing its own (the kubelet's rotation uses it).
+const kubeletClientSigner = "kubernetes.io/kube-apiserver-client-kubelet"
+
+// reissueKubeletClient asks the cluster for a new kubelet client certificate as the kubelet's own
+// rotation does: a CertificateSigningRequest made with the kubelet's current credentials (from
+// kubelet.conf), for the same node, which the csrapproving controller approves as a node's renewal of
+// its own client certificate and the controller-manager signs with the new ca.crt. The request's key is
+// recorded on the host before the request is made and the request is named after it, so a resumed
+// run waits for the same request rather than making another.
+func reissueKubeletClient(ctx context.Context, env *Env) ([]cakeys.Step, error) {
+	req, step, err := cakeys.PrepareKubeletRequest(env.Host.Files, env.Operation, env.NodeName, env.DryRun)
+	if err != nil {
+		return nil, err
+	}
+	if step != nil {
+		return []cakeys.Step{*step}, nil
+	}
+	if env.DryRun {
+		return []cakeys.Step{{Path: req.Target.Path, State: "issue", Before: req.Before, Serial: "new",
+			After: fmt.Sprintf("the cluster's signer %s, which must sign with the new %s (CertificateSigningRequest %s as %s)",
+				kubeletClientSigner, cakeys.Trusted(pemOf(req.NewCA))[0], req.Name, req.CommonName)}}, nil
+	}
+	rc, err := cakeys.KubeletRESTConfig(env.Host.Files)
+	if err != nil {
+		return nil, err
+	}
+	// One request per poll: client-go's limiter adds nothing but a refusal near the deadline.
+	rc.QPS = -1
+	kc, err := client.New(rc, client.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("a client with the kubelet's credentials: %w", err)
+	}
+	csr := &certificatesv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: req.Name, Labels: map[string]string{
+			v1alpha1.LabelOperation: plan.LabelValue(env.Operation), v1alpha1.LabelNode: plan.LabelValue(env.NodeName)}},
+		Spec: certificatesv1.CertificateSigningRequestSpec{Request: req.Request, SignerName: kubeletClientSigner,
+			Usages: []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth}},
+	}
+	if err := kc.Create(ctx, csr); apierrors.IsAlreadyExists(err) {
+		if err := kc.Get(ctx, client.ObjectKey{Name: req.Name}, csr); err != nil {
+			return nil, fmt.Errorf("reading CertificateSigningRequest %s: %w", req.Name, err)
+		}
+		if !req.SamePublicKey(csr.Spec.Request) {
+			return nil, fmt.Errorf("CertificateSigningRequest %s exists for another key: not this run's request", req.Name)
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("asking for a new kubelet client certificate (CertificateSigningRequest %s) with the kubelet's credentials: %w", req.Name, err)
+	}
+	if env.Note != nil {
+		env.Note("waiting for CertificateSigningRequest " + req.Name + " to be approved and signed")
+	}
+	for {
+		for _, c := range csr.Status.Conditions {
+			if (c.Type == certificatesv1.CertificateDenied || c.Type == certificatesv1.CertificateFailed) && c.Status == corev1.ConditionTrue {
+				return nil, fmt.Errorf("CertificateSigningRequest %s %s: %s", req.Name, c.Reason, c.Message)
+			}
+		}
+		if len(csr.Status.Certificate) > 0 {
+			s, err := req.Complete(env.Host.Files, csr.Status.Certificate)
+			if err != nil {
+				return nil, err
+			}
+			return []cakeys.Step{s}, nil
+		}
+		err := clock.Sleep(ctx, env.poll())
+		if err == nil {
+			err = kc.Get(ctx, client.ObjectKey{Name: req.Name}, csr)
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("waiting for CertificateSigningRequest %s to be approved and signed (the controller-manager's csrapproving controller approves a node's own client certificate; a run again waits for the same request): %w", req.Name, ctx.Err())
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading CertificateSigningRequest %s: %w", req.Name, err)
+		}
+	}
+}
+
+func pemOf(c *x509.Certificate) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
 }
