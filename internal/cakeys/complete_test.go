@@ -250,7 +250,7 @@ func TestCompleteOnAControlPlane(t *testing.T) {
 func TestCompleteRefusesToLockAComponentOut(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
-		break_ func(t *testing.T, root string, ct completeTree)
+		spoil func(t *testing.T, root string, ct completeTree)
 		want  string
 	}{
 		{"re-issue not run", func(t *testing.T, root string, ct completeTree) {
@@ -278,7 +278,7 @@ func TestCompleteRefusesToLockAComponentOut(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			root := t.TempDir()
 			ct := newCompleteTree(t, root)
-			tt.break_(t, root, ct)
+			tt.spoil(t, root, ct)
 			before := snapshot(t, root)
 			_, err := TrustNewOnly(host.NewLocal(root).Files, TrustInput{Operation: trustOp, ServiceAccountKey: true})
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
