@@ -275,7 +275,7 @@ func completeWorker(files host.Files, in TrustInput) ([]step, error) {
 		return nil, err
 	}
 	if !samePEM(old, caPEM) {
-		steps = append(steps, step{path: pki(cluster.old), data: caPEM, mode: 0o644,
+		steps = append(steps, step{path: pki(cluster.old), data: caPEM, mode: modeOf(files, pki(cluster.old), 0o644),
 			change: Change{Path: pki(cluster.old), Before: Trusted(old), After: Trusted(caPEM)}})
 	}
 	if s, err := pointBack(files, KubeletConfigFile, clientCAFileLine, cluster, caPEM); err != nil {
