@@ -393,6 +393,12 @@ func TestPublishCertificateAuthoritiesOnAnAPIServer(t *testing.T) {
 	if err := <-done3; err != nil {
 		t.Fatalf("publish NewOnly: %v\n%s", err, out3)
 	}
+	// Rule 15: what the runs print, and so what the agent records, holds no key.
+	for _, o := range []string{out, firstOut, out2, out3} {
+		if strings.Contains(o, "PRIVATE KEY") {
+			t.Errorf("a key in publish's output:\n%s", o)
+		}
+	}
 }
 
 func hostRead(t *testing.T, root, p string) []byte {
