@@ -557,7 +557,7 @@ spec:
     drain: {timeout: 30m}
 `, "", ""},
 		// The certificate authority rotation: designed, prepare built, refused until every phase works.
-		{"rotation not built", rotation("r1", "{}"), "spec.rotateCertificateAuthorities", "rotateCertificateAuthorities is not implemented yet: phase trust-both's publishCertificateAuthorities and phase complete are not built"},
+		{"rotation not built", rotation("r1", "{}"), "spec.rotateCertificateAuthorities", "rotateCertificateAuthorities is not implemented yet: every phase is built"},
 		{"rotation of an unknown authority", rotation("r2", "{authorities: [kube-ca]}"), "spec.rotateCertificateAuthorities.authorities[0]", "Unsupported value"},
 		{"rotation completion unknown", rotation("r3", "{completion: Later}"), "spec.rotateCertificateAuthorities.completion", "Unsupported value"},
 		{"rotation beside an upgrade", `apiVersion: nodeops.io/v1alpha1
@@ -584,12 +584,14 @@ spec:
   kubernetesVersion: v1.37.2
   certificateAuthorities: {rotationCount: -1}
 `, "spec.certificateAuthorities.rotationCount", "should be greater than or equal to 0"},
-		{"trust NewOnly not built", task("r5", "- trustCertificateAuthorities:\n    trust: NewOnly"), taskPath + ".trustCertificateAuthorities.trust", "trustCertificateAuthorities trust NewOnly is not implemented yet"},
-		{"trust NewOnly not built in a custom operation", op("r5b", "- trustCertificateAuthorities:\n    trust: NewOnly"), cmdPath + ".trustCertificateAuthorities.trust", "trustCertificateAuthorities trust NewOnly is not implemented yet"},
+		{"valid complete command", task("ok-r5", "- trustCertificateAuthorities:\n    trust: NewOnly"), "", ""},
+		{"valid complete command in a custom operation", op("ok-r5b", "- trustCertificateAuthorities:\n    trust: NewOnly\n    serviceAccountKey: true"), "", ""},
+		{"trust of neither", op("r5c", "- trustCertificateAuthorities:\n    trust: Old"), cmdPath + ".trustCertificateAuthorities.trust", "Unsupported value"},
 		{"valid trust-both command", op("ok-r2", "- trustCertificateAuthorities:\n    trust: OldAndNew\n    serviceAccountKey: true"), "", ""},
-		{"publish command not built", op("r6", "- publishCertificateAuthorities:\n    trust: NewOnly"), cmdPath + ".publishCertificateAuthorities", "publishCertificateAuthorities is not implemented yet"},
 		{"valid re-issue command", op("ok-r7", "- reissueCertificates:\n    authorities: [cluster, etcd]\n    serviceAccountKey: true"), "", ""},
 		{"re-issue of an unknown authority", task("r7", "- reissueCertificates:\n    authorities: [sa]"), taskPath + ".reissueCertificates.authorities[0]", "Unsupported value"},
+		{"valid publish commands", op("ok-r6", "- publishCertificateAuthorities:\n    trust: OldAndNew\n- publishCertificateAuthorities:\n    trust: NewOnly\n    authorities: [cluster]"), "", ""},
+		{"publish without trust", op("r6", "- publishCertificateAuthorities: {}"), cmdPath + ".publishCertificateAuthorities.trust", "Required value"},
 		{"generate of an unknown authority", task("r8", "- generateCertificateAuthorities:\n    authorities: [sa]"), taskPath + ".generateCertificateAuthorities.authorities[0]", "Unsupported value"},
 		{"copy of a repeated authority", task("r9", "- copyCertificateAuthorities:\n    authorities: [etcd, etcd]"), taskPath + ".copyCertificateAuthorities.authorities[1]", "Duplicate value"},
 		{"valid prepare commands", task("ok-r1", "- generateCertificateAuthorities:\n    authorities: [cluster, front-proxy]\n    serviceAccountKey: true\n- copyCertificateAuthorities: {}"), "", ""},
@@ -874,8 +876,8 @@ func TestPlannedTasksAreAdmitted(t *testing.T) {
 			t.Errorf("profile %s task: refused: %v", a, err)
 		}
 	}
-	// A rotation's prepare, trust-both and re-issue tasks are admitted (but trust-both's publish); the
-	// tasks of the phase not built are refused, as the operation itself is (v1alpha1.RotationNotBuilt).
+	// Every task of a rotation is admitted, each phase being built; the operation itself is refused
+	// until the whole rotation has run end to end (v1alpha1.RotationNotBuilt).
 	rot, err := plan.Expand(&v1alpha1.NodeOperationSpec{RotateCertificateAuthorities: &v1alpha1.RotateCertificateAuthoritiesOperation{ServiceAccountKey: true}})
 	if err != nil {
 		t.Fatal(err)
@@ -886,14 +888,8 @@ func TestPlannedTasksAreAdmitted(t *testing.T) {
 			Spec:       v1alpha1.NodeTaskSpec{NodeName: "node-1", Operation: "rotation", Group: g.Name, Commands: g.Commands, ExecutionMode: v1alpha1.ExecutionAuto},
 		}
 		err := env.Client.Create(context.Background(), tk, client.DryRunAll)
-		built := g.Name == plan.GroupPreflight || g.Name == plan.GroupCAPrepareGenerate || g.Name == plan.GroupCAPrepareCopy ||
-			g.Name == plan.GroupCATrustBothControlPlanes || g.Name == plan.GroupCATrustBothWorkers ||
-			g.Name == plan.GroupCAReissueControlPlanes || g.Name == plan.GroupCAReissueWorkers
-		switch {
-		case built && err != nil:
+		if err != nil {
 			t.Errorf("rotation group %s: the task is refused: %v", g.Name, err)
-		case !built && (err == nil || !strings.Contains(err.Error(), "is not implemented yet")):
-			t.Errorf("rotation group %s: want the task refused as not implemented yet, got %v", g.Name, err)
 		}
 	}
 	for name, spec := range specs {

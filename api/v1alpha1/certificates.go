@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -10,10 +11,28 @@ import (
 )
 
 // AnnotationCertificates is the node annotation in which a control plane's agent records its
-// certificates' expiry as `kubeadm certs check-expiration` reports them, read on a slow jittered
-// interval and written only when it changed (docs/design.md, "ClusterTarget"). The value is
+// certificates' expiry as `kubeadm certs check-expiration` reports them, its certificate authorities'
+// too (CertificateAuthorityNames), read on a slow jittered interval and written only when it changed
+// (docs/design.md, "ClusterTarget"). The value is
 // EncodeCertificates' JSON: a list of {name, notAfter}, sorted by name, whole seconds.
 const AnnotationCertificates = "nodeops.io/certificates"
+
+// CertificateAuthorityNames are the names `kubeadm certs check-expiration` gives the certificate
+// authorities, which a control plane's agent records in AnnotationCertificates beside the leaf
+// certificates: renewing keeps them, a rotation replaces them.
+var CertificateAuthorityNames = []string{"ca", "etcd-ca", "front-proxy-ca"}
+
+// SplitCertificateAuthorities separates a reading's certificate authorities from its leaf certificates.
+func SplitCertificateAuthorities(certs []CertificateExpiry) (leaves, authorities []CertificateExpiry) {
+	for _, c := range certs {
+		if slices.Contains(CertificateAuthorityNames, c.Name) {
+			authorities = append(authorities, c)
+		} else {
+			leaves = append(leaves, c)
+		}
+	}
+	return leaves, authorities
+}
 
 // EncodeCertificates is the value of AnnotationCertificates for a reading: sorted by name and
 // rounded to whole seconds, so that the same certificates always give the same text.

@@ -215,6 +215,11 @@ type ObservedCertificates struct {
 	// the node's newest succeeded renewal or upgrade NodeTask reported them, whichever expires later.
 	// +optional
 	Certificates []CertificateExpiry `json:"certificates,omitempty"`
+	// CertificateAuthorities are the node's certificate authorities' expiry (ca, etcd-ca,
+	// front-proxy-ca) as its agent last read them: renewing certificates keeps them; rotating the
+	// certificate authorities replaces them.
+	// +optional
+	CertificateAuthorities []CertificateExpiry `json:"certificateAuthorities,omitempty"`
 	// Task is the NodeTask the reading comes from; empty when it is the agent's own reading.
 	// +optional
 	Task string `json:"task,omitempty"`
@@ -246,6 +251,10 @@ type ClusterTargetStatus struct {
 	// NextCertificateExpiry is the earliest expiry in certificates.
 	// +optional
 	NextCertificateExpiry *metav1.Time `json:"nextCertificateExpiry,omitempty"`
+	// NextCertificateAuthorityExpiry is the earliest expiry of a certificate authority in
+	// certificates: a renewal cannot move it, a rotation (certificateAuthorities.rotationCount) does.
+	// +optional
+	NextCertificateAuthorityExpiry *metav1.Time `json:"nextCertificateAuthorityExpiry,omitempty"`
 	// UpgradePath is the versions still to go through, one minor step each, the target last.
 	// +optional
 	UpgradePath []string `json:"upgradePath,omitempty"`

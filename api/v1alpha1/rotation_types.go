@@ -38,7 +38,7 @@ const (
 
 // RotationNotBuilt is what admission answers to a rotation, in one place so the docs and the tests
 // quote the same words: until every phase works, none may be started.
-const RotationNotBuilt = "not implemented yet: phase trust-both's publishCertificateAuthorities and phase complete are not built (prepare, trust-both's trustCertificateAuthorities with trust OldAndNew, and re-issue are); see docs/how-to/rotate-cas.md"
+const RotationNotBuilt = "not implemented yet: every phase is built (prepare, trust-both, re-issue, complete), but the whole rotation has not yet run end to end; see docs/how-to/rotate-cas.md"
 
 // RotateCertificateAuthoritiesOperation replaces the cluster's certificate authorities (and, with
 // serviceAccountKey, the service-account signing key) in four phases, each a set of groups that run
@@ -46,8 +46,8 @@ const RotationNotBuilt = "not implemented yet: phase trust-both's publishCertifi
 // the first control plane and copied to the others by their agents: the keys never travel through
 // the API), trust-both (old and new trusted everywhere), re-issue (every certificate and kubeconfig
 // from the new authorities) and complete (the old authorities dropped). Not implemented yet: admission
-// refuses it (RotationNotBuilt): phase prepare, trust-both's trustCertificateAuthorities and phase
-// re-issue are built and run as commands of a custom operation.
+// refuses it (RotationNotBuilt): every phase is built, and runs as commands of a custom operation,
+// but the whole rotation has not yet run end to end.
 type RotateCertificateAuthoritiesOperation struct {
 	// Authorities to replace: cluster, etcd, front-proxy; all three when empty.
 	// +optional
@@ -74,7 +74,7 @@ type ClusterCertificateAuthorities struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:XValidation:rule="self >= oldSelf",message="rotationCount can only go up: raise it to rotate the certificate authorities once more"
-	// +kubebuilder:validation:XValidation:rule="self == 0",message="certificateAuthorities.rotationCount is not implemented yet: the rotation's phase trust-both's publishCertificateAuthorities and phase complete are not built (prepare, trust-both's trustCertificateAuthorities with trust OldAndNew, and re-issue are); see docs/how-to/rotate-cas.md"
+	// +kubebuilder:validation:XValidation:rule="self == 0",message="certificateAuthorities.rotationCount is not implemented yet: every phase of the rotation is built (prepare, trust-both, re-issue, complete), but the whole rotation has not yet run end to end; see docs/how-to/rotate-cas.md"
 	RotationCount int32 `json:"rotationCount,omitempty"`
 }
 
@@ -172,9 +172,13 @@ const (
 // the old files and the flags that cannot take a bundle (the controller-manager's --client-ca-file and
 // --cluster-signing-cert-file, kubeadm issue 1350, and the signing keys) are left alone. On a worker
 // the kubelet's clientCAFile and kubelet.conf, with the new cluster CA the controller-managers publish
-// in kube-root-ca.crt. In a DryRun it lists every file it would change with what it trusts before and
-// after. Trust NewOnly (phase complete) is not implemented yet: admission refuses it.
-// +kubebuilder:validation:XValidation:rule="self.trust == 'OldAndNew'",message="trustCertificateAuthorities trust NewOnly is not implemented yet: a certificate authority rotation's phase complete is not built (trust OldAndNew, phase trust-both, is); see docs/how-to/rotate-cas.md",fieldPath=".trust"
+// in kube-root-ca.crt. With trust NewOnly (phase complete, once phase re-issue put the new authorities in
+// /etc/kubernetes/pki) the reverse: every flag and the kubelet name the single (now new) files again,
+// every kubeconfig trusts the new cluster authority alone, the bundles and the staging directory are
+// removed; on a worker ca.crt, kubelet.conf and the kubelet's clientCAFile trust the new cluster
+// authority alone once kube-root-ca.crt publishes it alone. NewOnly refuses a node where a certificate
+// it needs (a leaf, a kubeconfig's or the kubelet's client certificate) is not the new authority's. In
+// a DryRun it lists every file it would change with what it trusts before and after.
 type TrustCertificateAuthoritiesCommand struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=3
@@ -197,12 +201,8 @@ func (c *TrustCertificateAuthoritiesCommand) Description() string {
 	if c.Trust == TrustNewOnly {
 		what = "only the new"
 	}
-	s := "trust " + what + " " + authorityText(c.Authorities, c.ServiceAccountKey) +
+	return "trust " + what + " " + authorityText(c.Authorities, c.ServiceAccountKey) +
 		" in every bundle, kubeconfig and kubelet configuration on the node"
-	if c.Trust == TrustNewOnly {
-		s += " (not implemented yet)"
-	}
-	return s
 }
 
 func (*TrustCertificateAuthoritiesCommand) DefaultTimeout() time.Duration { return 5 * time.Minute }
@@ -211,12 +211,15 @@ func (*TrustCertificateAuthoritiesCommand) Effects() CommandEffects {
 	return CommandEffects{Disruption: Disruptive}
 }
 
-// PublishCertificateAuthoritiesCommand (not implemented yet: admission refuses it) will make the
-// cluster-wide changes of a rotation once, recorded before they are made (rule 16): the cluster-info
-// ConfigMap's certificate-authority-data in kube-public, the ca.crt of service-account token Secrets,
-// and a restart of the in-cluster clients that read the CA once (kube-proxy, CoreDNS), after the
-// controller-manager's --root-ca-file has updated every kube-root-ca.crt.
-// +kubebuilder:validation:XValidation:rule="false",message="publishCertificateAuthorities is not implemented yet: a certificate authority rotation's cluster-wide step (cluster-info, in-cluster clients) is not built; see docs/how-to/rotate-cas.md"
+// PublishCertificateAuthoritiesCommand makes the cluster-wide changes of a rotation, each once and
+// recorded (rule 16), on a control plane with the host's /etc/kubernetes/admin.conf (as kubeadm would
+// from it; the agent's own ServiceAccount stays confined to its node, rule 10): the cluster-info
+// ConfigMap's certificate-authority-data in kube-public becomes the old and the new cluster CA
+// (OldAndNew) or the new alone (NewOnly); it waits until every namespace's kube-root-ca.crt and every
+// legacy service-account token Secret's ca.crt hold exactly that (the controller-managers write both
+// from their --root-ca-file); then it restarts the in-cluster clients that read the CA once (kube-proxy
+// and CoreDNS in kube-system, when present), each restart carrying its record so a resumed run restarts
+// none twice, and waits for their rollouts. In a DryRun it shows what would change and changes nothing.
 type PublishCertificateAuthoritiesCommand struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=3
@@ -238,7 +241,7 @@ func (c *PublishCertificateAuthoritiesCommand) Description() string {
 	if c.Trust == TrustNewOnly {
 		what = "only the new"
 	}
-	return "publish " + what + " cluster CA in cluster-info and service-account token Secrets, then restart in-cluster clients (not implemented yet)"
+	return "publish " + what + " cluster CA in cluster-info, wait for every kube-root-ca.crt and token Secret to hold it, then restart kube-proxy and CoreDNS"
 }
 
 func (*PublishCertificateAuthoritiesCommand) DefaultTimeout() time.Duration { return 10 * time.Minute }

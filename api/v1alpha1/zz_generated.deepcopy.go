@@ -432,6 +432,10 @@ func (in *ClusterTargetStatus) DeepCopyInto(out *ClusterTargetStatus) {
 		in, out := &in.NextCertificateExpiry, &out.NextCertificateExpiry
 		*out = (*in).DeepCopy()
 	}
+	if in.NextCertificateAuthorityExpiry != nil {
+		in, out := &in.NextCertificateAuthorityExpiry, &out.NextCertificateAuthorityExpiry
+		*out = (*in).DeepCopy()
+	}
 	if in.UpgradePath != nil {
 		in, out := &in.UpgradePath, &out.UpgradePath
 		*out = make([]string, len(*in))
@@ -2223,6 +2227,13 @@ func (in *ObservedCertificates) DeepCopyInto(out *ObservedCertificates) {
 	*out = *in
 	if in.Certificates != nil {
 		in, out := &in.Certificates, &out.Certificates
+		*out = make([]CertificateExpiry, len(*in))
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
+	}
+	if in.CertificateAuthorities != nil {
+		in, out := &in.CertificateAuthorities, &out.CertificateAuthorities
 		*out = make([]CertificateExpiry, len(*in))
 		for i := range *in {
 			(*in)[i].DeepCopyInto(&(*out)[i])

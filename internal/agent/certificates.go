@@ -74,6 +74,11 @@ func (c *CertificateReader) ReadOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The certificate authorities beside the leaves (the ClusterTarget shows them apart): a node
+	// whose kubeadm lists none still records its leaves.
+	if cas, err := commands.ParseCheckExpirationAuthorities(out.Bytes()); err == nil {
+		certs = append(certs, cas...)
+	}
 	value := v1alpha1.EncodeCertificates(certs)
 	var node corev1.Node
 	if err := c.Client.Get(ctx, client.ObjectKey{Name: c.Node}, &node); err != nil {

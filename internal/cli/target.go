@@ -138,6 +138,9 @@ func writeTarget(w io.Writer, ct *nodeopsv1.ClusterTarget, now time.Time) {
 	} else {
 		fmt.Fprintln(w, "  next cert expiry     unknown (no control plane's agent has read its certificates yet)")
 	}
+	if st.NextCertificateAuthorityExpiry != nil {
+		fmt.Fprintf(w, "  next CA expiry       %s (in %s; a renewal keeps it, a rotation replaces it)\n", st.NextCertificateAuthorityExpiry.UTC().Format(time.RFC3339), duration.HumanDuration(st.NextCertificateAuthorityExpiry.Sub(now)))
+	}
 	fmt.Fprintf(w, "  certificates         autoRenew %v, renewBefore %s, rotationCount %d (acted on %d)\n", c.AutoRenew, rb, c.RotationCount, st.LastRotationCount)
 	mode := ct.Spec.ExecutionMode
 	if mode == "" {

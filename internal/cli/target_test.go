@@ -39,8 +39,9 @@ func TestTarget(t *testing.T) {
 		},
 		Certificates: []nodeopsv1.ObservedCertificates{{Node: "cp-1", Task: "renew-cp-1",
 			Certificates: []nodeopsv1.CertificateExpiry{{Name: "apiserver", NotAfter: *at(240 * 24 * time.Hour)}}}},
-		NextCertificateExpiry: at(240 * 24 * time.Hour),
-		Conditions:            []metav1.Condition{cond(nodeopsv1.ConditionUpToDate, metav1.ConditionTrue, "UpToDate", "the cluster is at v1.36.4 and no renewal is due")},
+		NextCertificateExpiry:          at(240 * 24 * time.Hour),
+		NextCertificateAuthorityExpiry: at(3000 * 24 * time.Hour),
+		Conditions:                     []metav1.Condition{cond(nodeopsv1.ConditionUpToDate, metav1.ConditionTrue, "UpToDate", "the cluster is at v1.36.4 and no renewal is due")},
 	}
 	if err := k8s.Status().Update(ctx(t), ct); err != nil {
 		t.Fatal(err)
@@ -50,6 +51,7 @@ func TestTarget(t *testing.T) {
 		"ClusterTarget cluster: UpToDate",
 		"kubernetes version   v1.36.4, target v1.36.4",
 		"next cert expiry     2026-10-27T12:00:00Z (in 240d)",
+		"next CA expiry       ",
 		"cp-1  control-plane  v1.36.4  etcd 3.6.5-0, kube-apiserver v1.36.4",
 		"Next: nothing to generate (the cluster is at v1.36.4 and no renewal is due)",
 	} {

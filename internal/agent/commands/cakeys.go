@@ -19,6 +19,7 @@ import (
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/cakeys"
 	"github.com/nodeops/nodeops/internal/clock"
+	"github.com/nodeops/nodeops/internal/host"
 	"github.com/nodeops/nodeops/internal/plan"
 )
 
@@ -146,43 +147,63 @@ func notBuilt(kind string) error {
 }
 
 // runTrustCertificateAuthorities, with trust OldAndNew (phase trust-both), makes the node trust the old
-// and the new authorities wherever a bundle is accepted (cakeys.TrustBoth). A control plane takes the
-// new authorities' certificates from its staging directory; a worker, which has none, takes the new
-// cluster authority from kube-root-ca.crt, which the control planes' controller-managers publish from
-// their --root-ca-file bundle once they trust both. It restarts nothing: the plan's next commands do.
+// and the new authorities wherever a bundle is accepted (cakeys.TrustBoth); with NewOnly (phase
+// complete) the new alone (cakeys.TrustNewOnly). A control plane takes the authorities from its own
+// files; a worker, which has no staging directory, takes the cluster authority from kube-root-ca.crt,
+// which the control planes' controller-managers publish from their --root-ca-file. It restarts
+// nothing: the plan's next commands do.
 func runTrustCertificateAuthorities(ctx context.Context, env *Env, c *v1alpha1.TrustCertificateAuthoritiesCommand) (Result, error) {
-	if c.Trust != v1alpha1.TrustOldAndNew {
-		return Result{}, fmt.Errorf("trustCertificateAuthorities trust %s (phase complete) is not implemented yet: see docs/how-to/rotate-cas.md", c.Trust)
-	}
 	in := cakeys.TrustInput{Operation: env.Operation, Authorities: c.Authorities, ServiceAccountKey: c.ServiceAccountKey}
+	apply, waitFor, what := cakeys.TrustBoth, cakeys.ErrNoNewAuthority, "the old and the new authorities"
 	cp, err := cakeys.IsControlPlane(env.Host.Files, env.Operation)
+	switch c.Trust {
+	case v1alpha1.TrustOldAndNew:
+	case v1alpha1.TrustNewOnly:
+		apply, waitFor, what = cakeys.TrustNewOnly, cakeys.ErrOldStillPublished, "the new authorities alone"
+		// Once complete ran, a control plane's staging directory is gone: it is a control plane
+		// because it runs static pods.
+		cp, err = isControlPlaneForCompletion(env)
+	default:
+		return Result{}, fmt.Errorf("trustCertificateAuthorities: trust %q: want OldAndNew or NewOnly", c.Trust)
+	}
 	if err != nil {
 		return Result{}, err
 	}
 	var changes []cakeys.Change
 	if cp || !slices.Contains(v1alpha1.OrAllAuthorities(c.Authorities), v1alpha1.AuthorityCluster) {
-		changes, err = cakeys.TrustBoth(env.Host.Files, in)
+		changes, err = apply(env.Host.Files, in)
 	} else {
-		changes, err = trustOnWorker(ctx, env, in)
-	}
-	if err != nil {
-		return Result{}, err
+		changes, err = trustOnWorker(ctx, env, in, apply, waitFor)
 	}
 	for _, ch := range changes {
 		env.printf("%s\n", ch)
 	}
-	if len(changes) == 0 {
-		return Result{Message: "the node trusts the old and the new authorities already; nothing changed"}, nil
+	if err != nil {
+		return Result{}, err
 	}
-	return Result{Message: fmt.Sprintf("the node trusts the old and the new authorities: %d files changed", len(changes))}, nil
+	if len(changes) == 0 {
+		return Result{Message: "the node trusts " + what + " already; nothing changed"}, nil
+	}
+	return Result{Message: fmt.Sprintf("the node trusts %s: %d files changed", what, len(changes))}, nil
+}
+
+// isControlPlaneForCompletion: the node holds the operation's staging directory or runs static pods.
+func isControlPlaneForCompletion(env *Env) (bool, error) {
+	if cp, err := cakeys.IsControlPlane(env.Host.Files, env.Operation); cp || err == nil {
+		return cp, err
+	} else if got := cakeys.Operation(env.Host.Files); got != "" {
+		return false, err
+	}
+	return true, nil
 }
 
 // publishedCAWait bounds how long a worker waits for kube-root-ca.crt to hold the new cluster authority.
 const publishedCAWait = 3 * time.Minute
 
-// trustOnWorker waits until the cluster publishes the new cluster authority in the agent's namespace's
-// kube-root-ca.crt, then trusts it beside the old.
-func trustOnWorker(ctx context.Context, env *Env, in cakeys.TrustInput) ([]cakeys.Change, error) {
+// trustOnWorker waits until the cluster publishes what the step needs in the agent's namespace's
+// kube-root-ca.crt (the new cluster authority beside the old, or alone: apply answers waitFor until
+// then), then applies it.
+func trustOnWorker(ctx context.Context, env *Env, in cakeys.TrustInput, apply func(host.Files, cakeys.TrustInput) ([]cakeys.Change, error), waitFor error) ([]cakeys.Change, error) {
 	if env.Client == nil {
 		return nil, errors.New("trustCertificateAuthorities on a worker needs the agent's client to read kube-root-ca.crt")
 	}
@@ -194,8 +215,8 @@ func trustOnWorker(ctx context.Context, env *Env, in cakeys.TrustInput) ([]cakey
 		last := env.Client.Get(ctx, key, cm)
 		if last == nil {
 			in.NewClusterCA = []byte(cm.Data["ca.crt"])
-			changes, err := cakeys.TrustBoth(env.Host.Files, in)
-			if !errors.Is(err, cakeys.ErrNoNewAuthority) {
+			changes, err := apply(env.Host.Files, in)
+			if !errors.Is(err, waitFor) {
 				return changes, err
 			}
 			if env.DryRun {
@@ -216,8 +237,32 @@ func trustOnWorker(ctx context.Context, env *Env, in cakeys.TrustInput) ([]cakey
 // rootCAConfigMap is the ConfigMap the controller-manager writes into every namespace from its --root-ca-file.
 const rootCAConfigMap = "kube-root-ca.crt"
 
-func runPublishCertificateAuthorities(context.Context, *Env, *v1alpha1.PublishCertificateAuthoritiesCommand) (Result, error) {
-	return Result{}, notBuilt("publishCertificateAuthorities")
+// runPublishCertificateAuthorities makes the rotation's cluster-wide changes (cakeys.Publish) with the
+// host's admin.conf, as kubeadmUpdateConfig does: the agent's own ServiceAccount stays confined to its
+// node (rule 10) and gains no right; the step runs on a control plane, whose disk holds kubeadm's
+// cluster-admin credentials already.
+func runPublishCertificateAuthorities(ctx context.Context, env *Env, c *v1alpha1.PublishCertificateAuthoritiesCommand) (Result, error) {
+	if !slices.Contains(v1alpha1.OrAllAuthorities(c.Authorities), v1alpha1.AuthorityCluster) {
+		return Result{Message: "the rotation keeps the cluster authority: nothing to publish"}, nil
+	}
+	ca, err := cakeys.PublishedClusterCA(env.Host.Files, env.Operation, c.Trust)
+	if err != nil {
+		return Result{}, err
+	}
+	cl, err := adminClient(env)
+	if err != nil {
+		return Result{}, err
+	}
+	changed, err := cakeys.Publish(ctx, cl, cakeys.PublishInput{Operation: env.Operation, Trust: c.Trust, CA: ca,
+		DryRun: env.DryRun, Poll: env.poll(), Out: env.Out, Note: env.Note})
+	if err != nil {
+		return Result{}, err
+	}
+	msg := "the cluster publishes " + strings.Join(cakeys.Trusted(ca), ", ")
+	if env.DryRun {
+		return Result{Message: "dry run: would change " + listOrNone(changed) + "; " + msg + " once the controller-managers do"}, nil
+	}
+	return Result{Message: msg + "; changed " + listOrNone(changed)}, nil
 }
 
 // runReissueCertificates (phase re-issue) issues the node's certificates again from the new

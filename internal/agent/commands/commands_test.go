@@ -242,6 +242,14 @@ ca                      Dec 30, 2035 15:04 UTC   9y              no
 	if _, err := ParseCheckExpiration([]byte("nothing")); err == nil {
 		t.Errorf("no error for output without certificates")
 	}
+	cas, err := ParseCheckExpirationAuthorities([]byte(text))
+	if err != nil || len(cas) != 1 || cas[0].Name != "ca" || !cas[0].NotAfter.Time.Equal(time.Date(2035, 12, 30, 15, 4, 0, 0, time.UTC)) {
+		t.Errorf("authorities %+v, %v", cas, err)
+	}
+	cas, err = ParseCheckExpirationAuthorities([]byte(js[:len(js)-1] + `,"certificateAuthorities":[{"name":"ca","expirationDate":"2035-12-30T15:04:05Z"},{"name":"etcd-ca","missing":true}]}`))
+	if err != nil || len(cas) != 1 || cas[0].Name != "ca" {
+		t.Errorf("authorities from JSON %+v, %v", cas, err)
+	}
 }
 
 // TestRenewCertificatesWithRealKubeadm renews the certificates of a root made by the real kubeadm.

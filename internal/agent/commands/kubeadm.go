@@ -178,6 +178,52 @@ func runKubeadmRenewCertificates(ctx context.Context, env *Env, c *v1alpha1.Kube
 	}, nil
 }
 
+// ParseCheckExpirationAuthorities reads the certificate authorities of `kubeadm certs
+// check-expiration` (JSON output or the text table).
+func ParseCheckExpirationAuthorities(out []byte) ([]v1alpha1.CertificateExpiry, error) {
+	if i := bytes.Index(out, []byte("{\n")); i >= 0 {
+		var doc struct {
+			Authorities []struct {
+				Name           string    `json:"name"`
+				ExpirationDate time.Time `json:"expirationDate"`
+				Missing        bool      `json:"missing"`
+			} `json:"certificateAuthorities"`
+		}
+		if err := json.Unmarshal(out[i:], &doc); err == nil && len(doc.Authorities) > 0 {
+			var res []v1alpha1.CertificateExpiry
+			for _, c := range doc.Authorities {
+				if !c.Missing {
+					res = append(res, v1alpha1.CertificateExpiry{Name: c.Name, NotAfter: metav1.NewTime(c.ExpirationDate)})
+				}
+			}
+			return res, nil
+		}
+	}
+	var res []v1alpha1.CertificateExpiry
+	in := false
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		switch {
+		case len(fields) >= 2 && fields[0] == "CERTIFICATE" && fields[1] == "AUTHORITY":
+			in = true
+			continue
+		case !in || len(fields) < 6:
+			continue
+		}
+		// name  Mon DD, YYYY HH:MM UTC  residual  externally-managed
+		t, err := time.Parse("Jan 02, 2006 15:04 MST", strings.Join(fields[1:6], " "))
+		if err != nil {
+			continue
+		}
+		res = append(res, v1alpha1.CertificateExpiry{Name: fields[0], NotAfter: metav1.NewTime(t)})
+	}
+	if len(res) == 0 {
+		return nil, fmt.Errorf("kubeadm certs check-expiration reported no certificate authorities")
+	}
+	return res, nil
+}
+
 // ParseCheckExpiration reads the certificates table of `kubeadm certs check-expiration` (JSON output
 // or the text table); certificate authorities are not included.
 func ParseCheckExpiration(out []byte) ([]v1alpha1.CertificateExpiry, error) {

@@ -165,3 +165,98 @@ func treeText(t *testing.T, root string) string {
 	}
 	return b.String()
 }
+
+// trustNewOnly runs trustCertificateAuthorities NewOnly (phase complete) on root as an agent of node would.
+func trustNewOnly(ctx context.Context, t *testing.T, c client.Client, node, root string, dryRun bool) (Result, string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	env := &Env{NodeName: node, Operation: "rot", Namespace: "nodeops-system", Host: host.NewLocal(root), Client: c, Out: &out, DryRun: dryRun, Poll: 10 * time.Millisecond}
+	res, err := Run(ctx, env, &v1alpha1.Command{TrustCertificateAuthorities: &v1alpha1.TrustCertificateAuthoritiesCommand{ServiceAccountKey: true, Trust: v1alpha1.TrustNewOnly}})
+	return res, out.String(), err
+}
+
+// Phase complete on a worker waits while kube-root-ca.crt still holds the old cluster CA beside the
+// new, then trusts the new alone; its DryRun lists the files and changes none. A control plane whose
+// staging directory complete removed is still taken for one (it runs static pods), not for a worker.
+func TestTrustNewOnlyOnWorkerWaitsAndDryRun(t *testing.T) {
+	ctx := context.Background()
+	cp, worker := t.TempDir(), t.TempDir()
+	if _, err := cakeys.Generate(host.NewLocal(cp).Files, "rot", nil, true, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	oldCA := oldPKI(t, worker, false)
+	newCA, err := os.ReadFile(filepath.Join(cp, v1alpha1.StagingDirectory, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	both := string(oldCA) + string(newCA)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "nodeops-system", Name: "kube-root-ca.crt"}, Data: map[string]string{"ca.crt": both}}
+	c := fake.NewClientBuilder().WithObjects(cm).Build()
+	if _, _, err := trustOldAndNew(ctx, t, c, "worker-1", worker, false); err != nil {
+		t.Fatal(err)
+	}
+
+	// Both still published: it waits, and its files stay as they are.
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	before := treeText(t, worker)
+	if _, _, err := trustNewOnly(wctx, t, c, "worker-1", worker, false); err == nil || !strings.Contains(err.Error(), "the old authority is still published") {
+		t.Fatalf("err = %v", err)
+	}
+	if treeText(t, worker) != before {
+		t.Fatal("the waiting worker changed its files")
+	}
+	cm.Data["ca.crt"] = string(newCA)
+	if err := c.Update(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	res, out, err := trustNewOnly(ctx, t, c, "worker-1", worker, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if treeText(t, worker) != before {
+		t.Fatal("a DryRun changed the worker's files")
+	}
+	for _, want := range []string{"/etc/kubernetes/kubelet.conf: trusts", "/etc/kubernetes/pki/ca-bundle.crt: trusts", "after: (removed)", "would remove /etc/kubernetes/pki/ca-bundle.crt"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the DryRun's output lacks %q:\n%s", want, out)
+		}
+	}
+	if !strings.HasPrefix(res.Message, "dry run: ") {
+		t.Errorf("message %q", res.Message)
+	}
+	res, _, err = trustNewOnly(ctx, t, c, "worker-1", worker, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(res.Message, "the new authorities alone: 4 files changed") {
+		t.Errorf("message %q", res.Message)
+	}
+	cfg, err := clientcmd.LoadFromFile(filepath.Join(worker, "/etc/kubernetes/kubelet.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(cfg.Clusters["kubernetes"].CertificateAuthorityData); got != string(newCA) {
+		t.Errorf("kubelet.conf trusts %v", cakeys.Trusted([]byte(got)))
+	}
+	if _, err := os.Stat(filepath.Join(worker, cakeys.PKIDirectory, "ca-bundle.crt")); !os.IsNotExist(err) {
+		t.Errorf("ca-bundle.crt is still there: %v", err)
+	}
+
+	// A control plane after complete: no staging directory, static pods, nothing left to change.
+	done := t.TempDir()
+	oldPKI(t, done, true)
+	for _, f := range []string{"sa.pub", "sa.key"} {
+		data, err := os.ReadFile(filepath.Join(cp, v1alpha1.StagingDirectory, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(done, cakeys.PKIDirectory, f), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, out, err = trustNewOnly(ctx, t, nil, "cp-1", done, false)
+	if err != nil || !strings.Contains(res.Message, "nothing changed") {
+		t.Fatalf("%q, %v\n%s", res.Message, err, out)
+	}
+}

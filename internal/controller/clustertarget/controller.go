@@ -326,8 +326,18 @@ func observeCertificates(nodes []corev1.Node, tasks []v1alpha1.NodeTask, ca caVa
 		if err != nil || len(certs) == 0 {
 			continue // an unreadable reading is no reading; the agent writes a good one at its next check
 		}
-		read := v1alpha1.ObservedCertificates{Node: n.Name, Certificates: sortedCertificates(certs)}
-		if fromTask, ok := byNode[n.Name]; ok && firstExpiry(fromTask.Certificates).After(firstExpiry(read.Certificates).Time) {
+		// The authorities are the agent's reading alone (tasks report leaves), whichever leaves win.
+		leaves, authorities := v1alpha1.SplitCertificateAuthorities(certs)
+		read := v1alpha1.ObservedCertificates{Node: n.Name, Certificates: sortedCertificates(leaves)}
+		if len(authorities) > 0 {
+			read.CertificateAuthorities = sortedCertificates(authorities)
+		}
+		if fromTask, ok := byNode[n.Name]; ok && (len(leaves) == 0 || firstExpiry(fromTask.Certificates).After(firstExpiry(read.Certificates).Time)) {
+			fromTask.CertificateAuthorities = read.CertificateAuthorities
+			byNode[n.Name] = fromTask
+			continue
+		}
+		if len(leaves) == 0 {
 			continue
 		}
 		byNode[n.Name] = read

@@ -113,6 +113,7 @@ func decide(in *input) decision {
 		LastRotationCount:  ct.Status.LastRotationCount,
 	}
 	st.NextCertificateExpiry = nextExpiry(in.certs)
+	st.NextCertificateAuthorityExpiry = nextAuthorityExpiry(in.certs)
 	st.Operations = history(ct.Status.Operations, in)
 	if in.clusterVersion != "" {
 		// Shown while a step runs too; due reports the error when there is one.
@@ -445,6 +446,17 @@ func nextExpiry(certs []v1alpha1.ObservedCertificates) *metav1.Time {
 			continue
 		}
 		if first := firstExpiry(n.Certificates); first != nil && (next == nil || first.Before(next)) {
+			next = first
+		}
+	}
+	return next
+}
+
+// nextAuthorityExpiry is the earliest certificate authority expiry any control plane reports.
+func nextAuthorityExpiry(certs []v1alpha1.ObservedCertificates) *metav1.Time {
+	var next *metav1.Time
+	for _, n := range certs {
+		if first := firstExpiry(n.CertificateAuthorities); first != nil && (next == nil || first.Before(next)) {
 			next = first
 		}
 	}

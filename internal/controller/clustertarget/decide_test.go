@@ -221,6 +221,35 @@ func TestObserveCertificates(t *testing.T) {
 	}
 }
 
+// A control plane's certificate authorities are shown beside its leaves and never count as a leaf:
+// a CA expiring before every leaf moves nextCertificateAuthorityExpiry, not nextCertificateExpiry
+// (which renewals act on, and no renewal moves a CA); a renewal's newer leaves keep the agent's CAs.
+func TestObserveCertificateAuthorities(t *testing.T) {
+	day := 24 * time.Hour
+	caSoon, leaf := metav1.NewTime(now.Add(30*day).Truncate(time.Second)), metav1.NewTime(now.Add(300*day).Truncate(time.Second))
+	cp := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cp", Labels: map[string]string{"node-role.kubernetes.io/control-plane": ""},
+		Annotations: map[string]string{v1alpha1.AnnotationCertificates: v1alpha1.EncodeCertificates([]v1alpha1.CertificateExpiry{
+			{Name: "apiserver", NotAfter: leaf}, {Name: "ca", NotAfter: caSoon}, {Name: "etcd-ca", NotAfter: metav1.NewTime(caSoon.Add(day))}})}}}
+	got := observeCertificates([]corev1.Node{cp}, nil, caValidity{})
+	if len(got) != 1 || len(got[0].Certificates) != 1 || got[0].Certificates[0].Name != "apiserver" ||
+		len(got[0].CertificateAuthorities) != 2 || got[0].CertificateAuthorities[0].Name != "ca" {
+		t.Fatalf("readings %+v", got)
+	}
+	if next := nextExpiry(got); next == nil || !next.Equal(&leaf) {
+		t.Errorf("next certificate expiry %v, want the leaf's %v: a CA is no certificate a renewal renews", next, leaf)
+	}
+	if next := nextAuthorityExpiry(got); next == nil || !next.Equal(&caSoon) {
+		t.Errorf("next certificate authority expiry %v, want %v", next, caSoon)
+	}
+	renewed := metav1.NewTime(now.Add(365 * day).Truncate(time.Second))
+	task := v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: "renew-cp"}, Spec: v1alpha1.NodeTaskSpec{NodeName: "cp"},
+		Status: v1alpha1.NodeTaskStatus{Phase: v1alpha1.TaskSucceeded, Certificates: []v1alpha1.CertificateExpiry{{Name: "apiserver", NotAfter: renewed}}}}
+	got = observeCertificates([]corev1.Node{cp}, []v1alpha1.NodeTask{task}, caValidity{})
+	if len(got) != 1 || got[0].Task != "renew-cp" || len(got[0].CertificateAuthorities) != 2 {
+		t.Fatalf("with a renewal's newer reading: %+v", got)
+	}
+}
+
 func withControlPlane(ct *v1alpha1.ClusterTarget) {
 	ct.Spec.ControlPlane = &v1alpha1.ClusterConfigurationPatch{APIServer: &v1alpha1.APIServerPatch{
 		ControlPlaneComponentPatch: v1alpha1.ControlPlaneComponentPatch{ExtraArgs: []v1alpha1.ExtraArg{{Name: "audit-log-maxage", Value: "30"}}}}}

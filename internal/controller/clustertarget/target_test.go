@@ -344,9 +344,12 @@ func TestAgentsCertificateReading(t *testing.T) {
 	f := newFixture(t)
 	f.reset("v1.37.2")
 	day := 24 * time.Hour
+	// The cluster CA, which renewals keep: shown beside the leaves whichever reading wins.
+	caExpiry := metav1.NewTime(time.Now().Add(9 * 365 * day).Truncate(time.Second))
 	annotate := func(notAfter metav1.Time) {
 		t.Helper()
-		value := v1alpha1.EncodeCertificates([]v1alpha1.CertificateExpiry{{Name: "apiserver", NotAfter: notAfter}, {Name: "admin.conf", NotAfter: metav1.NewTime(notAfter.Add(day))}})
+		value := v1alpha1.EncodeCertificates([]v1alpha1.CertificateExpiry{{Name: "apiserver", NotAfter: notAfter},
+			{Name: "admin.conf", NotAfter: metav1.NewTime(notAfter.Add(day))}, {Name: "ca", NotAfter: caExpiry}})
 		f.must(retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			var n corev1.Node
 			if err := f.c.Get(f.ctx, client.ObjectKey{Name: "cp-1"}, &n); err != nil {
@@ -367,6 +370,10 @@ func TestAgentsCertificateReading(t *testing.T) {
 				len(ct.Status.Certificates) != 1 || ct.Status.Certificates[0].Node != "cp-1" || ct.Status.Certificates[0].Task != task ||
 				len(ct.Status.Certificates[0].Certificates) == 0 {
 				return fmt.Errorf("next %v, certificates %+v", ct.Status.NextCertificateExpiry, ct.Status.Certificates)
+			}
+			if cas := ct.Status.Certificates[0].CertificateAuthorities; len(cas) != 1 || cas[0].Name != "ca" || !cas[0].NotAfter.Equal(&caExpiry) ||
+				ct.Status.NextCertificateAuthorityExpiry == nil || !ct.Status.NextCertificateAuthorityExpiry.Equal(&caExpiry) {
+				return fmt.Errorf("certificate authorities %+v, next %v", cas, ct.Status.NextCertificateAuthorityExpiry)
 			}
 			return nil
 		})
