@@ -92,7 +92,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "manager: leader election lost; starting again in place as a new candidate")
 		if exe, xerr := os.Executable(); xerr == nil {
 			xerr = syscall.Exec(exe, os.Args, os.Environ())
-			err = fmt.Errorf("%w (starting again in place failed: %v)", err, xerr)
+			err = fmt.Errorf("%w (starting again in place failed: %w)", err, xerr)
 		}
 	}
 	if err != nil {
@@ -338,7 +338,7 @@ func waitForAPIServer(ctx context.Context, cfg *rest.Config, out io.Writer) erro
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for the API server: %w (last: %v)", ctx.Err(), err)
+			return fmt.Errorf("waiting for the API server: %w (last: %w)", ctx.Err(), err)
 		case <-time.After(time.Second):
 		}
 	}

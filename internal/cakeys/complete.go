@@ -504,4 +504,3 @@ func removeStep(files host.Files, p string) *step {
 	}
 	return &step{path: p, remove: true, change: Change{Path: p, Before: Trusted(data), After: removed}}
 }
-

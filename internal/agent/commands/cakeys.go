@@ -140,12 +140,6 @@ func listOrNone(s []string) string {
 	return strings.Join(s, ", ")
 }
 
-// notBuilt fails a command of a kind that is designed but not built; admission refuses such
-// commands, so only a task made around admission reaches it.
-func notBuilt(kind string) error {
-	return fmt.Errorf("%s is not implemented yet: see docs/how-to/rotate-cas.md", kind)
-}
-
 // runTrustCertificateAuthorities, with trust OldAndNew (phase trust-both), makes the node trust the old
 // and the new authorities wherever a bundle is accepted (cakeys.TrustBoth); with NewOnly (phase
 // complete) the new alone (cakeys.TrustNewOnly). A control plane takes the authorities from its own
