@@ -168,6 +168,10 @@ func PreviewAPIServerCertificate(ctx context.Context, env *Env, cluster string, 
 		return Result{}, err
 	}
 	scratch := kubeadmTmp + "/nodeops-apiserver-certificate-dryrun"
+	// A copy of the CA left by a DryRun stopped midway goes before anything else.
+	if err := files.RemoveAll(scratch); err != nil {
+		return Result{}, err
+	}
 	issued, runErr := issueInScratch(ctx, env, files, scratch, pki, initCfg, cluster)
 	cleanErr := files.RemoveAll(scratch)
 	if !existed && cleanErr == nil {
