@@ -602,8 +602,15 @@ spec:
 		{"reconfigure flag set and removed", reconfigure("rc5", "{clusterConfiguration: {controllerManager: {extraArgs: [{name: v, value: '2'}], removeExtraArgs: [v]}}}"), "spec.reconfigure.clusterConfiguration.controllerManager", "either set in extraArgs or removed in removeExtraArgs"},
 		{"reconfigure kubelet apiVersion", reconfigure("rc6", "{kubeletConfiguration: \"apiVersion: v1\\nmaxPods: 150\\n\"}"), "spec.reconfigure.kubeletConfiguration", "apiVersion and kind are kubeadm's"},
 		{"reconfigure kubelet kind in JSON", reconfigure("rc7", `{kubeletConfiguration: '{"kind": "KubeletConfiguration", "maxPods": 150}'}`), "spec.reconfigure.kubeletConfiguration", "apiVersion and kind are kubeadm's"},
-		{"reconfigure etcd not built", reconfigure("rc8", "{clusterConfiguration: {etcd: {extraArgs: [{name: quota-backend-bytes, value: '8589934592'}]}}}"), "spec.reconfigure.clusterConfiguration.etcd", "etcd is not implemented yet"},
-		{"reconfigure certSANs not built", reconfigure("rc9", "{clusterConfiguration: {apiServer: {certSANs: [api.example.com]}}}"), "spec.reconfigure.clusterConfiguration.apiServer.certSANs", "certSANs is not implemented yet"},
+		{"valid reconfigure of etcd", reconfigure("ok-rc8", "{clusterConfiguration: {etcd: {extraArgs: [{name: quota-backend-bytes, value: '8589934592'}], removeExtraArgs: [snapshot-count]}}}"), "", ""},
+		{"valid reconfigure of certSANs", reconfigure("ok-rc9", "{clusterConfiguration: {apiServer: {certSANs: [api.example.com, '*.apps.example.com', 10.0.0.7, 'fd00::7']}}}"), "", ""},
+		{"reconfigure etcd with nothing", reconfigure("rc8", "{clusterConfiguration: {etcd: {}}}"), "spec.reconfigure.clusterConfiguration.etcd", "etcd changes nothing"},
+		{"reconfigure etcd flag set and removed", reconfigure("rc8b", "{clusterConfiguration: {etcd: {extraArgs: [{name: snapshot-count, value: '5000'}], removeExtraArgs: [snapshot-count]}}}"), "spec.reconfigure.clusterConfiguration.etcd", "either set in extraArgs or removed in removeExtraArgs"},
+		{"reconfigure etcd flag with its dashes", reconfigure("rc8c", "{clusterConfiguration: {etcd: {extraArgs: [{name: --snapshot-count, value: '5000'}]}}}"), "spec.reconfigure.clusterConfiguration.etcd.extraArgs[0].name", "should match"},
+		{"reconfigure certSAN with a space", reconfigure("rc9", "{clusterConfiguration: {apiServer: {certSANs: ['api example.com']}}}"), "spec.reconfigure.clusterConfiguration.apiServer.certSANs[0]", "should match"},
+		{"reconfigure certSAN in capitals", reconfigure("rc9b", "{clusterConfiguration: {apiServer: {certSANs: [API.example.com]}}}"), "spec.reconfigure.clusterConfiguration.apiServer.certSANs[0]", "should match"},
+		{"reconfigure certSAN repeated", reconfigure("rc9c", "{clusterConfiguration: {apiServer: {certSANs: [api.example.com, api.example.com]}}}"), "spec.reconfigure.clusterConfiguration.apiServer.certSANs[1]", "Duplicate value"},
+		{"reissue command without names", op("rc9d", "- kubeadmReissueAPIServerCertificate: {certSANs: []}"), cmdPath + ".kubeadmReissueAPIServerCertificate.certSANs", "should have at least 1 items"},
 		{"reconfigure volume with a relative path", reconfigure("rc10", "{clusterConfiguration: {apiServer: {extraVolumes: [{name: audit, hostPath: var/log, mountPath: /var/log}]}}}"), "spec.reconfigure.clusterConfiguration.apiServer.extraVolumes[0].hostPath", "should match"},
 		{"reconfigure too many flags", reconfigure("rc11", "{clusterConfiguration: {apiServer: {extraArgs: ["+manyArgs(33)+"]}}}"), "spec.reconfigure.clusterConfiguration.apiServer.extraArgs", "must have at most 32 items"},
 		{"reconfigure and upgrade", `apiVersion: nodeops.io/v1alpha1
@@ -622,14 +629,14 @@ spec:
   kubernetesVersion: v1.37.2
   kubelet: {configuration: "kind: KubeletConfiguration"}
 `, "spec.kubelet.configuration", "apiVersion and kind are kubeadm's"},
-		{"cluster target controlPlane certSANs not built", `apiVersion: nodeops.io/v1alpha1
+		{"valid cluster target controlPlane with certSANs and etcd", `apiVersion: nodeops.io/v1alpha1
 kind: ClusterTarget
 metadata:
   name: cluster
 spec:
   kubernetesVersion: v1.37.2
-  controlPlane: {apiServer: {certSANs: [api.example.com]}}
-`, "spec.controlPlane.apiServer.certSANs", "certSANs is not implemented yet"},
+  controlPlane: {apiServer: {certSANs: [api.example.com]}, etcd: {extraArgs: [{name: snapshot-count, value: '5000'}]}}
+`, "", ""},
 		{"valid reconfigure", reconfigure("ok-rc1", "{clusterConfiguration: {apiServer: {extraArgs: [{name: audit-log-maxage, value: '30'}], removeExtraArgs: [profiling], extraVolumes: [{name: audit, hostPath: /var/log/audit, mountPath: /var/log/audit, pathType: DirectoryOrCreate}]}, featureGates: {ControlPlaneKubeletLocalMode: true}}, kubeletConfiguration: \"maxPods: 150\\nevictionHard:\\n  memory.available: 200Mi\\n\", drain: {timeout: 5m}}"), "", ""},
 		{"valid upgrade with all and its flag", `apiVersion: nodeops.io/v1alpha1
 kind: NodeOperation

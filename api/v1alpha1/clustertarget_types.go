@@ -108,8 +108,8 @@ type ClusterTargetSpec struct {
 	// +optional
 	Upgrade ClusterUpgrade `json:"upgrade,omitempty"`
 	// ControlPlane is what kube-system/kubeadm-config's ClusterConfiguration must hold (flags,
-	// volumes and feature gates, as a reconfigure's clusterConfiguration): while it does not, the
-	// ClusterTarget generates a reconfigure operation.
+	// volumes, etcd's flags, the API server certificate's names and feature gates, as a reconfigure's
+	// clusterConfiguration): while it does not, the ClusterTarget generates a reconfigure operation.
 	// +optional
 	ControlPlane *ClusterConfigurationPatch `json:"controlPlane,omitempty"`
 	// Kubelet is what kube-system/kubelet-config must hold: while it does not, the ClusterTarget

@@ -58,8 +58,9 @@ type Command struct {
 	Wait                     *WaitCommand                     `json:"wait,omitempty"`
 	Pod                      *PodCommand                      `json:"pod,omitempty"`
 	// The reconfigure operation's kinds (reconfigure_types.go).
-	KubeadmUpdateConfig    *KubeadmUpdateConfigCommand    `json:"kubeadmUpdateConfig,omitempty"`
-	KubeadmReconfigureNode *KubeadmReconfigureNodeCommand `json:"kubeadmReconfigureNode,omitempty"`
+	KubeadmUpdateConfig                *KubeadmUpdateConfigCommand                `json:"kubeadmUpdateConfig,omitempty"`
+	KubeadmReconfigureNode             *KubeadmReconfigureNodeCommand             `json:"kubeadmReconfigureNode,omitempty"`
+	KubeadmReissueAPIServerCertificate *KubeadmReissueAPIServerCertificateCommand `json:"kubeadmReissueAPIServerCertificate,omitempty"`
 	// The certificate authority rotation's kinds (rotation_types.go).
 	GenerateCertificateAuthorities *GenerateCertificateAuthoritiesCommand `json:"generateCertificateAuthorities,omitempty"`
 	CopyCertificateAuthorities     *CopyCertificateAuthoritiesCommand     `json:"copyCertificateAuthorities,omitempty"`

@@ -40,7 +40,7 @@ type ReconfigureOperation struct {
 
 // ClusterConfigurationPatch is the part of kubeadm's ClusterConfiguration (kubeadm.k8s.io/v1beta4)
 // a reconfigure changes.
-// +kubebuilder:validation:XValidation:rule="has(self.apiServer) || has(self.controllerManager) || has(self.scheduler) || has(self.etcd) || has(self.featureGates)",message="clusterConfiguration changes nothing: set apiServer, controllerManager, scheduler or featureGates"
+// +kubebuilder:validation:XValidation:rule="has(self.apiServer) || has(self.controllerManager) || has(self.scheduler) || has(self.etcd) || has(self.featureGates)",message="clusterConfiguration changes nothing: set apiServer, controllerManager, scheduler, etcd or featureGates"
 type ClusterConfigurationPatch struct {
 	// +optional
 	APIServer *APIServerPatch `json:"apiServer,omitempty"`
@@ -48,9 +48,10 @@ type ClusterConfigurationPatch struct {
 	ControllerManager *ControlPlaneComponentPatch `json:"controllerManager,omitempty"`
 	// +optional
 	Scheduler *ControlPlaneComponentPatch `json:"scheduler,omitempty"`
-	// Etcd patches the local etcd's extraArgs. Not implemented yet: admission refuses it.
+	// Etcd patches the local (stacked) etcd's extraArgs in etcd.local; each control plane's etcd
+	// manifest is regenerated in turn. A cluster whose etcd is external is refused when the
+	// operation runs, before anything changes.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="false",message="etcd is not implemented yet: a reconfigure does not regenerate etcd's manifest; see docs/how-to/reconfigure.md"
 	Etcd *EtcdPatch `json:"etcd,omitempty"`
 	// FeatureGates sets kubeadm's feature gates by name (kubeadm's own, not the components').
 	// +optional
@@ -85,17 +86,22 @@ type ControlPlaneComponentPatch struct {
 // APIServerPatch is a ControlPlaneComponentPatch for the API server, which also has certSANs.
 type APIServerPatch struct {
 	ControlPlaneComponentPatch `json:",inline"`
-	// CertSANs are extra names for the API server's serving certificate. Not implemented yet:
-	// admission refuses it.
+	// CertSANs are extra names (DNS names, "*." wildcards, IP addresses) for the API server's serving certificate,
+	// added to those kube-system/kubeadm-config already has; each control plane's certificate is
+	// re-issued in turn with kubeadm (kubeadmReissueAPIServerCertificate). Names are only added:
+	// a reconfigure removes none.
 	// +optional
 	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
 	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^((\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*|[0-9a-fA-F:.]*:[0-9a-fA-F:.]*)$`
 	// +listType=set
-	// +kubebuilder:validation:XValidation:rule="false",message="certSANs is not implemented yet: a reconfigure does not re-issue the API server's serving certificate; see docs/how-to/reconfigure.md"
 	CertSANs []string `json:"certSANs,omitempty"`
 }
 
 // EtcdPatch changes the local etcd's flags.
+// +kubebuilder:validation:XValidation:rule="has(self.extraArgs) || has(self.removeExtraArgs)",message="etcd changes nothing: set extraArgs or removeExtraArgs"
+// +kubebuilder:validation:XValidation:rule="!has(self.extraArgs) || !has(self.removeExtraArgs) || !self.extraArgs.exists(a, a.name in self.removeExtraArgs)",message="a flag is either set in extraArgs or removed in removeExtraArgs, not both"
 type EtcdPatch struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=32
@@ -215,6 +221,45 @@ func (c *KubeadmReconfigureNodeCommand) Description() string {
 func (*KubeadmReconfigureNodeCommand) DefaultTimeout() time.Duration { return 20 * time.Minute }
 
 func (*KubeadmReconfigureNodeCommand) Effects() CommandEffects {
+	return CommandEffects{Disruption: Disruptive}
+}
+
+// KubeadmReissueAPIServerCertificateCommand re-issues this control plane's API server serving
+// certificate with kubeadm, as kubeadm's "Reconfiguring a kubeadm cluster" does by hand: the old
+// apiserver.crt and apiserver.key are saved to /etc/kubernetes/tmp/nodeops-apiserver-certificate
+// (the record, written before anything moves), taken out of /etc/kubernetes/pki, and `kubeadm init
+// phase certs apiserver --config` issues a new pair from the cluster's kubeadm-config (which must
+// already hold certSANs). A certificate that already has every name is kept: run again after an
+// interruption it neither issues twice nor loses the old pair. The API server picks the new pair up
+// when it restarts (restartStaticPods). In a DryRun it prints the names before and after.
+type KubeadmReissueAPIServerCertificateCommand struct {
+	// CertSANs are the names the certificate must have; it is re-issued only when one is missing.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^((\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*|[0-9a-fA-F:.]*:[0-9a-fA-F:.]*)$`
+	// +listType=set
+	CertSANs []string `json:"certSANs"`
+}
+
+func (*KubeadmReissueAPIServerCertificateCommand) KindName() string {
+	return "kubeadmReissueAPIServerCertificate"
+}
+
+func (*KubeadmReissueAPIServerCertificateCommand) IsIdempotent() bool { return true }
+
+func (c *KubeadmReissueAPIServerCertificateCommand) Description() string {
+	return "re-issue the API server's serving certificate with kubeadm init phase certs apiserver, with names " + strings.Join(c.CertSANs, ", ")
+}
+
+func (*KubeadmReissueAPIServerCertificateCommand) DefaultTimeout() time.Duration {
+	return 2 * time.Minute
+}
+
+// Effects: the running API server keeps serving its old certificate until restartStaticPods; the
+// command changes the node's PKI, so it is disruptive and never starts on a node someone cordoned.
+func (*KubeadmReissueAPIServerCertificateCommand) Effects() CommandEffects {
 	return CommandEffects{Disruption: Disruptive}
 }
 

@@ -103,6 +103,11 @@ func (d *DriftReader) Start(ctx context.Context) error {
 		}
 		d.digest, d.seen = digest, worked
 		next = time.Now().Add(every + time.Duration(rand.Int64N(int64(every)/5+1)))
+		// A file changed while kubeadm rendered and the reading compared: the reading may hold either
+		// version, and a later edit back to the digest above would never be compared. Compare again.
+		if after, err := d.fileDigest(); err != nil || after != digest {
+			d.digest, next = "", time.Now()
+		}
 	}
 }
 

@@ -59,6 +59,9 @@ func PatchClusterConfiguration(text string, p *v1alpha1.ClusterConfigurationPatc
 		patchComponent(section(doc, "scheduler"), p.Scheduler)
 	}
 	if p.Etcd != nil {
+		if _, external := section(doc, "etcd")["external"]; external {
+			return "", fmt.Errorf("clusterConfiguration.etcd patches a local (stacked) etcd's flags, and this cluster's etcd is external (etcd.external): a reconfigure does not change an external etcd")
+		}
 		local := section(section(doc, "etcd"), "local")
 		local["extraArgs"] = patchArgs(local["extraArgs"], p.Etcd.ExtraArgs, p.Etcd.RemoveExtraArgs)
 	}

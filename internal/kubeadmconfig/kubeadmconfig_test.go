@@ -95,3 +95,31 @@ func TestLineDiff(t *testing.T) {
 		t.Errorf("diff %q", got)
 	}
 }
+
+// etcd's flags go to etcd.local; a cluster whose etcd is external is refused naming the field, and
+// certSANs are added to those there, never twice.
+func TestPatchClusterConfigurationEtcdAndCertSANs(t *testing.T) {
+	p := &v1alpha1.ClusterConfigurationPatch{
+		APIServer: &v1alpha1.APIServerPatch{CertSANs: []string{"127.0.0.1", "api.example.com"}},
+		Etcd:      &v1alpha1.EtcdPatch{ExtraArgs: []v1alpha1.ExtraArg{{Name: "snapshot-count", Value: "5000"}}},
+	}
+	got, err := kubeadmconfig.PatchClusterConfiguration(clusterConfiguration+"etcd:\n  local:\n    dataDir: /var/lib/etcd\n", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"  certSANs:\n  - 127.0.0.1\n  - api.example.com\n",
+		"etcd:\n  local:\n    dataDir: /var/lib/etcd\n    extraArgs:\n    - name: snapshot-count\n      value: \"5000\"\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("patched configuration lacks %q:\n%s", want, got)
+		}
+	}
+	external := clusterConfiguration + "etcd:\n  external:\n    endpoints: [https://10.0.0.1:2379]\n"
+	if _, err := kubeadmconfig.PatchClusterConfiguration(external, p); err == nil || !strings.Contains(err.Error(), "clusterConfiguration.etcd") || !strings.Contains(err.Error(), "external") {
+		t.Errorf("an external etcd: %v, want it refused naming clusterConfiguration.etcd", err)
+	}
+	if _, err := kubeadmconfig.PatchClusterConfiguration(external, &v1alpha1.ClusterConfigurationPatch{APIServer: p.APIServer}); err != nil {
+		t.Errorf("certSANs with an external etcd: %v", err)
+	}
+}

@@ -111,6 +111,30 @@ func TestExpand(t *testing.T) {
 				{GroupOtherControlPlanes, v1alpha1.NodeFilterTail, []string{"kubeadmReconfigureNode", "waitNodeReady"}},
 			},
 		},
+		{
+			name: "reconfigure certSANs only: no manifest regenerated, the certificate re-issued and the API server restarted",
+			spec: v1alpha1.NodeOperationSpec{Reconfigure: &v1alpha1.ReconfigureOperation{ClusterConfiguration: &v1alpha1.ClusterConfigurationPatch{
+				APIServer: &v1alpha1.APIServerPatch{CertSANs: []string{"api.example.com"}}}}},
+			want: []group{
+				{GroupPreflight, v1alpha1.NodeFilterAll, []string{"preflight"}},
+				{GroupFirstControlPlane, v1alpha1.NodeFilterHead, []string{"kubeadmUpdateConfig", "kubeadmReissueAPIServerCertificate", "restartStaticPods", "waitNodeReady"}},
+				{GroupOtherControlPlanes, v1alpha1.NodeFilterTail, []string{"kubeadmReissueAPIServerCertificate", "restartStaticPods", "waitNodeReady"}},
+			},
+		},
+		{
+			name: "reconfigure etcd, certSANs and the kubelet: manifests first, then the certificate",
+			spec: v1alpha1.NodeOperationSpec{Reconfigure: &v1alpha1.ReconfigureOperation{KubeletConfiguration: "maxPods: 150", ClusterConfiguration: &v1alpha1.ClusterConfigurationPatch{
+				APIServer: &v1alpha1.APIServerPatch{CertSANs: []string{"10.0.0.7"}},
+				Etcd:      &v1alpha1.EtcdPatch{ExtraArgs: []v1alpha1.ExtraArg{{Name: "snapshot-count", Value: "5000"}}}}}},
+			want: []group{
+				{GroupPreflight, v1alpha1.NodeFilterAll, []string{"preflight"}},
+				{GroupFirstControlPlane, v1alpha1.NodeFilterHead, []string{"kubeadmUpdateConfig", "kubeadmReconfigureNode", "kubeadmReissueAPIServerCertificate", "restartStaticPods", "restartService", "waitNodeReady"}},
+				{GroupOtherControlPlanes, v1alpha1.NodeFilterTail, []string{"kubeadmReconfigureNode", "kubeadmReissueAPIServerCertificate", "restartStaticPods", "restartService", "waitNodeReady"}},
+				{GroupWorkers, v1alpha1.NodeFilterAll, []string{"kubeadmReconfigureNode", "restartService", "waitNodeReady"}},
+			},
+		},
+		{name: "reconfigure with a certSAN kubeadm refuses", spec: v1alpha1.NodeOperationSpec{Reconfigure: &v1alpha1.ReconfigureOperation{ClusterConfiguration: &v1alpha1.ClusterConfigurationPatch{
+			APIServer: &v1alpha1.APIServerPatch{CertSANs: []string{"a..b"}}}}}, wantErr: true},
 		{name: "reconfigure with a kubelet patch that is no mapping", spec: v1alpha1.NodeOperationSpec{Reconfigure: &v1alpha1.ReconfigureOperation{KubeletConfiguration: "- maxPods: 150"}}, wantErr: true},
 		{name: "reconfigure with a kubelet patch naming the kind", spec: v1alpha1.NodeOperationSpec{Reconfigure: &v1alpha1.ReconfigureOperation{KubeletConfiguration: `{"maxPods": 1, "kind": "X"}`}}, wantErr: true},
 		{name: "nothing set", spec: v1alpha1.NodeOperationSpec{}, wantErr: true},
@@ -416,6 +440,22 @@ func TestExpandReconfigure(t *testing.T) {
 	}
 	if updates != 1 {
 		t.Errorf("%d kubeadmUpdateConfig commands, want 1", updates)
+	}
+	sans := &v1alpha1.ReconfigureOperation{ClusterConfiguration: &v1alpha1.ClusterConfigurationPatch{
+		APIServer: &v1alpha1.APIServerPatch{CertSANs: []string{"api.example.com", "10.0.0.7"}}}}
+	sansGroups, err := expandReconfigure(sans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range sansGroups {
+		for _, c := range g.Commands {
+			if rc := c.KubeadmReissueAPIServerCertificate; rc != nil && !reflect.DeepEqual(rc.CertSANs, []string{"api.example.com", "10.0.0.7"}) {
+				t.Errorf("group %s re-issues with %v", g.Name, rc.CertSANs)
+			}
+			if rs := c.RestartStaticPods; rs != nil && !reflect.DeepEqual(rs.Components, []string{"kube-apiserver"}) {
+				t.Errorf("group %s restarts %v, want the API server only", g.Name, rs.Components)
+			}
+		}
 	}
 	r.ClusterConfiguration.APIServer.ExtraArgs[0].Value = "changed"
 	if groups[0].Commands[0].KubeadmUpdateConfig.ClusterConfiguration.APIServer.ExtraArgs[0].Value != "30" {

@@ -55,7 +55,7 @@ func PreflightChecks(spec *v1alpha1.NodeOperationSpec, groups []v1alpha1.Group) 
 			c := &g.Commands[i]
 			switch {
 			case c.KubeadmUpgradeApply != nil, c.KubeadmUpgradePlan != nil, c.KubeadmUpgradeNode != nil, c.KubeadmRenewCertificates != nil,
-				c.KubeadmUpdateConfig != nil, c.KubeadmReconfigureNode != nil:
+				c.KubeadmUpdateConfig != nil, c.KubeadmReconfigureNode != nil, c.KubeadmReissueAPIServerCertificate != nil:
 				kubeadm = true
 			case c.InstallBinaries != nil:
 				disk = true

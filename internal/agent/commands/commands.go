@@ -175,6 +175,7 @@ func Handlers() map[string]Handler {
 		handle(runPod),
 		handle(runKubeadmUpdateConfig),
 		handle(runKubeadmReconfigureNode),
+		handle(runKubeadmReissueAPIServerCertificate),
 		handle(runGenerateCertificateAuthorities),
 		handle(runCopyCertificateAuthorities),
 		handle(runTrustCertificateAuthorities),

@@ -137,9 +137,12 @@ func runKubeadmReconfigureNode(ctx context.Context, env *Env, c *v1alpha1.Kubead
 				return Result{}, err
 			}
 		} else {
-			// Certificates and etcd are not this operation's: only the manifests whose configuration
-			// changed are rewritten, and kubeadm waits for each of them to restart.
-			args := append([]string{"upgrade", "node", "phase", "control-plane", "--certificate-renewal=false", "--etcd-upgrade=false"}, patches...)
+			// Certificates are not this operation's, and etcd only when the patch changes it: only
+			// the manifests whose configuration changed are rewritten, and kubeadm waits for each of
+			// them to restart (etcd: after checking the cluster's health and backing up its data
+			// directory, until the etcd cluster is available again).
+			etcd := c.ClusterConfiguration != nil && c.ClusterConfiguration.Etcd != nil
+			args := append([]string{"upgrade", "node", "phase", "control-plane", "--certificate-renewal=false", fmt.Sprintf("--etcd-upgrade=%t", etcd)}, patches...)
 			if err := kubeadm(ctx, env, args...); err != nil {
 				return Result{}, err
 			}
@@ -205,11 +208,11 @@ func previewControlPlane(ctx context.Context, env *Env, p *v1alpha1.ClusterConfi
 	if err != nil {
 		return err
 	}
-	before, err := renderControlPlane(ctx, env, initCfg+"---\n"+current, patches)
+	before, err := renderControlPlane(ctx, env, initCfg+"---\n"+current, patches, p.Etcd != nil)
 	if err != nil {
 		return err
 	}
-	after, err := renderControlPlane(ctx, env, initCfg+"---\n"+patched, patches)
+	after, err := renderControlPlane(ctx, env, initCfg+"---\n"+patched, patches, p.Etcd != nil)
 	if err != nil {
 		return err
 	}
@@ -255,10 +258,11 @@ func initConfiguration(node string, apiserverManifest []byte) (string, error) {
 		kubeadmconfig.APIVersion, addr, port, node), nil
 }
 
-// renderControlPlane runs `kubeadm init phase control-plane all --config --dry-run` with config and
-// returns the manifests it wrote into its dry-run directory, by file name. The configuration file and
-// kubeadm's dry-run directory are written for the run and removed after it: nothing stays on the node.
-func renderControlPlane(ctx context.Context, env *Env, config string, patches []string) (map[string]string, error) {
+// renderControlPlane runs `kubeadm init phase control-plane all --config --dry-run` with config (and,
+// with etcd, `kubeadm init phase etcd local`, which writes the manifest kubeadm upgrade writes) and
+// returns the manifests written into kubeadm's dry-run directories, by file name. The configuration
+// file and the dry-run directories are written for the run and removed after it: nothing stays on the node.
+func renderControlPlane(ctx context.Context, env *Env, config string, patches []string, etcd bool) (map[string]string, error) {
 	files := env.actingFiles()
 	before, existed, err := dirNames(files, kubeadmTmp)
 	if err != nil {
@@ -272,6 +276,10 @@ func renderControlPlane(ctx context.Context, env *Env, config string, patches []
 	var out bytes.Buffer
 	args := append([]string{"init", "phase", "control-plane", "all", "--config", path, "--dry-run"}, patches...)
 	runErr := env.Host.Kubeadm.Kubeadm(ctx, &out, args...)
+	if runErr == nil && etcd {
+		args = append([]string{"init", "phase", "etcd", "local", "--config", path, "--dry-run"}, patches...)
+		runErr = env.Host.Kubeadm.Kubeadm(ctx, &out, args...)
+	}
 	rendered := map[string]string{}
 	now, _, listErr := dirNames(files, kubeadmTmp)
 	var readErr error

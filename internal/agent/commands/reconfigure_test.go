@@ -65,3 +65,25 @@ func TestKubeadmReconfigureNodeRefusesAWorkerAsControlPlane(t *testing.T) {
 		t.Errorf("err %v, kubeadm ran %v", err, rec.calls)
 	}
 }
+
+// A patch of etcd's flags lets kubeadm regenerate etcd's manifest (it checks etcd's health, backs up
+// its data and waits for the cluster); any other patch leaves etcd alone.
+func TestKubeadmReconfigureNodeUpgradesEtcdOnlyForAnEtcdPatch(t *testing.T) {
+	for _, tc := range []struct {
+		patch *v1alpha1.ClusterConfigurationPatch
+		want  string
+	}{
+		{&v1alpha1.ClusterConfigurationPatch{Etcd: &v1alpha1.EtcdPatch{ExtraArgs: []v1alpha1.ExtraArg{{Name: "snapshot-count", Value: "5000"}}}}, "--etcd-upgrade=true"},
+		{&v1alpha1.ClusterConfigurationPatch{Scheduler: &v1alpha1.ControlPlaneComponentPatch{ExtraArgs: []v1alpha1.ExtraArg{{Name: "v", Value: "2"}}}}, "--etcd-upgrade=false"},
+	} {
+		env, _, _ := localEnv(t, map[string]string{kubeAPIServerManifest: "kind: Pod\n"}, false)
+		rec := &recordingKubeadm{}
+		env.Host.Kubeadm = rec
+		if _, err := Run(context.Background(), env, &v1alpha1.Command{KubeadmReconfigureNode: &v1alpha1.KubeadmReconfigureNodeCommand{ControlPlane: true, ClusterConfiguration: tc.patch}}); err != nil {
+			t.Fatal(err)
+		}
+		if want := "upgrade node phase control-plane --certificate-renewal=false " + tc.want; len(rec.calls) != 1 || rec.calls[0] != want {
+			t.Errorf("kubeadm ran %q, want %q", rec.calls, want)
+		}
+	}
+}

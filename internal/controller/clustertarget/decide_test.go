@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/plan"
 )
 
 var now = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
@@ -297,5 +298,43 @@ func TestDecideReconfigure(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The controlPlane section carries etcd's flags and the API server certificate's names into the
+// reconfigure it generates, whose plan regenerates etcd and re-issues the certificate.
+func TestGeneratedReconfigureCarriesEtcdAndCertSANs(t *testing.T) {
+	ct := target("v1.37.2", func(ct *v1alpha1.ClusterTarget) {
+		ct.Spec.ControlPlane = &v1alpha1.ClusterConfigurationPatch{
+			APIServer: &v1alpha1.APIServerPatch{CertSANs: []string{"api.example.com"}},
+			Etcd:      &v1alpha1.EtcdPatch{ExtraArgs: []v1alpha1.ExtraArg{{Name: "snapshot-count", Value: "5000"}}},
+		}
+	})
+	d := decide(&input{ct: ct, clusterVersion: "v1.37.2", reconfigure: []string{"kubeadm-config (apiServer, etcd)"}})
+	if d.create == nil || d.create.Kind != v1alpha1.GeneratedReconfigure {
+		t.Fatalf("created %+v, want a reconfigure", d.create)
+	}
+	op := Operation(ct, d.create)
+	groups, err := plan.Expand(&op.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, g := range groups {
+		if g.Name != plan.GroupFirstControlPlane {
+			continue
+		}
+		for _, c := range g.Commands {
+			kinds = append(kinds, c.Kind())
+			if n := c.KubeadmReconfigureNode; n != nil && (n.ClusterConfiguration.Etcd == nil || !n.ControlPlane) {
+				t.Errorf("kubeadmReconfigureNode %+v does not regenerate etcd", n)
+			}
+			if r := c.KubeadmReissueAPIServerCertificate; r != nil && strings.Join(r.CertSANs, ",") != "api.example.com" {
+				t.Errorf("re-issued with %v", r.CertSANs)
+			}
+		}
+	}
+	if got := strings.Join(kinds, " "); got != "kubeadmUpdateConfig kubeadmReconfigureNode kubeadmReissueAPIServerCertificate restartStaticPods waitNodeReady" {
+		t.Errorf("the first control plane runs %s", got)
 	}
 }
