@@ -275,11 +275,17 @@ func (k Cluster) StatusOf(name string, phase v1alpha1.TaskPhase) func(context.Co
 	}
 }
 
-// TakeLease makes node's Lease name the task, as a taking agent writes it.
+// TakeLease makes node's Lease name the task, as a taking agent (of an earlier version) writes it;
+// the administrator creates the Lease first when no agent did.
 func (k Cluster) TakeLease(node, task string) func(context.Context, client.Client) error {
 	return func(ctx context.Context, c client.Client) error {
 		l := NodeLease(k.Namespace, node)
-		if err := k.Admin.Get(ctx, client.ObjectKeyFromObject(l), l); err != nil {
+		err := k.Admin.Get(ctx, client.ObjectKeyFromObject(l), l)
+		if apierrors.IsNotFound(err) {
+			l = NodeLease(k.Namespace, node)
+			err = k.Admin.Create(ctx, l)
+		}
+		if err != nil {
 			return err
 		}
 		l.Spec.HolderIdentity, l.Spec.RenewTime = ptr.To(task), ptr.To(metav1.NowMicro())
