@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -167,7 +169,14 @@ func (o Options) lockFile() (func(node string) string, func(), error) {
 		}
 		dir, cleanup = d, func() { _ = os.RemoveAll(d) }
 	}
-	return func(node string) string { return filepath.Join(dir, node+".lock") }, cleanup, nil
+	return func(node string) string {
+		if len(node) > 200 {
+			// A file name has at most 255 bytes, a node name up to 253.
+			sum := sha256.Sum256([]byte(node))
+			node = hex.EncodeToString(sum[:])
+		}
+		return filepath.Join(dir, node+".lock")
+	}, cleanup, nil
 }
 
 // Run runs the agent until ctx ends (or, with ExitWhenIdle, until it has nothing left to do). When
