@@ -7,6 +7,8 @@ export KUBEBUILDER_ASSETS := $(BIN)
 export NODEOPS_BIN := $(BIN)
 GO_TEST_FLAGS ?=
 DEMO_ARGS ?=
+BENCH_PROFILE ?=
+BENCH_FLAGS ?=
 # The version and commit stamped into nodeops' binaries (internal/version), the same `make images` labels
 # its images with; empty outside a git checkout (a tarball), where the binaries report what Go recorded.
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null)
@@ -115,8 +117,8 @@ test-faults: tools build ## Faults on nodeops-local (test/faults, tag faults): k
 demo: tools-run build ## Walk through nodeops on nodeops-local, narrated and live; DEMO_ARGS=--keep leaves the cluster running.
 	@hack/demo.sh $(DEMO_ARGS)
 
-bench: tools build ## Benchmark at 100, 1,000, 5,000 and 10,000 nodes (about 40 minutes on 2 shared cores); prints a table and writes bench/results.md.
-	go run ./bench
+bench: tools build ## Benchmark at 100, 1,000, 5,000 and 10,000 nodes (about 40 minutes on 2 shared cores); prints a table and writes bench/results.md. BENCH_PROFILE=DIR: CPU profiles of the manager and the agent there; BENCH_FLAGS: more flags (go run ./bench -h).
+	go run ./bench $(if $(BENCH_PROFILE),-profile $(BENCH_PROFILE)) $(BENCH_FLAGS)
 
 realnode-bin: ## The real node's driver (hack/realnode, its own module).
 	@cd hack/realnode && CGO_ENABLED=0 go build -trimpath -o $(BIN)/realnode ./cmd/realnode

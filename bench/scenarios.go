@@ -519,7 +519,7 @@ func runProfile(ctx context.Context, c *cluster, k int) (time.Duration, taskTime
 // accepted from now until the returned function is called, which returns the count.
 func countLeaseWrites(ctx context.Context, c client.WithWatch) (func() int, error) {
 	// A watch from no resourceVersion would first replay every existing Lease as ADDED.
-	sel := []client.ListOption{client.InNamespace(agent.DefaultLeaseNamespace), client.HasLabels{agent.LabelLeaseNode}}
+	sel := []client.ListOption{client.InNamespace(agent.DefaultLeaseNamespace), client.HasLabels{v1alpha1.LabelNode}}
 	list := &coordinationv1.LeaseList{}
 	if err := c.List(ctx, list, sel...); err != nil {
 		return nil, fmt.Errorf("listing node leases: %w", err)

@@ -72,12 +72,12 @@ type Reconciler struct {
 	// Stopping is closed when the agent is told to stop: no command starts after it, while running
 	// ones go on in the reconcile's context (every command has a timeout, rule 12). Nil: never.
 	Stopping <-chan struct{}
-	// Identity names this agent on the node Leases it writes (see Options.Identity).
+	// Identity names this agent in the node lock files it writes (see Options.Identity).
 	Identity string
-	// LeaseNamespace holds the node Leases (lease.go); empty for DefaultLeaseNamespace.
-	LeaseNamespace string
-	// LeaseDuration is how long a node Lease holds without renewal; zero for four heartbeats.
-	LeaseDuration time.Duration
+	// LockFile is the path of a node's lock file (nodehold.go).
+	LockFile func(node string) string
+	// Namespace is the agent's own: its pod commands' pods are there; empty for DefaultLeaseNamespace.
+	Namespace string
 	// ImagePullGrace is how long a pod command's image may fail to pull; zero for commands.DefaultImagePullGrace.
 	ImagePullGrace time.Duration
 	// KubeletRootDir is where scripts read their Secrets on the host (Options.KubeletRootDir).
@@ -93,14 +93,19 @@ type Reconciler struct {
 	// work on a task, so the drift reader knows a task came and went between two of its looks.
 	running int
 	worked  uint64
-	// leases are the node Leases this agent wrote last, by node.
-	leases map[string]heldLease
+	// nodes are the node locks this agent took last, by node; instance tells this process's
+	// writes in them from another's.
+	nodes    map[string]heldNode
+	instance string
 }
 
 // Reconcile runs the task's commands in order until it finishes or has to wait.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	task := &v1alpha1.NodeTask{}
 	if err := r.Client.Get(ctx, req.NamespacedName, task); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.releaseGone(req.Name)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !r.Serves(task.Spec.NodeName) {
@@ -113,6 +118,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if taskpolicy.Decide(task).Kind == taskpolicy.ActNone {
 		r.forgetIfFinished(task)
+		r.releaseIfFinished(task)
 		return ctrl.Result{}, r.showLeftAlone(ctx, task)
 	}
 	// Counted before the stop is looked at, so that a stop waiting for Busy to end sees this one.
@@ -425,7 +431,6 @@ func (r *Reconciler) heartbeat(ctx context.Context, task *v1alpha1.NodeTask) (st
 				if err := r.sign(ctx, task.Name, func(st *v1alpha1.NodeTaskStatus) { st.AgentHeartbeat = &ts }); err != nil && ctx.Err() == nil {
 					log.FromContext(ctx).Error(err, "heartbeat", "task", task.Name)
 				}
-				r.renewLease(ctx, task)
 			}
 		}
 	}()
@@ -445,4 +450,12 @@ func NodeServer(name, prefix string) func(string) bool {
 		return func(n string) bool { return strings.HasPrefix(n, prefix) }
 	}
 	return func(n string) bool { return n == name }
+}
+
+// namespace is the agent's own: its pod commands' pods are there.
+func (r *Reconciler) namespace() string {
+	if r.Namespace == "" {
+		return DefaultLeaseNamespace
+	}
+	return r.Namespace
 }

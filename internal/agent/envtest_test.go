@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -38,7 +37,6 @@ import (
 	"github.com/nodeops/nodeops/internal/host"
 	"github.com/nodeops/nodeops/internal/host/hosttest"
 	"github.com/nodeops/nodeops/internal/nodelock"
-	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/secretholder"
 	"github.com/nodeops/nodeops/internal/taskpolicy"
 	"github.com/nodeops/nodeops/internal/testutil"
@@ -64,7 +62,7 @@ func run(m *testing.M) int {
 	}
 	defer func() { _ = env.Stop() }()
 	cfg, cl = env.Config, env.Client
-	// The node Leases' namespace (exclusion that cannot be bypassed, rule 8).
+	// The agent's namespace: its pod commands' pods are there.
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agent.DefaultLeaseNamespace}}
 	if err := cl.Create(context.Background(), ns); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -150,10 +148,7 @@ func startAgentWith(t *testing.T, cfg *rest.Config, o agent.Options) (stop func(
 	stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
 	t.Cleanup(func() {
 		stop()
-		// The node's Lease outlives the agent: a test run again (-count=2) starts without it.
 		if o.NodeName != "" {
-			lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: agent.DefaultLeaseNamespace, Name: plan.NodeLeaseName(o.NodeName)}}
-			_ = cl.Delete(context.Background(), lease)
 			forceDeletePods(t, o.NodeName)
 		}
 	})

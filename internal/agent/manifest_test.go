@@ -35,7 +35,7 @@ func TestAgentWorksWithItsDeploymentRBAC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// nodeops-system, where the node Leases are, exists already (TestMain).
+	// nodeops-system, the agent's namespace, exists already (TestMain).
 	for _, doc := range bytes.Split(data, []byte("\n---\n")) {
 		obj := &unstructured.Unstructured{}
 		if err := yaml.Unmarshal(doc, &obj.Object); err != nil {

@@ -2,11 +2,14 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -86,14 +89,13 @@ type Options struct {
 	// whether the compared files changed; zero for DefaultDriftFileCheck.
 	DriftCheckInterval time.Duration
 	DriftFileCheck     time.Duration
-	// Identity names the agent on the node Leases it writes: the same identity after a restart
-	// takes them over at once, so no two agents may run with one (a pod's name: its containers run
-	// one at a time). Empty: a restarted agent waits for its Leases to expire.
+	// Identity names the agent in the node lock files it writes, for a person reading them (a
+	// pod's name); empty names its process.
 	Identity string
-	// LeaseNamespace holds the node Leases: PodNamespace when empty, else DefaultLeaseNamespace.
-	LeaseNamespace string
-	// LeaseDuration: how long a node Lease holds unrenewed; zero for four heartbeats (tests shorten it).
-	LeaseDuration time.Duration
+	// LockDir, with Noop, holds the simulated nodes' lock files (<node>.lock), shared by every
+	// agent that serves them; empty: a new directory of this process's. Other agents lock
+	// NodeLockFile under HostRoot.
+	LockDir string
 	// ImagePullGrace: how long a pod command's image may fail to pull before the command fails;
 	// zero for commands.DefaultImagePullGrace (tests shorten it).
 	ImagePullGrace time.Duration
@@ -152,6 +154,31 @@ func (o Options) validate() error {
 	return nil
 }
 
+// lockFile says where a node's lock file is (nodehold.go): on the node itself, or for simulated
+// nodes in LockDir; cleanup removes a directory made for this process.
+func (o Options) lockFile() (func(node string) string, func(), error) {
+	if !o.Noop {
+		path := filepath.Join(o.HostRoot, NodeLockFile)
+		return func(string) string { return path }, func() {}, nil
+	}
+	dir, cleanup := o.LockDir, func() {}
+	if dir == "" {
+		d, err := os.MkdirTemp("", "nodeops-agent-locks-")
+		if err != nil {
+			return nil, nil, fmt.Errorf("a directory for the simulated nodes' locks: %w", err)
+		}
+		dir, cleanup = d, func() { _ = os.RemoveAll(d) }
+	}
+	return func(node string) string {
+		if len(node) > 200 {
+			// A file name has at most 255 bytes, a node name up to 253.
+			sum := sha256.Sum256([]byte(node))
+			node = hex.EncodeToString(sum[:])
+		}
+		return filepath.Join(dir, node+".lock")
+	}, cleanup, nil
+}
+
 // Run runs the agent until ctx ends (or, with ExitWhenIdle, until it has nothing left to do). When
 // ctx ends no command starts any more; a running one may finish within o.ShutdownGracePeriod and
 // have its result recorded, after which its context is cancelled (every command has a timeout, rule 12).
@@ -207,15 +234,17 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		DefaultTimeout:  o.DefaultTimeout,
 		AgentPod:        types.NamespacedName{Namespace: o.PodNamespace, Name: o.PodName},
 		Identity:        o.Identity,
-		LeaseNamespace:  o.LeaseNamespace,
-		LeaseDuration:   o.LeaseDuration,
+		Namespace:       o.PodNamespace,
 		ImagePullGrace:  o.ImagePullGrace,
 		KubeletRootDir:  o.KubeletRootDir,
 		SecretMountWait: o.SecretMountWait,
 	}
-	if r.LeaseNamespace == "" {
-		r.LeaseNamespace = o.PodNamespace
+	lockFile, cleanup, err := o.lockFile()
+	if err != nil {
+		return err
 	}
+	defer cleanup()
+	r.LockFile = lockFile
 	if !o.Noop {
 		h, err := host.Open(o.ServiceManager, o.HostRoot)
 		if err != nil {
@@ -297,7 +326,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	err = mgr.Start(work)
 	if !r.Busy() {
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		r.releaseLeases(rctx)
+		r.releaseHolds(rctx)
 		rcancel()
 	}
 	return err

@@ -23,7 +23,7 @@ const (
 	stepDecide step = iota
 	// stepRecover acts on a person's recoveryMode; the recovery is held for the next write.
 	stepRecover
-	// stepClaim takes or checks the node's Lease (exclusion that cannot be bypassed, rule 8).
+	// stepClaim takes or checks the node's lock (exclusion that cannot be bypassed, rule 8).
 	stepClaim
 	// stepRecordRunning writes what is held (a result, a recovery) with the action's record: the
 	// command Running, an approval wait, the task's end (intent recorded before action, rule 4).
@@ -60,7 +60,7 @@ var transitions = map[step]func(*taskRun, context.Context, taskIO) step{
 // that the transitions themselves hold no IO and are tested in a table.
 type taskIO interface {
 	stopping() bool
-	lease(ctx context.Context, task *v1alpha1.NodeTask, need leaseNeed) (leaseAnswer, error)
+	hold(ctx context.Context, task *v1alpha1.NodeTask, need holdNeed) (holdAnswer, error)
 	// fresh reads the task from the API; nil without an error when it is gone.
 	fresh(ctx context.Context, task *v1alpha1.NodeTask) (*v1alpha1.NodeTask, error)
 	// writeStatus writes the agent's fields of status over task, which it updates on success.
@@ -86,7 +86,7 @@ type taskRun struct {
 	// runs counts each command's runs in this execute, for its retries.
 	runs map[int]int32
 
-	// Of the current step: the action, why the Lease is not held (shown in status), whether the
+	// Of the current step: the action, why the node's lock is not held (shown in status), whether the
 	// command runs before its Running record, its outcome, and the task read after a conflict.
 	act        taskpolicy.Action
 	busy       string
@@ -145,7 +145,7 @@ func (s *taskRun) decide(_ context.Context, io taskIO) step {
 		}
 		s.act = taskpolicy.Action{Kind: taskpolicy.ActNone}
 	}
-	if leaseNeeded(s.act, s.status) != leaseNone {
+	if holdNeeded(s.act, s.status) != holdNone {
 		return stepClaim
 	}
 	return stepRecordRunning
@@ -165,30 +165,30 @@ func (s *taskRun) recover(_ context.Context, _ taskIO) step {
 	return stepDecide
 }
 
-// claim: nothing runs, or is taken for stopped, unless the node's Lease allows it.
+// claim: nothing runs, or is taken for stopped, unless the node's lock allows it.
 func (s *taskRun) claim(ctx context.Context, io taskIO) step {
-	ans, err := io.lease(ctx, s.task, leaseNeeded(s.act, s.status))
+	ans, err := io.hold(ctx, s.task, holdNeeded(s.act, s.status))
 	switch {
 	case err != nil && !s.heldResult:
 		return s.stop(0, err)
 	case err != nil:
-		s.log.Error(err, "the node's lease; writing the result held", "task", s.task.Name)
+		s.log.Error(err, "the node's lock; writing the result held", "task", s.task.Name)
 	case ans.stale || (ans.took && !ans.created && !s.heldResult):
-		// The Lease's last holder wrote before it let go: read the task as it now stands.
-		// A Lease just created had no holder (agents cannot delete one), so nothing to read.
+		// The lock's last holder may have written the task: read it as it now stands.
+		// A lock no task ever held has nothing to read.
 		fresh, gerr := io.fresh(ctx, s.task)
 		if gerr != nil || fresh == nil {
 			return s.stop(0, gerr)
 		}
 		if ans.stale || fresh.ResourceVersion != s.task.ResourceVersion {
-			// Stale: another agent finished the task under the Lease, so a result this one
+			// Stale: another agent finished the task under the lock, so a result this one
 			// still holds is moot (keeping it would only find the task finished again).
 			s.fresh, s.keepResult = fresh, false
 			return stepResync
 		}
 	}
 	if !ans.held {
-		s.wait, s.busy = leaseWait, ans.message
+		s.wait, s.busy = holdWait, ans.message
 		s.act = taskpolicy.Action{Kind: taskpolicy.ActNone}
 		if !s.heldResult && !s.heldRecovery && (s.busy == "" || s.status.Message == s.busy) {
 			return s.stop(s.wait, nil)

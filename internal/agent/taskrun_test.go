@@ -15,13 +15,13 @@ import (
 	"github.com/nodeops/nodeops/internal/taskpolicy"
 )
 
-// scriptIO plays the world for one transition: the Lease's answer, the task read after a
+// scriptIO plays the world for one transition: the node lock's answer, the task read after a
 // conflict, the status write's error, the command's outcome. The transitions' IO against a real
 // API server is covered by the envtest tests of this package.
 type scriptIO struct {
 	isStopping bool
-	answer     leaseAnswer
-	leaseErr   error
+	answer     holdAnswer
+	holdErr    error
 	read       *v1alpha1.NodeTask
 	writeErr   error
 	outcome    taskpolicy.Outcome
@@ -32,8 +32,8 @@ type scriptIO struct {
 }
 
 func (f *scriptIO) stopping() bool { return f.isStopping }
-func (f *scriptIO) lease(context.Context, *v1alpha1.NodeTask, leaseNeed) (leaseAnswer, error) {
-	return f.answer, f.leaseErr
+func (f *scriptIO) hold(context.Context, *v1alpha1.NodeTask, holdNeed) (holdAnswer, error) {
+	return f.answer, f.holdErr
 }
 func (f *scriptIO) fresh(context.Context, *v1alpha1.NodeTask) (*v1alpha1.NodeTask, error) {
 	return f.read, nil
@@ -110,7 +110,7 @@ func TestTransitions(t *testing.T) {
 		},
 		want: stepRecover,
 	}, {
-		name: "decide: the end of a task needs no Lease and is recorded",
+		name: "decide: the end of a task needs no lock and is recorded",
 		from: stepDecide, run: func() *taskRun {
 			tk := started(mutating)
 			taskpolicy.ApplyResult(&tk.Status, &tk.Spec, 0, taskpolicy.Outcome{}, now())
@@ -161,28 +161,28 @@ func TestTransitions(t *testing.T) {
 			}
 		},
 	}, {
-		name: "claim: the Lease held, the command is recorded",
-		from: stepClaim, io: scriptIO{answer: leaseAnswer{held: true, took: true, created: true}},
+		name: "claim: the node's lock held, the command is recorded",
+		from: stepClaim, io: scriptIO{answer: holdAnswer{held: true, took: true, created: true}},
 		run:  func() *taskRun { return decided(tableTask(mutating)) },
 		want: stepRecordRunning,
 	}, {
 		name: "claim: the node busy with another task, nothing held: wait without a write (rule 8)",
-		from: stepClaim, io: scriptIO{answer: leaseAnswer{}},
+		from: stepClaim, io: scriptIO{answer: holdAnswer{}},
 		run:  func() *taskRun { return decided(tableTask(mutating)) },
 		want: stepStop,
 		check: func(t *testing.T, s *taskRun, _ *scriptIO) {
-			if s.wait != leaseWait || s.err != nil {
-				t.Errorf("wait %s, err %v; want %s", s.wait, s.err, leaseWait)
+			if s.wait != holdWait || s.err != nil {
+				t.Errorf("wait %s, err %v; want %s", s.wait, s.err, holdWait)
 			}
 		},
 	}, {
 		name: "claim: the node busy, the reason is shown once",
-		from: stepClaim, io: scriptIO{answer: leaseAnswer{message: "node n runs task u"}},
+		from: stepClaim, io: scriptIO{answer: holdAnswer{message: "node n runs task u"}},
 		run:  func() *taskRun { return decided(tableTask(mutating)) },
 		want: stepRecordRunning,
 	}, {
-		name: "claim: another agent finished the task under the Lease: resync, dropping the result",
-		from: stepClaim, io: scriptIO{answer: leaseAnswer{stale: true}, read: failed(mutating)},
+		name: "claim: another agent finished the task under the lock: resync, dropping the result",
+		from: stepClaim, io: scriptIO{answer: holdAnswer{stale: true}, read: failed(mutating)},
 		run: func() *taskRun {
 			s := decided(tableTask(mutating))
 			s.heldResult = true
@@ -195,8 +195,8 @@ func TestTransitions(t *testing.T) {
 			}
 		},
 	}, {
-		name: "claim: the Lease unanswerable with nothing held: stop with the error",
-		from: stepClaim, io: scriptIO{leaseErr: errors.New("apiserver down")},
+		name: "claim: the lock unanswerable with nothing held: stop with the error",
+		from: stepClaim, io: scriptIO{holdErr: errors.New("apiserver down")},
 		run:  func() *taskRun { return decided(tableTask(mutating)) },
 		want: stepStop,
 		check: func(t *testing.T, s *taskRun, _ *scriptIO) {

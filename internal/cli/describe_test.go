@@ -139,7 +139,7 @@ func TestGetAndLogs(t *testing.T) {
 	}
 }
 
-// TestBusyNodeIsShown: a task its agent cannot start because another task holds the node's Lease
+// TestBusyNodeIsShown: a task its agent cannot start because another task holds the node's lock
 // (exclusion that cannot be bypassed, rule 8) says so in describe and in the live watch.
 func TestBusyNodeIsShown(t *testing.T) {
 	op := createOperation(t, "describe-busy", nodeopsv1.NodeOperationSpec{

@@ -398,7 +398,6 @@ func (l clusterLayout) agentArgs(node string) []string {
 		"--node-name=" + node,
 		"--host-root=" + filepath.Join(l.Dir, "nodes", node),
 		"--service-manager=local",
-		// The supervisor runs one agent per node at a time: a restarted one takes its Lease at once.
 		"--identity=nodeops-local-agent-" + node,
 	}
 	if l.PodBound {
@@ -416,6 +415,8 @@ func (l clusterLayout) simAgentArgs() []string {
 		"--noop-host",
 		"--node-prefix=sim-",
 		"--identity=nodeops-local-agent-sim",
+		// One directory per cluster: a second sim agent shares the nodes' locks, another cluster does not.
+		"--lock-dir=" + filepath.Join(l.Dir, "sim-locks"),
 	}
 	if l.SimAgentPprof != "" {
 		args = append(args, "--pprof-bind-address="+l.SimAgentPprof)

@@ -23,7 +23,6 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/config"
-	"github.com/nodeops/nodeops/internal/agent"
 	"github.com/nodeops/nodeops/internal/agent/commands"
 	"github.com/nodeops/nodeops/internal/testutil"
 	"github.com/nodeops/nodeops/internal/testutil/confine"
@@ -131,7 +130,7 @@ func setUp(ctx context.Context) error {
 		}
 	}
 	// node-b's Lease, as node-b's agent took it for task-b (exclusion that cannot be bypassed, rule 8).
-	lease := agent.NodeLease(ns, "node-b")
+	lease := confine.NodeLease(ns, "node-b")
 	lease.Spec = coordinationv1.LeaseSpec{HolderIdentity: ptr.To(taskB), LeaseDurationSeconds: ptr.To[int32](60), RenewTime: ptr.To(metav1.NowMicro())}
 	return admin.Create(ctx, lease)
 }
@@ -402,7 +401,7 @@ func TestAgentOnNodeAWorks(t *testing.T) {
 	}
 
 	// Its node's Lease (exclusion that cannot be bypassed, rule 8): created, then taken over and renewed by updates.
-	lease := agent.NodeLease(ns, "node-a")
+	lease := confine.NodeLease(ns, "node-a")
 	lease.Spec.HolderIdentity = ptr.To(taskA)
 	if err := c.Create(ctx, lease); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("node-a's agent creating its node's lease: %v", err)

@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
-	"github.com/nodeops/nodeops/internal/agent"
 	"github.com/nodeops/nodeops/internal/controller/agentjob"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/secretholder"
@@ -238,12 +237,12 @@ func TestAgentOfAHashedNodeTakesNoOtherLease(t *testing.T) {
 	}
 	c, _ := as(t, token(t, node))
 	for _, name := range []string{"node-c", "kube-scheduler", "node-c-0123456789abcdef", "node-" + node + "-0123456789abcdef-x"} {
-		l := agent.NodeLease(ns, node)
+		l := confine.NodeLease(ns, node)
 		l.Name = name
 		confine.Refused(t, "the agent of "+node+" creating Lease "+name, c.Create(ctx, l, client.DryRunAll),
 			[]string{"creates or updates only its own node's Lease", "CREATE leases " + name})
 	}
-	own := agent.NodeLease(ns, node)
+	own := confine.NodeLease(ns, node)
 	if own.Name != plan.NodeLeaseName(node) || own.Name == "node-"+node {
 		t.Fatalf("the Lease of %s is %s, want a hashed name", node, own.Name)
 	}

@@ -519,7 +519,7 @@ func renderTable(seed uint64, took time.Duration, injected []string, r Result, n
 		held += " (" + r.MostHeldAt + ")"
 	}
 	// Informational: tasks that exist on one node at once (a second manager, or a manager restarted
-	// without its lock table, creates them); the per-node Lease keeps them from executing together,
+	// without its lock table, creates them); the node's lock (a flock on the node, rule 8) keeps them from executing together,
 	// which the two rows above measure (exclusion that cannot be bypassed, rule 8).
 	fmt.Fprintf(&b, "| (most tasks on one node at once, from their create to their last journal line; informational) | %s | - |\n", held)
 	// Shared budgets hold while two managers act at once too: the budget ledger orders their decisions.

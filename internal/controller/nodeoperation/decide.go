@@ -492,18 +492,33 @@ func withFinished(op, group string, tasks map[string]taskView, rec *v1alpha1.Fin
 	if rec == nil {
 		return tasks
 	}
-	out := make(map[string]taskView, len(tasks)+len(rec.Succeeded)+len(rec.Skipped)+len(rec.Aborted))
+	// The common case is every recorded node's task still cached: then tasks is the answer as it
+	// is (read only), without a copy or a task name hashed per recorded node on every reconcile.
+	gone := 0
+	for _, nodes := range [][]string{rec.Succeeded, rec.Skipped, rec.Aborted} {
+		for _, n := range nodes {
+			if _, ok := tasks[n]; !ok {
+				gone++
+			}
+		}
+	}
+	if gone == 0 {
+		return tasks
+	}
+	out := make(map[string]taskView, len(tasks)+gone)
+	for n, t := range tasks {
+		out[n] = t
+	}
 	add := func(nodes []string, phase v1alpha1.TaskPhase, skipped bool) {
 		for _, n := range nodes {
-			out[n] = taskView{Name: plan.TaskName(op, group, n), Node: n, Group: group, Phase: phase, Skipped: skipped}
+			if _, ok := tasks[n]; !ok {
+				out[n] = taskView{Name: plan.TaskName(op, group, n), Node: n, Group: group, Phase: phase, Skipped: skipped}
+			}
 		}
 	}
 	add(rec.Succeeded, v1alpha1.TaskSucceeded, false)
 	add(rec.Skipped, v1alpha1.TaskSucceeded, true)
 	add(rec.Aborted, v1alpha1.TaskAborted, false)
-	for n, t := range tasks {
-		out[n] = t
-	}
 	return out
 }
 

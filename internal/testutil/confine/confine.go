@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
-	"github.com/nodeops/nodeops/internal/agent"
 	"github.com/nodeops/nodeops/internal/agent/commands"
 	"github.com/nodeops/nodeops/internal/plan"
 )
@@ -114,15 +114,15 @@ func (k Cluster) Attempts() []Attempt {
 		{Name: "take " + b + "'s lease", Do: k.TakeLease(b, k.TaskA),
 			Policy: []string{"agent on node " + a + " creates or updates only its own node's Lease (node-" + a, "UPDATE leases node-" + b}},
 		{Name: "create " + absentNode + "'s lease", Do: func(ctx context.Context, c client.Client) error {
-			return c.Create(ctx, agent.NodeLease(k.Namespace, absentNode))
+			return c.Create(ctx, NodeLease(k.Namespace, absentNode))
 		}, Policy: []string{"creates or updates only its own node's Lease", "CREATE leases node-" + absentNode}},
 		{Name: "create " + absentNode + "'s lease annotated " + a, Do: func(ctx context.Context, c client.Client) error {
-			l := agent.NodeLease(k.Namespace, absentNode)
-			l.Annotations[agent.AnnotationLeaseNode] = a
+			l := NodeLease(k.Namespace, absentNode)
+			l.Annotations[annotationLeaseNode] = a
 			return c.Create(ctx, l)
 		}, Policy: []string{"creates or updates only its own node's Lease", "CREATE leases node-" + absentNode}},
 		{Name: "delete " + b + "'s lease", Do: func(ctx context.Context, c client.Client) error {
-			return c.Delete(ctx, agent.NodeLease(k.Namespace, b))
+			return c.Delete(ctx, NodeLease(k.Namespace, b))
 		}, Policy: []string{"deletes none", "DELETE leases node-" + b}, RBAC: []string{`cannot delete resource "leases"`}},
 		{Name: "a ConfigMap", Do: func(ctx context.Context, c client.Client) error {
 			return c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "by-agent", Namespace: k.Namespace}})
@@ -275,11 +275,17 @@ func (k Cluster) StatusOf(name string, phase v1alpha1.TaskPhase) func(context.Co
 	}
 }
 
-// TakeLease makes node's Lease name the task, as a taking agent writes it.
+// TakeLease makes node's Lease name the task, as a taking agent (of an earlier version) writes it;
+// the administrator creates the Lease first when no agent did.
 func (k Cluster) TakeLease(node, task string) func(context.Context, client.Client) error {
 	return func(ctx context.Context, c client.Client) error {
-		l := agent.NodeLease(k.Namespace, node)
-		if err := k.Admin.Get(ctx, client.ObjectKeyFromObject(l), l); err != nil {
+		l := NodeLease(k.Namespace, node)
+		err := k.Admin.Get(ctx, client.ObjectKeyFromObject(l), l)
+		if apierrors.IsNotFound(err) {
+			l = NodeLease(k.Namespace, node)
+			err = k.Admin.Create(ctx, l)
+		}
+		if err != nil {
 			return err
 		}
 		l.Spec.HolderIdentity, l.Spec.RenewTime = ptr.To(task), ptr.To(metav1.NowMicro())
@@ -311,3 +317,18 @@ func Cordon(name string) func(context.Context, client.Client) error {
 
 // Merge is a JSON merge patch.
 func Merge(s string) client.Patch { return client.RawPatch(types.MergePatchType, []byte(s)) }
+
+// annotationLeaseNode carries a node Lease's node: admission confines an agent to its own node's
+// Lease by it (config/admission). Agents hold their node by a lock on the node itself now, but the
+// confinement of the Leases they may still write is kept and tested.
+const annotationLeaseNode = "nodeops.io/node-name"
+
+// NodeLease is node's Lease in namespace as agents created it.
+func NodeLease(namespace, node string) *coordinationv1.Lease {
+	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
+		Namespace:   namespace,
+		Name:        plan.NodeLeaseName(node),
+		Labels:      map[string]string{v1alpha1.LabelNode: plan.LabelValue(node)},
+		Annotations: map[string]string{annotationLeaseNode: node},
+	}}
+}
