@@ -165,6 +165,18 @@ func (s *supervisor) exited(c *child, cmd *exec.Cmd, err error, ran time.Duratio
 	}()
 }
 
+// signal sends sig to the process group of child name, if it runs; a supervised child that exits is
+// started again.
+func (s *supervisor) signal(name string, sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.procs {
+		if c.name == name && c.cmd != nil && c.cmd.Process != nil {
+			_ = syscall.Kill(-c.cmd.Process.Pid, sig)
+		}
+	}
+}
+
 // setKeepAlive switches from "an exit is a start-up failure" to "an exit is restarted".
 func (s *supervisor) setKeepAlive() {
 	s.mu.Lock()
