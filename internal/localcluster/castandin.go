@@ -28,7 +28,9 @@ var followed = struct{ clientCA, servingCert, servingKey, rootCA, signingCert, s
 	"client-ca.crt", "apiserver.crt", "apiserver.key", "root-ca.crt", "signing-ca.crt", "signing-ca.key",
 }
 
-func (l clusterLayout) followedPKI(name string) string { return filepath.Join(l.Dir, FollowedPKIDir, name) }
+func (l clusterLayout) followedPKI(name string) string {
+	return filepath.Join(l.Dir, FollowedPKIDir, name)
+}
 
 // writeFollowedPKI starts DIR/pki-followed as the cluster PKI: before a certificate authority
 // rotation the first control plane's files are the same CAs and the stand-in serves DIR/pki's own
