@@ -71,6 +71,11 @@ func runCopyCertificateAuthorities(ctx context.Context, env *Env, c *v1alpha1.Co
 		return Result{}, errors.New("copyCertificateAuthorities needs the agent's client")
 	}
 	src, node, err := generatingServer(ctx, env.Client, env.Operation)
+	if err != nil && env.DryRun {
+		// A DryRun's generateCertificateAuthorities made nothing and serves nothing: say what the
+		// copy would take from the node it ran on.
+		node, err = generatingNode(ctx, env.Client, env.Operation)
+	}
 	if err != nil {
 		return Result{}, err
 	}
@@ -123,6 +128,23 @@ func generatingServer(ctx context.Context, c client.Client, operation string) (*
 		}
 	}
 	return nil, "", fmt.Errorf("no task of operation %s has generated the new authorities yet (generateCertificateAuthorities publishes its server in status.certificateAuthorityServer)", operation)
+}
+
+// generatingNode is the node of the operation's generateCertificateAuthorities task, published
+// server or not (a DryRun's publishes none).
+func generatingNode(ctx context.Context, c client.Client, operation string) (string, error) {
+	tasks := &v1alpha1.NodeTaskList{}
+	if err := c.List(ctx, tasks, client.MatchingLabels{v1alpha1.LabelOperation: operation}); err != nil {
+		return "", fmt.Errorf("listing the tasks of operation %s: %w", operation, err)
+	}
+	for _, t := range tasks.Items {
+		for _, cmd := range t.Spec.Commands {
+			if t.Spec.Operation == operation && cmd.GenerateCertificateAuthorities != nil {
+				return t.Spec.NodeName, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("operation %s has no generateCertificateAuthorities task", operation)
 }
 
 func names(pairs []cakeys.Pair) []string {
