@@ -175,6 +175,13 @@ func notBuilt(kind string) error {
 // which the control planes' controller-managers publish from their --root-ca-file. It restarts
 // nothing: the plan's next commands do.
 func runTrustCertificateAuthorities(ctx context.Context, env *Env, c *v1alpha1.TrustCertificateAuthoritiesCommand) (Result, error) {
+	if env.DryRun && cakeys.Unprepared(env.Host.Files) {
+		step := "trust-both"
+		if c.Trust == v1alpha1.TrustNewOnly {
+			step = "complete"
+		}
+		return unpreparedDryRun(env, step, c.Authorities, c.ServiceAccountKey)
+	}
 	in := cakeys.TrustInput{Operation: env.Operation, Authorities: c.Authorities, ServiceAccountKey: c.ServiceAccountKey}
 	apply, waitFor, what := cakeys.TrustBoth, cakeys.ErrNoNewAuthority, "the old and the new authorities"
 	cp, err := cakeys.IsControlPlane(env.Host.Files, env.Operation)
@@ -207,6 +214,20 @@ func runTrustCertificateAuthorities(ctx context.Context, env *Env, c *v1alpha1.T
 		return Result{Message: "the node trusts " + what + " already; nothing changed"}, nil
 	}
 	return Result{Message: fmt.Sprintf("the node trusts %s: %d files changed", what, len(changes))}, nil
+}
+
+// unpreparedDryRun prints, in a DryRun on a control plane where prepare staged nothing (a whole
+// rotation's DryRun), every file step would change (cakeys.UnpreparedDryRun).
+func unpreparedDryRun(env *Env, step string, authorities []string, serviceAccountKey bool) (Result, error) {
+	lines, err := cakeys.UnpreparedDryRun(env.Host.Files, step, authorities, serviceAccountKey)
+	if err != nil {
+		return Result{}, err
+	}
+	env.printf("dry run: prepare staged nothing (it ran as a dry run too); %s would change:\n", step)
+	for _, l := range lines {
+		env.printf("dry run: would change %s\n", l)
+	}
+	return Result{Message: fmt.Sprintf("dry run: %s would change %d files once prepare staged the new authorities", step, len(lines))}, nil
 }
 
 // isControlPlaneForCompletion: the node holds the operation's staging directory or runs static pods.
@@ -267,6 +288,10 @@ func runPublishCertificateAuthorities(ctx context.Context, env *Env, c *v1alpha1
 	if !slices.Contains(v1alpha1.OrAllAuthorities(c.Authorities), v1alpha1.AuthorityCluster) {
 		return Result{Message: "the rotation keeps the cluster authority: nothing to publish"}, nil
 	}
+	if env.DryRun && c.Trust == v1alpha1.TrustOldAndNew && cakeys.Unprepared(env.Host.Files) {
+		env.printf("dry run: prepare staged nothing (it ran as a dry run too), so no new cluster authority exists to publish: would write kube-public/cluster-info's certificate-authority-data as the old and the new cluster authority, wait until every namespace's kube-root-ca.crt and every token Secret's ca.crt hold both, and restart kube-proxy and CoreDNS\n")
+		return Result{Message: "dry run: would change cluster-info and restart kube-proxy and CoreDNS once prepare staged the new cluster authority"}, nil
+	}
 	ca, err := cakeys.PublishedClusterCA(env.Host.Files, env.Operation, c.Trust)
 	if err != nil {
 		return Result{}, err
@@ -293,6 +318,9 @@ func runPublishCertificateAuthorities(ctx context.Context, env *Env, c *v1alpha1
 // cluster for its kubelet's client certificate with the kubelet's own credentials
 // (reissueKubeletClient). No key is printed: each line names a file and its old and new issuer.
 func runReissueCertificates(ctx context.Context, env *Env, c *v1alpha1.ReissueCertificatesCommand) (Result, error) {
+	if env.DryRun && cakeys.Unprepared(env.Host.Files) {
+		return unpreparedDryRun(env, "re-issue", c.Authorities, c.ServiceAccountKey)
+	}
 	cp, err := cakeys.IsControlPlane(env.Host.Files, env.Operation)
 	if err != nil {
 		return Result{}, err
