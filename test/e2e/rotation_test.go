@@ -8,7 +8,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -118,6 +120,31 @@ func serials(t *testing.T, root string, cas []*x509.Certificate) map[string]stri
 	return out
 }
 
+// journalSerials are the serial numbers of the certificates reissueCertificates recorded in root's
+// staging directory before putting them in place, by entry.
+func journalSerials(t *testing.T, root string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	dir := filepath.Join(root, "etc/kubernetes/pki-rotation/reissued")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".pem") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := pem.Decode(data); b != nil && b.Type == "CERTIFICATE" {
+			out[e.Name()] = framework.ParseCertificate(t, e.Name(), data).SerialNumber.String()
+		}
+	}
+	return out
+}
+
 func rotationSpec(mode v1alpha1.ExecutionMode, completion v1alpha1.RotationCompletion) v1alpha1.NodeOperationSpec {
 	return v1alpha1.NodeOperationSpec{ExecutionMode: mode,
 		RotateCertificateAuthorities: &v1alpha1.RotateCertificateAuthoritiesOperation{Completion: completion}}
@@ -172,15 +199,47 @@ func TestRotateCertificateAuthorities(t *testing.T) {
 		w := framework.WatchTasks(t, l, client.MatchingLabels{v1alpha1.LabelOperation: op.Name})
 		framework.Create(t, l, op)
 
-		// Phase re-issue on cp-2: kill its agent while the task runs.
-		reissueTask := plan.TaskName(op.Name, plan.GroupCAReissueControlPlanes, "cp-2")
-		framework.WaitForTask(t, l, op.Name, func(task *v1alpha1.NodeTask) bool {
-			return task.Name == reissueTask && task.Status.Phase == v1alpha1.TaskRunning
-		})
-		framework.KillAgent(t, l, "cp-2")
+		// Phase re-issue on cp-2: freeze its agent the moment it records its first re-issued
+		// certificate (the command is over in milliseconds, too fast for a poll of the task), then
+		// kill it, as a node losing its agent in the middle of the command.
+		stopped := make(chan string, 1)
+		go func() {
+			journal := filepath.Join(l.NodeRoot("cp-2"), "etc/kubernetes/pki-rotation/reissued")
+			deadline := time.Now().Add(framework.KubeadmOperationTimeout)
+			for time.Now().Before(deadline) {
+				entries, _ := os.ReadDir(journal)
+				if slices.ContainsFunc(entries, func(e os.DirEntry) bool { return strings.HasSuffix(e.Name(), ".pem") }) {
+					procs, err := l.Processes()
+					if err != nil {
+						stopped <- "reading the process table: " + err.Error()
+						return
+					}
+					if err := syscall.Kill(procs["agent-cp-2"], syscall.SIGSTOP); err != nil {
+						stopped <- "stopping cp-2's agent: " + err.Error()
+						return
+					}
+					stopped <- ""
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+			stopped <- "cp-2 recorded no re-issued certificate in time"
+		}()
+		var why string
+		select {
+		case why = <-stopped:
+		case <-time.After(framework.KubeadmOperationTimeout + time.Minute):
+			why = "the watcher of cp-2's journal never answered"
+		}
+		if why != "" {
+			t.Fatal(why)
+		}
 		newCAs := readCAs(t, filepath.Join(l.NodeRoot("cp-1"), "etc/kubernetes/pki-rotation"))
 		before := serials(t, l.NodeRoot("cp-2"), newCAs)
-		t.Logf("killed cp-2's agent in phase re-issue; %d of its certificates were issued by the new authorities: %v", len(before), before)
+		journaled := journalSerials(t, l.NodeRoot("cp-2"))
+		framework.KillAgent(t, l, "cp-2")
+		t.Logf("killed cp-2's agent in reissueCertificates: %d certificates recorded in its journal %v, %d of its files issued by the new authorities %v",
+			len(journaled), journaled, len(before), before)
 
 		// completion Manual: the operation waits at the gate before phase complete.
 		testutil.EventuallyEvery(t, framework.KubeadmOperationTimeout, framework.PollInterval, "the operation waits at gate complete-rotation", func(ctx context.Context) error {
@@ -214,12 +273,25 @@ func TestRotateCertificateAuthorities(t *testing.T) {
 			Timeout: framework.KubeadmOperationTimeout, FailIfBlocked: true})
 		events := w.Stop(t)
 
-		// Certificates issued before the kill were not issued again.
+		// Certificates issued before the kill were not issued again: those in place keep their serial,
+		// those only recorded were put in place.
 		after := serials(t, l.NodeRoot("cp-2"), newCAs)
 		for p, s := range before {
 			if after[p] != s {
 				t.Errorf("cp-2's %s was issued again after its agent was killed: serial %s -> %s", p, s, after[p])
 			}
+		}
+		installed := map[string]bool{}
+		for _, s := range after {
+			installed[s] = true
+		}
+		for name, s := range journaled {
+			if !installed[s] {
+				t.Errorf("cp-2's recorded %s (serial %s) is not the one in place after the resumed run: issued twice", name, s)
+			}
+		}
+		if len(journaled) == 0 {
+			t.Error("the kill found no certificate recorded: it did not land in the middle of re-issue")
 		}
 
 		// Phases in order, control planes one at a time.
