@@ -108,3 +108,25 @@ func UnpreparedDryRun(files host.Files, step string, authorities []string, servi
 	}
 	return out, nil
 }
+
+// WorkerUntrusted says whether a worker has no bundle of the old and the new cluster authority, as in
+// a whole rotation's DryRun, where trust-both wrote nothing: re-issue cannot name the new authority,
+// and lists the kubelet's client certificate with UnpreparedWorkerDryRun instead.
+func WorkerUntrusted(files host.Files) bool {
+	return !files.Exists(pki(trustBundles[v1alpha1.AuthorityCluster].bundle))
+}
+
+// UnpreparedWorkerDryRun lists the kubelet's client certificate a worker's re-issue would replace,
+// with its issuer now and the new cluster authority afterwards.
+func UnpreparedWorkerDryRun(files host.Files, node string) ([]string, error) {
+	t, err := KubeletClientTarget(files)
+	if err != nil || t == nil {
+		return nil, err
+	}
+	c, _, err := ReadTarget(files, *t)
+	if err != nil {
+		return nil, err
+	}
+	return []string{fmt.Sprintf("%s (%s): issuer %s -> the new cluster authority, asked of the cluster's signer for system:node:%s once trust-both ran; serial %s",
+		t.Path, t.Name, describeIssuerOf(c, files), node, serial(c))}, nil
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -268,7 +269,9 @@ func TestRotateCertificateAuthorities(t *testing.T) {
 				t.Errorf("%s has no bundle at the gate: %v", n, err)
 			}
 		}
-		l.MustKubectl(t, "nodeops", "approve", op.Name, "--gate", plan.GateCompleteRotation)
+		if out, err := exec.Command(filepath.Join(l.BinDir, "kubectl-nodeops"), "approve", op.Name, "--gate", plan.GateCompleteRotation, "--kubeconfig", l.Kubeconfig).CombinedOutput(); err != nil {
+			t.Fatalf("kubectl nodeops approve: %v\n%s", err, out)
+		}
 		framework.WaitForOperation(t, l, framework.WaitForOperationInput{Name: op.Name, Phase: v1alpha1.OperationSucceeded,
 			Timeout: framework.KubeadmOperationTimeout, FailIfBlocked: true})
 		events := w.Stop(t)

@@ -331,6 +331,17 @@ func runReissueCertificates(ctx context.Context, env *Env, c *v1alpha1.ReissueCe
 		steps, err = cakeys.Reissue(env.Host.Files, cakeys.ReissueInput{Operation: env.Operation, Authorities: c.Authorities,
 			ServiceAccountKey: c.ServiceAccountKey, Now: time.Now(), NodeName: env.NodeName}, env.DryRun)
 	case slices.Contains(v1alpha1.OrAllAuthorities(c.Authorities), v1alpha1.AuthorityCluster):
+		if env.DryRun && cakeys.WorkerUntrusted(env.Host.Files) {
+			lines, err := cakeys.UnpreparedWorkerDryRun(env.Host.Files, env.NodeName)
+			if err != nil {
+				return Result{}, err
+			}
+			env.printf("dry run: trust-both wrote nothing (it ran as a dry run too); re-issue would change:\n")
+			for _, l := range lines {
+				env.printf("dry run: would change %s\n", l)
+			}
+			return Result{Message: fmt.Sprintf("dry run: re-issue would change %d files once trust-both made the node trust the new authority", len(lines))}, nil
+		}
 		steps, err = reissueKubeletClient(ctx, env)
 	default:
 		return Result{Message: "a worker holds no certificate of the " + strings.Join(c.Authorities, ", ") + " authorities; nothing to re-issue"}, nil
