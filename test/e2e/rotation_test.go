@@ -165,6 +165,9 @@ func TestRotateCertificateAuthorities(t *testing.T) {
 	workers := []string{"worker-1", "worker-2", "worker-3"}
 	nodes := append(append([]string(nil), cps...), workers...)
 	oldCAs := readCAs(t, filepath.Join(l.Dir, "pki"))
+	// The agents read each node's drift with kubeadm's dry runs, which leave files in the roots: let
+	// them have read it once before the roots are compared.
+	framework.WaitForClusterTarget(t, l, "every node's drift read, none drifting", noDrift(nodes...))
 
 	t.Run("a DryRun changes no root and no cluster object and lists files with old and new issuer", func(t *testing.T) {
 		trees := kadmTrees(t, l, nodes)
@@ -333,44 +336,74 @@ func TestRotateCertificateAuthorities(t *testing.T) {
 			}
 		}
 
-		// Every certificate and kubeconfig client certificate chains to the new authorities, none to the old.
-		for _, n := range nodes {
-			root := l.NodeRoot(n)
-			certs := kubeconfigClientCertificates(t, root)
-			if len(certs) == 0 {
-				t.Errorf("%s: no kubeconfig client certificate found", n)
-			}
-			if strings.HasPrefix(n, "cp-") {
-				got := readCAs(t, filepath.Join(root, "etc/kubernetes/pki"))
-				for i := range got {
-					if !got[i].Equal(newCAs[i]) {
-						t.Errorf("%s's %s is not the new authority", n, caFiles[i])
-					}
-				}
-				for p, c := range pkiLeaves(t, root) {
-					certs[p] = c
-				}
-				if _, err := os.Stat(filepath.Join(root, "etc/kubernetes/pki-rotation")); !os.IsNotExist(err) {
-					t.Errorf("%s still has the staging directory: %v", n, err)
-				}
-			}
-			for p, c := range certs {
-				if by := signedByAny(c, oldCAs); by != "" {
-					t.Errorf("%s's %s is still issued by the old %s", n, p, by)
-				}
-				if signedByAny(c, newCAs) == "" {
-					t.Errorf("%s's %s (issuer %s) is issued by none of the new authorities", n, p, c.Issuer)
-				}
-			}
-			t.Logf("%s: %d certificates issued by the new authorities", n, len(certs))
-		}
-		var rootCA corev1.ConfigMap
-		if err := l.Client.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: "kube-root-ca.crt"}, &rootCA); err != nil {
-			t.Fatal(err)
-		}
-		if b, _ := pem.Decode([]byte(rootCA.Data["ca.crt"])); b == nil || !strings.Contains(rootCA.Data["ca.crt"], string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: newCAs[0].Raw}))) ||
-			strings.Contains(rootCA.Data["ca.crt"], string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: oldCAs[0].Raw}))) {
-			t.Errorf("default/kube-root-ca.crt does not hold the new CA alone:\n%s", rootCA.Data["ca.crt"])
-		}
+		checkRotated(t, l, nodes, oldCAs, newCAs)
+		oldCAs = newCAs
 	})
+
+	t.Run("a second rotation, completion Auto, runs through without waiting", func(t *testing.T) {
+		op := &v1alpha1.NodeOperation{ObjectMeta: metav1.ObjectMeta{Name: "rotate-cas-again"}, Spec: rotationSpec(v1alpha1.ExecutionAuto, v1alpha1.CompletionAuto)}
+		done, events := framework.RunOperationWatched(t, l, op, framework.WaitForKubeadmOperation(v1alpha1.OperationSucceeded))
+		for _, c := range done.Status.Conditions {
+			if c.Reason == nodeoperation.ReasonWaitingForGate {
+				t.Errorf("completion Auto left condition %s %s: %s", c.Type, c.Reason, c.Message)
+			}
+		}
+		among := map[string]bool{"cp-1": true, "cp-2": true, "cp-3": true}
+		if held, what := framework.MaxHeld(framework.WorkEvents(events), among); held > 1 {
+			t.Errorf("%d control planes rotated at once: %s", held, what)
+		}
+		newCAs := readCAs(t, filepath.Join(l.NodeRoot("cp-1"), "etc/kubernetes/pki"))
+		for i := range newCAs {
+			if newCAs[i].Equal(oldCAs[i]) {
+				t.Fatalf("cp-1's %s is the first rotation's", caFiles[i])
+			}
+		}
+		checkRotated(t, l, nodes, oldCAs, newCAs)
+	})
+}
+
+// checkRotated: every certificate under each control plane's /etc/kubernetes/pki and every
+// kubeconfig's client certificate on every node chains to newCAs and to none of oldCAs, the control
+// planes hold newCAs and no staging directory, and kube-root-ca.crt holds the new cluster CA alone.
+func checkRotated(t *testing.T, l *framework.Local, nodes []string, oldCAs, newCAs []*x509.Certificate) {
+	t.Helper()
+	// Every certificate and kubeconfig client certificate chains to the new authorities, none to the old.
+	for _, n := range nodes {
+		root := l.NodeRoot(n)
+		certs := kubeconfigClientCertificates(t, root)
+		if len(certs) == 0 {
+			t.Errorf("%s: no kubeconfig client certificate found", n)
+		}
+		if strings.HasPrefix(n, "cp-") {
+			got := readCAs(t, filepath.Join(root, "etc/kubernetes/pki"))
+			for i := range got {
+				if !got[i].Equal(newCAs[i]) {
+					t.Errorf("%s's %s is not the new authority", n, caFiles[i])
+				}
+			}
+			for p, c := range pkiLeaves(t, root) {
+				certs[p] = c
+			}
+			if _, err := os.Stat(filepath.Join(root, "etc/kubernetes/pki-rotation")); !os.IsNotExist(err) {
+				t.Errorf("%s still has the staging directory: %v", n, err)
+			}
+		}
+		for p, c := range certs {
+			if by := signedByAny(c, oldCAs); by != "" {
+				t.Errorf("%s's %s is still issued by the old %s", n, p, by)
+			}
+			if signedByAny(c, newCAs) == "" {
+				t.Errorf("%s's %s (issuer %s) is issued by none of the new authorities", n, p, c.Issuer)
+			}
+		}
+		t.Logf("%s: %d certificates issued by the new authorities", n, len(certs))
+	}
+	var rootCA corev1.ConfigMap
+	if err := l.Client.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: "kube-root-ca.crt"}, &rootCA); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := pem.Decode([]byte(rootCA.Data["ca.crt"])); b == nil || !strings.Contains(rootCA.Data["ca.crt"], string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: newCAs[0].Raw}))) ||
+		strings.Contains(rootCA.Data["ca.crt"], string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: oldCAs[0].Raw}))) {
+		t.Errorf("default/kube-root-ca.crt does not hold the new CA alone:\n%s", rootCA.Data["ca.crt"])
+	}
 }
