@@ -115,8 +115,11 @@ func syncFollowedPKI(l clusterLayout, root string) (restart bool, err error) {
 		return false, err
 	}
 	oldCA, err := parseCertificates(oldCAPEM)
-	if err != nil || len(oldCA) != 1 {
-		return false, fmt.Errorf("DIR/pki/ca.crt: %d certificates, %v", len(oldCA), err)
+	if err != nil {
+		return false, fmt.Errorf("DIR/pki/ca.crt: %w", err)
+	}
+	if len(oldCA) != 1 {
+		return false, fmt.Errorf("DIR/pki/ca.crt: %d certificates, want 1", len(oldCA))
 	}
 	clientCAPEM, err := read(apiserver, "--client-ca-file")
 	if err != nil {
@@ -178,8 +181,11 @@ func followServing(l clusterLayout, oldCA *x509.Certificate, cas []*x509.Certifi
 		return fmt.Errorf("--tls-cert-file and --tls-private-key-file do not match (yet): %w", err)
 	}
 	leaves, err := parseCertificates(leafPEM)
-	if err != nil || len(leaves) == 0 {
-		return fmt.Errorf("--tls-cert-file: %v", err)
+	if err != nil {
+		return fmt.Errorf("--tls-cert-file: %w", err)
+	}
+	if len(leaves) == 0 {
+		return errors.New("--tls-cert-file holds no certificate")
 	}
 	leaf := leaves[0]
 	if leaf.CheckSignatureFrom(oldCA) == nil {
