@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"k8s.io/client-go/util/keyutil"
@@ -53,7 +52,7 @@ func writeFollowedPKI(l clusterLayout) error {
 // followFirstControlPlane is the local stand-in for the control plane components of a certificate
 // authority rotation. nodeops-local runs one kube-apiserver and one kube-controller-manager for all its
 // control planes, from DIR/pki; a real control plane's static pods read the files their manifests name
-// in its root. Every few seconds it reads the first control plane's manifests and makes the local
+// in its root. Five times a second it reads the first control plane's manifests and makes the local
 // processes use what that control plane's pods would:
 //   - kube-apiserver (which reloads these files itself): as client CAs, DIR/pki's CA and every CA of the
 //     manifest's --client-ca-file (so nodeops-local's own kubeconfig, issued by the first CA, keeps
@@ -67,7 +66,9 @@ func writeFollowedPKI(l clusterLayout) error {
 //
 // etcd and the API server's etcd client keep DIR/pki's etcd CA.
 func followFirstControlPlane(ctx context.Context, l clusterLayout, root string, sup *supervisor, logf func(string, ...any)) {
-	t := time.NewTicker(2 * time.Second)
+	// Often: the controller-manager signs the workers' certificates with the old CA until it is
+	// restarted, and a rotation's next group may start within a second of the control planes'.
+	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
 	var last string
 	for {
@@ -87,7 +88,7 @@ func followFirstControlPlane(ctx context.Context, l clusterLayout, root string, 
 		last = ""
 		if restart {
 			logf("restarting kube-controller-manager on the first control plane's --root-ca-file and signing CA (the local stand-in for its static pod)")
-			sup.signal("kube-controller-manager", syscall.SIGTERM)
+			sup.restart("kube-controller-manager")
 		}
 	}
 }
@@ -200,6 +201,13 @@ func followServing(l clusterLayout, oldCA *x509.Certificate, cas []*x509.Certifi
 	if issuer == nil {
 		return errors.New("the API server's serving certificate is issued by none of its client CAs")
 	}
+	cur, err := os.ReadFile(l.followedPKI(followed.servingCert))
+	if err != nil {
+		return err
+	}
+	if cs, err := parseCertificates(cur); err == nil && len(cs) == 2 && bytes.Equal(cs[0].Raw, leaf.Raw) {
+		return nil // already served (a new cross-signature would differ in its signature only)
+	}
 	oldKeyPEM, err := os.ReadFile(l.pki("ca.key"))
 	if err != nil {
 		return err
@@ -221,13 +229,6 @@ func followServing(l clusterLayout, oldCA *x509.Certificate, cas []*x509.Certifi
 	}
 	chain := append(append([]byte(nil), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leaf.Raw})...),
 		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
-	cur, err := os.ReadFile(l.followedPKI(followed.servingCert))
-	if err != nil {
-		return err
-	}
-	if cs, err := parseCertificates(cur); err == nil && len(cs) == 2 && bytes.Equal(cs[0].Raw, leaf.Raw) {
-		return nil // already served (a new cross-signature would differ in its signature only)
-	}
 	if err := writeFileAtomic(l.followedPKI(followed.servingKey), keyPEM, 0o600); err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package localcluster
 
 import (
+	"context"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -9,6 +10,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -17,6 +19,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/util/keyutil"
+
+	"github.com/nodeops/nodeops/internal/testutil"
 )
 
 type testCA struct {
@@ -178,4 +182,26 @@ func mustRead(t *testing.T, p string) string {
 		t.Fatal(err)
 	}
 	return string(data)
+}
+
+// TestSupervisorRestartIsImmediate: restart starts a young child again at once, not after the 5 s
+// back-off of a crash, so the controller-manager the CA stand-in restarts signs again within a second.
+func TestSupervisorRestartIsImmediate(t *testing.T) {
+	dir := t.TempDir()
+	s := newSupervisor(dir, t.Logf)
+	defer s.stopAll(5 * time.Second)
+	if err := s.start("sleeper", "/bin/busybox", "sleep", "300"); err != nil {
+		t.Fatal(err)
+	}
+	s.setKeepAlive()
+	procs, _ := ReadProcesses(dir)
+	first := procs["sleeper"]
+	s.restart("sleeper")
+	testutil.EventuallyEvery(t, 3*time.Second, 20*time.Millisecond, "sleeper started again within 3s (a crash waits 5s)", func(context.Context) error {
+		procs, _ = ReadProcesses(dir)
+		if pid := procs["sleeper"]; pid == 0 || pid == first {
+			return fmt.Errorf("process table %v", procs)
+		}
+		return nil
+	})
 }

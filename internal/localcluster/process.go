@@ -49,6 +49,8 @@ type child struct {
 	// guarded by supervisor.mu
 	cmd  *exec.Cmd
 	done chan struct{}
+	// restartNow: the next exit was asked for (restart), start it again at once.
+	restartNow bool
 }
 
 func newSupervisor(dir string, logf func(string, ...any)) *supervisor {
@@ -147,6 +149,9 @@ func (s *supervisor) exited(c *child, cmd *exec.Cmd, err error, ran time.Duratio
 	if ran < 10*time.Second {
 		backoff = 5 * time.Second
 	}
+	if c.restartNow {
+		c.restartNow, backoff = false, 0
+	}
 	s.logf("%s exited (%v); starting it again in %s", c.name, err, backoff)
 	go func() {
 		time.Sleep(backoff)
@@ -165,14 +170,15 @@ func (s *supervisor) exited(c *child, cmd *exec.Cmd, err error, ran time.Duratio
 	}()
 }
 
-// signal sends sig to the process group of child name, if it runs; a supervised child that exits is
-// started again.
-func (s *supervisor) signal(name string, sig syscall.Signal) {
+// restart stops child name (SIGTERM to its process group) and starts it again as soon as it exited,
+// without the back-off of a crash, as a kubelet restarts a static pod whose files changed.
+func (s *supervisor) restart(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, c := range s.procs {
 		if c.name == name && c.cmd != nil && c.cmd.Process != nil {
-			_ = syscall.Kill(-c.cmd.Process.Pid, sig)
+			c.restartNow = true
+			_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGTERM)
 		}
 	}
 }
