@@ -556,8 +556,8 @@ spec:
     ignorePreflightErrors: [all]
     drain: {timeout: 30m}
 `, "", ""},
-		// The certificate authority rotation: designed, prepare built, refused until every phase works.
-		{"rotation not built", rotation("r1", "{}"), "spec.rotateCertificateAuthorities", "rotateCertificateAuthorities is not implemented yet: every phase is built"},
+		// The certificate authority rotation: admitted, it ran end to end (TestRotateCertificateAuthorities).
+		{"rotation", rotation("r1", "{}"), "", ""},
 		{"rotation of an unknown authority", rotation("r2", "{authorities: [kube-ca]}"), "spec.rotateCertificateAuthorities.authorities[0]", "Unsupported value"},
 		{"rotation completion unknown", rotation("r3", "{completion: Later}"), "spec.rotateCertificateAuthorities.completion", "Unsupported value"},
 		{"rotation beside an upgrade", `apiVersion: nodeops.io/v1alpha1
@@ -883,8 +883,7 @@ func TestPlannedTasksAreAdmitted(t *testing.T) {
 			t.Errorf("profile %s task: refused: %v", a, err)
 		}
 	}
-	// Every task of a rotation is admitted, each phase being built; the operation itself is refused
-	// until the whole rotation has run end to end (v1alpha1.RotationNotBuilt).
+	// Every task of a rotation is admitted.
 	rot, err := plan.Expand(&v1alpha1.NodeOperationSpec{RotateCertificateAuthorities: &v1alpha1.RotateCertificateAuthoritiesOperation{ServiceAccountKey: true}})
 	if err != nil {
 		t.Fatal(err)

@@ -102,7 +102,8 @@ type ClusterTargetSpec struct {
 	// +optional
 	Certificates ClusterCertificates `json:"certificates,omitempty"`
 	// CertificateAuthorities: when the cluster's certificate authorities are rotated. Not
-	// implemented yet (docs/how-to/rotate-cas.md).
+	// implemented yet: the ClusterTarget generates no rotation; create a NodeOperation with
+	// rotateCertificateAuthorities (docs/how-to/rotate-cas.md).
 	// +optional
 	CertificateAuthorities ClusterCertificateAuthorities `json:"certificateAuthorities,omitempty"`
 	// +optional

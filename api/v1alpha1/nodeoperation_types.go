@@ -129,7 +129,6 @@ type Group struct {
 // +kubebuilder:validation:XValidation:rule="[has(self.upgrade), has(self.renewCertificates), has(self.reconfigure), has(self.rotateCertificateAuthorities), has(self.custom)].filter(x, x).size() == 1",message="exactly one of upgrade, renewCertificates, reconfigure, rotateCertificateAuthorities or custom must be set"
 // +kubebuilder:validation:XValidation:rule="has(self.renewCertificates) == has(oldSelf.renewCertificates) && (!has(self.renewCertificates) || self.renewCertificates == oldSelf.renewCertificates)",message="renewCertificates is immutable",fieldPath=".renewCertificates"
 // +kubebuilder:validation:XValidation:rule="has(self.rotateCertificateAuthorities) == has(oldSelf.rotateCertificateAuthorities) && (!has(self.rotateCertificateAuthorities) || self.rotateCertificateAuthorities == oldSelf.rotateCertificateAuthorities)",message="rotateCertificateAuthorities is immutable",fieldPath=".rotateCertificateAuthorities"
-// +kubebuilder:validation:XValidation:rule="!has(self.rotateCertificateAuthorities)",message="rotateCertificateAuthorities is not implemented yet: every phase is built (prepare, trust-both, re-issue, complete), but the whole rotation has not yet run end to end; see docs/how-to/rotate-cas.md",fieldPath=".rotateCertificateAuthorities"
 // +kubebuilder:validation:XValidation:rule="has(self.nodeSelector) == has(oldSelf.nodeSelector) && (!has(self.nodeSelector) || self.nodeSelector == oldSelf.nodeSelector)",message="nodeSelector is immutable",fieldPath=".nodeSelector"
 // +kubebuilder:validation:XValidation:rule="has(self.maxUnavailable) == has(oldSelf.maxUnavailable) && (!has(self.maxUnavailable) || self.maxUnavailable == oldSelf.maxUnavailable)",message="maxUnavailable is immutable",fieldPath=".maxUnavailable"
 // +kubebuilder:validation:XValidation:rule="has(self.ttlSecondsAfterFinished) == has(oldSelf.ttlSecondsAfterFinished) && (!has(self.ttlSecondsAfterFinished) || self.ttlSecondsAfterFinished == oldSelf.ttlSecondsAfterFinished)",message="ttlSecondsAfterFinished is immutable",fieldPath=".ttlSecondsAfterFinished"
@@ -150,8 +149,8 @@ type NodeOperationSpec struct {
 	// rolls the change out node by node (docs/how-to/reconfigure.md).
 	// +optional
 	Reconfigure *ReconfigureOperation `json:"reconfigure,omitempty"`
-	// RotateCertificateAuthorities replaces the cluster's certificate authorities. Not implemented
-	// yet: admission refuses it (docs/how-to/rotate-cas.md says what is built).
+	// RotateCertificateAuthorities replaces the cluster's certificate authorities in four phases
+	// (docs/how-to/rotate-cas.md).
 	// +optional
 	RotateCertificateAuthorities *RotateCertificateAuthoritiesOperation `json:"rotateCertificateAuthorities,omitempty"`
 	// +optional

@@ -36,18 +36,13 @@ const (
 	CompletionAuto RotationCompletion = "Auto"
 )
 
-// RotationNotBuilt is what admission answers to a rotation, in one place so the docs and the tests
-// quote the same words: until every phase works, none may be started.
-const RotationNotBuilt = "not implemented yet: every phase is built (prepare, trust-both, re-issue, complete), but the whole rotation has not yet run end to end; see docs/how-to/rotate-cas.md"
-
 // RotateCertificateAuthoritiesOperation replaces the cluster's certificate authorities (and, with
 // serviceAccountKey, the service-account signing key) in four phases, each a set of groups that run
 // control planes one at a time and workers under maxUnavailable: prepare (the new authorities made on
 // the first control plane and copied to the others by their agents: the keys never travel through
 // the API), trust-both (old and new trusted everywhere), re-issue (every certificate and kubeconfig
-// from the new authorities) and complete (the old authorities dropped). Not implemented yet: admission
-// refuses it (RotationNotBuilt): every phase is built, and runs as commands of a custom operation,
-// but the whole rotation has not yet run end to end.
+// from the new authorities) and complete (the old authorities dropped), after a person's approval
+// (completion Manual) or at once (Auto). See docs/how-to/rotate-cas.md.
 type RotateCertificateAuthoritiesOperation struct {
 	// Authorities to replace: cluster, etcd, front-proxy; all three when empty.
 	// +optional
@@ -74,7 +69,7 @@ type ClusterCertificateAuthorities struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:XValidation:rule="self >= oldSelf",message="rotationCount can only go up: raise it to rotate the certificate authorities once more"
-	// +kubebuilder:validation:XValidation:rule="self == 0",message="certificateAuthorities.rotationCount is not implemented yet: every phase of the rotation is built (prepare, trust-both, re-issue, complete), but the whole rotation has not yet run end to end; see docs/how-to/rotate-cas.md"
+	// +kubebuilder:validation:XValidation:rule="self == 0",message="certificateAuthorities.rotationCount is not implemented yet: the ClusterTarget does not generate rotations; create a NodeOperation with rotateCertificateAuthorities instead, see docs/how-to/rotate-cas.md"
 	RotationCount int32 `json:"rotationCount,omitempty"`
 }
 

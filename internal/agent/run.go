@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	"net"
 	"net/http"
 	"os"
@@ -117,10 +118,12 @@ type Options struct {
 // AgentUser is the user an agent's ServiceAccount token authenticates as in namespace ns.
 func AgentUser(ns string) string { return "system:serviceaccount:" + ns + ":nodeops-agent" }
 
-// Scheme is the agent's own scheme: core, coordination, policy and nodeops kinds.
+// Scheme is the agent's own scheme: core, coordination, policy, authentication (the TokenReviews of
+// its certificate authority server, cakeys.Server) and nodeops kinds.
 func Scheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, coordinationv1.AddToScheme, policyv1.AddToScheme, v1alpha1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, coordinationv1.AddToScheme, policyv1.AddToScheme,
+		authenticationv1.AddToScheme, v1alpha1.AddToScheme} {
 		if err := add(s); err != nil {
 			return nil, fmt.Errorf("building the scheme: %w", err)
 		}

@@ -80,6 +80,14 @@ users: null
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
 			Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "kubeadm:cluster-admins"}},
 		},
+		// A node renewing its own client certificate is approved by the controller-manager's
+		// csrapproving controller (kubeadm init's binding; the kubelets' rotation and
+		// reissueCertificates on a worker ask for it).
+		&rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "kubeadm:node-autoapprove-certificate-rotation"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient"},
+			Subjects:   nodeGroups[1:],
+		},
 		&rbacv1.ClusterRole{
 			ObjectMeta: metav1.ObjectMeta{Name: "kubeadm:get-nodes"},
 			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}}},

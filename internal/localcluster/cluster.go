@@ -118,6 +118,10 @@ func Up(ctx context.Context, o Options, out io.Writer) (retErr error) {
 		return err
 	}
 	sup.setKeepAlive()
+	if o.ControlPlanes > 0 {
+		logf("following the first control plane's certificate authorities with kube-apiserver and kube-controller-manager (the local stand-in for their static pods)")
+		go followFirstControlPlane(ctx, l, filepath.Join(dir, "nodes", "cp-1"), sup, logf)
+	}
 	fmt.Fprintf(out, "%s%s\n", ReadyPrefix, filepath.Join(dir, KubeconfigFile))
 	<-ctx.Done()
 	return nil
@@ -190,8 +194,21 @@ func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, l
 	l := clusterLayout{Dir: o.Dir, EtcdClientPort: ports[0], EtcdPeerPort: ports[1], APIPort: ports[2], ComponentKubeconfig: o.ComponentKubeconfig,
 		PodBound: o.AgentCredentials == CredentialsPodBound, JobMode: o.jobMode(),
 		ManagerPprof: o.ManagerPprofAddress, SimAgentPprof: o.SimAgentPprofAddress}
+	if o.ControlPlanes > 0 {
+		caPorts, err := freePorts(o.ControlPlanes)
+		if err != nil {
+			return nil, clusterLayout{}, nil, err
+		}
+		l.CAServerPorts = map[string]int{}
+		for i, s := range NodeSpecs(o.ControlPlanes, 0, 0) {
+			l.CAServerPorts[s.Name] = caPorts[i]
+		}
+	}
 	logf("making the cluster PKI with kubeadm (apiserver on https://%s)", l.endpoint())
 	if err := makeClusterPKI(ctx, bin, l, o.KubernetesVersion); err != nil {
+		return nil, clusterLayout{}, nil, err
+	}
+	if err := writeFollowedPKI(l); err != nil {
 		return nil, clusterLayout{}, nil, err
 	}
 	specs := NodeSpecs(o.ControlPlanes, o.Workers, o.SimNodes)

@@ -49,6 +49,8 @@ type child struct {
 	// guarded by supervisor.mu
 	cmd  *exec.Cmd
 	done chan struct{}
+	// restartNow: the next exit was asked for (restart), start it again at once.
+	restartNow bool
 }
 
 func newSupervisor(dir string, logf func(string, ...any)) *supervisor {
@@ -147,6 +149,9 @@ func (s *supervisor) exited(c *child, cmd *exec.Cmd, err error, ran time.Duratio
 	if ran < 10*time.Second {
 		backoff = 5 * time.Second
 	}
+	if c.restartNow {
+		c.restartNow, backoff = false, 0
+	}
 	s.logf("%s exited (%v); starting it again in %s", c.name, err, backoff)
 	go func() {
 		time.Sleep(backoff)
@@ -163,6 +168,19 @@ func (s *supervisor) exited(c *child, cmd *exec.Cmd, err error, ran time.Duratio
 			s.logf("%v", err)
 		}
 	}()
+}
+
+// restart stops child name (SIGTERM to its process group) and starts it again as soon as it exited,
+// without the back-off of a crash, as a kubelet restarts a static pod whose files changed.
+func (s *supervisor) restart(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.procs {
+		if c.name == name && c.cmd != nil && c.cmd.Process != nil {
+			c.restartNow = true
+			_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGTERM)
+		}
+	}
 }
 
 // setKeepAlive switches from "an exit is a start-up failure" to "an exit is restarted".

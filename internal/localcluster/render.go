@@ -216,6 +216,9 @@ type clusterLayout struct {
 	JobMode bool
 	// ManagerPprof and SimAgentPprof are Options.ManagerPprofAddress and SimAgentPprofAddress.
 	ManagerPprof, SimAgentPprof string
+	// CAServerPorts are the loopback ports the control planes' agents serve a certificate authority
+	// rotation's new authorities on (--ca-server-address), by node; a real agent serves on its pod's IP.
+	CAServerPorts map[string]int
 }
 
 func (l clusterLayout) pki(name string) string { return filepath.Join(l.Dir, "pki", name) }
@@ -271,9 +274,10 @@ func (l clusterLayout) apiserverArgs() []string {
 		"--secure-port=" + strconv.Itoa(l.APIPort),
 		// Loopback endpoints are invalid in the kubernetes Service's Endpoints; nothing in-cluster dials it.
 		"--endpoint-reconciler-type=none",
-		"--tls-cert-file=" + l.pki("apiserver.crt"),
-		"--tls-private-key-file=" + l.pki("apiserver.key"),
-		"--client-ca-file=" + l.pki("ca.crt"),
+		// Files that follow the first control plane's (see followFirstControlPlane).
+		"--tls-cert-file=" + l.followedPKI(followed.servingCert),
+		"--tls-private-key-file=" + l.followedPKI(followed.servingKey),
+		"--client-ca-file=" + l.followedPKI(followed.clientCA),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + l.pki("sa.pub"),
 		"--service-account-signing-key-file=" + l.pki("sa.key"),
@@ -293,10 +297,11 @@ func (l clusterLayout) controllerManagerArgs() []string {
 		"--secure-port=0",
 		"--leader-elect=false",
 		"--controllers=*",
-		"--root-ca-file=" + l.pki("ca.crt"),
+		// Files that follow the first control plane's (see followFirstControlPlane).
+		"--root-ca-file=" + l.followedPKI(followed.rootCA),
 		"--service-account-private-key-file=" + l.pki("sa.key"),
-		"--cluster-signing-cert-file=" + l.pki("ca.crt"),
-		"--cluster-signing-key-file=" + l.pki("ca.key"),
+		"--cluster-signing-cert-file=" + l.followedPKI(followed.signingCert),
+		"--cluster-signing-key-file=" + l.followedPKI(followed.signingKey),
 		"--cluster-cidr=" + PodSubnet,
 		"--service-cluster-ip-range=" + ServiceSubnet,
 		// The defaults (20/30) throttle everything at hundreds of nodes.
@@ -399,6 +404,10 @@ func (l clusterLayout) agentArgs(node string) []string {
 		"--host-root=" + filepath.Join(l.Dir, "nodes", node),
 		"--service-manager=local",
 		"--identity=nodeops-local-agent-" + node,
+	}
+	if port, ok := l.CAServerPorts[node]; ok {
+		addr := "127.0.0.1:" + strconv.Itoa(port)
+		args = append(args, "--ca-server-address="+addr, "--ca-server-advertise="+addr)
 	}
 	if l.PodBound {
 		args[0] = "--kubeconfig=" + CredentialsKubeconfig(l.Dir, "agent-"+node)

@@ -71,6 +71,11 @@ func runCopyCertificateAuthorities(ctx context.Context, env *Env, c *v1alpha1.Co
 		return Result{}, errors.New("copyCertificateAuthorities needs the agent's client")
 	}
 	src, node, err := generatingServer(ctx, env.Client, env.Operation)
+	if err != nil && env.DryRun {
+		// A DryRun's generateCertificateAuthorities made nothing and serves nothing: say what the
+		// copy would take from the node it ran on.
+		node, err = generatingNode(ctx, env.Client, env.Operation)
+	}
 	if err != nil {
 		return Result{}, err
 	}
@@ -125,6 +130,23 @@ func generatingServer(ctx context.Context, c client.Client, operation string) (*
 	return nil, "", fmt.Errorf("no task of operation %s has generated the new authorities yet (generateCertificateAuthorities publishes its server in status.certificateAuthorityServer)", operation)
 }
 
+// generatingNode is the node of the operation's generateCertificateAuthorities task, published
+// server or not (a DryRun's publishes none).
+func generatingNode(ctx context.Context, c client.Client, operation string) (string, error) {
+	tasks := &v1alpha1.NodeTaskList{}
+	if err := c.List(ctx, tasks, client.MatchingLabels{v1alpha1.LabelOperation: operation}); err != nil {
+		return "", fmt.Errorf("listing the tasks of operation %s: %w", operation, err)
+	}
+	for _, t := range tasks.Items {
+		for _, cmd := range t.Spec.Commands {
+			if t.Spec.Operation == operation && cmd.GenerateCertificateAuthorities != nil {
+				return t.Spec.NodeName, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("operation %s has no generateCertificateAuthorities task", operation)
+}
+
 func names(pairs []cakeys.Pair) []string {
 	out := make([]string, len(pairs))
 	for i, p := range pairs {
@@ -147,6 +169,13 @@ func listOrNone(s []string) string {
 // which the control planes' controller-managers publish from their --root-ca-file. It restarts
 // nothing: the plan's next commands do.
 func runTrustCertificateAuthorities(ctx context.Context, env *Env, c *v1alpha1.TrustCertificateAuthoritiesCommand) (Result, error) {
+	if env.DryRun && cakeys.Unprepared(env.Host.Files) {
+		step := "trust-both"
+		if c.Trust == v1alpha1.TrustNewOnly {
+			step = "complete"
+		}
+		return unpreparedDryRun(env, step, c.Authorities, c.ServiceAccountKey)
+	}
 	in := cakeys.TrustInput{Operation: env.Operation, Authorities: c.Authorities, ServiceAccountKey: c.ServiceAccountKey}
 	apply, waitFor, what := cakeys.TrustBoth, cakeys.ErrNoNewAuthority, "the old and the new authorities"
 	cp, err := cakeys.IsControlPlane(env.Host.Files, env.Operation)
@@ -179,6 +208,20 @@ func runTrustCertificateAuthorities(ctx context.Context, env *Env, c *v1alpha1.T
 		return Result{Message: "the node trusts " + what + " already; nothing changed"}, nil
 	}
 	return Result{Message: fmt.Sprintf("the node trusts %s: %d files changed", what, len(changes))}, nil
+}
+
+// unpreparedDryRun prints, in a DryRun on a control plane where prepare staged nothing (a whole
+// rotation's DryRun), every file step would change (cakeys.UnpreparedDryRun).
+func unpreparedDryRun(env *Env, step string, authorities []string, serviceAccountKey bool) (Result, error) {
+	lines, err := cakeys.UnpreparedDryRun(env.Host.Files, step, authorities, serviceAccountKey)
+	if err != nil {
+		return Result{}, err
+	}
+	env.printf("dry run: prepare staged nothing (it ran as a dry run too); %s would change:\n", step)
+	for _, l := range lines {
+		env.printf("dry run: would change %s\n", l)
+	}
+	return Result{Message: fmt.Sprintf("dry run: %s would change %d files once prepare staged the new authorities", step, len(lines))}, nil
 }
 
 // isControlPlaneForCompletion: the node holds the operation's staging directory or runs static pods.
@@ -239,6 +282,10 @@ func runPublishCertificateAuthorities(ctx context.Context, env *Env, c *v1alpha1
 	if !slices.Contains(v1alpha1.OrAllAuthorities(c.Authorities), v1alpha1.AuthorityCluster) {
 		return Result{Message: "the rotation keeps the cluster authority: nothing to publish"}, nil
 	}
+	if env.DryRun && c.Trust == v1alpha1.TrustOldAndNew && cakeys.Unprepared(env.Host.Files) {
+		env.printf("dry run: prepare staged nothing (it ran as a dry run too), so no new cluster authority exists to publish: would write kube-public/cluster-info's certificate-authority-data as the old and the new cluster authority, wait until every namespace's kube-root-ca.crt and every token Secret's ca.crt hold both, and restart kube-proxy and CoreDNS\n")
+		return Result{Message: "dry run: would change cluster-info and restart kube-proxy and CoreDNS once prepare staged the new cluster authority"}, nil
+	}
 	ca, err := cakeys.PublishedClusterCA(env.Host.Files, env.Operation, c.Trust)
 	if err != nil {
 		return Result{}, err
@@ -265,6 +312,9 @@ func runPublishCertificateAuthorities(ctx context.Context, env *Env, c *v1alpha1
 // cluster for its kubelet's client certificate with the kubelet's own credentials
 // (reissueKubeletClient). No key is printed: each line names a file and its old and new issuer.
 func runReissueCertificates(ctx context.Context, env *Env, c *v1alpha1.ReissueCertificatesCommand) (Result, error) {
+	if env.DryRun && cakeys.Unprepared(env.Host.Files) {
+		return unpreparedDryRun(env, "re-issue", c.Authorities, c.ServiceAccountKey)
+	}
 	cp, err := cakeys.IsControlPlane(env.Host.Files, env.Operation)
 	if err != nil {
 		return Result{}, err
@@ -275,6 +325,17 @@ func runReissueCertificates(ctx context.Context, env *Env, c *v1alpha1.ReissueCe
 		steps, err = cakeys.Reissue(env.Host.Files, cakeys.ReissueInput{Operation: env.Operation, Authorities: c.Authorities,
 			ServiceAccountKey: c.ServiceAccountKey, Now: time.Now(), NodeName: env.NodeName}, env.DryRun)
 	case slices.Contains(v1alpha1.OrAllAuthorities(c.Authorities), v1alpha1.AuthorityCluster):
+		if env.DryRun && cakeys.WorkerUntrusted(env.Host.Files) {
+			lines, err := cakeys.UnpreparedWorkerDryRun(env.Host.Files, env.NodeName)
+			if err != nil {
+				return Result{}, err
+			}
+			env.printf("dry run: trust-both wrote nothing (it ran as a dry run too); re-issue would change:\n")
+			for _, l := range lines {
+				env.printf("dry run: would change %s\n", l)
+			}
+			return Result{Message: fmt.Sprintf("dry run: re-issue would change %d files once trust-both made the node trust the new authority", len(lines))}, nil
+		}
 		steps, err = reissueKubeletClient(ctx, env)
 	default:
 		return Result{Message: "a worker holds no certificate of the " + strings.Join(c.Authorities, ", ") + " authorities; nothing to re-issue"}, nil

@@ -155,3 +155,32 @@ func TestSafetyRule15_HandlersRecordNoKey(t *testing.T) {
 		t.Error("a PEM private key is in what the agent records or the cluster holds")
 	}
 }
+
+// TestPrepareDryRunCopiesFromTheGeneratingNode: in a DryRun, generateCertificateAuthorities makes
+// and serves nothing, so copyCertificateAuthorities lists what it would copy from the generating
+// node instead of failing for want of a published server (as a whole rotation's DryRun did).
+func TestPrepareDryRunCopiesFromTheGeneratingNode(t *testing.T) {
+	s := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	const op = "rot"
+	gen := &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: "gen", Labels: map[string]string{v1alpha1.LabelOperation: op, v1alpha1.LabelNode: "cp-1"}},
+		Spec:   v1alpha1.NodeTaskSpec{NodeName: "cp-1", Operation: op, Commands: []v1alpha1.Command{{GenerateCertificateAuthorities: &v1alpha1.GenerateCertificateAuthoritiesCommand{}}}},
+		Status: v1alpha1.NodeTaskStatus{Phase: v1alpha1.TaskSucceeded}}
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(gen).Build()
+	root := t.TempDir()
+	var out bytes.Buffer
+	env := &Env{NodeName: "cp-2", Operation: op, DryRun: true, Host: host.NewLocal(root), Client: c, Out: &out}
+	res, err := Run(context.Background(), env, &v1alpha1.Command{CopyCertificateAuthorities: &v1alpha1.CopyCertificateAuthoritiesCommand{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(res.Message, "dry run: would copy") || !strings.Contains(res.Message, "from node cp-1") ||
+		!strings.Contains(out.String(), "ca.key (mode 0600) from node cp-1") {
+		t.Errorf("message %q, output:\n%s", res.Message, out.String())
+	}
+	if _, err := os.Stat(filepath.Join(root, v1alpha1.StagingDirectory)); !os.IsNotExist(err) {
+		t.Errorf("the DryRun made the staging directory: %v", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -259,4 +260,58 @@ func TestTrustNewOnlyOnWorkerWaitsAndDryRun(t *testing.T) {
 	if err != nil || !strings.Contains(res.Message, "nothing changed") {
 		t.Fatalf("%q, %v\n%s", res.Message, err, out)
 	}
+}
+
+// TestWholeRotationDryRunOnAnUnpreparedControlPlane: in a whole rotation's DryRun, prepare stages
+// nothing, so trust-both and complete find a control plane without the operation's authorities; they
+// list the files they would change instead of failing ("phase prepare has not run on it"), and
+// write nothing.
+func TestWholeRotationDryRunOnAnUnpreparedControlPlane(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	oldPKI(t, root, true)
+	before := treeOf(t, root)
+	res, out, err := trustOldAndNew(ctx, t, nil, "cp-1", root, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"/etc/kubernetes/pki/ca-bundle.crt: would be created: trusts CA \"kubernetes\"",
+		"kube-apiserver.yaml: flag --client-ca-file: /etc/kubernetes/pki/ca.crt -> /etc/kubernetes/pki/ca-bundle.crt",
+		"/etc/kubernetes/admin.conf: certificate-authority-data: CA \"kubernetes\"", "/etc/kubernetes/pki/etcd/ca-bundle.crt"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("trust-both's DryRun output lacks %q:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(res.Message, "dry run: trust-both would change") {
+		t.Errorf("message %q", res.Message)
+	}
+	var buf bytes.Buffer
+	env := &Env{NodeName: "cp-1", Operation: "rot", Host: host.NewLocal(root), Out: &buf, DryRun: true}
+	if _, err := Run(ctx, env, &v1alpha1.Command{TrustCertificateAuthorities: &v1alpha1.TrustCertificateAuthoritiesCommand{Trust: v1alpha1.TrustNewOnly}}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "/etc/kubernetes/pki/ca-bundle.crt: would be removed") {
+		t.Errorf("complete's DryRun output:\n%s", buf.String())
+	}
+	if after := treeOf(t, root); after != before {
+		t.Errorf("the DryRun changed the root")
+	}
+}
+
+// treeOf is every file under root with its content.
+func treeOf(t *testing.T, root string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.Walk(root, func(p string, info os.FileInfo, err error) error {
+		if err != nil || info.IsDir() {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		fmt.Fprintf(&b, "%s %o %x\n", p, info.Mode(), data)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }

@@ -40,7 +40,7 @@ func TestInvalidSpecsRejected(t *testing.T) {
 		why   string
 	}{
 		{"no operation", v1alpha1.NodeOperationSpec{}, "spec", "exactly one of upgrade, renewCertificates, reconfigure, rotateCertificateAuthorities or custom"},
-		{"rotation not built", v1alpha1.NodeOperationSpec{RotateCertificateAuthorities: &v1alpha1.RotateCertificateAuthoritiesOperation{}}, "spec.rotateCertificateAuthorities", v1alpha1.RotationNotBuilt},
+		{"rotation completion unknown", v1alpha1.NodeOperationSpec{RotateCertificateAuthorities: &v1alpha1.RotateCertificateAuthoritiesOperation{Completion: "Later"}}, "spec.rotateCertificateAuthorities.completion", "Unsupported value"},
 		{"two operations", v1alpha1.NodeOperationSpec{RenewCertificates: &v1alpha1.RenewCertificatesOperation{}, Custom: &v1alpha1.CustomOperation{Groups: []v1alpha1.Group{{Name: "g", Commands: wait}}}}, "spec", "exactly one of"},
 		{"bad version", v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "1.37", BinarySource: source}}, "spec.upgrade.kubernetesVersion", ""},
 		{"upgrade without binary source", v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{KubernetesVersion: "v1.37.2"}}, "spec.upgrade.binarySource", "binarySource is required"},
