@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/agent"
 	"github.com/nodeops/nodeops/internal/agent/commands"
 	"github.com/nodeops/nodeops/internal/localcluster"
 	"github.com/nodeops/nodeops/internal/plan"
@@ -363,7 +364,9 @@ func kadmDriftRead(t *testing.T, l *framework.Local) {
 }
 
 // kadmTrees digests every entry of the nodes' roots: path -> type, permissions and content (a
-// symlink's target), so that "unchanged" means byte for byte.
+// symlink's target), so that "unchanged" means byte for byte. nodeops' own state directory is left
+// out: every task, a DryRun's too, holds the node's lock there (agent.NodeLockFile), which names
+// the task holding it; the host's own files are all compared.
 func kadmTrees(t *testing.T, l *framework.Local, nodes []string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
@@ -372,6 +375,9 @@ func kadmTrees(t *testing.T, l *framework.Local, nodes []string) map[string]stri
 		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
+			}
+			if p == filepath.Join(root, filepath.Dir(agent.NodeLockFile)) {
+				return fs.SkipDir
 			}
 			info, err := d.Info()
 			if err != nil {
