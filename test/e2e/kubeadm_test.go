@@ -127,7 +127,7 @@ func TestKubeadm(t *testing.T) {
 				}
 			}
 		}
-		kadmSameTrees(t, workerTrees, kadmTrees(t, l, kadmWorkers))
+		kadmSameTrees(t, l, kadmWorkers, workerTrees)
 	})
 
 	upgrade := func(name string, mode v1alpha1.ExecutionMode) *v1alpha1.NodeOperation {
@@ -159,7 +159,7 @@ func TestKubeadm(t *testing.T) {
 				}
 			}
 		}
-		kadmSameTrees(t, trees, kadmTrees(t, l, append(append([]string(nil), kadmControlPlanes...), kadmWorkers...)))
+		kadmSameTrees(t, l, append(append([]string(nil), kadmControlPlanes...), kadmWorkers...), trees)
 		if after := kadmClusterState(t, l); after != cluster {
 			t.Errorf("the cluster changed in DryRun:\nbefore %s\nafter  %s", cluster, after)
 		}
@@ -415,8 +415,27 @@ func kadmTrees(t *testing.T, l *framework.Local, nodes []string) map[string]stri
 	return out
 }
 
-func kadmSameTrees(t *testing.T, before, after map[string]string) {
+// kadmSameTrees requires the nodes' roots as they were before. The agents' drift readers run
+// kubeadm's own dry runs after any task ran on their node, whose scratch directories
+// (/etc/kubernetes/tmp/kubeadm-upgrade-node-dryrunNNN) exist only while a reading runs: the roots are
+// read again until they match or a minute has passed, so a file an operation left stays a failure.
+func kadmSameTrees(t *testing.T, l *framework.Local, nodes []string, before map[string]string) {
 	t.Helper()
+	var diff []string
+	deadline := time.Now().Add(time.Minute)
+	for {
+		diff = treeDiff(before, kadmTrees(t, l, nodes))
+		if len(diff) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if len(diff) > 0 {
+		t.Errorf("%d node root entries differ:\n%s", len(diff), strings.Join(diff, "\n"))
+	}
+}
+
+func treeDiff(before, after map[string]string) []string {
 	var diff []string
 	for p, d := range before {
 		if a, ok := after[p]; !ok {
@@ -431,9 +450,7 @@ func kadmSameTrees(t *testing.T, before, after map[string]string) {
 		}
 	}
 	sort.Strings(diff)
-	if len(diff) > 0 {
-		t.Errorf("%d node root entries differ:\n%s", len(diff), strings.Join(diff, "\n"))
-	}
+	return diff
 }
 
 // kadmClusterState summarises what kubeadm upgrade would change in the cluster: kube-system

@@ -85,7 +85,7 @@ func TestReconfigureCertSANsAndEtcd(t *testing.T) {
 		op := &v1alpha1.NodeOperation{ObjectMeta: metav1.ObjectMeta{Name: "reconfigure-sans-dry-run"}, Spec: sansAndEtcdSpec(v1alpha1.ExecutionDryRun)}
 		framework.RunOperationWatched(t, l, op, framework.WaitForKubeadmOperation(v1alpha1.OperationSucceeded))
 
-		kadmSameTrees(t, trees, kadmTrees(t, l, nodes))
+		kadmSameTrees(t, l, nodes, trees)
 		if after := kadmClusterState(t, l); after != cluster {
 			t.Errorf("the cluster changed in DryRun:\nbefore %s\nafter  %s", cluster, after)
 		}

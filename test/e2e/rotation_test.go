@@ -179,7 +179,7 @@ func TestRotateCertificateAuthorities(t *testing.T) {
 		op := &v1alpha1.NodeOperation{ObjectMeta: metav1.ObjectMeta{Name: "rotate-dry-run"}, Spec: rotationSpec(v1alpha1.ExecutionDryRun, v1alpha1.CompletionAuto)}
 		framework.RunOperationWatched(t, l, op, framework.WaitForKubeadmOperation(v1alpha1.OperationSucceeded))
 
-		kadmSameTrees(t, trees, kadmTrees(t, l, nodes))
+		kadmSameTrees(t, l, nodes, trees)
 		if after := kadmClusterState(t, l); after != cluster {
 			t.Errorf("the cluster changed in DryRun:\nbefore %s\nafter  %s", cluster, after)
 		}
