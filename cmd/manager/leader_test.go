@@ -61,21 +61,7 @@ func (l *lockedBuffer) String() string {
 // next start), replaces its process image at once: the same process, a new candidate with a new
 // identity, which takes the Lease once it is free again.
 func TestLostLeadershipStartsANewCandidateInPlace(t *testing.T) {
-	env, err := testutil.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	kubeconfig, err := env.WriteKubeconfig(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, ctx, kubeconfig := startAPIServer(t)
 	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nodeops-system"}}); err != nil {
 		t.Fatal(err)
 	}

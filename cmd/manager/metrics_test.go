@@ -34,21 +34,7 @@ import (
 // The manager, as main runs it, serves its metrics only to a token allowed /metrics by the
 // ClusterRole config/rbac installs, and its series follow an operation as tasks run.
 func TestMetricsEndpointIsAuthenticatedAndFollowsAnOperation(t *testing.T) {
-	env, err := testutil.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	kubeconfig, err := env.WriteKubeconfig(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, ctx, kubeconfig := startAPIServer(t)
 	// The manager's namespace, which every install has: its budget ledger lives there.
 	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nodeops-system"}}); err != nil {
 		t.Fatal(err)

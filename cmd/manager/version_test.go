@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeops/nodeops/internal/testutil"
 	"github.com/nodeops/nodeops/internal/version"
 )
 
@@ -35,21 +33,7 @@ func TestStampedVersionIsReportedEverywhere(t *testing.T) {
 		}
 	}
 
-	env, err := testutil.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	kubeconfig, err := env.WriteKubeconfig(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, ctx, kubeconfig := startAPIServer(t)
 	managerAddr, agentAddr := freeAddress(t), freeAddress(t)
 	start(t, filepath.Join(bin, "manager"), "--kubeconfig="+kubeconfig, "--metrics-bind-address="+managerAddr,
 		"--health-probe-bind-address=0", "--leader-elect=false")
