@@ -86,6 +86,16 @@ const (
 	targetRawFraction   = 0.5
 )
 
+// Issue 30's targets at 1,000 nodes for the one-command operation at maxUnavailable 100% (op100),
+// stated for a quiet machine (load under 1): create → Succeeded, the first task Running, the
+// manager's CPU over the run, and nodeops' writes per node (the task's create and one status write).
+const (
+	targetWall1k         = 6500 * time.Millisecond
+	targetFirstRunning1k = 150 * time.Millisecond
+	targetManagerCPU1k   = 1.2
+	targetWritesOneTask  = 2.0
+)
+
 // Issue 18's targets at 10,000 nodes: create → Succeeded within targetCeilingFactor × the time the
 // API server needs for the operation's own writes at the NodeTask-write ceiling the same cluster
 // measured, and the manager's peak RSS under targetRSS10k.
@@ -94,14 +104,14 @@ const (
 	targetRSS10k        = 300 << 20
 )
 
-// wallTarget is the time to Succeeded at maxUnavailable 100%: 8 s at 1,000 nodes and 40 s at
-// 5,000 (issue 8); at 10,000 (issue 18) targetCeilingFactor × perNode × k ÷ taskRate, perNode
+// wallTarget is the time to Succeeded at maxUnavailable 100%: 6.5 s at 1,000 nodes on a quiet
+// machine (issue 30; issue 8 asked 8 s) and 40 s at 5,000 (issue 8); at 10,000 (issue 18) targetCeilingFactor × perNode × k ÷ taskRate, perNode
 // the run's own writes per node and taskRate the measured NodeTask-write ceiling (none when the
 // raw scenario did not run). The string says how it was reached.
 func wallTarget(k int, perNode, taskRate float64) (time.Duration, string, bool) {
 	switch k {
 	case 1000:
-		return 8 * time.Second, "≤ 8.00 s", true
+		return targetWall1k, "≤ " + seconds(targetWall1k) + " (quiet machine)", true
 	case 5000:
 		return 40 * time.Second, "≤ 40.0 s", true
 	case 10000:
@@ -181,15 +191,21 @@ func (c clusterResult) rows() []row {
 		} else {
 			add(what, seconds(r.Wall), "—", "")
 		}
-		if c.K <= 1000 {
+		if c.K == 1000 && r.Scenario == scenarioOp100 {
+			add("create → first task Running", seconds(r.Tasks.FirstStart), "≤ "+seconds(targetFirstRunning1k), metMissed(r.Tasks.FirstStart <= targetFirstRunning1k))
+		} else if c.K <= 1000 {
 			add("create → first task Running", seconds(r.Tasks.FirstStart), "≤ "+seconds(targetFirstRunning), metMissed(r.Tasks.FirstStart <= targetFirstRunning))
 		} else {
 			add("create → first task Running", seconds(r.Tasks.FirstStart), "— (≤ 1 s stated at 1,000)", "")
 		}
 		fixed := r.Writes.total(nodeopsWrite) - r.Writes.total(perNodeWrite)
 		all := r.Writes.total(nil) / float64(c.K)
+		writesTarget := targetWritesPerNode
+		if r.Scenario == scenarioOp100 {
+			writesTarget = targetWritesOneTask // a one-command task: its create and one status write
+		}
 		add("API writes per node by nodeops (task, statuses, node Lease, label, budget ledger) + writes per run (operation/profile, its status, events)",
-			fmt.Sprintf("%.2f + %.0f", perNode, fixed), fmt.Sprintf("≤ %.0f per node", targetWritesPerNode), metMissed(perNode <= targetWritesPerNode))
+			fmt.Sprintf("%.2f + %.0f", perNode, fixed), fmt.Sprintf("≤ %.0f per node", writesTarget), metMissed(perNode <= writesTarget))
 		add("all API writes / K (kwok's node heartbeats too)", fmt.Sprintf("%.2f", all), "—", "")
 		if raw > 0 && r.Wall > 0 {
 			rate := (r.Writes.total(nodeopsWrite) + r.LeaseWrites) / r.Wall.Seconds()
@@ -204,7 +220,11 @@ func (c clusterResult) rows() []row {
 				add("nodeops write rate / raw limit (ConfigMap creates)", value, "—", "")
 			}
 		}
-		add("manager CPU", fmt.Sprintf("%.1f s", r.CPU["manager"]), "—", "")
+		if c.K == 1000 && r.Scenario == scenarioOp100 {
+			add("manager CPU", fmt.Sprintf("%.1f s", r.CPU["manager"]), fmt.Sprintf("< %.1f s", targetManagerCPU1k), metMissed(r.CPU["manager"] < targetManagerCPU1k))
+		} else {
+			add("manager CPU", fmt.Sprintf("%.1f s", r.CPU["manager"]), "—", "")
+		}
 		add("manager peak RSS", mib(r.ManagerRSS), "< "+mib(rssTarget(c.K)), metMissed(r.ManagerRSS < rssTarget(c.K)))
 	}
 	return out
@@ -229,10 +249,10 @@ func (r report) markdown() string {
 	fmt.Fprintf(&b, "`make bench` (`go run ./bench`)%s, %s.\n\n", map[bool]string{true: " in -quick mode", false: ""}[r.Quick], m.Date)
 	fmt.Fprintf(&b, "- Machine: %d CPUs (%s), %.1f GiB memory, Linux %s\n", m.CPUs, m.CPUModel, m.MemoryGiB, m.Kernel)
 	fmt.Fprintf(&b, "- Go %s; kube-apiserver, etcd, kwok from bin/ (%s); commit %s\n", strings.TrimPrefix(m.Go, "go"), m.Kubernetes, m.Commit)
-	fmt.Fprintf(&b, "- Load average (1/5/15 min) at the start: %s; at the end: %s. The machine is shared: other engineers' tests ran at the same time.\n", m.Load, r.LoadAfter)
+	fmt.Fprintf(&b, "- Load average (1/5/15 min) at the start: %s; at the end: %s (issue 30's 1,000-node targets are for a load under 1; a higher load means other work shared the machine).\n", m.Load, r.LoadAfter)
 	fmt.Fprintf(&b, "- Cluster: `nodeops-local up --control-planes=1 --workers=0 --sim-nodes=K` (manager and one shared `agent --noop-host --node-prefix sim-` as real processes); the runs select the K sim nodes.\n\n")
 
-	fmt.Fprintf(&b, "| K | scenario | measurement | result | target (issue 8; 10,000 nodes: issue 18) | met? |\n|---:|---|---|---:|---|---|\n")
+	fmt.Fprintf(&b, "| K | scenario | measurement | result | target (issue 8; 1,000 nodes at 100%%: issue 30; 10,000 nodes: issue 18) | met? |\n|---:|---|---|---:|---|---|\n")
 	for _, c := range r.Clusters {
 		if c.Err != "" && len(c.Runs) == 0 && len(c.Raws) == 0 {
 			fmt.Fprintf(&b, "| %d | cluster | error | %s | | missed |\n", c.K, escape(c.Err))
