@@ -181,43 +181,7 @@ func runKubeadmRenewCertificates(ctx context.Context, env *Env, c *v1alpha1.Kube
 // ParseCheckExpirationAuthorities reads the certificate authorities of `kubeadm certs
 // check-expiration` (JSON output or the text table).
 func ParseCheckExpirationAuthorities(out []byte) ([]v1alpha1.CertificateExpiry, error) {
-	if i := bytes.Index(out, []byte("{\n")); i >= 0 {
-		var doc struct {
-			Authorities []struct {
-				Name           string    `json:"name"`
-				ExpirationDate time.Time `json:"expirationDate"`
-				Missing        bool      `json:"missing"`
-			} `json:"certificateAuthorities"`
-		}
-		if err := json.Unmarshal(out[i:], &doc); err == nil && len(doc.Authorities) > 0 {
-			var res []v1alpha1.CertificateExpiry
-			for _, c := range doc.Authorities {
-				if !c.Missing {
-					res = append(res, v1alpha1.CertificateExpiry{Name: c.Name, NotAfter: metav1.NewTime(c.ExpirationDate)})
-				}
-			}
-			return res, nil
-		}
-	}
-	var res []v1alpha1.CertificateExpiry
-	in := false
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		switch {
-		case len(fields) >= 2 && fields[0] == "CERTIFICATE" && fields[1] == "AUTHORITY":
-			in = true
-			continue
-		case !in || len(fields) < 6:
-			continue
-		}
-		// name  Mon DD, YYYY HH:MM UTC  residual  externally-managed
-		t, err := time.Parse("Jan 02, 2006 15:04 MST", strings.Join(fields[1:6], " "))
-		if err != nil {
-			continue
-		}
-		res = append(res, v1alpha1.CertificateExpiry{Name: fields[0], NotAfter: metav1.NewTime(t)})
-	}
+	res := parseCheckExpiration(out, "certificateAuthorities", "AUTHORITY")
 	if len(res) == 0 {
 		return nil, fmt.Errorf("kubeadm certs check-expiration reported no certificate authorities")
 	}
@@ -227,51 +191,56 @@ func ParseCheckExpirationAuthorities(out []byte) ([]v1alpha1.CertificateExpiry, 
 // ParseCheckExpiration reads the certificates table of `kubeadm certs check-expiration` (JSON output
 // or the text table); certificate authorities are not included.
 func ParseCheckExpiration(out []byte) ([]v1alpha1.CertificateExpiry, error) {
+	res := parseCheckExpiration(out, "certificates", "EXPIRES")
+	if len(res) == 0 {
+		return nil, fmt.Errorf("kubeadm certs check-expiration reported no certificates")
+	}
+	return res, nil
+}
+
+// parseCheckExpiration reads one list of `kubeadm certs check-expiration`'s output: from its JSON
+// (the list named jsonList, missing entries left out) or, when there is none, from the text table
+// whose header is "CERTIFICATE <header>" (the certificates' table is headed "CERTIFICATE EXPIRES",
+// the authorities' "CERTIFICATE AUTHORITY"), up to the other table's header.
+func parseCheckExpiration(out []byte, jsonList, header string) []v1alpha1.CertificateExpiry {
 	if i := bytes.Index(out, []byte("{\n")); i >= 0 {
-		var doc struct {
-			Certificates []struct {
-				Name           string    `json:"name"`
-				ExpirationDate time.Time `json:"expirationDate"`
-				Missing        bool      `json:"missing"`
-			} `json:"certificates"`
+		type entry struct {
+			Name           string    `json:"name"`
+			ExpirationDate time.Time `json:"expirationDate"`
+			Missing        bool      `json:"missing"`
 		}
-		if err := json.Unmarshal(out[i:], &doc); err == nil && len(doc.Certificates) > 0 {
+		var doc map[string]json.RawMessage
+		var entries []entry
+		if err := json.Unmarshal(out[i:], &doc); err == nil && json.Unmarshal(doc[jsonList], &entries) == nil && len(entries) > 0 {
 			var res []v1alpha1.CertificateExpiry
-			for _, c := range doc.Certificates {
+			for _, c := range entries {
 				if !c.Missing {
 					res = append(res, v1alpha1.CertificateExpiry{Name: c.Name, NotAfter: metav1.NewTime(c.ExpirationDate)})
 				}
 			}
-			return res, nil
+			return res
 		}
 	}
 	var res []v1alpha1.CertificateExpiry
 	in := false
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
-		line := sc.Text()
-		fields := strings.Fields(line)
+		fields := strings.Fields(sc.Text())
 		switch {
-		case len(fields) >= 2 && fields[0] == "CERTIFICATE" && fields[1] == "EXPIRES":
-			in = true
-			continue
-		case len(fields) >= 2 && fields[0] == "CERTIFICATE" && fields[1] == "AUTHORITY":
-			in = false
+		case len(fields) >= 2 && fields[0] == "CERTIFICATE" && (fields[1] == "EXPIRES" || fields[1] == "AUTHORITY"):
+			in = fields[1] == header
 			continue
 		case !in || len(fields) < 6:
 			continue
 		}
-		// name  Mon DD, YYYY HH:MM UTC  residual  ca  externally-managed
+		// name  Mon DD, YYYY HH:MM UTC  residual  [ca]  externally-managed
 		t, err := time.Parse("Jan 02, 2006 15:04 MST", strings.Join(fields[1:6], " "))
 		if err != nil {
 			continue
 		}
 		res = append(res, v1alpha1.CertificateExpiry{Name: fields[0], NotAfter: metav1.NewTime(t)})
 	}
-	if len(res) == 0 {
-		return nil, fmt.Errorf("kubeadm certs check-expiration reported no certificates")
-	}
-	return res, nil
+	return res
 }
 
 // KubeadmRender runs kubeadm args with --dry-run on h, its output (which holds the files it would
