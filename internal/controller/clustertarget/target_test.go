@@ -546,3 +546,22 @@ func TestCertificateAuthorityRotation(t *testing.T) {
 	}
 	f.stillOperations(rotation, "cluster-upgrade-v1.37.3-1")
 }
+
+// A rotation made by hand holds what the ClusterTarget would generate until it ends: an upgrade
+// asked meanwhile waits, and goes once the rotation is aborted (the ClusterTarget watches
+// operations it did not generate for that).
+func TestHandMadeRotationHoldsGeneration(t *testing.T) {
+	f := newFixture(t)
+	f.reset("v1.37.2")
+	byHand := &v1alpha1.NodeOperation{ObjectMeta: metav1.ObjectMeta{Name: "rotate-cas-by-hand"},
+		Spec: v1alpha1.NodeOperationSpec{RotateCertificateAuthorities: &v1alpha1.RotateCertificateAuthoritiesOperation{}}}
+	f.must(f.c.Create(f.ctx, byHand))
+	f.edit(func(ct *v1alpha1.ClusterTarget) { ct.Spec.KubernetesVersion = "v1.37.3" })
+	ct := f.waitCondition(v1alpha1.ConditionUpToDate, metav1.ConditionFalse, clustertarget.ReasonOtherOperationRunning)
+	if msg := meta.FindStatusCondition(ct.Status.Conditions, v1alpha1.ConditionUpToDate).Message; !strings.Contains(msg, byHand.Name) {
+		t.Errorf("message %q does not name %s", msg, byHand.Name)
+	}
+	f.stillOperations(byHand.Name)
+	f.must(f.c.Patch(f.ctx, byHand, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"abort":true}}`))))
+	f.waitOperations("cluster-upgrade-v1.37.3-1", byHand.Name)
+}
