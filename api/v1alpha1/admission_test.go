@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
@@ -568,14 +569,22 @@ spec:
   renewCertificates: {}
   rotateCertificateAuthorities: {}
 `, "spec", "exactly one of upgrade, renewCertificates, reconfigure, rotateCertificateAuthorities or custom"},
-		{"target rotationCount not built", `apiVersion: nodeops.io/v1alpha1
+		{"target rotation of an unknown authority", `apiVersion: nodeops.io/v1alpha1
 kind: ClusterTarget
 metadata:
   name: cluster
 spec:
   kubernetesVersion: v1.37.2
-  certificateAuthorities: {rotationCount: 1}
-`, "spec.certificateAuthorities.rotationCount", "certificateAuthorities.rotationCount is not implemented yet"},
+  certificateAuthorities: {authorities: [cluster, sa]}
+`, "spec.certificateAuthorities.authorities[1]", "Unsupported value"},
+		{"target rotation completion unknown", `apiVersion: nodeops.io/v1alpha1
+kind: ClusterTarget
+metadata:
+  name: cluster
+spec:
+  kubernetesVersion: v1.37.2
+  certificateAuthorities: {completion: Soon}
+`, "spec.certificateAuthorities.completion", "Unsupported value"},
 		{"target rotationCount negative", `apiVersion: nodeops.io/v1alpha1
 kind: ClusterTarget
 metadata:
@@ -753,6 +762,48 @@ func TestNodeTaskOwnerFieldsImmutable(t *testing.T) {
 	cur.Spec.Paused = true
 	if err := env.Client.Update(ctx, &cur); err != nil {
 		t.Errorf("pausing the task: %v", err)
+	}
+}
+
+// certificateAuthorities.rotationCount is admitted (the ClusterTarget generates a rotation per
+// raise) and can only go up: lowering it or removing it is refused, naming the field.
+func TestClusterTargetCARotationCountOnlyUp(t *testing.T) {
+	env, kubectl, kubeconfig := startAPIServer(t)
+	ctx := context.Background()
+	cmd := exec.Command(kubectl, "--kubeconfig", kubeconfig, "apply", "-f", "-")
+	cmd.Stdin = strings.NewReader(`apiVersion: nodeops.io/v1alpha1
+kind: ClusterTarget
+metadata:
+  name: cluster
+spec:
+  kubernetesVersion: v1.37.2
+  certificateAuthorities: {rotationCount: 1, authorities: [cluster, etcd], serviceAccountKey: true}
+`)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("a raised certificateAuthorities.rotationCount refused: %v\n%s", err, out.String())
+	}
+	var ct v1alpha1.ClusterTarget
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "cluster"}, &ct); err != nil {
+		t.Fatal(err)
+	}
+	if ca := ct.Spec.CertificateAuthorities; ca.RotationCount != 1 || ca.Completion != v1alpha1.CompletionManual || !ca.ServiceAccountKey {
+		t.Fatalf("stored %+v; want completion defaulted to Manual", ca)
+	}
+	ct.Spec.CertificateAuthorities.RotationCount = 2
+	if err := env.Client.Update(ctx, &ct); err != nil {
+		t.Fatalf("raising certificateAuthorities.rotationCount: %v", err)
+	}
+	for _, tc := range []struct{ name, patch string }{
+		{"lowered", `{"spec":{"certificateAuthorities":{"rotationCount":1}}}`},
+		{"removed", `{"spec":{"certificateAuthorities":{"rotationCount":null}}}`},
+		{"removed with its section", `{"spec":{"certificateAuthorities":null}}`},
+	} {
+		err := env.Client.Patch(ctx, &ct, client.RawPatch(types.MergePatchType, []byte(tc.patch)))
+		if err == nil || !strings.Contains(err.Error(), "spec.certificateAuthorities.rotationCount") || !strings.Contains(err.Error(), "can only go up") {
+			t.Errorf("certificateAuthorities.rotationCount %s: %v; want it refused naming the field", tc.name, err)
+		}
 	}
 }
 

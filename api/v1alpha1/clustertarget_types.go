@@ -93,6 +93,7 @@ type ClusterKubelet struct {
 	Drain *DrainCommand `json:"drain,omitempty"`
 }
 
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.certificateAuthorities) || !has(oldSelf.certificateAuthorities.rotationCount) || (has(self.certificateAuthorities) && has(self.certificateAuthorities.rotationCount))",message="rotationCount can only go up: it cannot be removed once set",fieldPath=".certificateAuthorities.rotationCount"
 // ClusterTargetSpec is what the cluster should be.
 type ClusterTargetSpec struct {
 	// KubernetesVersion the cluster should run.
@@ -101,9 +102,8 @@ type ClusterTargetSpec struct {
 	KubernetesVersion string `json:"kubernetesVersion"`
 	// +optional
 	Certificates ClusterCertificates `json:"certificates,omitempty"`
-	// CertificateAuthorities: when the cluster's certificate authorities are rotated. Not
-	// implemented yet: the ClusterTarget generates no rotation; create a NodeOperation with
-	// rotateCertificateAuthorities (docs/how-to/rotate-cas.md).
+	// CertificateAuthorities: when the cluster's certificate authorities are rotated (once per raise
+	// of rotationCount) and how (docs/how-to/rotate-cas.md).
 	// +optional
 	CertificateAuthorities ClusterCertificateAuthorities `json:"certificateAuthorities,omitempty"`
 	// +optional
@@ -154,13 +154,14 @@ const (
 )
 
 // GeneratedOperationKind is what a generated NodeOperation does.
-// +kubebuilder:validation:Enum=Upgrade;RenewCertificates;Reconfigure
+// +kubebuilder:validation:Enum=Upgrade;RenewCertificates;Reconfigure;RotateCertificateAuthorities
 type GeneratedOperationKind string
 
 const (
-	GeneratedUpgrade           GeneratedOperationKind = "Upgrade"
-	GeneratedRenewCertificates GeneratedOperationKind = "RenewCertificates"
-	GeneratedReconfigure       GeneratedOperationKind = "Reconfigure"
+	GeneratedUpgrade                      GeneratedOperationKind = "Upgrade"
+	GeneratedRenewCertificates            GeneratedOperationKind = "RenewCertificates"
+	GeneratedReconfigure                  GeneratedOperationKind = "Reconfigure"
+	GeneratedRotateCertificateAuthorities GeneratedOperationKind = "RotateCertificateAuthorities"
 )
 
 // GeneratedOperation is a NodeOperation the ClusterTarget generated. Entries are history: one whose
@@ -188,6 +189,11 @@ type GeneratedOperation struct {
 	// CompletionTime is when it finished.
 	// +optional
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// RotationPhase is, for a certificate authority rotation not yet finished, the phase its current
+	// group belongs to: prepare, trust-both, re-issue or complete (docs/how-to/rotate-cas.md).
+	// +optional
+	// +kubebuilder:validation:Enum=prepare;trust-both;re-issue;complete
+	RotationPhase string `json:"rotationPhase,omitempty"`
 }
 
 // OperationPhaseDeleted is the phase of a generated operation that no longer exists.
@@ -273,6 +279,10 @@ type ClusterTargetStatus struct {
 	// LastRotationCount is the spec.certificates.rotationCount already acted on.
 	// +optional
 	LastRotationCount int32 `json:"lastRotationCount,omitempty"`
+	// LastCertificateAuthorityRotationCount is the spec.certificateAuthorities.rotationCount already
+	// acted on: recorded with the rotation it generated, before that NodeOperation is created.
+	// +optional
+	LastCertificateAuthorityRotationCount int32 `json:"lastCertificateAuthorityRotationCount,omitempty"`
 }
 
 // ClusterTarget says what the cluster should be (Kubernetes version, certificate policy); nodeops

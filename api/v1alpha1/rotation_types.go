@@ -62,15 +62,23 @@ type RotateCertificateAuthoritiesOperation struct {
 	Completion RotationCompletion `json:"completion,omitempty"`
 }
 
-// ClusterCertificateAuthorities says when the ClusterTarget rotates the cluster's certificate authorities.
+// ClusterCertificateAuthorities says when the ClusterTarget rotates the cluster's certificate
+// authorities, and how each rotation it generates runs: the inlined fields are a NodeOperation's
+// rotateCertificateAuthorities, passed to every rotation generated.
 type ClusterCertificateAuthorities struct {
-	// RotationCount rotates the certificate authorities once each time it is raised; it can only go
-	// up. Not implemented yet: admission refuses any value but 0.
+	// RotationCount rotates the certificate authorities once each time it is raised (a raise by more
+	// than one at once rotates once); it can only go up. The rotation generated is a
+	// rotateCertificateAuthorities NodeOperation; status.lastCertificateAuthorityRotationCount is the
+	// count acted on. While a rotation is unfinished nothing else is generated, and a rotation waits
+	// for any upgrade, reconfigure or renewal running (docs/how-to/rotate-cas.md).
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:XValidation:rule="self >= oldSelf",message="rotationCount can only go up: raise it to rotate the certificate authorities once more"
-	// +kubebuilder:validation:XValidation:rule="self == 0",message="certificateAuthorities.rotationCount is not implemented yet: the ClusterTarget does not generate rotations; create a NodeOperation with rotateCertificateAuthorities instead, see docs/how-to/rotate-cas.md"
 	RotationCount int32 `json:"rotationCount,omitempty"`
+	// How each generated rotation runs: which authorities, whether the service-account key too,
+	// and completion Manual (the default: phase complete waits for `kubectl nodeops approve OP
+	// --gate complete-rotation`) or Auto.
+	RotateCertificateAuthoritiesOperation `json:",inline"`
 }
 
 // StagingDirectory is where a rotation keeps the new authorities on each control plane until they

@@ -363,6 +363,18 @@ func writeFields(b *strings.Builder, types map[string]*apiType, t *apiType) {
 			fmt.Fprintf(b, "    - %s\n", c)
 		}
 	}
+	for _, f := range t.strct.Fields.List {
+		// An inlined struct's fields are serialized as the embedding struct's own: name them.
+		id, ok := f.Type.(*ast.Ident)
+		if len(f.Names) != 0 || !ok || !ast.IsExported(id.Name) || f.Tag == nil || !strings.Contains(f.Tag.Value, `json:",inline"`) || types[id.Name] == nil {
+			continue
+		}
+		var names []string
+		for _, g := range fieldsOf(types[id.Name]) {
+			names = append(names, "`"+g.json+"`")
+		}
+		fmt.Fprintf(b, "- %s, inlined from %s\n", strings.Join(names, ", "), typeString(types, id))
+	}
 }
 
 // constraints are a field's defaults and validation markers, in words.

@@ -36,7 +36,8 @@ so far, and the plan of the operation that would be generated next.`,
   kubectl nodeops target set --version v1.37.2
   kubectl nodeops target set --version v1.37.2 --path v1.36.4
   kubectl nodeops target set --version v1.37.2 --binary-source https://mirror.example/k8s --ignore-preflight-errors CoreDNSMigration
-  kubectl nodeops target set --rotate-certificates`,
+  kubectl nodeops target set --rotate-certificates
+  kubectl nodeops target set --rotate-certificate-authorities`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := validateOutput(output, "json", "yaml"); err != nil {
@@ -142,6 +143,19 @@ func writeTarget(w io.Writer, ct *nodeopsv1.ClusterTarget, now time.Time) {
 		fmt.Fprintf(w, "  next CA expiry       %s (in %s; a renewal keeps it, a rotation replaces it)\n", st.NextCertificateAuthorityExpiry.UTC().Format(time.RFC3339), duration.HumanDuration(st.NextCertificateAuthorityExpiry.Sub(now)))
 	}
 	fmt.Fprintf(w, "  certificates         autoRenew %v, renewBefore %s, rotationCount %d (acted on %d)\n", c.AutoRenew, rb, c.RotationCount, st.LastRotationCount)
+	ca := ct.Spec.CertificateAuthorities
+	completion := ca.Completion
+	if completion == "" {
+		completion = nodeopsv1.CompletionManual
+	}
+	fmt.Fprintf(w, "  CA rotation          rotationCount %d (acted on %d), authorities %s, serviceAccountKey %v, completion %s\n",
+		ca.RotationCount, st.LastCertificateAuthorityRotationCount, strings.Join(nodeopsv1.OrAllAuthorities(ca.Authorities), ","), ca.ServiceAccountKey, completion)
+	for i := len(st.Operations) - 1; i >= 0; i-- {
+		if g := st.Operations[i]; g.Kind == nodeopsv1.GeneratedRotateCertificateAuthorities {
+			fmt.Fprintf(w, "  last CA rotation     %s, %s\n", g.Name, generatedPhase(g))
+			break
+		}
+	}
 	mode := ct.Spec.ExecutionMode
 	if mode == "" {
 		mode = nodeopsv1.ExecutionAuto
@@ -199,10 +213,19 @@ func writeTarget(w io.Writer, ct *nodeopsv1.ClusterTarget, now time.Time) {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "  NAME\tKIND\tPHASE\tREASON")
 		for _, g := range st.Operations {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", g.Name, g.Kind, dash(string(g.Phase)), dash(g.Reason))
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", g.Name, g.Kind, generatedPhase(g), dash(g.Reason))
 		}
 		_ = tw.Flush()
 	}
+}
+
+// generatedPhase is a generated operation's phase, with a rotation's phase (prepare, trust-both,
+// re-issue, complete) while it has one.
+func generatedPhase(g nodeopsv1.GeneratedOperation) string {
+	if g.RotationPhase != "" {
+		return dash(string(g.Phase)) + " (" + g.RotationPhase + ")"
+	}
+	return dash(string(g.Phase))
 }
 
 func dash(s string) string {
@@ -216,6 +239,7 @@ type targetSetFlags struct {
 	version      string
 	path         []string
 	rotate       bool
+	rotateCAs    bool
 	binarySource string
 	insecureHTTP bool
 	ignore       []string
@@ -227,8 +251,8 @@ type targetSetFlags struct {
 func newTargetSetCommand(o *Options) *cobra.Command {
 	f := &targetSetFlags{}
 	cmd := &cobra.Command{
-		Use:   "set (--version VERSION [--path VERSION,...] | --rotate-certificates) [--binary-source URL] [--ignore-preflight-errors CHECK,...]",
-		Short: "Change the ClusterTarget: the target version, or one more certificate rotation",
+		Use:   "set (--version VERSION [--path VERSION,...] | --rotate-certificates | --rotate-certificate-authorities) [--binary-source URL] [--ignore-preflight-errors CHECK,...]",
+		Short: "Change the ClusterTarget: the target version, or one more certificate renewal or CA rotation",
 		Long: `Patch the ClusterTarget, rereading it when someone else changed it in between.
 
   --version              the Kubernetes version the cluster should run. kubeadm upgrades
@@ -236,6 +260,16 @@ func newTargetSetCommand(o *Options) *cobra.Command {
                          ahead name each intermediate version with --path.
   --rotate-certificates  raises spec.certificates.rotationCount by one: the manager
                          renews the control planes' certificates once.
+  --rotate-certificate-authorities
+                         raises spec.certificateAuthorities.rotationCount by one: the
+                         manager generates one rotateCertificateAuthorities operation,
+                         which replaces the cluster's CAs (prepare, trust-both,
+                         re-issue, complete) as spec.certificateAuthorities says
+                         (authorities, serviceAccountKey, completion). With completion
+                         Manual (the default) it waits before phase complete until
+                         'kubectl nodeops approve OP --gate complete-rotation'. It goes
+                         before an upgrade or renewal asked at the same time, waits for
+                         one running, and nothing else is generated until it ends.
 
 How the generated upgrades run, set alongside --version:
   --binary-source        spec.upgrade.binarySource.baseURL, where kubeadm, kubelet and
@@ -246,7 +280,8 @@ How the generated upgrades run, set alongside --version:
 		Example: `  kubectl nodeops target set --version v1.37.2
   kubectl nodeops target set --version v1.37.2 --path v1.36.4
   kubectl nodeops target set --version v1.37.2 --binary-source https://mirror.example/k8s --ignore-preflight-errors CoreDNSMigration
-  kubectl nodeops target set --rotate-certificates`,
+  kubectl nodeops target set --rotate-certificates
+  kubectl nodeops target set --rotate-certificate-authorities`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f.ignoreSet = cmd.Flags().Changed("ignore-preflight-errors")
@@ -256,8 +291,8 @@ How the generated upgrades run, set alongside --version:
 			if strings.HasPrefix(f.binarySource, "http://") && !f.insecureHTTP {
 				return fmt.Errorf("--binary-source %s is plain http: use https, or pass --insecure-http to allow it", f.binarySource)
 			}
-			if f.version == "" && !f.rotate {
-				return fmt.Errorf("give --version VERSION or --rotate-certificates")
+			if f.version == "" && !f.rotate && !f.rotateCAs {
+				return fmt.Errorf("give --version VERSION, --rotate-certificates or --rotate-certificate-authorities")
 			}
 			c, err := o.NewClient()
 			if err != nil {
@@ -269,6 +304,7 @@ How the generated upgrades run, set alongside --version:
 	cmd.Flags().StringVar(&f.version, "version", "", "Kubernetes version the cluster should run, for example v1.37.2")
 	cmd.Flags().StringSliceVar(&f.path, "path", nil, "Versions of the intermediate minor steps, for example v1.36.4")
 	cmd.Flags().BoolVar(&f.rotate, "rotate-certificates", false, "Renew the control planes' certificates once more")
+	cmd.Flags().BoolVar(&f.rotateCAs, "rotate-certificate-authorities", false, "Rotate the cluster's certificate authorities once more (spec.certificateAuthorities.rotationCount + 1)")
 	cmd.Flags().StringVar(&f.binarySource, "binary-source", "", "Base URL of kubeadm, kubelet and kubectl for the generated upgrades: {url}/{version}/bin/linux/{arch}/{name}, with {name}.sha256 beside each")
 	cmd.Flags().BoolVar(&f.insecureHTTP, "insecure-http", false, "Allow a plain http --binary-source (binarySource.insecureHTTP): anyone on the network path can change the binaries and their .sha256 files")
 	cmd.Flags().StringSliceVar(&f.ignore, "ignore-preflight-errors", nil, "kubeadm preflight errors the generated upgrades ignore (comma-separated), by check name such as Swap or Port-6443")
@@ -308,6 +344,9 @@ func (o *Options) runTargetSet(ctx context.Context, c Client, f *targetSetFlags)
 		if f.rotate {
 			ct.Spec.Certificates.RotationCount++
 		}
+		if f.rotateCAs {
+			ct.Spec.CertificateAuthorities.RotationCount++
+		}
 		after = *ct.Spec.DeepCopy()
 		return c.Patch(ctx, ct, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 	})
@@ -330,6 +369,10 @@ func (o *Options) runTargetSet(ctx context.Context, c Client, f *targetSetFlags)
 	if f.rotate {
 		fmt.Fprintf(o.Out, "clustertarget %s: rotationCount %d -> %d (one renewal)\n", nodeopsv1.ClusterTargetName,
 			before.Certificates.RotationCount, after.Certificates.RotationCount)
+	}
+	if f.rotateCAs {
+		fmt.Fprintf(o.Out, "clustertarget %s: certificateAuthorities.rotationCount %d -> %d (one CA rotation)\n", nodeopsv1.ClusterTargetName,
+			before.CertificateAuthorities.RotationCount, after.CertificateAuthorities.RotationCount)
 	}
 	fmt.Fprintln(o.Out, "See what happens next: kubectl nodeops target")
 	return nil

@@ -96,6 +96,33 @@ func TestTarget(t *testing.T) {
 		strings.Join(got.Spec.Upgrade.IgnorePreflightErrors, ",") != "SystemVerification,CoreDNSMigration" {
 		t.Errorf("spec after set: %+v", got.Spec)
 	}
+	out = mustRun(t, "target", "set", "--rotate-certificate-authorities")
+	if !strings.Contains(out, "certificateAuthorities.rotationCount 0 -> 1 (one CA rotation)") {
+		t.Errorf("set --rotate-certificate-authorities output:\n%s", out)
+	}
+	if err := k8s.Get(ctx(t), client.ObjectKey{Name: "cluster"}, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.CertificateAuthorities.RotationCount != 1 || got.Spec.Certificates.RotationCount != 2 {
+		t.Errorf("spec after --rotate-certificate-authorities: %+v", got.Spec)
+	}
+	// The manager's status while the rotation it generated runs.
+	got.Status.LastCertificateAuthorityRotationCount = 1
+	got.Status.Operations = []nodeopsv1.GeneratedOperation{{Name: "cluster-rotate-certificate-authorities-1-1", Kind: nodeopsv1.GeneratedRotateCertificateAuthorities,
+		Phase: nodeopsv1.OperationRunning, Reason: "CertificateAuthorityRotationRequested", RotationPhase: "trust-both"}}
+	if err := k8s.Status().Update(ctx(t), &got); err != nil {
+		t.Fatal(err)
+	}
+	out = mustRun(t, "target")
+	for _, want := range []string{
+		"CA rotation          rotationCount 1 (acted on 1), authorities cluster,etcd,front-proxy, serviceAccountKey false, completion Manual",
+		"last CA rotation     cluster-rotate-certificate-authorities-1-1, Running (trust-both)",
+		"cluster-rotate-certificate-authorities-1-1  RotateCertificateAuthorities  Running (trust-both)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("target output while a rotation runs lacks %q:\n%s", want, out)
+		}
+	}
 	if _, errOut, code := run(t, "target", "set", "--binary-source", "https://b"); code != CodeError || !strings.Contains(errOut, "go with --version") {
 		t.Errorf("set --binary-source without --version: exit %d, stderr %q", code, errOut)
 	}

@@ -27,6 +27,30 @@ const (
 	GroupCACompleteCluster       = "ca-complete-cluster"
 )
 
+// The phases of a rotation, as docs/how-to/rotate-cas.md and a ClusterTarget's
+// status.operations[].rotationPhase name them.
+const (
+	RotationPrepare   = "prepare"
+	RotationTrustBoth = "trust-both"
+	RotationReissue   = "re-issue"
+	RotationComplete  = "complete"
+)
+
+// RotationPhaseOf is the phase a rotation's group belongs to, or "" for a group of no rotation.
+func RotationPhaseOf(group string) string {
+	switch group {
+	case GroupCAPrepareGenerate, GroupCAPrepareCopy:
+		return RotationPrepare
+	case GroupCATrustBothControlPlanes, GroupCATrustBothCluster, GroupCATrustBothWorkers:
+		return RotationTrustBoth
+	case GroupCAReissueControlPlanes, GroupCAReissueWorkers:
+		return RotationReissue
+	case GroupCACompleteControlPlanes, GroupCACompleteWorkers, GroupCACompleteCluster:
+		return RotationComplete
+	}
+	return ""
+}
+
 // GateCompleteRotation is the approval gate before phase complete of a rotation with completion
 // Manual: `kubectl nodeops approve OP --gate complete-rotation` once the cluster has been checked.
 const GateCompleteRotation = "complete-rotation"

@@ -114,3 +114,23 @@ func TestExpandRotationSharesNothing(t *testing.T) {
 		t.Fatal("two groups share a command's authorities")
 	}
 }
+
+// Every group of a rotation belongs to one of its four phases, in the phases' order; no other
+// group does.
+func TestRotationPhaseOf(t *testing.T) {
+	order := map[string]int{RotationPrepare: 1, RotationTrustBoth: 2, RotationReissue: 3, RotationComplete: 4}
+	last := 0
+	for _, g := range expandRotation(&v1alpha1.RotateCertificateAuthoritiesOperation{}) {
+		n := order[RotationPhaseOf(g.Name)]
+		if n == 0 || n < last {
+			t.Errorf("group %s: phase %q after phase %d", g.Name, RotationPhaseOf(g.Name), last)
+		}
+		last = n
+	}
+	if last != 4 {
+		t.Errorf("the last group is in phase %d, want complete", last)
+	}
+	if p := RotationPhaseOf(GroupFirstControlPlane); p != "" {
+		t.Errorf("an upgrade's group is in rotation phase %q", p)
+	}
+}

@@ -100,10 +100,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 }
 
 // observe reads the cluster version, every node's versions, the control planes' static pod
-// versions, the certificate readings of tasks, and the operations the ClusterTarget controls.
+// versions, the certificate readings of tasks, the operations the ClusterTarget controls, and the
+// unfinished built-in operations made by hand.
 func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 	s.in = input{ct: s.ct, now: r.now(), ops: map[string]opView{},
-		opKinds: map[string]v1alpha1.GeneratedOperationKind{}, opVersions: map[string]string{}}
+		opKinds: map[string]v1alpha1.GeneratedOperationKind{}, opVersions: map[string]string{},
+		others: map[v1alpha1.GeneratedOperationKind]string{}}
 	v, problem, err := ClusterVersion(ctx, r.System)
 	if err != nil {
 		return err
@@ -145,18 +147,18 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 	})
 	for i := range ops.Items {
 		op := &ops.Items[i]
+		k, builtIn := kindOf(op)
 		if skeleton.ControllerUID(op, kind) != s.ct.UID {
+			if builtIn && !op.Status.Phase.Finished() && s.in.others[k] == "" {
+				s.in.others[k] = op.Name
+			}
 			continue
 		}
 		s.in.ops[op.Name] = viewOf(op)
 		s.in.opOrder = append(s.in.opOrder, op.Name)
-		switch {
-		case op.Spec.Upgrade != nil:
-			s.in.opKinds[op.Name], s.in.opVersions[op.Name] = v1alpha1.GeneratedUpgrade, op.Spec.Upgrade.KubernetesVersion
-		case op.Spec.Reconfigure != nil:
-			s.in.opKinds[op.Name] = v1alpha1.GeneratedReconfigure
-		default:
-			s.in.opKinds[op.Name] = v1alpha1.GeneratedRenewCertificates
+		s.in.opKinds[op.Name] = k
+		if op.Spec.Upgrade != nil {
+			s.in.opVersions[op.Name] = op.Spec.Upgrade.KubernetesVersion
 		}
 	}
 	return nil
@@ -231,8 +233,57 @@ func ReconfigureHash(ct *v1alpha1.ClusterTarget) string {
 	return hex.EncodeToString(sum[:])[:10]
 }
 
+// kindOf is what op does, as a generated operation's kind; false for a custom operation (counted as
+// a renewal when the ClusterTarget generated it, as before rotations and reconfigures existed).
+func kindOf(op *v1alpha1.NodeOperation) (v1alpha1.GeneratedOperationKind, bool) {
+	switch {
+	case op.Spec.Upgrade != nil:
+		return v1alpha1.GeneratedUpgrade, true
+	case op.Spec.Reconfigure != nil:
+		return v1alpha1.GeneratedReconfigure, true
+	case op.Spec.RotateCertificateAuthorities != nil:
+		return v1alpha1.GeneratedRotateCertificateAuthorities, true
+	case op.Spec.RenewCertificates != nil:
+		return v1alpha1.GeneratedRenewCertificates, true
+	}
+	return v1alpha1.GeneratedRenewCertificates, false
+}
+
+// rotationPhase is the phase of a rotation's first group not yet succeeded; "" for another
+// operation, or a rotation whose groups all succeeded or are not yet listed.
+func rotationPhase(op *v1alpha1.NodeOperation) string {
+	if op.Spec.RotateCertificateAuthorities == nil {
+		return ""
+	}
+	for _, g := range op.Status.Groups {
+		if g.Phase != v1alpha1.GroupSucceeded {
+			return plan.RotationPhaseOf(g.Name)
+		}
+	}
+	return ""
+}
+
+// reasonWaitingForGate is the NodeOperation controller's Progressing reason while a gate holds
+// its current group (nodeoperation.ReasonWaitingForGate).
+const reasonWaitingForGate = "WaitingForGate"
+
+// awaitingApproval reports whether a rotation waits at its gate complete-rotation.
+func awaitingApproval(op *v1alpha1.NodeOperation) bool {
+	c := meta.FindStatusCondition(op.Status.Conditions, v1alpha1.ConditionProgressing)
+	if op.Spec.RotateCertificateAuthorities == nil || c == nil || c.Status != metav1.ConditionTrue || c.Reason != reasonWaitingForGate {
+		return false
+	}
+	for _, g := range op.Status.Gates {
+		if g.Group == plan.GroupCACompleteControlPlanes && g.Name == plan.GateCompleteRotation && g.State == v1alpha1.GateWaiting {
+			return true
+		}
+	}
+	return false
+}
+
 func viewOf(op *v1alpha1.NodeOperation) opView {
-	v := opView{Phase: op.Status.Phase, Mode: op.Spec.ExecutionMode, Completion: op.Status.CompletionTime}
+	v := opView{Phase: op.Status.Phase, Mode: op.Spec.ExecutionMode, Completion: op.Status.CompletionTime,
+		RotationPhase: rotationPhase(op), AwaitingApproval: awaitingApproval(op)}
 	for _, t := range []string{v1alpha1.ConditionBlocked, v1alpha1.ConditionFailed} {
 		if c := meta.FindStatusCondition(op.Status.Conditions, t); c != nil && c.Status == metav1.ConditionTrue {
 			v.Reason, v.Message = c.Reason, c.Message
@@ -570,6 +621,17 @@ func Operation(ct *v1alpha1.ClusterTarget, g *v1alpha1.GeneratedOperation) *v1al
 			r.KubeletConfiguration, r.Drain = k.Configuration, k.Drain.DeepCopy()
 		}
 		op.Spec.Reconfigure = r
+		if u.MaxUnavailable != nil {
+			m := *u.MaxUnavailable
+			op.Spec.MaxUnavailable = &m
+		}
+	case v1alpha1.GeneratedRotateCertificateAuthorities:
+		r := ct.Spec.CertificateAuthorities.RotateCertificateAuthoritiesOperation.DeepCopy()
+		if r.Completion == "" {
+			r.Completion = v1alpha1.CompletionManual // the API's default, for targets built without the API server
+		}
+		op.Spec.RotateCertificateAuthorities = r
+		// Workers go under it, as in an upgrade's or a reconfigure's worker groups.
 		if u.MaxUnavailable != nil {
 			m := *u.MaxUnavailable
 			op.Spec.MaxUnavailable = &m

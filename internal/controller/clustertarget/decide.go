@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,6 +41,19 @@ const (
 	ReasonInvalidWindows           = "InvalidWindows"
 	ReasonReconfigureDue           = "ReconfigureDue"
 	ReasonInvalidConfiguration     = "InvalidConfiguration"
+	// ReasonCARotationRequested: certificateAuthorities.rotationCount was raised.
+	ReasonCARotationRequested = "CertificateAuthorityRotationRequested"
+	// ReasonRotationAwaitingApproval: a generated rotation (completion Manual) waits at the gate
+	// complete-rotation for a person to check the cluster and approve phase complete.
+	ReasonRotationAwaitingApproval = "RotationAwaitingApproval"
+	// ReasonRotationUnfinished: the last rotation generated ended without succeeding, so the
+	// cluster may trust both the old and the new authorities: nothing but another rotation is
+	// generated (no kubeadm upgrade between trust-both and complete).
+	ReasonRotationUnfinished = "RotationUnfinished"
+	// ReasonOtherOperationRunning: a NodeOperation the ClusterTarget did not generate holds what it
+	// would generate (a rotation made by hand holds everything; an upgrade, renewal or reconfigure
+	// made by hand holds a rotation).
+	ReasonOtherOperationRunning = "OtherOperationRunning"
 )
 
 // opView is what decide needs of a generated NodeOperation that exists.
@@ -49,6 +63,10 @@ type opView struct {
 	Reason, Message string
 	Mode            v1alpha1.ExecutionMode
 	Completion      *metav1.Time
+	// RotationPhase is, for a rotation, the phase of its first group not yet succeeded.
+	RotationPhase string
+	// AwaitingApproval: a rotation waits at the gate complete-rotation.
+	AwaitingApproval bool
 }
 
 // input is everything decide reads: the ClusterTarget and what observe found.
@@ -72,6 +90,9 @@ type input struct {
 	// opKinds and opVersions describe ops found that the history lacks.
 	opKinds    map[string]v1alpha1.GeneratedOperationKind
 	opVersions map[string]string
+	// others are the unfinished NodeOperations the ClusterTarget does not control (made by hand),
+	// one name per kind; custom operations are not counted.
+	others map[v1alpha1.GeneratedOperationKind]string
 }
 
 // decision is the new status and, at most, one operation to create.
@@ -95,11 +116,24 @@ type verdict struct {
 }
 
 // decide is pure: from the observations and the history it computes the status and the one
-// operation to generate, if any. Rules, in order: an unfinished generated operation is waited
-// for (Blocked when it is); an upgrade comes before a reconfigure (kubeadm upgrade keeps the
-// configuration), and both before a renewal (kubeadm upgrade renews the certificates anyway); a rotation is generated once per raise of rotationCount; an automatic
-// renewal once certificates fall within renewBefore, unless the last renewal left them there; a
-// failed, aborted or deleted attempt is tried again only after the spec changed.
+// operation to generate, if any. Rules, in order: an operation recorded for a raised count
+// (certificates' or certificate authorities' rotationCount) but not yet created is created as
+// recorded; an unfinished generated operation is waited for (Blocked when it is), and so is a
+// rotation made by hand; a certificate authority rotation is generated once per raise of
+// certificateAuthorities.rotationCount, before anything else due, once no upgrade, renewal or
+// reconfigure made by hand runs; while the last rotation generated ended without succeeding
+// nothing else is generated; then an upgrade comes before a reconfigure (kubeadm upgrade keeps the
+// configuration), and both before a renewal (kubeadm upgrade renews the certificates anyway); a
+// renewal is generated once per raise of certificates.rotationCount; an automatic renewal once
+// certificates fall within renewBefore, unless the last renewal left them there; a failed, aborted
+// or deleted attempt is tried again only after the spec changed.
+//
+// A rotation goes first, and nothing else runs from its prepare to its complete, because kubeadm
+// upgrade (and a renewal or reconfigure, which rewrite the same kubeconfigs, certificates and
+// manifests from ca.crt) between trust-both and complete would undo the bundles and sign with an
+// authority about to go (docs/how-to/rotate-cas.md); going first, it is what a person asks for
+// when a key leaked or an authority nears its end, it re-issues every certificate (so a renewal
+// due is then often met), and the upgrade after it renews from the new authorities.
 func decide(in *input) decision {
 	ct := in.ct
 	st := v1alpha1.ClusterTargetStatus{
@@ -115,12 +149,21 @@ func decide(in *input) decision {
 	st.NextCertificateExpiry = nextExpiry(in.certs)
 	st.NextCertificateAuthorityExpiry = nextAuthorityExpiry(in.certs)
 	st.Operations = history(ct.Status.Operations, in)
+	// The count is also in the names of the rotations generated, so a lost status never rotates twice.
+	st.LastCertificateAuthorityRotationCount = max(ct.Status.LastCertificateAuthorityRotationCount, rotationCountIn(st.Operations))
 	if in.clusterVersion != "" {
 		// Shown while a step runs too; due reports the error when there is one.
 		st.UpgradePath, _ = plan.UpgradeSteps(in.clusterVersion, ct.Spec.KubernetesVersion, ct.Spec.Upgrade.Path)
 	}
 	d := decision{}
 	v := func() verdict {
+		if u := unsent(st.Operations); u != nil {
+			// Its count is recorded as acted on: only creating it as recorded keeps the raise
+			// from being lost, paused or not (the decision was made before the pause).
+			d.create = u
+			return verdict{phase: v1alpha1.ClusterProgressing, reason: ReasonOperationCreated, reconciling: true,
+				message: fmt.Sprintf("generated NodeOperation %s (recorded before it was created): %s", u.Name, u.Reason)}
+		}
 		if a := active(st.Operations); a != nil {
 			if a.Phase == v1alpha1.OperationBlocked {
 				next := "retry or skip its failed task, or abort it"
@@ -130,8 +173,20 @@ func decide(in *input) decision {
 				return verdict{phase: v1alpha1.ClusterBlocked, reason: ReasonOperationBlocked, stalls: true,
 					message: fmt.Sprintf("NodeOperation %s is Blocked (%s): %s", a.Name, a.Reason, next)}
 			}
-			return verdict{phase: v1alpha1.ClusterProgressing, reason: ReasonOperationRunning, reconciling: true,
-				message: fmt.Sprintf("NodeOperation %s is %s", a.Name, phaseOf(a))}
+			if a.Kind == v1alpha1.GeneratedRotateCertificateAuthorities && in.ops[a.Name].AwaitingApproval {
+				return verdict{phase: v1alpha1.ClusterProgressing, reason: ReasonRotationAwaitingApproval, reconciling: true, message: fmt.Sprintf(
+					"NodeOperation %s re-issued every certificate and waits for approval before phase complete drops the old authorities: check the cluster, then kubectl nodeops approve %s --gate %s",
+					a.Name, a.Name, plan.GateCompleteRotation)}
+			}
+			msg := fmt.Sprintf("NodeOperation %s is %s", a.Name, phaseOf(a))
+			if a.RotationPhase != "" {
+				msg += ", in phase " + a.RotationPhase
+			}
+			return verdict{phase: v1alpha1.ClusterProgressing, reason: ReasonOperationRunning, reconciling: true, message: msg}
+		}
+		if name := in.others[v1alpha1.GeneratedRotateCertificateAuthorities]; name != "" {
+			return verdict{phase: v1alpha1.ClusterWaiting, reason: ReasonOtherOperationRunning, message: fmt.Sprintf(
+				"NodeOperation %s, not generated by the ClusterTarget, rotates the certificate authorities: nothing is generated until it ends (no kubeadm upgrade between trust-both and complete)", name)}
 		}
 		next, v := due(in, &st)
 		if next == nil {
@@ -148,6 +203,9 @@ func decide(in *input) decision {
 		}
 		if next.Kind == v1alpha1.GeneratedRenewCertificates && ct.Spec.Certificates.RotationCount > st.LastRotationCount {
 			st.LastRotationCount = ct.Spec.Certificates.RotationCount
+		}
+		if next.Kind == v1alpha1.GeneratedRotateCertificateAuthorities {
+			st.LastCertificateAuthorityRotationCount = ct.Spec.CertificateAuthorities.RotationCount
 		}
 		st.Operations = append(st.Operations, *next)
 		d.create = &st.Operations[len(st.Operations)-1]
@@ -209,6 +267,25 @@ func due(in *input, st *v1alpha1.ClusterTargetStatus) (*v1alpha1.GeneratedOperat
 	target := ct.Spec.KubernetesVersion
 	if in.clusterVersion == "" {
 		return nil, verdict{phase: v1alpha1.ClusterWaiting, reason: ReasonNoKubeadmConfig, stalls: true, message: in.versionProblem}
+	}
+	if n := ct.Spec.CertificateAuthorities.RotationCount; n > st.LastCertificateAuthorityRotationCount {
+		why := fmt.Sprintf("certificateAuthorities.rotationCount raised to %d", n)
+		for _, k := range []v1alpha1.GeneratedOperationKind{v1alpha1.GeneratedUpgrade, v1alpha1.GeneratedReconfigure, v1alpha1.GeneratedRenewCertificates} {
+			if name := in.others[k]; name != "" {
+				return nil, verdict{phase: v1alpha1.ClusterWaiting, reason: ReasonOtherOperationRunning, message: fmt.Sprintf(
+					"%s: the rotation waits for NodeOperation %s, not generated by the ClusterTarget, to end", why, name)}
+			}
+		}
+		return attempt(in, st.Operations, fmt.Sprintf("%s%d", caRotationPrefix, n), v1alpha1.GeneratedRotateCertificateAuthorities, "", ReasonCARotationRequested, why)
+	}
+	if r := lastOf(st.Operations, v1alpha1.GeneratedRotateCertificateAuthorities); r != nil && r.Phase != v1alpha1.OperationSucceeded && r.ExecutionMode != v1alpha1.ExecutionDryRun {
+		where := ""
+		if r.RotationPhase != "" {
+			where = " in phase " + r.RotationPhase
+		}
+		return nil, verdict{phase: v1alpha1.ClusterWaiting, reason: ReasonRotationUnfinished, stalls: true, message: fmt.Sprintf(
+			"%s ended %s%s: the cluster may trust both the old and the new authorities, and no upgrade, reconfigure or renewal may run before a rotation completes; finish or back out by hand (docs/how-to/rotate-cas.md#backing-out-before-phase-4), then raise spec.certificateAuthorities.rotationCount to rotate again",
+			r.Name, r.Phase, where)}
 	}
 	steps, err := plan.UpgradeSteps(in.clusterVersion, target, ct.Spec.Upgrade.Path)
 	if err != nil {
@@ -345,8 +422,12 @@ func history(recorded []v1alpha1.GeneratedOperation, in *input) []v1alpha1.Gener
 				e.ExecutionMode = o.Mode
 			}
 			e.CompletionTime = o.Completion
-		case e.Phase == "":
+			e.RotationPhase = o.RotationPhase
+		case e.Phase == "" && !countDriven(&e):
+			// decide records it again while it is still due.
 			continue
+		case e.Phase == "":
+			// Kept unseen: its count is recorded as acted on, so decide creates it as recorded.
 		default:
 			e.Phase = v1alpha1.OperationPhaseDeleted
 		}
@@ -362,9 +443,47 @@ func history(recorded []v1alpha1.GeneratedOperation, in *input) []v1alpha1.Gener
 			phase = v1alpha1.OperationPending
 		}
 		out = append(out, v1alpha1.GeneratedOperation{Name: name, Kind: in.opKinds[name], Phase: phase, Reason: o.Reason,
-			KubernetesVersion: in.opVersions[name], ExecutionMode: o.Mode, CompletionTime: o.Completion})
+			KubernetesVersion: in.opVersions[name], ExecutionMode: o.Mode, CompletionTime: o.Completion, RotationPhase: o.RotationPhase})
 	}
 	return out
+}
+
+// caRotationPrefix starts the name of every certificate authority rotation generated:
+// cluster-rotate-certificate-authorities-<rotationCount>-<attempt>.
+const caRotationPrefix = "cluster-rotate-certificate-authorities-"
+
+// countDriven reports whether g was generated for a raise of a rotationCount, which decide records
+// as acted on with it: such an entry is never dropped, or the raise would be lost.
+func countDriven(g *v1alpha1.GeneratedOperation) bool {
+	return g.Kind == v1alpha1.GeneratedRotateCertificateAuthorities ||
+		g.Kind == v1alpha1.GeneratedRenewCertificates && g.Reason == ReasonRotationRequested
+}
+
+// unsent is the history entry recorded but whose operation was never seen to exist, if any.
+func unsent(hist []v1alpha1.GeneratedOperation) *v1alpha1.GeneratedOperation {
+	for i := range hist {
+		if hist[i].Phase == "" {
+			return &hist[i]
+		}
+	}
+	return nil
+}
+
+// rotationCountIn is the highest certificateAuthorities.rotationCount a rotation in hist was
+// generated for, read from its name.
+func rotationCountIn(hist []v1alpha1.GeneratedOperation) int32 {
+	var n int32
+	for _, g := range hist {
+		rest, ok := strings.CutPrefix(g.Name, caRotationPrefix)
+		if !ok || g.Kind != v1alpha1.GeneratedRotateCertificateAuthorities {
+			continue
+		}
+		count, _, _ := strings.Cut(rest, "-")
+		if c, err := strconv.ParseInt(count, 10, 32); err == nil && int32(c) > n {
+			n = int32(c)
+		}
+	}
+	return n
 }
 
 // active is the generated operation not yet finished, if any (there is at most one).

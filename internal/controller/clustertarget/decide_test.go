@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/plan"
@@ -92,6 +93,12 @@ func TestDecide(t *testing.T) {
 			ct.Status.LastRotationCount = 1
 		}), clusterVersion: "v1.37.2"},
 			phase: "UpToDate", reason: ReasonUpToDate, upToDate: true},
+		{name: "a renewal recorded for a raise, not yet created: created as recorded", in: input{ct: target("v1.37.2", func(ct *v1alpha1.ClusterTarget) {
+			ct.Spec.Certificates.RotationCount = 1
+			ct.Status.LastRotationCount = 1
+			ct.Status.Operations = []v1alpha1.GeneratedOperation{{Name: "cluster-rotate-certificates-1-1", Kind: "RenewCertificates", Reason: ReasonRotationRequested, Generation: 1}}
+		}), clusterVersion: "v1.37.2"},
+			create: "cluster-rotate-certificates-1-1", phase: "Progressing", reason: ReasonOperationCreated},
 		{name: "expiring, autoRenew off", in: input{ct: target("v1.37.2"), clusterVersion: "v1.37.2", certs: certs(now.Add(24 * time.Hour))},
 			phase: "UpToDate", reason: ReasonUpToDate, upToDate: true},
 		{name: "expiring", in: input{ct: target("v1.37.2", func(ct *v1alpha1.ClusterTarget) { ct.Spec.Certificates.AutoRenew = true }), clusterVersion: "v1.37.2", certs: certs(now.Add(24 * time.Hour))},
@@ -336,5 +343,224 @@ func TestGeneratedReconfigureCarriesEtcdAndCertSANs(t *testing.T) {
 	}
 	if got := strings.Join(kinds, " "); got != "kubeadmUpdateConfig kubeadmReconfigureNode kubeadmReissueAPIServerCertificate restartStaticPods waitNodeReady" {
 		t.Errorf("the first control plane runs %s", got)
+	}
+}
+
+const caRotation1 = "cluster-rotate-certificate-authorities-1-1"
+
+// withCARotation raises certificateAuthorities.rotationCount to n.
+func withCARotation(n int32) func(*v1alpha1.ClusterTarget) {
+	return func(ct *v1alpha1.ClusterTarget) { ct.Spec.CertificateAuthorities.RotationCount = n }
+}
+
+// generated records g in the ClusterTarget's history, with the count it acted on.
+func generated(g v1alpha1.GeneratedOperation, lastCA int32) func(*v1alpha1.ClusterTarget) {
+	return func(ct *v1alpha1.ClusterTarget) {
+		if g.Generation == 0 {
+			g.Generation = 1
+		}
+		ct.Status.Operations = append(ct.Status.Operations, g)
+		ct.Status.LastCertificateAuthorityRotationCount = lastCA
+	}
+}
+
+// Raising certificateAuthorities.rotationCount generates one rotation per raise, before an upgrade
+// or renewal due, never while a generated (or hand-made) upgrade or renewal runs; while a rotation
+// is unfinished, or ended without succeeding, no upgrade or renewal is generated; a rotation recorded
+// but not created (a restart between the status write and the create) is created as recorded, and
+// one already made (a lost status, a stale view) is never made again.
+func TestDecideCertificateAuthorityRotation(t *testing.T) {
+	rot := func(phase v1alpha1.OperationPhase, rotationPhase string) v1alpha1.GeneratedOperation {
+		return v1alpha1.GeneratedOperation{Name: caRotation1, Kind: v1alpha1.GeneratedRotateCertificateAuthorities, Phase: phase,
+			Reason: ReasonCARotationRequested, ExecutionMode: v1alpha1.ExecutionAuto, RotationPhase: rotationPhase}
+	}
+	upgrade := v1alpha1.GeneratedOperation{Name: "cluster-upgrade-v1.37.2-1", Kind: v1alpha1.GeneratedUpgrade, Phase: "Running", KubernetesVersion: "v1.37.2", ExecutionMode: v1alpha1.ExecutionAuto}
+	renewal := v1alpha1.GeneratedOperation{Name: "cluster-rotate-certificates-1-1", Kind: v1alpha1.GeneratedRenewCertificates, Phase: "Running", Reason: ReasonRotationRequested, ExecutionMode: v1alpha1.ExecutionAuto}
+	expiring := func(ct *v1alpha1.ClusterTarget) { ct.Spec.Certificates.AutoRenew = true }
+	tests := []struct {
+		name string
+		in   input
+		// create is the operation generated, "" for none; lastCA the count recorded as acted on.
+		create, phase, reason string
+		lastCA                int32
+		// says is a part of the UpToDate condition's message.
+		says string
+	}{
+		{name: "raised: one rotation", in: input{ct: target("v1.37.2", withCARotation(1)), clusterVersion: "v1.37.2"},
+			create: caRotation1, phase: "Progressing", reason: ReasonOperationCreated, lastCA: 1, says: "certificateAuthorities.rotationCount raised to 1"},
+		{name: "raised by three at once: one rotation", in: input{ct: target("v1.37.2", withCARotation(3)), clusterVersion: "v1.37.2"},
+			create: "cluster-rotate-certificate-authorities-3-1", phase: "Progressing", reason: ReasonOperationCreated, lastCA: 3},
+		{name: "acted on", in: input{ct: target("v1.37.2", withCARotation(1), generated(rot("Succeeded", ""), 1)), clusterVersion: "v1.37.2",
+			ops: map[string]opView{caRotation1: {Phase: "Succeeded", Mode: v1alpha1.ExecutionAuto}}},
+			phase: "UpToDate", reason: ReasonUpToDate, lastCA: 1},
+		{name: "raised again after a rotation succeeded", in: input{ct: target("v1.37.2", withCARotation(2), generated(rot("Succeeded", ""), 1)), clusterVersion: "v1.37.2",
+			ops: map[string]opView{caRotation1: {Phase: "Succeeded", Mode: v1alpha1.ExecutionAuto}}},
+			create: "cluster-rotate-certificate-authorities-2-1", phase: "Progressing", reason: ReasonOperationCreated, lastCA: 2},
+		{name: "asked with an upgrade: the rotation first", in: input{ct: target("v1.37.2", withCARotation(1)), clusterVersion: "v1.37.0"},
+			create: caRotation1, phase: "Progressing", reason: ReasonOperationCreated, lastCA: 1},
+		{name: "asked with a renewal due: the rotation first", in: input{ct: target("v1.37.2", withCARotation(1), expiring), clusterVersion: "v1.37.2", certs: certs(now.Add(24 * time.Hour))},
+			create: caRotation1, phase: "Progressing", reason: ReasonOperationCreated, lastCA: 1},
+		{name: "not while a generated upgrade runs", in: input{ct: target("v1.37.2", withCARotation(1), generated(upgrade, 0)), clusterVersion: "v1.37.0",
+			ops: map[string]opView{upgrade.Name: {Phase: "Running"}}},
+			phase: "Progressing", reason: ReasonOperationRunning, says: "cluster-upgrade-v1.37.2-1 is Running"},
+		{name: "not while a generated renewal runs", in: input{ct: target("v1.37.2", withCARotation(1), generated(renewal, 0)), clusterVersion: "v1.37.2",
+			ops: map[string]opView{renewal.Name: {Phase: "Running"}}},
+			phase: "Progressing", reason: ReasonOperationRunning},
+		{name: "not while an upgrade made by hand runs", in: input{ct: target("v1.37.2", withCARotation(1)), clusterVersion: "v1.37.2",
+			others: map[v1alpha1.GeneratedOperationKind]string{v1alpha1.GeneratedUpgrade: "by-hand"}},
+			phase: "Waiting", reason: ReasonOtherOperationRunning, says: "waits for NodeOperation by-hand"},
+		{name: "no upgrade while a rotation runs", in: input{ct: target("v1.37.2", withCARotation(1), generated(rot("Running", ""), 1)), clusterVersion: "v1.37.0",
+			ops: map[string]opView{caRotation1: {Phase: "Running", RotationPhase: "trust-both"}}},
+			phase: "Progressing", reason: ReasonOperationRunning, lastCA: 1, says: "in phase trust-both"},
+		{name: "no renewal while a rotation waits for approval", in: input{ct: target("v1.37.2", withCARotation(1), expiring, generated(rot("Running", "complete"), 1)), clusterVersion: "v1.37.2",
+			certs: certs(now.Add(24 * time.Hour)), ops: map[string]opView{caRotation1: {Phase: "Running", RotationPhase: "complete", AwaitingApproval: true}}},
+			phase: "Progressing", reason: ReasonRotationAwaitingApproval, lastCA: 1, says: "kubectl nodeops approve " + caRotation1 + " --gate complete-rotation"},
+		{name: "a blocked rotation blocks", in: input{ct: target("v1.37.2", withCARotation(1), generated(rot("Running", "re-issue"), 1)), clusterVersion: "v1.37.0",
+			ops: map[string]opView{caRotation1: {Phase: "Blocked", Reason: "CommandFailed", RotationPhase: "re-issue"}}},
+			phase: "Blocked", reason: ReasonOperationBlocked, lastCA: 1},
+		{name: "no upgrade after a rotation aborted", in: input{ct: target("v1.37.2", withCARotation(1), generated(rot("Running", "trust-both"), 1)), clusterVersion: "v1.37.0",
+			ops: map[string]opView{caRotation1: {Phase: "Aborted", Mode: v1alpha1.ExecutionAuto, RotationPhase: "trust-both"}}},
+			phase: "Waiting", reason: ReasonRotationUnfinished, lastCA: 1, says: caRotation1 + " ended Aborted in phase trust-both"},
+		{name: "no renewal after a rotation deleted by hand", in: input{ct: target("v1.37.2", withCARotation(1), expiring, generated(rot("Running", "prepare"), 1)), clusterVersion: "v1.37.2",
+			certs: certs(now.Add(24 * time.Hour))},
+			phase: "Waiting", reason: ReasonRotationUnfinished, lastCA: 1, says: "ended Deleted"},
+		{name: "raised again after a rotation aborted: a new rotation", in: input{ct: target("v1.37.2", withCARotation(2), generated(rot("Aborted", "trust-both"), 1)), clusterVersion: "v1.37.0",
+			ops: map[string]opView{caRotation1: {Phase: "Aborted", Mode: v1alpha1.ExecutionAuto}}},
+			create: "cluster-rotate-certificate-authorities-2-1", phase: "Progressing", reason: ReasonOperationCreated, lastCA: 2},
+		{name: "an upgrade after a dry run's rotation", in: input{ct: target("v1.37.2", withCARotation(1), generated(rot("Succeeded", ""), 1)), clusterVersion: "v1.37.0",
+			ops: map[string]opView{caRotation1: {Phase: "Aborted", Mode: v1alpha1.ExecutionDryRun}}},
+			create: "cluster-upgrade-v1.37.2-1", phase: "Progressing", reason: ReasonOperationCreated, lastCA: 1},
+		{name: "an upgrade after a rotation succeeded", in: input{ct: target("v1.37.2", withCARotation(1), generated(rot("Succeeded", ""), 1)), clusterVersion: "v1.37.0",
+			ops: map[string]opView{caRotation1: {Phase: "Succeeded", Mode: v1alpha1.ExecutionAuto}}},
+			create: "cluster-upgrade-v1.37.2-1", phase: "Progressing", reason: ReasonOperationCreated, lastCA: 1},
+		{name: "nothing while a rotation made by hand runs", in: input{ct: target("v1.37.2", expiring), clusterVersion: "v1.37.0", certs: certs(now.Add(24 * time.Hour)),
+			others: map[v1alpha1.GeneratedOperationKind]string{v1alpha1.GeneratedRotateCertificateAuthorities: "rotate-cas"}},
+			phase: "Waiting", reason: ReasonOtherOperationRunning, says: "NodeOperation rotate-cas"},
+		{name: "restart after the record, before the create: created as recorded", in: input{ct: target("v1.37.2", withCARotation(1), generated(rot("", ""), 1)), clusterVersion: "v1.37.2"},
+			create: caRotation1, phase: "Progressing", reason: ReasonOperationCreated, lastCA: 1},
+		{name: "recorded, then paused: still created as recorded", in: input{ct: target("v1.37.2", withCARotation(1), generated(rot("", ""), 1), func(ct *v1alpha1.ClusterTarget) { ct.Spec.Paused = true }), clusterVersion: "v1.37.2"},
+			create: caRotation1, phase: "Progressing", reason: ReasonOperationCreated, lastCA: 1},
+		{name: "status lost: the rotation is adopted, not made again", in: input{ct: target("v1.37.2", withCARotation(1)), clusterVersion: "v1.37.2",
+			ops: map[string]opView{caRotation1: {Phase: "Running", RotationPhase: "prepare"}}, opOrder: []string{caRotation1},
+			opKinds: map[string]v1alpha1.GeneratedOperationKind{caRotation1: v1alpha1.GeneratedRotateCertificateAuthorities}},
+			phase: "Progressing", reason: ReasonOperationRunning, lastCA: 1},
+		{name: "status lost after it succeeded: not made again", in: input{ct: target("v1.37.2", withCARotation(1)), clusterVersion: "v1.37.2",
+			ops: map[string]opView{caRotation1: {Phase: "Succeeded", Mode: v1alpha1.ExecutionAuto}}, opOrder: []string{caRotation1},
+			opKinds: map[string]v1alpha1.GeneratedOperationKind{caRotation1: v1alpha1.GeneratedRotateCertificateAuthorities}},
+			phase: "UpToDate", reason: ReasonUpToDate, lastCA: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.in.now = now
+			if tt.in.ops == nil {
+				tt.in.ops = map[string]opView{}
+			}
+			d := decide(&tt.in)
+			got := ""
+			if d.create != nil {
+				got = d.create.Name
+			}
+			st := d.status
+			up := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionUpToDate)
+			if got != tt.create || string(st.Phase) != tt.phase || up.Reason != tt.reason || st.LastCertificateAuthorityRotationCount != tt.lastCA {
+				t.Fatalf("created %q phase %s reason %s lastCA %d; want %q %s %s %d\n%+v",
+					got, st.Phase, up.Reason, st.LastCertificateAuthorityRotationCount, tt.create, tt.phase, tt.reason, tt.lastCA, st.Conditions)
+			}
+			if !strings.Contains(up.Message, tt.says) {
+				t.Errorf("message %q lacks %q", up.Message, tt.says)
+			}
+			if d.create != nil && d.create.Kind == v1alpha1.GeneratedRotateCertificateAuthorities {
+				if n := len(st.Operations); n == 0 || st.Operations[n-1].Name != got {
+					t.Errorf("the rotation is not recorded in the status written before its create: %+v", st.Operations)
+				}
+			}
+			// Deciding again from the status written, the operation created (or not yet seen in the
+			// cache) or the status write lost to a conflict (the stale object again), never makes a
+			// second operation: the name is the same, and a create of it finds it there.
+			ct := tt.in.ct.DeepCopy()
+			ct.Status = st
+			for _, seen := range []bool{true, false} {
+				again := tt.in
+				again.ct = ct
+				again.ops = map[string]opView{}
+				for k, v := range tt.in.ops {
+					again.ops[k] = v
+				}
+				if d.create != nil && seen {
+					again.ops[d.create.Name] = opView{Phase: ""}
+				}
+				if d2 := decide(&again); d2.create != nil && (seen || d2.create.Name != got) {
+					t.Errorf("deciding again (operation seen %v) generates %s too", seen, d2.create.Name)
+				}
+			}
+			stale := tt.in
+			if d2 := decide(&stale); (d2.create == nil) != (d.create == nil) || d.create != nil && d2.create.Name != got {
+				t.Errorf("deciding on the same (stale) object again generates %+v, not %q", d2.create, got)
+			}
+		})
+	}
+}
+
+// The generated rotation carries the target's authorities, serviceAccountKey and completion
+// (Manual when unset), its executionMode, windows and workers' maxUnavailable; its plan is the
+// rotation's four phases.
+func TestGeneratedRotationSpec(t *testing.T) {
+	ct := target("v1.37.2", withCARotation(1), func(ct *v1alpha1.ClusterTarget) {
+		ct.Spec.CertificateAuthorities.Authorities = []string{v1alpha1.AuthorityCluster, v1alpha1.AuthorityFrontProxy}
+		ct.Spec.CertificateAuthorities.ServiceAccountKey = true
+		ct.Spec.ExecutionMode = v1alpha1.ExecutionControlled
+		mu := intstr.FromString("25%")
+		ct.Spec.Upgrade.MaxUnavailable = &mu
+	})
+	d := decide(&input{ct: ct, clusterVersion: "v1.37.2", ops: map[string]opView{}})
+	if d.create == nil {
+		t.Fatal("no rotation generated")
+	}
+	op := Operation(ct, d.create)
+	r := op.Spec.RotateCertificateAuthorities
+	if r == nil || strings.Join(r.Authorities, ",") != "cluster,front-proxy" || !r.ServiceAccountKey || r.Completion != v1alpha1.CompletionManual ||
+		op.Spec.Upgrade != nil || op.Spec.RenewCertificates != nil {
+		t.Fatalf("generated spec %+v", op.Spec)
+	}
+	if op.Spec.ExecutionMode != v1alpha1.ExecutionControlled || op.Spec.MaxUnavailable.String() != "25%" || op.Labels[LabelClusterTarget] != "cluster" {
+		t.Errorf("mode %s, maxUnavailable %v, labels %v", op.Spec.ExecutionMode, op.Spec.MaxUnavailable, op.Labels)
+	}
+	groups, err := plan.Expand(&op.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var phases []string
+	for _, g := range groups {
+		if p := plan.RotationPhaseOf(g.Name); p != "" && (len(phases) == 0 || phases[len(phases)-1] != p) {
+			phases = append(phases, p)
+		}
+	}
+	if got := strings.Join(phases, " "); got != "prepare trust-both re-issue complete" {
+		t.Errorf("the plan's rotation phases: %s", got)
+	}
+	ct.Spec.CertificateAuthorities.Completion = v1alpha1.CompletionAuto
+	if r := Operation(ct, d.create).Spec.RotateCertificateAuthorities; r.Completion != v1alpha1.CompletionAuto {
+		t.Errorf("completion %s, want Auto", r.Completion)
+	}
+}
+
+// A rotation's phase follows its first group not yet succeeded; the gate complete-rotation waiting
+// is seen as such.
+func TestRotationView(t *testing.T) {
+	op := &v1alpha1.NodeOperation{Spec: v1alpha1.NodeOperationSpec{RotateCertificateAuthorities: &v1alpha1.RotateCertificateAuthoritiesOperation{}}}
+	op.Status.Groups = []v1alpha1.GroupStatus{{Name: plan.GroupCAPrepareGenerate, Phase: v1alpha1.GroupSucceeded}, {Name: plan.GroupCAPrepareCopy, Phase: v1alpha1.GroupSucceeded},
+		{Name: plan.GroupCATrustBothControlPlanes, Phase: v1alpha1.GroupRunning}, {Name: plan.GroupCATrustBothCluster, Phase: v1alpha1.GroupPending}}
+	if v := viewOf(op); v.RotationPhase != plan.RotationTrustBoth || v.AwaitingApproval {
+		t.Errorf("view %+v, want trust-both", v)
+	}
+	op.Status.Groups = []v1alpha1.GroupStatus{{Name: plan.GroupCAReissueWorkers, Phase: v1alpha1.GroupSucceeded}, {Name: plan.GroupCACompleteControlPlanes, Phase: v1alpha1.GroupPending}}
+	op.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: reasonWaitingForGate}}
+	op.Status.Gates = []v1alpha1.GateStatus{{Group: plan.GroupCACompleteControlPlanes, Name: plan.GateCompleteRotation, State: v1alpha1.GateWaiting}}
+	if v := viewOf(op); v.RotationPhase != plan.RotationComplete || !v.AwaitingApproval {
+		t.Errorf("view %+v, want complete, awaiting approval", v)
+	}
+	up := &v1alpha1.NodeOperation{Spec: v1alpha1.NodeOperationSpec{Upgrade: &v1alpha1.UpgradeOperation{}}, Status: op.Status}
+	if v := viewOf(up); v.RotationPhase != "" || v.AwaitingApproval {
+		t.Errorf("an upgrade's view %+v", v)
 	}
 }

@@ -69,6 +69,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("clustertarget").
 		For(&v1alpha1.ClusterTarget{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&v1alpha1.NodeOperation{}, builder.WithPredicates(operationChanged())).
+		Watches(&v1alpha1.NodeOperation{}, toTarget, builder.WithPredicates(handMadeOperationChanged())).
 		Watches(&corev1.Node{}, toTarget, builder.WithPredicates(nodeChanged())).
 		Watches(&v1alpha1.NodeTask{}, toTarget, builder.WithPredicates(certificatesChanged())).
 		WatchesRawSource(source.Kind(system, client.Object(&corev1.ConfigMap{}), toTarget, isClusterConfigMap())).
@@ -86,11 +87,32 @@ func operationChanged() predicate.Predicate {
 	return updates(func(o, n client.Object) bool {
 		a, okA := o.(*v1alpha1.NodeOperation)
 		b, okB := n.(*v1alpha1.NodeOperation)
-		if !okA || !okB || a.Status.Phase != b.Status.Phase || (a.Status.CompletionTime == nil) != (b.Status.CompletionTime == nil) {
+		if !okA || !okB || a.Status.Phase != b.Status.Phase || (a.Status.CompletionTime == nil) != (b.Status.CompletionTime == nil) ||
+			rotationPhase(a) != rotationPhase(b) {
 			return true
 		}
 		return !equality.Semantic.DeepEqual(conditionStates(a.Status.Conditions), conditionStates(b.Status.Conditions))
 	})
+}
+
+// handMadeOperationChanged passes the NodeOperations no ClusterTarget controls as they appear, go
+// or change phase: while one runs, a rotation made by hand holds everything the ClusterTarget
+// would generate, and an upgrade, renewal or reconfigure made by hand holds a rotation.
+func handMadeOperationChanged() predicate.Predicate {
+	handMade := func(o client.Object) bool {
+		ref := metav1.GetControllerOf(o)
+		return ref == nil || ref.Kind != kind
+	}
+	return predicate.Funcs{
+		CreateFunc:  func(e event.CreateEvent) bool { return handMade(e.Object) },
+		DeleteFunc:  func(e event.DeleteEvent) bool { return handMade(e.Object) },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			a, okA := e.ObjectOld.(*v1alpha1.NodeOperation)
+			b, okB := e.ObjectNew.(*v1alpha1.NodeOperation)
+			return okA && okB && handMade(b) && a.Status.Phase != b.Status.Phase
+		},
+	}
 }
 
 func conditionStates(cs []metav1.Condition) map[string]string {

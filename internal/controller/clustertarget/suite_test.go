@@ -366,26 +366,8 @@ func (f *fixture) agent() testutil.FakeAgent { return testutil.FakeAgent{Client:
 func (f *fixture) runOperation(op string, certs []v1alpha1.CertificateExpiry, phase v1alpha1.OperationPhase) {
 	f.t.Helper()
 	testutil.Eventually(f.t, 60*time.Second, "operation "+op+" "+string(phase), func() error {
-		var tasks v1alpha1.NodeTaskList
-		if err := f.c.List(f.ctx, &tasks, client.MatchingLabels{v1alpha1.LabelOperation: plan.LabelValue(op)}); err != nil {
+		if err := f.succeedTasks(op, certs); err != nil {
 			return err
-		}
-		for _, t := range tasks.Items {
-			if t.EffectivePhase() != v1alpha1.TaskPending {
-				continue
-			}
-			err := f.agent().Write(f.ctx, t.Name, func(t *v1alpha1.NodeTask) {
-				now := metav1.NowMicro()
-				t.Status.Phase, t.Status.StartTime, t.Status.CompletionTime = v1alpha1.TaskSucceeded, &now, &now
-				t.Status.Progress = fmt.Sprintf("%d/%d", len(t.Spec.Commands), len(t.Spec.Commands))
-				for _, c := range t.Spec.Commands {
-					t.Status.Commands = append(t.Status.Commands, v1alpha1.CommandStatus{Name: c.DisplayName(), Phase: v1alpha1.CommandSucceeded, Attempt: 1})
-				}
-				t.Status.Certificates = certs
-			})
-			if err != nil {
-				return err
-			}
 		}
 		var o v1alpha1.NodeOperation
 		if err := f.c.Get(f.ctx, client.ObjectKey{Name: op}, &o); err != nil {
@@ -396,6 +378,32 @@ func (f *fixture) runOperation(op string, certs []v1alpha1.CertificateExpiry, ph
 		}
 		return nil
 	})
+}
+
+// succeedTasks plays the agent once for every pending task of op: each succeeds, reporting certs.
+func (f *fixture) succeedTasks(op string, certs []v1alpha1.CertificateExpiry) error {
+	var tasks v1alpha1.NodeTaskList
+	if err := f.c.List(f.ctx, &tasks, client.MatchingLabels{v1alpha1.LabelOperation: plan.LabelValue(op)}); err != nil {
+		return err
+	}
+	for _, t := range tasks.Items {
+		if t.EffectivePhase() != v1alpha1.TaskPending {
+			continue
+		}
+		err := f.agent().Write(f.ctx, t.Name, func(t *v1alpha1.NodeTask) {
+			now := metav1.NowMicro()
+			t.Status.Phase, t.Status.StartTime, t.Status.CompletionTime = v1alpha1.TaskSucceeded, &now, &now
+			t.Status.Progress = fmt.Sprintf("%d/%d", len(t.Spec.Commands), len(t.Spec.Commands))
+			for _, c := range t.Spec.Commands {
+				t.Status.Commands = append(t.Status.Commands, v1alpha1.CommandStatus{Name: c.DisplayName(), Phase: v1alpha1.CommandSucceeded, Attempt: 1})
+			}
+			t.Status.Certificates = certs
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // kstatus is what Flux and Argo CD's kstatus reading makes of the ClusterTarget.

@@ -475,3 +475,93 @@ func TestCertificateReadingOutsideTheCAIsReported(t *testing.T) {
 		return nil
 	})
 }
+
+// What a person sees raising certificateAuthorities.rotationCount: one rotateCertificateAuthorities
+// operation with the target's settings appears, owned by the ClusterTarget; the ClusterTarget's
+// status follows it phase by phase, says when it waits for approval and how to give it; an upgrade
+// asked meanwhile waits until the rotation succeeded, then goes; nothing is generated twice.
+func TestCertificateAuthorityRotation(t *testing.T) {
+	f := newFixture(t)
+	f.reset("v1.37.2")
+	const rotation = "cluster-rotate-certificate-authorities-1-1"
+	f.edit(func(ct *v1alpha1.ClusterTarget) {
+		ct.Spec.CertificateAuthorities.RotationCount = 1
+		ct.Spec.CertificateAuthorities.ServiceAccountKey = true
+	})
+	ops := f.waitOperations(rotation)
+	ct := f.target()
+	if ref := metav1.GetControllerOf(&ops[0]); ref == nil || ref.UID != ct.UID || ops[0].Labels[clustertarget.LabelClusterTarget] != "cluster" {
+		t.Fatalf("owner %+v, labels %v", ops[0].OwnerReferences, ops[0].Labels)
+	}
+	if r := ops[0].Spec.RotateCertificateAuthorities; r == nil || !r.ServiceAccountKey || r.Completion != v1alpha1.CompletionManual || len(r.Authorities) != 0 {
+		t.Fatalf("generated spec %+v", ops[0].Spec)
+	}
+	if ct.Status.LastCertificateAuthorityRotationCount != 1 {
+		t.Errorf("lastCertificateAuthorityRotationCount %d", ct.Status.LastCertificateAuthorityRotationCount)
+	}
+
+	// An upgrade asked while the rotation runs waits for it.
+	f.edit(func(ct *v1alpha1.ClusterTarget) { ct.Spec.KubernetesVersion = "v1.37.3" })
+	ct = f.waitCondition(v1alpha1.ConditionReconciling, metav1.ConditionTrue, clustertarget.ReasonOperationRunning)
+	if g := ct.Status.Operations; len(g) != 1 || g[0].Kind != v1alpha1.GeneratedRotateCertificateAuthorities || g[0].Name != rotation {
+		t.Fatalf("operations %+v", g)
+	}
+	f.stillOperations(rotation)
+
+	// The agents do their part; the status names the rotation's phase as it goes, and stops at the
+	// approval before phase complete.
+	seen := map[string]bool{}
+	testutil.Eventually(t, 60*time.Second, "the rotation waits for approval", func() error {
+		if err := f.succeedTasks(rotation, nil); err != nil {
+			return err
+		}
+		ct := f.target()
+		if g := ct.Status.Operations; len(g) == 1 && g[0].RotationPhase != "" {
+			seen[g[0].RotationPhase] = true
+		}
+		if c := meta.FindStatusCondition(ct.Status.Conditions, v1alpha1.ConditionReconciling); c == nil || c.Reason != clustertarget.ReasonRotationAwaitingApproval {
+			return fmt.Errorf("Reconciling %+v", c)
+		}
+		return nil
+	})
+	ct = f.target()
+	msg := meta.FindStatusCondition(ct.Status.Conditions, v1alpha1.ConditionUpToDate).Message
+	if !strings.Contains(msg, "kubectl nodeops approve "+rotation+" --gate complete-rotation") || ct.Status.Operations[0].RotationPhase != plan.RotationComplete {
+		t.Errorf("waiting for approval: %q, operations %+v", msg, ct.Status.Operations)
+	}
+	if !seen[plan.RotationComplete] || len(seen) < 2 {
+		t.Errorf("rotation phases seen in the status: %v", seen)
+	}
+	f.stillOperations(rotation)
+
+	f.must(f.c.Patch(f.ctx, &v1alpha1.NodeOperation{ObjectMeta: metav1.ObjectMeta{Name: rotation}}, client.RawPatch(types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"`+v1alpha1.AnnotationApproveGatePrefix+plan.GateCompleteRotation+`":"test"}}}`))))
+	f.runOperation(rotation, nil, v1alpha1.OperationSucceeded)
+	// Then, and only then, the upgrade.
+	f.waitOperations(rotation, "cluster-upgrade-v1.37.3-1")
+	ct = f.target()
+	if len(ct.Status.Operations) != 2 || ct.Status.Operations[0].Phase != v1alpha1.OperationSucceeded || ct.Status.Operations[0].RotationPhase != "" ||
+		ct.Status.LastCertificateAuthorityRotationCount != 1 {
+		t.Errorf("status %+v, lastCertificateAuthorityRotationCount %d", ct.Status.Operations, ct.Status.LastCertificateAuthorityRotationCount)
+	}
+	f.stillOperations(rotation, "cluster-upgrade-v1.37.3-1")
+}
+
+// A rotation made by hand holds what the ClusterTarget would generate until it ends: an upgrade
+// asked meanwhile waits, and goes once the rotation is aborted (the ClusterTarget watches
+// operations it did not generate for that).
+func TestHandMadeRotationHoldsGeneration(t *testing.T) {
+	f := newFixture(t)
+	f.reset("v1.37.2")
+	byHand := &v1alpha1.NodeOperation{ObjectMeta: metav1.ObjectMeta{Name: "rotate-cas-by-hand"},
+		Spec: v1alpha1.NodeOperationSpec{RotateCertificateAuthorities: &v1alpha1.RotateCertificateAuthoritiesOperation{}}}
+	f.must(f.c.Create(f.ctx, byHand))
+	f.edit(func(ct *v1alpha1.ClusterTarget) { ct.Spec.KubernetesVersion = "v1.37.3" })
+	ct := f.waitCondition(v1alpha1.ConditionUpToDate, metav1.ConditionFalse, clustertarget.ReasonOtherOperationRunning)
+	if msg := meta.FindStatusCondition(ct.Status.Conditions, v1alpha1.ConditionUpToDate).Message; !strings.Contains(msg, byHand.Name) {
+		t.Errorf("message %q does not name %s", msg, byHand.Name)
+	}
+	f.stillOperations(byHand.Name)
+	f.must(f.c.Patch(f.ctx, byHand, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"abort":true}}`))))
+	f.waitOperations("cluster-upgrade-v1.37.3-1", byHand.Name)
+}
