@@ -495,7 +495,8 @@ func TestReissueInterruptedAtEveryWriteIssuesNothingTwice(t *testing.T) {
 }
 
 // Re-issue refuses a node where trust-both has not run, before anything is written: a certificate of
-// the new authority would be refused by what trusts only the old.
+// the new authority would be refused by what trusts only the old, and with the service-account key
+// a token signed by the new sa.key by an API server verifying with the old sa.pub alone.
 func TestReissueRefusesANodeThatDoesNotTrustTheNew(t *testing.T) {
 	root := t.TempDir()
 	realControlPlane(t, root, "cp-1")
@@ -503,6 +504,22 @@ func TestReissueRefusesANodeThatDoesNotTrustTheNew(t *testing.T) {
 	before := snapshot(t, root)
 	_, err := Reissue(host.NewLocal(root).Files, reissueInput(), false)
 	if err == nil || !strings.Contains(err.Error(), "phase trust-both") {
+		t.Fatalf("err = %v", err)
+	}
+	if snapshot(t, root) != before {
+		t.Fatal("files changed")
+	}
+	// With the service-account key: trust-both without it left the API server verifying tokens with
+	// the old sa.pub alone, which would refuse every token once it signs with the new sa.key.
+	root = t.TempDir()
+	realControlPlane(t, root, "cp-1")
+	stageNew(t, root)
+	if _, err := TrustBoth(host.NewLocal(root).Files, TrustInput{Operation: trustOp}); err != nil {
+		t.Fatal(err)
+	}
+	before = snapshot(t, root)
+	_, err = Reissue(host.NewLocal(root).Files, reissueInput(), false)
+	if err == nil || !strings.Contains(err.Error(), "--service-account-key-file") || !strings.Contains(err.Error(), "serviceAccountKey") {
 		t.Fatalf("err = %v", err)
 	}
 	if snapshot(t, root) != before {
