@@ -69,12 +69,12 @@ func writeFollowedPKI(l clusterLayout) error {
 //     working); as serving certificate, DIR/pki's while the manifest's --tls-cert-file is issued by
 //     DIR/pki's CA, else that certificate with its issuer cross-signed by DIR/pki's CA, so clients
 //     trusting the old CA, the new, or both, all verify it;
-//   - kube-apiserver (restarted when they change, as the kubelet restarts its static pod): the
-//     contents of the manifest's --service-account-key-file (the keys it verifies tokens with; DIR/pki's
-//     is not kept, so a token of a dropped key is refused) and --service-account-signing-key-file
-//     (the key it signs tokens with). Once it signs with a new key, the pod-bound tokens of the
-//     manager and the agents are minted again (creds, when set), as the kubelets' restarts in a
-//     rotation's re-issue give every pod a token of the new key;
+//   - kube-apiserver (restarted, as the kubelet restarts its static pod, when its signing key changes
+//     or its verification keys lose one): the contents of the manifest's --service-account-key-file
+//     (the keys it verifies tokens with; DIR/pki's is not kept, so a token of a dropped key is
+//     refused) and --service-account-signing-key-file (the key it signs tokens with). Once it signs
+//     with a new key, the pod-bound tokens of the manager and the agents are minted again (creds, when
+//     set), as the kubelets' restarts in a rotation's re-issue give every pod a token of the new key;
 //   - kube-controller-manager (restarted when they change): the contents of the manifest's
 //     --root-ca-file (what it publishes in every namespace's kube-root-ca.crt),
 //     --cluster-signing-cert-file/--cluster-signing-key-file (what it signs the kubelets' certificates
@@ -203,6 +203,14 @@ func syncFollowedPKI(l clusterLayout, root string) (followedChanges, error) {
 	if err != nil {
 		return ch, err
 	}
+	verifying, err := os.ReadFile(l.followedPKI(followed.saVerify))
+	if err != nil {
+		return ch, err
+	}
+	lost, err := keysLost(verifying, verify)
+	if err != nil {
+		return ch, err
+	}
 	saChanged, err := replaceAll(l, map[string][]byte{followed.saVerify: verify, followed.saSigning: signing})
 	if err != nil {
 		return ch, err
@@ -210,7 +218,10 @@ func syncFollowedPKI(l clusterLayout, root string) (followedChanges, error) {
 	if saChanged[followed.saSigning] {
 		ch.signingKeyID = kid
 	}
-	ch.apiServer = len(saChanged) > 0
+	// A verification key gained (trust-both) is read at the next restart: in nodeops-local only the
+	// followed signing key signs, so no token of the new key exists before the signing key changes.
+	// A restart costs every client a few seconds and the backoffs that follow.
+	ch.apiServer = ch.signingKeyID != "" || lost
 
 	rootCA, err := read(kcm, "--root-ca-file")
 	if err != nil {
@@ -260,6 +271,39 @@ func replaceAll(l clusterLayout, files map[string][]byte) (map[string]bool, erro
 		changed[name] = true
 	}
 	return changed, nil
+}
+
+// keysLost says whether a public key in before is not in after (PEM files of public keys).
+func keysLost(before, after []byte) (bool, error) {
+	ids := func(data []byte) (map[string]bool, error) {
+		pubs, err := keyutil.ParsePublicKeysPEM(data)
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]bool{}
+		for _, p := range pubs {
+			id, err := ServiceAccountKeyID(p)
+			if err != nil {
+				return nil, err
+			}
+			out[id] = true
+		}
+		return out, nil
+	}
+	was, err := ids(before)
+	if err != nil {
+		return false, fmt.Errorf("DIR/%s/%s: %w", FollowedPKIDir, followed.saVerify, err)
+	}
+	now, err := ids(after)
+	if err != nil {
+		return false, fmt.Errorf("--service-account-key-file: %w", err)
+	}
+	for id := range was {
+		if !now[id] {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // signingKeyVerified returns the key ID of the API server's signing key, and fails unless its public
