@@ -532,6 +532,9 @@ func TestRotateCertificateAuthorities(t *testing.T) {
 				t.Errorf("group %s started at %s, before %s finished at %s", g, started[g], prev, finished[prev])
 			}
 		}
+		for _, g := range order {
+			t.Logf("group %s: started %s into the subtest, ran %s", g, started[g].Sub(start).Round(time.Second), finished[g].Sub(started[g]).Round(time.Second))
+		}
 
 		checkRotated(t, l, nodes, oldCAs, newCAs)
 		oldCAs = newCAs
