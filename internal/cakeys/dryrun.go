@@ -34,17 +34,23 @@ func UnpreparedDryRun(files host.Files, step string, authorities []string, servi
 	var out []string
 	switch step {
 	case "trust-both", "complete":
+		bundles := make([]trustBundle, 0, 4)
 		for _, a := range v1alpha1.OrAllAuthorities(authorities) {
-			b := trustBundles[a]
+			bundles = append(bundles, trustBundles[a])
+		}
+		if serviceAccountKey {
+			bundles = append(bundles, serviceAccountBundle)
+		}
+		for _, b := range bundles {
 			old, err := files.ReadFile(pki(b.old))
 			if err != nil {
 				return nil, err
 			}
 			now := strings.Join(Trusted(old), ", ")
 			if step == "trust-both" {
-				out = append(out, fmt.Sprintf("%s: would be created: trusts %s and the new %s authority (staged by prepare)", pki(b.bundle), now, a))
+				out = append(out, fmt.Sprintf("%s: would be created: trusts %s and the new %s (staged by prepare)", pki(b.bundle), now, b.what()))
 			} else {
-				out = append(out, fmt.Sprintf("%s: would be removed once %s is the new %s authority alone", pki(b.bundle), pki(b.old), a))
+				out = append(out, fmt.Sprintf("%s: would be removed once %s is the new %s alone", pki(b.bundle), pki(b.old), b.what()))
 			}
 			comps := make([]string, 0, len(b.flags))
 			for c := range b.flags {
@@ -63,7 +69,7 @@ func UnpreparedDryRun(files host.Files, step string, authorities []string, servi
 					out = append(out, fmt.Sprintf("%s: flag --%s: %s -> %s (where it names %s)", host.Manifest(host.ManifestsDir, c), f, from, to, from))
 				}
 			}
-			if a != v1alpha1.AuthorityCluster {
+			if b.name != v1alpha1.AuthorityCluster {
 				continue
 			}
 			for _, kc := range append(append([]string(nil), kubeconfigTargets...), KubeletKubeconfig) {
@@ -80,10 +86,6 @@ func UnpreparedDryRun(files host.Files, step string, authorities []string, servi
 				out = append(out, fmt.Sprintf("%s: clientCAFile: would name the bundle in trust-both, %s again in complete", KubeletConfigFile, pki(b.old)))
 			}
 		}
-		if serviceAccountKey {
-			out = append(out, fmt.Sprintf("%s: flag --service-account-key-file: %s <-> %s (both keys verify between trust-both and complete)",
-				host.Manifest(host.ManifestsDir, "kube-apiserver"), pki("sa.pub"), pki("sa-bundle.pub")))
-		}
 	case "re-issue":
 		targets, err := ControlPlaneTargets(files, authorities)
 		if err != nil {
@@ -99,9 +101,18 @@ func UnpreparedDryRun(files host.Files, step string, authorities []string, servi
 			}
 			out = append(out, fmt.Sprintf("%s (%s): issuer %s -> the new %s authority (staged by prepare); serial %s", t.Path, t.Name, describeIssuerOf(c, files), t.Authority, serial(c)))
 		}
-		for _, a := range v1alpha1.OrAllAuthorities(authorities) {
-			p := pairs[a]
-			out = append(out, fmt.Sprintf("%s, %s: the old %s authority -> the new (the old kept in %s)", pki(p.Cert), pki(p.Key), a, PreviousDirectory))
+		want, err := Pairs(authorities, serviceAccountKey)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range want {
+			what, after := p.Name+" authority", ""
+			if p == serviceAccountPair {
+				what = "service-account key"
+				after = fmt.Sprintf("; the API server and the controller-manager sign tokens with the new key once restarted, and the API server verifies the old key's through %s until complete",
+					pki(serviceAccountBundle.bundle))
+			}
+			out = append(out, fmt.Sprintf("%s, %s: the old %s -> the new (the old kept in %s)%s", pki(p.Cert), pki(p.Key), what, PreviousDirectory, after))
 		}
 	default:
 		return nil, fmt.Errorf("no dry run listing for step %q", step)

@@ -374,6 +374,11 @@ func Reissue(files host.Files, in ReissueInput, dryRun bool) ([]Step, error) {
 	if err := trustsNew(files, signers); err != nil {
 		return nil, err
 	}
+	if in.ServiceAccountKey {
+		if err := verifiesNewServiceAccountKey(files); err != nil {
+			return nil, err
+		}
+	}
 	targets, err := ControlPlaneTargets(files, in.Authorities)
 	if err != nil {
 		return nil, err
@@ -452,6 +457,69 @@ func trustsNew(files host.Files, signers map[string]*signer) error {
 		}
 	}
 	return nil
+}
+
+// verifiesNewServiceAccountKey fails unless the node's API server verifies service-account tokens
+// with the new key and the one in use: re-issue replaces sa.key, and the API server restarted on it
+// signs every token with the new key, which an API server verifying with the old sa.pub alone
+// refuses (its own and every other control plane's). A node without an API server manifest passes.
+func verifiesNewServiceAccountKey(files host.Files) error {
+	p := host.Manifest(host.ManifestsDir, "kube-apiserver")
+	if !files.Exists(p) {
+		p = host.Manifest(host.MovedManifestsDir, "kube-apiserver")
+	}
+	manifest, err := files.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var verifying [][]byte
+	var named []string
+	for _, l := range strings.Split(string(manifest), "\n") {
+		m := flagLine.FindStringSubmatch(l)
+		if m == nil || m[2] != serviceAccountBundle.flags["kube-apiserver"][0] {
+			continue
+		}
+		data, err := files.ReadFile(m[3])
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		named = append(named, m[3])
+		verifying = append(verifying, data)
+	}
+	for _, key := range []struct{ what, path string }{
+		{"the new key", staged(serviceAccountPair.Cert)}, {"the key in use", pki(serviceAccountPair.Cert)},
+	} {
+		data, err := files.ReadFile(key.path)
+		if err != nil {
+			return fmt.Errorf("the service-account key: %w", err)
+		}
+		blocks, err := pemBlocks(data, key.path)
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(verifying, func(v []byte) bool { return holdsBlock(v, blocks[0]) }) {
+			return fmt.Errorf("the API server verifies service-account tokens with --service-account-key-file %s, which lacks %s (%s): phase trust-both (trustCertificateAuthorities OldAndNew with serviceAccountKey) has not run on this node, and tokens signed by the new sa.key would be refused",
+				listOr(named, "(none)"), key.what, key.path)
+		}
+	}
+	return nil
+}
+
+// holdsBlock says whether the PEM data holds block b.
+func holdsBlock(data []byte, b *pem.Block) bool {
+	for rest := data; ; {
+		var got *pem.Block
+		got, rest = pem.Decode(rest)
+		if got == nil {
+			return false
+		}
+		if got.Type == b.Type && bytes.Equal(got.Bytes, b.Bytes) {
+			return true
+		}
+	}
 }
 
 func bundleHolds(bundle []byte, ca *x509.Certificate) bool {

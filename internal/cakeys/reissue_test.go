@@ -495,7 +495,8 @@ func TestReissueInterruptedAtEveryWriteIssuesNothingTwice(t *testing.T) {
 }
 
 // Re-issue refuses a node where trust-both has not run, before anything is written: a certificate of
-// the new authority would be refused by what trusts only the old.
+// the new authority would be refused by what trusts only the old, and with the service-account key
+// a token signed by the new sa.key by an API server verifying with the old sa.pub alone.
 func TestReissueRefusesANodeThatDoesNotTrustTheNew(t *testing.T) {
 	root := t.TempDir()
 	realControlPlane(t, root, "cp-1")
@@ -503,6 +504,22 @@ func TestReissueRefusesANodeThatDoesNotTrustTheNew(t *testing.T) {
 	before := snapshot(t, root)
 	_, err := Reissue(host.NewLocal(root).Files, reissueInput(), false)
 	if err == nil || !strings.Contains(err.Error(), "phase trust-both") {
+		t.Fatalf("err = %v", err)
+	}
+	if snapshot(t, root) != before {
+		t.Fatal("files changed")
+	}
+	// With the service-account key: trust-both without it left the API server verifying tokens with
+	// the old sa.pub alone, which would refuse every token once it signs with the new sa.key.
+	root = t.TempDir()
+	realControlPlane(t, root, "cp-1")
+	stageNew(t, root)
+	if _, err := TrustBoth(host.NewLocal(root).Files, TrustInput{Operation: trustOp}); err != nil {
+		t.Fatal(err)
+	}
+	before = snapshot(t, root)
+	_, err = Reissue(host.NewLocal(root).Files, reissueInput(), false)
+	if err == nil || !strings.Contains(err.Error(), "--service-account-key-file") || !strings.Contains(err.Error(), "serviceAccountKey") {
 		t.Fatalf("err = %v", err)
 	}
 	if snapshot(t, root) != before {
@@ -548,5 +565,44 @@ func TestReissueDryRunListsEveryFileAndChangesNothing(t *testing.T) {
 	}
 	if len(steps) != 8+len(wantTargets) {
 		t.Errorf("%d steps, want %d", len(steps), 8+len(wantTargets))
+	}
+}
+
+// In a whole rotation's DryRun (prepare staged nothing) each later phase lists, on a control plane
+// kubeadm made, the service-account key's files beside the authorities': trust-both sa-bundle.pub
+// and the API server's --service-account-key-file, re-issue sa.pub and sa.key, complete both back.
+func TestUnpreparedDryRunListsTheServiceAccountKey(t *testing.T) {
+	root := t.TempDir()
+	realControlPlane(t, root, "cp-1")
+	files := host.NewLocal(root).Files
+	before := snapshot(t, root)
+	for step, want := range map[string][]string{
+		"trust-both": {pki("sa-bundle.pub") + ": would be created: trusts public key (sha256 ",
+			"kube-apiserver.yaml: flag --service-account-key-file: " + pki("sa.pub") + " -> " + pki("sa-bundle.pub")},
+		"re-issue": {pki("ca.crt") + ", " + pki("ca.key") + ": the old cluster authority -> the new",
+			pki("sa.pub") + ", " + pki("sa.key") + ": the old service-account key -> the new"},
+		"complete": {pki("sa-bundle.pub") + ": would be removed once " + pki("sa.pub") + " is the new service-account key alone",
+			"kube-apiserver.yaml: flag --service-account-key-file: " + pki("sa-bundle.pub") + " -> " + pki("sa.pub")},
+	} {
+		lines, err := UnpreparedDryRun(files, step, nil, true)
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		out := strings.Join(lines, "\n")
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s's DryRun lacks %q:\n%s", step, w, out)
+			}
+		}
+		without, err := UnpreparedDryRun(files, step, nil, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out := strings.Join(without, "\n"); strings.Contains(out, "sa.pub") || strings.Contains(out, "sa-bundle.pub") {
+			t.Errorf("%s's DryRun without the service-account key lists its files:\n%s", step, out)
+		}
+	}
+	if snapshot(t, root) != before {
+		t.Fatal("a DryRun listing changed files")
 	}
 }

@@ -69,6 +69,14 @@ var serviceAccountBundle = trustBundle{name: "service-account", old: "sa.pub", b
 	"kube-apiserver": {"service-account-key-file"},
 }}
 
+// what names the bundle's authority, or the service-account key, in a sentence.
+func (b trustBundle) what() string {
+	if b.name == serviceAccountBundle.name {
+		return "service-account key"
+	}
+	return b.name + " authority"
+}
+
 // StaticPodComponents are the control plane's static pods whose flags trust-both rewrites.
 var StaticPodComponents = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}
 

@@ -90,10 +90,47 @@ func writeTestFiles(t *testing.T, dir string, files map[string][]byte) {
 	}
 }
 
+// testSAKey is a service-account key pair as kubeadm writes it: sa.key and sa.pub.
+type testSAKey struct{ key, pub []byte }
+
+func newTestSAKey(t *testing.T) testSAKey {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kd, err := keyutil.MarshalPrivateKeyToPEM(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(key.Public())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testSAKey{kd, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})}
+}
+
+func (k testSAKey) id(t *testing.T) string {
+	t.Helper()
+	pubs, err := keyutil.ParsePublicKeysPEM(k.pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := ServiceAccountKeyID(pubs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
 // TestFollowFirstControlPlane: the local API server and controller-manager files follow the first
-// control plane's through a rotation: client CAs always include DIR/pki's, a serving certificate of
-// the new CA verifies for clients trusting only the old or only the new, and a changed root CA or
-// signing CA asks for the controller-manager's restart (once).
+// control plane's through a rotation with the service-account key, phase by phase: client CAs
+// always include DIR/pki's; a serving certificate of the new CA verifies for clients trusting only
+// the old or only the new; a changed root CA, signing CA or service-account private key asks for the
+// controller-manager's restart (once); a new signing key, or a verification key dropped, the API
+// server's (a verification key gained is written for its next restart), and a new signing key new
+// tokens (its key ID); a manifest whose signing key its verification keys do not hold (between two
+// writes) is not followed; after complete the API server verifies with the new key alone.
 func TestFollowFirstControlPlane(t *testing.T) {
 	dir := t.TempDir()
 	l := clusterLayout{Dir: dir}
@@ -102,43 +139,76 @@ func TestFollowFirstControlPlane(t *testing.T) {
 	oldCert, oldKey := oldCA.files(t)
 	newCert, newKey := newCA.files(t)
 	oldServing, oldServingKey := oldCA.serving(t)
-	writeTestFiles(t, dir, map[string][]byte{"pki/ca.crt": oldCert, "pki/ca.key": oldKey, "pki/apiserver.crt": oldServing, "pki/apiserver.key": oldServingKey})
+	oldSA, newSA := newTestSAKey(t), newTestSAKey(t)
+	writeTestFiles(t, dir, map[string][]byte{"pki/ca.crt": oldCert, "pki/ca.key": oldKey, "pki/apiserver.crt": oldServing, "pki/apiserver.key": oldServingKey,
+		"pki/sa.key": oldSA.key, "pki/sa.pub": oldSA.pub})
 	if err := writeFollowedPKI(l); err != nil {
 		t.Fatal(err)
 	}
-	manifests := func(clientCA, rootCA, signing string) {
+	manifests := func(clientCA, rootCA, signing, saVerify string) {
 		writeTestFiles(t, root, map[string][]byte{
 			"etc/kubernetes/manifests/kube-apiserver.yaml": []byte("spec:\n  containers:\n  - command:\n    - kube-apiserver\n    - --client-ca-file=/etc/kubernetes/pki/" + clientCA +
-				"\n    - --tls-cert-file=/etc/kubernetes/pki/apiserver.crt\n    - --tls-private-key-file=/etc/kubernetes/pki/apiserver.key\n"),
+				"\n    - --tls-cert-file=/etc/kubernetes/pki/apiserver.crt\n    - --tls-private-key-file=/etc/kubernetes/pki/apiserver.key" +
+				"\n    - --service-account-key-file=/etc/kubernetes/pki/" + saVerify + "\n    - --service-account-signing-key-file=/etc/kubernetes/pki/sa.key\n"),
 			"etc/kubernetes/manifests/kube-controller-manager.yaml": []byte("spec:\n  containers:\n  - command:\n    - --root-ca-file=/etc/kubernetes/pki/" + rootCA +
-				"\n    - --cluster-signing-cert-file=/etc/kubernetes/pki/" + signing + ".crt\n    - --cluster-signing-key-file=/etc/kubernetes/pki/" + signing + ".key\n"),
+				"\n    - --cluster-signing-cert-file=/etc/kubernetes/pki/" + signing + ".crt\n    - --cluster-signing-key-file=/etc/kubernetes/pki/" + signing + ".key" +
+				"\n    - --service-account-private-key-file=/etc/kubernetes/pki/sa.key\n"),
 		})
+	}
+	sync := func(phase string, want followedChanges) {
+		t.Helper()
+		got, err := syncFollowedPKI(l, root)
+		if err != nil || got != want {
+			t.Fatalf("%s: %+v, %v; want %+v", phase, got, err, want)
+		}
 	}
 	// Before a rotation: the same files, nothing to restart.
 	writeTestFiles(t, root, map[string][]byte{"etc/kubernetes/pki/ca.crt": oldCert, "etc/kubernetes/pki/ca.key": oldKey,
-		"etc/kubernetes/pki/apiserver.crt": oldServing, "etc/kubernetes/pki/apiserver.key": oldServingKey})
-	manifests("ca.crt", "ca.crt", "ca")
-	if restart, err := syncFollowedPKI(l, root); err != nil || restart {
-		t.Fatalf("before a rotation: restart %v, %v", restart, err)
+		"etc/kubernetes/pki/apiserver.crt": oldServing, "etc/kubernetes/pki/apiserver.key": oldServingKey,
+		"etc/kubernetes/pki/sa.key": oldSA.key, "etc/kubernetes/pki/sa.pub": oldSA.pub})
+	manifests("ca.crt", "ca.crt", "ca", "sa.pub")
+	sync("before a rotation", followedChanges{})
+
+	// Trust-both: the bundle is the root CA and the client CAs; the controller-manager restarts once;
+	// the API server's verification keys gain the new key, read at its next restart (nothing signs
+	// with the new key before its signing key changes).
+	writeTestFiles(t, root, map[string][]byte{"etc/kubernetes/pki/ca-bundle.crt": append(append([]byte(nil), oldCert...), newCert...),
+		"etc/kubernetes/pki/sa-bundle.pub": append(append([]byte(nil), oldSA.pub...), newSA.pub...)})
+	manifests("ca-bundle.crt", "ca-bundle.crt", "ca", "sa-bundle.pub")
+	sync("trust-both", followedChanges{controllerManager: true})
+	sync("trust-both again", followedChanges{})
+	if got := mustRead(t, l.followedPKI(followed.saVerify)); got != string(oldSA.pub)+string(newSA.pub) {
+		t.Errorf("trust-both: the API server does not verify with both service-account keys:\n%s", got)
 	}
 
-	// Trust-both: the bundle is the root CA and the client CAs; the controller-manager restarts once.
-	writeTestFiles(t, root, map[string][]byte{"etc/kubernetes/pki/ca-bundle.crt": append(append([]byte(nil), oldCert...), newCert...)})
-	manifests("ca-bundle.crt", "ca-bundle.crt", "ca")
-	if restart, err := syncFollowedPKI(l, root); err != nil || !restart {
-		t.Fatalf("trust-both: restart %v, %v", restart, err)
+	// A manifest caught between two writes: a signing key its verification keys do not hold is not followed.
+	writeTestFiles(t, root, map[string][]byte{"etc/kubernetes/pki/sa.key": newSA.key})
+	manifests("ca-bundle.crt", "ca-bundle.crt", "ca", "sa.pub")
+	if got, err := syncFollowedPKI(l, root); err == nil || got.apiServer || got.signingKeyID != "" {
+		t.Fatalf("a signing key the API server would not verify: %+v, %v", got, err)
 	}
-	if restart, err := syncFollowedPKI(l, root); err != nil || restart {
-		t.Fatalf("trust-both again: restart %v, %v", restart, err)
+	if got := mustRead(t, l.followedPKI(followed.saSigning)); got != string(oldSA.key) {
+		t.Error("the signing key was followed though the verification keys lack it")
 	}
 
-	// Re-issue, then complete: the new CA alone, a serving certificate of the new CA.
+	// Re-issue: the new authorities and service-account key replace the old; the bundles stay. The
+	// API server restarts to sign with the new key (new tokens then carry its key ID), the
+	// controller-manager to sign with the new CA and key.
 	newServing, newServingKey := newCA.serving(t)
 	writeTestFiles(t, root, map[string][]byte{"etc/kubernetes/pki/ca.crt": newCert, "etc/kubernetes/pki/ca.key": newKey,
-		"etc/kubernetes/pki/apiserver.crt": newServing, "etc/kubernetes/pki/apiserver.key": newServingKey})
-	manifests("ca.crt", "ca.crt", "ca")
-	if restart, err := syncFollowedPKI(l, root); err != nil || !restart {
-		t.Fatalf("complete: restart %v, %v", restart, err)
+		"etc/kubernetes/pki/apiserver.crt": newServing, "etc/kubernetes/pki/apiserver.key": newServingKey,
+		"etc/kubernetes/pki/sa.key": newSA.key, "etc/kubernetes/pki/sa.pub": newSA.pub})
+	manifests("ca-bundle.crt", "ca-bundle.crt", "ca", "sa-bundle.pub")
+	sync("re-issue", followedChanges{apiServer: true, controllerManager: true, signingKeyID: newSA.id(t)})
+	if got := mustRead(t, l.followedPKI(followed.saPrivate)); got != string(newSA.key) {
+		t.Errorf("re-issue: the controller-manager does not sign with the new service-account key")
+	}
+
+	// Complete: the new CA alone, the new service-account key alone.
+	manifests("ca.crt", "ca.crt", "ca", "sa.pub")
+	sync("complete", followedChanges{apiServer: true, controllerManager: true})
+	if got := mustRead(t, l.followedPKI(followed.saVerify)); got != string(newSA.pub) {
+		t.Errorf("complete: the API server does not verify with the new service-account key alone:\n%s", got)
 	}
 	clientCAs, err := parseCertificates([]byte(mustRead(t, l.followedPKI(followed.clientCA))))
 	if err != nil || len(clientCAs) != 2 || !clientCAs[0].Equal(oldCA.cert) || !clientCAs[1].Equal(newCA.cert) {

@@ -120,7 +120,7 @@ func Up(ctx context.Context, o Options, out io.Writer) (retErr error) {
 	sup.setKeepAlive()
 	if o.ControlPlanes > 0 {
 		logf("following the first control plane's certificate authorities with kube-apiserver and kube-controller-manager (the local stand-in for their static pods)")
-		go followFirstControlPlane(ctx, l, filepath.Join(dir, "nodes", "cp-1"), sup, logf)
+		go followFirstControlPlane(ctx, l, filepath.Join(dir, "nodes", "cp-1"), sup, creds, logf)
 	}
 	fmt.Fprintf(out, "%s%s\n", ReadyPrefix, filepath.Join(dir, KubeconfigFile))
 	<-ctx.Done()

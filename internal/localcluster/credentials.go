@@ -2,6 +2,7 @@ package localcluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -164,6 +165,15 @@ func newCredentials(ctx context.Context, l clusterLayout, cfg *rest.Config, c cl
 // mint asks for a token of cr's ServiceAccount (bound to its pod), for the API server's own audience,
 // and writes it and a kubeconfig naming it; the token file is replaced in one rename.
 func (m *credentials) mint(ctx context.Context, cr *credential) error {
+	return m.mintSignedBy(ctx, cr, "")
+}
+
+// errOtherSigningKey: the API server signed a token with another key than the one asked for.
+var errOtherSigningKey = errors.New("signed by another service-account key")
+
+// mintSignedBy is mint; with kid set, a token whose header names another signing key is not written
+// (errOtherSigningKey): the API server answering is still the one before a restart on a new key.
+func (m *credentials) mintSignedBy(ctx context.Context, cr *credential, kid string) error {
 	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(tokenLifetime.Seconds()))}}
 	if cr.pod != nil {
 		req.Spec.BoundObjectRef = &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: cr.pod.Name, UID: cr.pod.UID}
@@ -172,6 +182,15 @@ func (m *credentials) mint(ctx context.Context, cr *credential) error {
 	tr, err := m.cs.CoreV1().ServiceAccounts(SystemNamespace).CreateToken(ctx, cr.serviceAccount, req, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("TokenRequest for %s/%s (%s): %w", SystemNamespace, cr.serviceAccount, cr.component, err)
+	}
+	if kid != "" {
+		got, err := TokenKeyID(tr.Status.Token)
+		if err != nil {
+			return err
+		}
+		if got != kid {
+			return fmt.Errorf("the token of %s: %w (%s, not %s)", cr.component, errOtherSigningKey, got, kid)
+		}
 	}
 	if err := writeFileAtomic(TokenFile(m.dir, cr.component), []byte(tr.Status.Token), 0o600); err != nil {
 		return err
@@ -187,6 +206,29 @@ func (m *credentials) mint(ctx context.Context, cr *credential) error {
 	m.mu.Lock()
 	cr.refreshAt = refreshTime(issued, tr.Status.ExpirationTimestamp.Time)
 	m.mu.Unlock()
+	return nil
+}
+
+// remint mints every token again, each once the API server signs it with the key kid names: the CA
+// stand-in restarted the API server on a new signing key (followFirstControlPlane), and a real
+// rotation's kubelet restarts give every pod a token of the new key before phase complete drops the
+// old. A token whose pod is gone is left as it is.
+func (m *credentials) remint(ctx context.Context, kid string) error {
+	m.mu.Lock()
+	creds := slices.Clone(m.creds)
+	m.mu.Unlock()
+	for _, cr := range creds {
+		err := WaitUntil(ctx, pollInterval, func(ctx context.Context) (bool, error) {
+			err := m.mintSignedBy(ctx, cr, kid)
+			if apierrors.IsNotFound(err) {
+				return true, nil
+			}
+			return err == nil, err
+		})
+		if err != nil {
+			return fmt.Errorf("minting the token of %s again: %w", cr.component, err)
+		}
+	}
 	return nil
 }
 

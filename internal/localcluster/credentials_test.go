@@ -24,7 +24,8 @@ import (
 
 // TestCredentialsAreMintedAgain: on a real API server (envtest) the agent's kubeconfig authenticates
 // as nodeops-agent with its stand-in pod's node, and once a token is due the run loop writes a new
-// one, still bound to that pod, into the file the kubeconfig names.
+// one, still bound to that pod, into the file the kubeconfig names; remint writes new tokens only
+// once the API server signs them with the key asked for.
 func TestCredentialsAreMintedAgain(t *testing.T) {
 	env, err := testutil.Start("nodetasks")
 	if err != nil {
@@ -107,10 +108,37 @@ func TestCredentialsAreMintedAgain(t *testing.T) {
 	})
 	check("minted again")
 	creds.mu.Lock()
-	defer creds.mu.Unlock()
 	for _, cr := range creds.creds {
 		if time.Until(cr.refreshAt) < time.Hour {
 			t.Errorf("%s is due again at %s", cr.component, cr.refreshAt)
 		}
 	}
+	creds.mu.Unlock()
+
+	// remint (after the CA stand-in restarted the API server on a new signing key) writes only
+	// tokens whose header names the key asked for.
+	held, err := os.ReadFile(TokenFile(dir, "agent-worker-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kid, err := TokenKeyID(string(held))
+	if err != nil || kid == "" {
+		t.Fatalf("the token's key ID %q: %v", kid, err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+	err = creds.remint(short, "a-key-the-api-server-does-not-sign-with")
+	cancelShort()
+	if !errors.Is(err, errOtherSigningKey) {
+		t.Errorf("remint for another key: %v", err)
+	}
+	if now, _ := os.ReadFile(TokenFile(dir, "agent-worker-1")); string(now) != string(held) {
+		t.Error("remint for another key wrote a token")
+	}
+	if err := creds.remint(ctx, kid); err != nil {
+		t.Fatal(err)
+	}
+	if now, _ := os.ReadFile(TokenFile(dir, "agent-worker-1")); string(now) == string(held) {
+		t.Error("remint wrote no new token")
+	}
+	check("minted for the signing key")
 }

@@ -279,8 +279,8 @@ func (l clusterLayout) apiserverArgs() []string {
 		"--tls-private-key-file=" + l.followedPKI(followed.servingKey),
 		"--client-ca-file=" + l.followedPKI(followed.clientCA),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file=" + l.pki("sa.pub"),
-		"--service-account-signing-key-file=" + l.pki("sa.key"),
+		"--service-account-key-file=" + l.followedPKI(followed.saVerify),
+		"--service-account-signing-key-file=" + l.followedPKI(followed.saSigning),
 		"--service-cluster-ip-range=" + ServiceSubnet,
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
@@ -288,6 +288,10 @@ func (l clusterLayout) apiserverArgs() []string {
 		"--max-requests-inflight=1000",
 		"--max-mutating-requests-inflight=500",
 		"--profiling=false",
+		// A restart (the CA stand-in's, on new service-account keys) answers 429 Retry-After, which
+		// clients retry, until the requests in flight are done, then stops within 2 s; by default the
+		// listener closes at once and open watches hold the process for the 60 s request timeout.
+		"--shutdown-send-retry-after=true",
 	}
 }
 
@@ -299,7 +303,7 @@ func (l clusterLayout) controllerManagerArgs() []string {
 		"--controllers=*",
 		// Files that follow the first control plane's (see followFirstControlPlane).
 		"--root-ca-file=" + l.followedPKI(followed.rootCA),
-		"--service-account-private-key-file=" + l.pki("sa.key"),
+		"--service-account-private-key-file=" + l.followedPKI(followed.saPrivate),
 		"--cluster-signing-cert-file=" + l.followedPKI(followed.signingCert),
 		"--cluster-signing-key-file=" + l.followedPKI(followed.signingKey),
 		"--cluster-cidr=" + PodSubnet,

@@ -1,11 +1,19 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/rsa"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io/fs"
+	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,13 +23,20 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/keyutil"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/controller/nodeoperation"
+	"github.com/nodeops/nodeops/internal/localcluster"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/testutil"
 	"github.com/nodeops/nodeops/test/e2e/framework"
@@ -146,18 +161,141 @@ func journalSerials(t *testing.T, root string) map[string]string {
 	return out
 }
 
-func rotationSpec(mode v1alpha1.ExecutionMode, completion v1alpha1.RotationCompletion) v1alpha1.NodeOperationSpec {
+func rotationSpec(mode v1alpha1.ExecutionMode, completion v1alpha1.RotationCompletion, serviceAccountKey bool) v1alpha1.NodeOperationSpec {
 	return v1alpha1.NodeOperationSpec{ExecutionMode: mode,
-		RotateCertificateAuthorities: &v1alpha1.RotateCertificateAuthoritiesOperation{Completion: completion}}
+		RotateCertificateAuthorities: &v1alpha1.RotateCertificateAuthoritiesOperation{Completion: completion, ServiceAccountKey: serviceAccountKey}}
+}
+
+// saProbe is the ServiceAccount whose tokens show which service-account keys the API server
+// verifies and signs with during a rotation.
+const saProbe = "rotation-probe"
+
+// mintToken is a token of default/rotation-probe (TokenRequest, two hours).
+func mintToken(t *testing.T, l *framework.Local) string {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(l.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := cs.CoreV1().ServiceAccounts("default").CreateToken(context.Background(), saProbe,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(7200))}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("TokenRequest for default/%s: %v", saProbe, err)
+	}
+	return tr.Status.Token
+}
+
+// whoIs asks the API server who token is (a SelfSubjectReview authenticated with it).
+func whoIs(ctx context.Context, l *framework.Local, token string) (string, error) {
+	cfg := rest.AnonymousClientConfig(l.RESTConfig)
+	cfg.BearerToken = token
+	cfg.Timeout = 10 * time.Second
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return "", err
+	}
+	r, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	return r.Status.UserInfo.Username, nil
+}
+
+// tokenSignedBy fails unless token's header names the key ID the API server gives the public key in
+// pubPEM (kid) and its signature verifies with that key.
+func tokenSignedBy(token string, pubPEM []byte) error {
+	pubs, err := keyutil.ParsePublicKeysPEM(pubPEM)
+	if err != nil {
+		return err
+	}
+	kid, err := localcluster.ServiceAccountKeyID(pubs[0])
+	if err != nil {
+		return err
+	}
+	got, err := localcluster.TokenKeyID(token)
+	if err != nil {
+		return err
+	}
+	if got != kid {
+		return fmt.Errorf("the token names key ID %q, not %q", got, kid)
+	}
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return fmt.Errorf("a token of %d parts", len(parts))
+	}
+	sig, err := base64.RawURLEncoding.DecodeString(parts[2])
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256([]byte(parts[0] + "." + parts[1]))
+	switch k := pubs[0].(type) {
+	case *rsa.PublicKey: // RS256
+		return rsa.VerifyPKCS1v15(k, crypto.SHA256, sum[:], sig)
+	case *ecdsa.PublicKey: // ES256: r and s, 32 bytes each
+		if len(sig) != 64 || !ecdsa.Verify(k, sum[:], new(big.Int).SetBytes(sig[:32]), new(big.Int).SetBytes(sig[32:])) {
+			return errors.New("the ES256 signature does not verify")
+		}
+		return nil
+	default:
+		return fmt.Errorf("a service-account key of type %T", k)
+	}
+}
+
+// tokenProbe authenticates with a token every half second until stopped, counting the answers.
+type tokenProbe struct {
+	stop chan struct{}
+	done chan struct{}
+	// accepted, refused (401) and unavailable (the API server restarting) answers; refusedAt the
+	// times of the refusals.
+	accepted, unavailable int
+	refusedAt             []time.Time
+}
+
+func probeToken(l *framework.Local, token string) *tokenProbe {
+	p := &tokenProbe{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		for {
+			switch _, err := whoIs(context.Background(), l, token); {
+			case err == nil:
+				p.accepted++
+			case apierrors.IsUnauthorized(err):
+				p.refusedAt = append(p.refusedAt, time.Now())
+			default:
+				p.unavailable++
+			}
+			select {
+			case <-p.stop:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}()
+	return p
+}
+
+// end stops the probe and returns its answers.
+func (p *tokenProbe) end() *tokenProbe {
+	select {
+	case <-p.stop:
+	default:
+		close(p.stop)
+	}
+	<-p.done
+	return p
 }
 
 // TestRotateCertificateAuthorities runs issue 29's rotation on nodeops-local with 3 control planes
-// and 3 workers, whose control-plane roots the real kubeadm made: a DryRun changes no root and no
-// cluster object and lists files with their old and new issuer; the real run (completion Manual)
-// runs the phases in order, the control planes one at a time, waits at the approval gate
-// complete-rotation until `kubectl nodeops approve`, resumes after its agent was killed in phase
-// re-issue without issuing any certificate twice, and leaves every certificate and kubeconfig
-// client certificate issued by the new authorities and none by the old.
+// and 3 workers, whose control-plane roots the real kubeadm made: a DryRun (with the service-account
+// key) changes no root and no cluster object and lists files with their old and new issuer, the
+// service-account key's among them; the real run (completion Manual, serviceAccountKey) runs the
+// phases in order, the control planes one at a time, waits at the approval gate complete-rotation
+// until `kubectl nodeops approve`, resumes after its agent was killed in phase re-issue without
+// issuing any certificate twice, and leaves every certificate and kubeconfig client certificate
+// issued by the new authorities and none by the old; a token minted before it is accepted through
+// trust-both and re-issue, one minted at the gate is signed by the new service-account key, and after
+// complete the first is refused (401) and the second accepted. A second rotation (completion Auto,
+// without the service-account key) runs through and leaves the key as it is.
 func TestRotateCertificateAuthorities(t *testing.T) {
 	l := framework.StartLocal(t, "--control-planes=3", "--workers=3", "--agent-credentials=pod-bound")
 	l.WaitNodesReady(t, 6, 3*time.Minute)
@@ -165,6 +303,7 @@ func TestRotateCertificateAuthorities(t *testing.T) {
 	workers := []string{"worker-1", "worker-2", "worker-3"}
 	nodes := append(append([]string(nil), cps...), workers...)
 	oldCAs := readCAs(t, filepath.Join(l.Dir, "pki"))
+	var saPub []byte // the service-account public key after the first rotation
 	// The agents read each node's drift with kubeadm's dry runs, which leave files in the roots: let
 	// them have read it once before the roots are compared.
 	framework.WaitForClusterTarget(t, l, "every node's drift read, none drifting", noDrift(nodes...))
@@ -176,7 +315,7 @@ func TestRotateCertificateAuthorities(t *testing.T) {
 		if err := l.Client.Get(context.Background(), client.ObjectKey{Namespace: "kube-public", Name: "cluster-info"}, &info); err != nil {
 			t.Fatal(err)
 		}
-		op := &v1alpha1.NodeOperation{ObjectMeta: metav1.ObjectMeta{Name: "rotate-dry-run"}, Spec: rotationSpec(v1alpha1.ExecutionDryRun, v1alpha1.CompletionAuto)}
+		op := &v1alpha1.NodeOperation{ObjectMeta: metav1.ObjectMeta{Name: "rotate-dry-run"}, Spec: rotationSpec(v1alpha1.ExecutionDryRun, v1alpha1.CompletionAuto, true)}
 		framework.RunOperationWatched(t, l, op, framework.WaitForKubeadmOperation(v1alpha1.OperationSucceeded))
 
 		kadmSameTrees(t, l, nodes, trees)
@@ -196,10 +335,43 @@ func TestRotateCertificateAuthorities(t *testing.T) {
 		if !strings.Contains(out, "apiserver.crt") || !strings.Contains(out, "issuer") {
 			t.Errorf("reissueCertificates' DryRun output does not list apiserver.crt with its issuers:\n%s", out)
 		}
+		// serviceAccountKey: every phase lists the service-account key's files.
+		for _, c := range []struct{ group, node, kind string }{
+			{plan.GroupCAPrepareGenerate, "cp-1", "generateCertificateAuthorities"},
+			{plan.GroupCATrustBothControlPlanes, "cp-1", "trustCertificateAuthorities"},
+			{plan.GroupCAReissueControlPlanes, "cp-2", "reissueCertificates"},
+			{plan.GroupCACompleteControlPlanes, "cp-3", "trustCertificateAuthorities"},
+		} {
+			out := commandOutput(t, framework.GetTask(t, l, plan.TaskName(op.Name, c.group, c.node)), c.kind)
+			want := map[string][]string{
+				plan.GroupCAPrepareGenerate:        {"/etc/kubernetes/pki-rotation/sa.pub and /etc/kubernetes/pki-rotation/sa.key"},
+				plan.GroupCATrustBothControlPlanes: {"/etc/kubernetes/pki/sa-bundle.pub: would be created", "flag --service-account-key-file: /etc/kubernetes/pki/sa.pub -> /etc/kubernetes/pki/sa-bundle.pub"},
+				plan.GroupCAReissueControlPlanes:   {"/etc/kubernetes/pki/sa.pub, /etc/kubernetes/pki/sa.key: the old service-account key -> the new"},
+				plan.GroupCACompleteControlPlanes:  {"/etc/kubernetes/pki/sa-bundle.pub: would be removed", "flag --service-account-key-file: /etc/kubernetes/pki/sa-bundle.pub -> /etc/kubernetes/pki/sa.pub"},
+			}[c.group]
+			for _, w := range want {
+				if !strings.Contains(out, w) {
+					t.Errorf("%s's DryRun on %s does not list %q:\n%s", c.kind, c.node, w, out)
+				}
+			}
+		}
 	})
 
 	t.Run("the rotation runs phase by phase, waits for approval, resumes after an agent is killed in re-issue", func(t *testing.T) {
-		op := &v1alpha1.NodeOperation{ObjectMeta: metav1.ObjectMeta{Name: "rotate-cas"}, Spec: rotationSpec(v1alpha1.ExecutionAuto, v1alpha1.CompletionManual)}
+		start := time.Now()
+		// With the service-account key: a token minted before the rotation is signed by the old key.
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: saProbe}}
+		framework.Create(t, l, sa)
+		t.Cleanup(func() { _ = l.Client.Delete(context.Background(), sa) })
+		oldSAPub := []byte(framework.ReadFile(t, filepath.Join(l.Dir, "pki/sa.pub")))
+		oldToken := mintToken(t, l)
+		if err := tokenSignedBy(oldToken, oldSAPub); err != nil {
+			t.Fatalf("the token minted before the rotation: %v", err)
+		}
+		probe := probeToken(l, oldToken)
+		defer probe.end()
+
+		op := &v1alpha1.NodeOperation{ObjectMeta: metav1.ObjectMeta{Name: "rotate-cas"}, Spec: rotationSpec(v1alpha1.ExecutionAuto, v1alpha1.CompletionManual, true)}
 		w := framework.WatchTasks(t, l, client.MatchingLabels{v1alpha1.LabelOperation: op.Name})
 		framework.Create(t, l, op)
 
@@ -272,6 +444,31 @@ func TestRotateCertificateAuthorities(t *testing.T) {
 				t.Errorf("%s has no bundle at the gate: %v", n, err)
 			}
 		}
+		// Through trust-both and re-issue the token of the old key was never refused; the API server
+		// now signs with the new key (a token minted now verifies with the new sa.pub, not the old)
+		// and still accepts the old key's.
+		probe.end()
+		t.Logf("the pre-rotation token through trust-both and re-issue: accepted %d times, refused %d, API server unavailable %d",
+			probe.accepted, len(probe.refusedAt), probe.unavailable)
+		if len(probe.refusedAt) > 0 || probe.accepted == 0 {
+			t.Errorf("the token of the old service-account key was refused before complete, at %v", probe.refusedAt)
+		}
+		newSAPub := []byte(framework.ReadFile(t, filepath.Join(l.NodeRoot("cp-1"), "etc/kubernetes/pki/sa.pub")))
+		if bytes.Equal(newSAPub, oldSAPub) {
+			t.Fatal("cp-1's sa.pub is still the old key after re-issue")
+		}
+		newToken := mintToken(t, l)
+		if err := tokenSignedBy(newToken, newSAPub); err != nil {
+			t.Errorf("a token minted after re-issue is not signed by the new service-account key: %v", err)
+		}
+		if err := tokenSignedBy(newToken, oldSAPub); err == nil {
+			t.Error("a token minted after re-issue is signed by the old service-account key")
+		}
+		for name, token := range map[string]string{"old": oldToken, "new": newToken} {
+			if who, err := whoIs(context.Background(), l, token); err != nil || who != "system:serviceaccount:default:"+saProbe {
+				t.Errorf("at the gate, the %s key's token: %q, %v", name, who, err)
+			}
+		}
 		if out, err := exec.Command(filepath.Join(l.BinDir, "kubectl-nodeops"), "approve", op.Name, "--gate", plan.GateCompleteRotation, "--kubeconfig", l.Kubeconfig).CombinedOutput(); err != nil {
 			t.Fatalf("kubectl nodeops approve: %v\n%s", err, out)
 		}
@@ -335,13 +532,35 @@ func TestRotateCertificateAuthorities(t *testing.T) {
 				t.Errorf("group %s started at %s, before %s finished at %s", g, started[g], prev, finished[prev])
 			}
 		}
+		for _, g := range order {
+			t.Logf("group %s: started %s into the subtest, ran %s", g, started[g].Sub(start).Round(time.Second), finished[g].Sub(started[g]).Round(time.Second))
+		}
 
 		checkRotated(t, l, nodes, oldCAs, newCAs)
 		oldCAs = newCAs
+
+		// Complete: the API server verifies with the new key alone.
+		if who, err := whoIs(context.Background(), l, oldToken); !apierrors.IsUnauthorized(err) {
+			t.Errorf("after complete, the pre-rotation token is not refused: %q, %v", who, err)
+		}
+		if who, err := whoIs(context.Background(), l, newToken); err != nil || who != "system:serviceaccount:default:"+saProbe {
+			t.Errorf("after complete, the token of the new key: %q, %v", who, err)
+		}
+		for _, n := range cps {
+			if got := framework.ReadFile(t, filepath.Join(l.NodeRoot(n), "etc/kubernetes/pki/sa.pub")); got != string(newSAPub) {
+				t.Errorf("%s's sa.pub is not the new service-account key", n)
+			}
+			if _, err := os.Stat(filepath.Join(l.NodeRoot(n), "etc/kubernetes/pki/sa-bundle.pub")); !os.IsNotExist(err) {
+				t.Errorf("%s still has sa-bundle.pub: %v", n, err)
+			}
+		}
+		saPub = newSAPub
+		t.Logf("the rotation with the service-account key took %s", time.Since(start).Round(time.Second))
 	})
 
 	t.Run("a second rotation, completion Auto, runs through without waiting", func(t *testing.T) {
-		op := &v1alpha1.NodeOperation{ObjectMeta: metav1.ObjectMeta{Name: "rotate-cas-again"}, Spec: rotationSpec(v1alpha1.ExecutionAuto, v1alpha1.CompletionAuto)}
+		start := time.Now()
+		op := &v1alpha1.NodeOperation{ObjectMeta: metav1.ObjectMeta{Name: "rotate-cas-again"}, Spec: rotationSpec(v1alpha1.ExecutionAuto, v1alpha1.CompletionAuto, false)}
 		done, events := framework.RunOperationWatched(t, l, op, framework.WaitForKubeadmOperation(v1alpha1.OperationSucceeded))
 		for _, c := range done.Status.Conditions {
 			if c.Reason == nodeoperation.ReasonWaitingForGate {
@@ -359,6 +578,13 @@ func TestRotateCertificateAuthorities(t *testing.T) {
 			}
 		}
 		checkRotated(t, l, nodes, oldCAs, newCAs)
+		// Without serviceAccountKey the service-account key stays.
+		for _, n := range cps {
+			if got := framework.ReadFile(t, filepath.Join(l.NodeRoot(n), "etc/kubernetes/pki/sa.pub")); saPub != nil && got != string(saPub) {
+				t.Errorf("%s's sa.pub changed in a rotation without serviceAccountKey", n)
+			}
+		}
+		t.Logf("the second rotation took %s", time.Since(start).Round(time.Second))
 	})
 }
 

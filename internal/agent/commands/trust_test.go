@@ -264,7 +264,8 @@ func TestTrustNewOnlyOnWorkerWaitsAndDryRun(t *testing.T) {
 
 // TestWholeRotationDryRunOnAnUnpreparedControlPlane: in a whole rotation's DryRun, prepare stages
 // nothing, so trust-both and complete find a control plane without the operation's authorities; they
-// list the files they would change instead of failing ("phase prepare has not run on it"), and
+// list the files they would change instead of failing ("phase prepare has not run on it"), the
+// service-account key's (sa-bundle.pub, the API server's --service-account-key-file) among them, and
 // write nothing.
 func TestWholeRotationDryRunOnAnUnpreparedControlPlane(t *testing.T) {
 	ctx := context.Background()
@@ -277,7 +278,11 @@ func TestWholeRotationDryRunOnAnUnpreparedControlPlane(t *testing.T) {
 	}
 	for _, want := range []string{"/etc/kubernetes/pki/ca-bundle.crt: would be created: trusts CA \"kubernetes\"",
 		"kube-apiserver.yaml: flag --client-ca-file: /etc/kubernetes/pki/ca.crt -> /etc/kubernetes/pki/ca-bundle.crt",
-		"/etc/kubernetes/admin.conf: certificate-authority-data: CA \"kubernetes\"", "/etc/kubernetes/pki/etcd/ca-bundle.crt"} {
+		"/etc/kubernetes/admin.conf: certificate-authority-data: CA \"kubernetes\"", "/etc/kubernetes/pki/etcd/ca-bundle.crt",
+		// serviceAccountKey: the API server would verify with both public keys.
+		"/etc/kubernetes/pki/sa-bundle.pub: would be created: trusts public key (sha256 ",
+		"and the new service-account key (staged by prepare)",
+		"kube-apiserver.yaml: flag --service-account-key-file: /etc/kubernetes/pki/sa.pub -> /etc/kubernetes/pki/sa-bundle.pub"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("trust-both's DryRun output lacks %q:\n%s", want, out)
 		}
@@ -287,11 +292,15 @@ func TestWholeRotationDryRunOnAnUnpreparedControlPlane(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	env := &Env{NodeName: "cp-1", Operation: "rot", Host: host.NewLocal(root), Out: &buf, DryRun: true}
-	if _, err := Run(ctx, env, &v1alpha1.Command{TrustCertificateAuthorities: &v1alpha1.TrustCertificateAuthoritiesCommand{Trust: v1alpha1.TrustNewOnly}}); err != nil {
+	if _, err := Run(ctx, env, &v1alpha1.Command{TrustCertificateAuthorities: &v1alpha1.TrustCertificateAuthoritiesCommand{ServiceAccountKey: true, Trust: v1alpha1.TrustNewOnly}}); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(buf.String(), "/etc/kubernetes/pki/ca-bundle.crt: would be removed") {
-		t.Errorf("complete's DryRun output:\n%s", buf.String())
+	for _, want := range []string{"/etc/kubernetes/pki/ca-bundle.crt: would be removed",
+		"/etc/kubernetes/pki/sa-bundle.pub: would be removed once /etc/kubernetes/pki/sa.pub is the new service-account key alone",
+		"kube-apiserver.yaml: flag --service-account-key-file: /etc/kubernetes/pki/sa-bundle.pub -> /etc/kubernetes/pki/sa.pub"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("complete's DryRun output lacks %q:\n%s", want, buf.String())
+		}
 	}
 	if after := treeOf(t, root); after != before {
 		t.Errorf("the DryRun changed the root")

@@ -35,7 +35,7 @@ func WatchAgentPods(t testing.TB, l *Local) *PodWatch {
 	if err := wc.List(context.Background(), &list, opts...); err != nil {
 		t.Fatal(err)
 	}
-	return &PodWatch{rec: record[*corev1.Pod](t, wc, &corev1.PodList{}, list.ResourceVersion, "the agents' pods", opts...)}
+	return &PodWatch{rec: record[*corev1.Pod](t, wc, &corev1.PodList{}, list.ResourceVersion, "the agents' pods", l.apiServerPID, opts...)}
 }
 
 // Stop ends the watch and returns its events; a watch that failed fails t, as it may have missed some.

@@ -132,6 +132,13 @@ func (l *Local) BinarySourceURL(t testing.TB) string {
 // Processes returns name -> PID of the processes nodeops-local started.
 func (l *Local) Processes() (map[string]int, error) { return localcluster.ReadProcesses(l.Dir) }
 
+// apiServerPID is the kube-apiserver's process ID (0 when the process table cannot be read): it
+// changes when nodeops-local restarts it.
+func (l *Local) apiServerPID() int {
+	procs, _ := l.Processes()
+	return procs["kube-apiserver"]
+}
+
 // Output is what nodeops-local printed so far.
 func (l *Local) Output() string { return l.up.Output() }
 

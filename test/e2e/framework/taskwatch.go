@@ -26,8 +26,8 @@ type TaskWatch struct{ rec *recorder[*v1alpha1.NodeTask] }
 // WatchTasks records every event of the NodeTasks matching selector (an operation's or a
 // profile's label), from now on: it starts at the resourceVersion of a list, so that nothing
 // created afterwards is missed, fails t when such tasks exist already, and resumes where the
-// server dropped it (the API server drops watchers that fall behind on a loaded machine). The
-// test's cleanup stops it.
+// server dropped it (the API server drops watchers that fall behind on a loaded machine), or
+// lists again after an API server restart (see recorder). The test's cleanup stops it.
 func WatchTasks(t testing.TB, l *Local, selector client.MatchingLabels) *TaskWatch {
 	t.Helper()
 	wc, err := client.NewWithWatch(l.RESTConfig, client.Options{Scheme: l.Client.Scheme()})
@@ -41,7 +41,7 @@ func WatchTasks(t testing.TB, l *Local, selector client.MatchingLabels) *TaskWat
 	if len(list.Items) != 0 {
 		t.Fatalf("%d tasks match %v before the watch", len(list.Items), selector)
 	}
-	return &TaskWatch{rec: record[*v1alpha1.NodeTask](t, wc, &v1alpha1.NodeTaskList{}, list.ResourceVersion, fmt.Sprintf("the tasks %v", selector), selector)}
+	return &TaskWatch{rec: record[*v1alpha1.NodeTask](t, wc, &v1alpha1.NodeTaskList{}, list.ResourceVersion, fmt.Sprintf("the tasks %v", selector), l.apiServerPID, selector)}
 }
 
 // Events returns the events so far; a watch that failed fails t, as it may have missed some.
