@@ -133,7 +133,7 @@ realnode-down: realnode-bin ## Tear the real node down and leave the machine as 
 e2e-realnode: tools build ## Upgrade the real node to v1.37.2 through kubectl nodeops; tears down even on failure.
 	@start=$$SECONDS; status=0; \
 	{ $(MAKE) --no-print-directory realnode && \
-	  NODEOPS_IMAGES=$(IMAGES_OUT) go test -tags realnode -count=1 -v -timeout 30m ./test/realnode/; } || status=$$?; \
+	  NODEOPS_IMAGES=$(IMAGES_OUT) go test -tags realnode -count=1 -v -timeout 45m ./test/realnode/; } || status=$$?; \
 	$(MAKE) --no-print-directory realnode-down || status=1; \
 	echo "e2e-realnode: exit $$status after $$((SECONDS - start))s"; exit $$status
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nodeops/nodeops/internal/agent"
 	"github.com/nodeops/nodeops/internal/host"
+	"github.com/nodeops/nodeops/internal/kubeclient"
 	"github.com/nodeops/nodeops/internal/secretholder"
 	"github.com/nodeops/nodeops/internal/version"
 )
@@ -108,5 +109,8 @@ func run() error {
 	}
 	cfg.QPS, cfg.Burst = float32(qps), burst
 	cfg.UserAgent = "nodeops-agent"
+	if cfg, err = kubeclient.TrustCAFileAtEachConnection(cfg); err != nil {
+		return err
+	}
 	return agent.Run(ctrl.SetupSignalHandler(), cfg, o)
 }

@@ -45,6 +45,7 @@ import (
 	"github.com/nodeops/nodeops/internal/controller/nodeoperation"
 	"github.com/nodeops/nodeops/internal/controller/nodeprofile"
 	"github.com/nodeops/nodeops/internal/controller/nodetask"
+	"github.com/nodeops/nodeops/internal/kubeclient"
 	"github.com/nodeops/nodeops/internal/metrics"
 	"github.com/nodeops/nodeops/internal/nodelock"
 	"github.com/nodeops/nodeops/internal/secretholder"
@@ -165,6 +166,9 @@ func run(ctx context.Context, args []string) error {
 	}
 	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
 	cfg.UserAgent = "nodeops-manager"
+	if cfg, err = kubeclient.TrustCAFileAtEachConnection(cfg); err != nil {
+		return err
+	}
 	if err := waitForAPIServer(ctx, cfg, os.Stderr); err != nil {
 		return err
 	}

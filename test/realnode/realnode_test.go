@@ -6,7 +6,7 @@
 // (printing both times and their ratio), installs and uninstalls a runtime handler through a
 // NodeProfile, and upgrades the cluster to v1.37.2 through the ClusterTarget, then checks what an
 // administrator would: versions, static pod images, kubelet, node readiness, certificates, a
-// workload and the manager. Run it with `make e2e-realnode`, which also brings the node up and
+// workload and the manager; last it rotates the certificate authorities (issue 29). Run it with `make e2e-realnode`, which also brings the node up and
 // tears it down, even on failure.
 package realnode
 
@@ -76,8 +76,9 @@ type env struct {
 }
 
 // The scenarios share the one node that `make realnode` brought up and run in this order (go test
-// runs a file's tests in order): nodeops' images, renewal, a runtime handler through a NodeProfile,
-// a reconfigure, the upgrade, a pod command, a script's Secret from the kubelet.
+// runs a file's tests in order, and the files in name order): nodeops' images, renewal, a runtime
+// handler through a NodeProfile, a reconfigure, the upgrade, a pod command, a script's Secret from
+// the kubelet, and last the rotation of the certificate authorities (rotation_test.go).
 
 // TestRealNode0NodeopsRunsTheImagesMakeImagesBuilt: the manager and agent run the images `make
 // images` built, by the index digests its digests.env names (the chart installed with its
