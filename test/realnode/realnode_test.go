@@ -603,11 +603,12 @@ func (e *env) operationSucceeded(name string) *nodeopsv1.NodeOperation {
 	return op
 }
 
-func (e *env) createWorkload() *appsv1.Deployment {
-	e.t.Helper()
-	labels := map[string]string{"app": "realnode-workload"}
-	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "realnode-workload", Namespace: workloadNS},
+// pauseDeployment is a one-replica Deployment of the pause image, already on the node, in workloadNS,
+// its pods labelled app=name: the workload a scenario checks runs through what nodeops does.
+func pauseDeployment(name string) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: workloadNS},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To[int32](1),
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
@@ -620,10 +621,15 @@ func (e *env) createWorkload() *appsv1.Deployment {
 			},
 		},
 	}
+}
+
+func (e *env) createWorkload() *appsv1.Deployment {
+	e.t.Helper()
+	d := pauseDeployment("realnode-workload")
 	if err := e.c.Create(e.ctx, d); err != nil {
 		e.t.Fatal(err)
 	}
-	pod := e.waitRunningPod(workloadNS, labels, 3*time.Minute)
+	pod := e.waitRunningPod(workloadNS, d.Spec.Selector.MatchLabels, 3*time.Minute)
 	e.t.Logf("workload pod %s runs (uid %s)", pod.Name, pod.UID)
 	return d
 }

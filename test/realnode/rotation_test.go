@@ -20,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -445,26 +444,12 @@ func (e *env) serviceAccountToken() string {
 // rotationWorkload starts a Deployment whose pod must run through the rotation.
 func (e *env) rotationWorkload() *corev1.Pod {
 	e.t.Helper()
-	labels := map[string]string{"app": fmt.Sprintf("realnode-rotation-%d", time.Now().Unix())}
-	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: labels["app"], Namespace: workloadNS},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](1),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					TerminationGracePeriodSeconds: ptr.To[int64](2),
-					Containers:                    []corev1.Container{{Name: "app", Image: pauseImage, ImagePullPolicy: corev1.PullNever}},
-				},
-			},
-		},
-	}
+	d := pauseDeployment(fmt.Sprintf("realnode-rotation-%d", time.Now().Unix()))
 	if err := e.c.Create(e.ctx, d); err != nil {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { _ = e.c.Delete(context.Background(), d) })
-	return e.waitRunningPod(workloadNS, labels, 3*time.Minute)
+	return e.waitRunningPod(workloadNS, d.Spec.Selector.MatchLabels, 3*time.Minute)
 }
 
 // workloadsRun: the pod started before the rotation still runs, the same pod with no restart, and a
