@@ -137,15 +137,7 @@ func TestDecide(t *testing.T) {
 			phase: "Waiting", reason: ReasonNodesBehind},
 	}
 	for _, tt := range tests {
-		tt.in.now = now
-		if tt.in.ops == nil {
-			tt.in.ops = map[string]opView{}
-		}
-		d := decide(&tt.in)
-		got := ""
-		if d.create != nil {
-			got = d.create.Name
-		}
+		d, got := decideAt(&tt.in, now)
 		st := d.status
 		up := meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionUpToDate)
 		stalled := meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionStalled)
@@ -451,15 +443,7 @@ func TestDecideCertificateAuthorityRotation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tt.in.now = now
-			if tt.in.ops == nil {
-				tt.in.ops = map[string]opView{}
-			}
-			d := decide(&tt.in)
-			got := ""
-			if d.create != nil {
-				got = d.create.Name
-			}
+			d, got := decideAt(&tt.in, now)
 			st := d.status
 			up := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionUpToDate)
 			if got != tt.create || string(st.Phase) != tt.phase || up.Reason != tt.reason || st.LastCertificateAuthorityRotationCount != tt.lastCA {
@@ -563,4 +547,18 @@ func TestRotationView(t *testing.T) {
 	if v := viewOf(up); v.RotationPhase != "" || v.AwaitingApproval {
 		t.Errorf("an upgrade's view %+v", v)
 	}
+}
+
+// decideAt runs decide on a table case's input at the time at (no ops observed unless it names some) and
+// returns the decision with the name of the operation it creates, "" for none.
+func decideAt(in *input, at time.Time) (decision, string) {
+	in.now = at
+	if in.ops == nil {
+		in.ops = map[string]opView{}
+	}
+	d := decide(in)
+	if d.create == nil {
+		return d, ""
+	}
+	return d, d.create.Name
 }
