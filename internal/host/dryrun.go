@@ -22,6 +22,8 @@ func (h *Host) DryRun(out io.Writer) *Host {
 		Files:      &DryRunFiles{Files: h.Files, Out: out},
 		Services:   &DryRunServices{Services: h.Services, Out: out},
 		StaticPods: DryRunStaticPods{},
+		// Reading the kubelet's pods changes nothing.
+		KubeletPods: h.KubeletPods,
 	}
 }
 

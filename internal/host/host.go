@@ -51,6 +51,8 @@ type Host struct {
 	Files      Files
 	Services   ServiceManager
 	StaticPods StaticPods
+	// KubeletPods reads the kubelet's own view of its pods where a kubelet runs (nil on local nodes).
+	KubeletPods *KubeletPods
 }
 
 // Open builds the Host of root for the service manager --service-manager names: the one place that
@@ -70,12 +72,13 @@ func Open(serviceManager, root string) (*Host, error) {
 func New(root string, services ServiceManager) *Host {
 	files := &FS{Root: root}
 	return &Host{
-		Root:       root,
-		Exec:       &ChrootRunner{Root: root},
-		Kubeadm:    &KubeadmRunner{Root: root},
-		Files:      files,
-		Services:   services,
-		StaticPods: &KubeletStaticPods{Files: files},
+		Root:        root,
+		Exec:        &ChrootRunner{Root: root},
+		Kubeadm:     &KubeadmRunner{Root: root},
+		Files:       files,
+		Services:    services,
+		StaticPods:  &KubeletStaticPods{Files: files},
+		KubeletPods: &KubeletPods{Root: root},
 	}
 }
 

@@ -179,7 +179,7 @@ func TestRealNode3UpgradeThroughClusterTarget(t *testing.T) {
 
 	step(t, "verify the upgraded node")
 	e.verifyVersion()
-	e.verifyStaticPods()
+	e.verifyStaticPods(op)
 	e.verifyKubelet()
 	// What the reconfigure before it changed lives in kubeadm-config and kubelet-config, which
 	// kubeadm upgrade keeps.
@@ -740,8 +740,11 @@ func (e *env) verifyVersion() {
 	e.t.Logf("API server /version: %s", toVersion)
 }
 
-// verifyStaticPods checks that each control-plane static pod runs the image kubeadm v1.37.2 lists.
-func (e *env) verifyStaticPods() {
+// verifyStaticPods checks that each control-plane static pod runs the image kubeadm v1.37.2 lists
+// and that the run the test finds started before the upgrade succeeded: the new kubelet restarts
+// every static pod (new pod UIDs), and an operation that succeeded on the old kubelet's last
+// statuses, before that restart, would break "succeeded means served" (rule 13).
+func (e *env) verifyStaticPods(op *nodeopsv1.NodeOperation) {
 	e.t.Helper()
 	out, err := exec.Command(filepath.Join(e.bin, "kubeadm"), "config", "images", "list", "--kubernetes-version", toVersion).Output()
 	if err != nil {
@@ -752,9 +755,23 @@ func (e *env) verifyStaticPods() {
 		repo := ref[:strings.LastIndex(ref, ":")]
 		want[repo[strings.LastIndex(repo, "/")+1:]] = ref
 	}
+	var tasks nodeopsv1.NodeTaskList
+	if err := e.c.List(e.ctx, &tasks, client.MatchingLabels{nodeopsv1.LabelOperation: op.Name}); err != nil {
+		e.t.Fatal(err)
+	}
+	var done time.Time // when this node's task of the upgrade succeeded
+	for _, task := range tasks.Items {
+		if task.Spec.NodeName == e.node && task.Status.CompletionTime != nil && task.Status.CompletionTime.After(done) {
+			done = task.Status.CompletionTime.Time
+		}
+	}
+	if done.IsZero() {
+		e.t.Fatalf("no completed task of %s on node %s", op.Name, e.node)
+	}
 	for _, comp := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 		image := want[comp]
 		name := comp + "-" + e.node
+		var started time.Time
 		testutil.EventuallyEvery(e.t, 3*time.Minute, realnodePoll, name+" running "+image, func(context.Context) error {
 			var p corev1.Pod
 			if err := e.c.Get(e.ctx, client.ObjectKey{Namespace: "kube-system", Name: name}, &p); err != nil {
@@ -770,9 +787,14 @@ func (e *env) verifyStaticPods() {
 			if cs.Image != image || !cs.Ready || cs.State.Running == nil {
 				return fmt.Errorf("container status image %s ready %v running %v", cs.Image, cs.Ready, cs.State.Running != nil)
 			}
+			started = cs.State.Running.StartedAt.Time
 			return nil
 		})
-		e.t.Logf("%s runs %s", name, image)
+		// Both times are whole seconds: a run started in the second the task completed counts.
+		if started.After(done) {
+			e.t.Errorf("rule 13, succeeded means served: %s's container started at %s, after the node's upgrade task of %s succeeded at %s: the task succeeded before the kubelet's last restart of it", name, started.Format(time.RFC3339), op.Name, done.Format(time.RFC3339))
+		}
+		e.t.Logf("%s runs %s, started %s (the node's task succeeded %s)", name, image, started.Format(time.RFC3339), done.Format(time.RFC3339))
 	}
 }
 

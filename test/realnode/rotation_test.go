@@ -132,6 +132,7 @@ func (e *env) rotateCertificateAuthorities() {
 	e.nodeops("describe", op)
 	e.timeBreakdown("rotation", op, begin, end)
 	e.rotationFigures(op, begin, end, approved.Sub(atGate))
+	e.restartsFollowedTheKubelet(op)
 
 	step(t, "after the rotation")
 	newCAs := readAuthorities(t)
@@ -254,6 +255,33 @@ func (e *env) rotationFigures(op string, begin, end time.Time, gate time.Duratio
 	wall := end.Sub(begin)
 	figure("rotation of the three authorities and the service-account key on one control plane: wall %s, of which %s at the gate %s while the test checked; phases: %s",
 		wall.Round(100*time.Millisecond), gate.Round(100*time.Millisecond), plan.GateCompleteRotation, strings.Join(phases, "; "))
+}
+
+// restartsFollowedTheKubelet: on this v1.37 kubelet, which serves its Pods API, every
+// restartStaticPods of the rotation followed the static pods through the kubelet's own answers
+// (not the mirror pods, which lag the containers by minutes after the API server restarted).
+func (e *env) restartsFollowedTheKubelet(op string) {
+	e.t.Helper()
+	var tasks nodeopsv1.NodeTaskList
+	if err := e.c.List(e.ctx, &tasks, client.MatchingLabels{nodeopsv1.LabelOperation: op}); err != nil {
+		e.t.Fatal(err)
+	}
+	restarts := 0
+	for _, task := range tasks.Items {
+		for i, c := range task.Status.Commands {
+			if i >= len(task.Spec.Commands) || task.Spec.Commands[i].RestartStaticPods == nil {
+				continue
+			}
+			restarts++
+			if !strings.Contains(c.OutputTail, "through the kubelet's Pods API") {
+				e.t.Errorf("task %s, command %d (restartStaticPods) did not follow the static pods through the kubelet's Pods API; its output:\n%s", task.Name, i+1, c.OutputTail)
+			}
+		}
+	}
+	if restarts == 0 {
+		e.t.Errorf("the rotation %s ran no restartStaticPods", op)
+	}
+	e.t.Logf("%d restartStaticPods of the rotation followed the static pods through the kubelet's Pods API", restarts)
 }
 
 // readAuthorities reads the three authorities' certificates under /etc/kubernetes/pki, by file.

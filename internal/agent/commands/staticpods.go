@@ -36,10 +36,15 @@ func runRestartStaticPods(ctx context.Context, env *Env, c *v1alpha1.RestartStat
 			}
 		}
 	}
+	// One source for the whole restart, so that a run is always compared with one named the same way.
+	fromKubelet := env.Host.KubeletPods.Available()
+	if fromKubelet {
+		env.printf("following the static pods through the kubelet's Pods API (%s)\n", host.KubeletPodsSocket)
+	}
 	for _, round := range restartRounds(components) {
 		pods := make([]host.StaticPod, len(round))
 		for i, comp := range round {
-			pods[i] = host.StaticPod{Component: comp, Mirror: &mirrorPod{env: env, comp: comp}}
+			pods[i] = host.StaticPod{Component: comp, Mirror: &mirrorPod{env: env, comp: comp, fromKubelet: fromKubelet}}
 		}
 		if err := env.Host.StaticPods.Restart(ctx, env.out(), pods...); err != nil {
 			return Result{}, err
@@ -67,13 +72,22 @@ func restartRounds(components []string) [][]string {
 	return rounds
 }
 
-// mirrorPod is host.MirrorPod for a component of this node, read through the cluster.
+// mirrorPod is host.MirrorPod for a component of this node: read from the kubelet's Pods API where
+// the kubelet serves it, else as its mirror pod through the cluster.
 type mirrorPod struct {
-	env  *Env
-	comp string
+	env         *Env
+	comp        string
+	fromKubelet bool
 }
 
 func (m *mirrorPod) Identity(ctx context.Context) string {
+	if m.fromKubelet {
+		pod, err := m.env.Host.KubeletPods.Pod(ctx, "kube-system", m.comp+"-"+m.env.NodeName)
+		if err != nil || pod == nil {
+			return ""
+		}
+		return string(podIdentity(pod))
+	}
 	return string(mirrorPodIdentity(ctx, m.env, m.comp))
 }
 
@@ -82,12 +96,14 @@ func (m *mirrorPod) WaitGone(ctx context.Context, before string) error {
 	// Without etcd or the API server of this node the API may be unreachable: that is the sign they
 	// went away (on a single control plane nothing else answers).
 	apiDownMeansGone := m.comp == "etcd" || m.comp == "kube-apiserver"
-	return waitMirrorPod(ctx, m.env, m.comp, func(id types.UID, exists, _ bool) bool { return !exists || string(id) != before }, staticPodGoneWait, apiDownMeansGone)
+	return waitMirrorPod(ctx, m.env, m.comp, m.fromKubelet, func(id types.UID, exists bool, _ func() bool) bool { return !exists || string(id) != before }, staticPodGoneWait, apiDownMeansGone)
 }
 
 func (m *mirrorPod) WaitBack(ctx context.Context, before string) error {
 	defer m.env.waiting(v1alpha1.WaitMirrorPodBack)()
-	return waitMirrorPod(ctx, m.env, m.comp, func(id types.UID, exists, ready bool) bool { return exists && ready && string(id) != before }, staticPodBackWait, false)
+	return waitMirrorPod(ctx, m.env, m.comp, m.fromKubelet, func(id types.UID, exists bool, ready func() bool) bool {
+		return exists && string(id) != before && ready()
+	}, staticPodBackWait, false)
 }
 
 func mirrorPodIdentity(ctx context.Context, env *Env, comp string) types.UID {
@@ -109,11 +125,14 @@ func podIdentity(pod *corev1.Pod) types.UID {
 	return types.UID(id)
 }
 
-// waitMirrorPod waits until done says yes about the mirror pod (its UID, whether it exists and, when
-// it does, is Ready).
-func waitMirrorPod(ctx context.Context, env *Env, comp string, done func(uid types.UID, exists, ready bool) bool, timeout time.Duration, apiDownMeansGone bool) error {
+// waitMirrorPod waits until done says yes about the static pod (its identity, whether it exists and,
+// when it does, is Ready): as the kubelet's Pods API tells with fromKubelet, else as its mirror pod.
+func waitMirrorPod(ctx context.Context, env *Env, comp string, fromKubelet bool, done func(uid types.UID, exists bool, ready func() bool) bool, timeout time.Duration, apiDownMeansGone bool) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if fromKubelet {
+		return waitKubeletPod(ctx, env, comp, done)
+	}
 	for {
 		pod := &corev1.Pod{}
 		// A read answered by an API server whose etcd is away hangs until the API server gives up
@@ -123,11 +142,11 @@ func waitMirrorPod(ctx context.Context, env *Env, comp string, done func(uid typ
 		readCancel()
 		switch {
 		case apierrors.IsNotFound(err):
-			if done("", false, false) {
+			if done("", false, nil) {
 				return nil
 			}
 		case err == nil:
-			if done(podIdentity(pod), true, podReady(pod)) {
+			if done(podIdentity(pod), true, func() bool { return podReady(pod) }) {
 				return nil
 			}
 		case apiDownMeansGone && ctx.Err() == nil:
@@ -139,6 +158,58 @@ func waitMirrorPod(ctx context.Context, env *Env, comp string, done func(uid typ
 		}
 	}
 }
+
+// waitKubeletPod is waitMirrorPod read from the kubelet's Pods API: the kubelet's status of its own
+// pod, current the moment the kubelet changes it, with no API server or mirror pod in between (a
+// mirror pod lags its containers by up to two minutes after the API server restarted). A kubelet
+// that cannot answer yet is asked again; one that never does fails the wait at its bound.
+func waitKubeletPod(ctx context.Context, env *Env, comp string, done func(uid types.UID, exists bool, ready func() bool) bool) error {
+	name := comp + "-" + env.NodeName
+	var last error
+	for {
+		pod, err := env.Host.KubeletPods.Pod(ctx, "kube-system", name)
+		switch {
+		case err != nil:
+			if last == nil || err.Error() != last.Error() {
+				env.printf("kubelet Pods API: %v\n", err)
+			}
+			last = err
+		case pod == nil:
+			last = nil
+			if done("", false, nil) {
+				return nil
+			}
+		default:
+			last = nil
+			if done(podIdentity(pod), true, func() bool { return kubeletPodServes(ctx, env, pod) }) {
+				return nil
+			}
+		}
+		if err := clock.Sleep(ctx, kubeletPodsPoll(env)); err != nil {
+			if last != nil {
+				return fmt.Errorf("static pod kube-system/%s as the kubelet runs it: %w (last answer: %w)", name, err, last)
+			}
+			return fmt.Errorf("static pod kube-system/%s as the kubelet runs it: %w", name, err)
+		}
+	}
+}
+
+// kubeletPodServes: the kubelet says the pod is Ready, or, before its next probe, the pod's own
+// startup and readiness probes pass when run now (host.KubeletPods.ServingNow).
+func kubeletPodServes(ctx context.Context, env *Env, pod *corev1.Pod) bool {
+	if podReady(pod) {
+		return true
+	}
+	if err := env.Host.KubeletPods.ServingNow(ctx, pod); err != nil {
+		return false
+	}
+	env.printf("%s serves: its probes pass, run now (the kubelet has not yet marked it Ready)\n", pod.Name)
+	return true
+}
+
+// kubeletPodsPoll is how often the kubelet's Pods API is asked: a local call of a few milliseconds,
+// so a short interval costs the node nothing and ends a wait within a quarter second of the change.
+func kubeletPodsPoll(env *Env) time.Duration { return min(env.poll(), 250*time.Millisecond) }
 
 func podReady(pod *corev1.Pod) bool {
 	for _, c := range pod.Status.Conditions {

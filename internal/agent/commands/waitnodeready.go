@@ -61,10 +61,19 @@ func runWaitNodeReady(ctx context.Context, env *Env, w *v1alpha1.WaitNodeReadyCo
 		if left <= 0 {
 			return Result{}, fmt.Errorf("not healthy after %s: %w", timeout, last)
 		}
-		if serr := clock.Sleep(ctx, min(env.poll(), left)); serr != nil {
+		if serr := clock.Sleep(ctx, min(nodeReadyPoll(env), left)); serr != nil {
 			return Result{}, fmt.Errorf("not healthy when stopped (%w): %w", serr, last)
 		}
 	}
+}
+
+// nodeReadyPoll is the time between looks: shorter where the kubelet answers for its static pods on
+// the node (a look is then three small reads of the API server: the node, /readyz, the node again).
+func nodeReadyPoll(env *Env) time.Duration {
+	if env.Host.KubeletPods.Available() {
+		return min(env.poll(), 500*time.Millisecond)
+	}
+	return env.poll()
 }
 
 func versionText(v string) string {
@@ -98,12 +107,26 @@ func nodeHealthy(ctx context.Context, env *Env, cp *v1alpha1.ControlPlaneHealth)
 	return apiServerHealthy(ctx, env)
 }
 
-// staticPodHealthy: the component's mirror pod is Ready and, for the kube-* components with a
-// version asked for, every container's image (in the spec and as run) is tagged with it.
+// staticPodHealthy: the component's static pod is Ready and, for the kube-* components with a
+// version asked for, every container's image (in the spec and as run) is tagged with it. Where the
+// kubelet serves its Pods API the pod is the kubelet's own, with the status it computed: current
+// the moment it changes, and, after the kubelet restarted, only what the new kubelet runs and has
+// seen Ready (never the old kubelet's last word, which its mirror pod may still show). Elsewhere it
+// is the mirror pod.
 func staticPodHealthy(ctx context.Context, env *Env, comp, version string) error {
 	name := comp + "-" + env.NodeName
 	pod := &corev1.Pod{}
-	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: name}, pod); err != nil {
+	fromKubelet := env.Host.KubeletPods.Available()
+	if fromKubelet {
+		kpod, err := env.Host.KubeletPods.Pod(ctx, "kube-system", name)
+		if err != nil {
+			return fmt.Errorf("%s: %w", comp, err)
+		}
+		if kpod == nil {
+			return fmt.Errorf("%s: the kubelet runs no pod kube-system/%s", comp, name)
+		}
+		pod = kpod
+	} else if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: name}, pod); err != nil {
 		return fmt.Errorf("%s: mirror pod kube-system/%s: %w", comp, name, err)
 	}
 	if version != "" && strings.HasPrefix(comp, "kube-") {
@@ -118,10 +141,20 @@ func staticPodHealthy(ctx context.Context, env *Env, comp, version string) error
 			}
 		}
 	}
-	if !podReady(pod) {
-		return fmt.Errorf("%s: kube-system/%s is not Ready", comp, name)
+	if podReady(pod) {
+		return nil
 	}
-	return nil
+	if fromKubelet {
+		// The kubelet runs its startup probe every 10 s: the probes, run now, may already pass.
+		err := env.Host.KubeletPods.ServingNow(ctx, pod)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, host.ErrNoHTTPProbe) {
+			return fmt.Errorf("%s: kube-system/%s is not Ready: %w", comp, name, err)
+		}
+	}
+	return fmt.Errorf("%s: kube-system/%s is not Ready", comp, name)
 }
 
 // imageTag is the tag of an image reference ("" when it has none).
