@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -36,9 +39,37 @@ type KubeletPods struct {
 	Root string
 }
 
+// kubeletStartGrace: a kubelet opens its Pods API well within a second of its start (0.3 s on the
+// real node); one that has run this long without it has none.
+const kubeletStartGrace = 10 * time.Second
+
 // Available says whether the kubelet serves its Pods API (the socket is there).
 func (k *KubeletPods) Available() bool {
 	return k != nil && (&FS{Root: k.Root}).Exists(KubeletPodsSocket)
+}
+
+// Serves says whether the running kubelet serves its Pods API, so that its answers, not a mirror
+// pod's, say what it runs. Right after the kubelet (re)started that is not known until it opened
+// the socket (its own, made after its start; a killed kubelet's may be left behind) or ran
+// kubeletStartGrace without: meanwhile Serves fails saying so, and a wait asks again, for a mirror
+// pod then still shows the old kubelet's last statuses of pods the new one may be about to replace.
+// Where no kubelet process shows under Root/proc, the socket's presence decides.
+func (k *KubeletPods) Serves() (bool, error) {
+	if k == nil {
+		return false, nil
+	}
+	sock, sockErr := (&FS{Root: k.Root}).Stat(KubeletPodsSocket)
+	started, found := newestProcessStart(filepath.Join(k.Root, "proc"), "kubelet")
+	if !found {
+		return sockErr == nil, nil
+	}
+	if sockErr == nil && !sock.ModTime().Before(started) {
+		return true, nil
+	}
+	if age := time.Since(started); age < kubeletStartGrace {
+		return false, fmt.Errorf("the kubelet started %s ago and has not opened its Pods API yet", age.Round(100*time.Millisecond))
+	}
+	return false, nil
 }
 
 // Pod is the kubelet's pod namespace/name, with the status the kubelet computed for it; nil when
@@ -94,4 +125,77 @@ func (k *KubeletPods) ServingNow(ctx context.Context, pod *corev1.Pod) error {
 		}
 	}
 	return nil
+}
+
+// clockTicks is USER_HZ, the unit of a process's start time in /proc/PID/stat: 100 on every
+// architecture Linux runs Kubernetes on.
+const clockTicks = 100
+
+// newestProcessStart is when the most recently started process whose program is named program
+// (argv[0]'s base name) started, read from proc (a /proc).
+func newestProcessStart(proc, program string) (time.Time, bool) {
+	boot, ok := bootTime(proc)
+	if !ok {
+		return time.Time{}, false
+	}
+	entries, err := os.ReadDir(proc)
+	if err != nil {
+		return time.Time{}, false
+	}
+	var newest time.Time
+	found := false
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join(proc, e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		argv0, _, _ := strings.Cut(string(cmdline), "\x00")
+		if filepath.Base(argv0) != program {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join(proc, e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// The fields after the command's name, which is in parentheses and may hold spaces:
+		// starttime is field 22 of the line, the 20th after the name.
+		i := strings.LastIndexByte(string(stat), ')')
+		if i < 0 {
+			continue
+		}
+		fields := strings.Fields(string(stat)[i+1:])
+		if len(fields) < 20 {
+			continue
+		}
+		ticks, err := strconv.ParseUint(fields[19], 10, 64)
+		if err != nil {
+			continue
+		}
+		start := boot.Add(time.Duration(ticks) * time.Second / clockTicks) //nolint:gosec // ticks since boot fit
+		if !found || start.After(newest) {
+			newest, found = start, true
+		}
+	}
+	return newest, found
+}
+
+// bootTime is when the machine booted, from proc/stat's btime.
+func bootTime(proc string) (time.Time, bool) {
+	b, err := os.ReadFile(filepath.Join(proc, "stat"))
+	if err != nil {
+		return time.Time{}, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "btime "); ok {
+			sec, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return time.Time{}, false
+			}
+			return time.Unix(sec, 0), true
+		}
+	}
+	return time.Time{}, false
 }

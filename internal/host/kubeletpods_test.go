@@ -6,7 +6,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -77,5 +80,93 @@ func TestKubeletPodsWhileTheKubeletStartsAsksAgain(t *testing.T) {
 	srv.Stop()
 	if _, err := k.Pod(context.Background(), "kube-system", "etcd-vm"); err == nil || errors.Is(err, host.ErrNoKubeletPodsAPI) || errors.Is(err, host.ErrKubeletInitializing) {
 		t.Fatalf("Pod() on a socket nobody serves = %v, want a connection error", err)
+	}
+}
+
+// fakeKubelet makes root a host whose /proc shows a kubelet process started at started, and, when
+// socketAt is not zero, the kubelet's Pods API socket made at socketAt.
+func fakeKubelet(t *testing.T, started, socketAt time.Time) string {
+	t.Helper()
+	root := t.TempDir()
+	proc := filepath.Join(root, "proc")
+	boot := started.Add(-time.Hour).Truncate(time.Second)
+	ticks := started.Sub(boot) * 100 / time.Second
+	fields := make([]string, 20)
+	for i := range fields {
+		fields[i] = "0"
+	}
+	fields[19] = strconv.FormatInt(int64(ticks), 10)
+	for path, content := range map[string]string{
+		"stat":         "cpu  1 2 3\nbtime " + strconv.FormatInt(boot.Unix(), 10) + "\nprocesses 9\n",
+		"4321/cmdline": "/usr/bin/kubelet\x00--config=/var/lib/kubelet/config.yaml\x00",
+		"4321/stat":    "4321 (kubelet) " + strings.Join(fields, " ") + "\n",
+		"77/cmdline":   "/usr/bin/containerd\x00",
+		"77/stat":      "77 (containerd) S 1\n",
+	} {
+		p := filepath.Join(proc, path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !socketAt.IsZero() {
+		socket := filepath.Join(root, host.KubeletPodsSocket)
+		if err := os.MkdirAll(filepath.Dir(socket), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(socket, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(socket, socketAt, socketAt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+// TestKubeletPodsServesOnlyOnceTheRunningKubeletOpenedIt: right after a kubelet restart, a socket
+// the earlier kubelet left (or none yet) must not send a wait to the mirror pods, which still show
+// the earlier kubelet's statuses of pods the new one may be about to replace (rule 13).
+func TestKubeletPodsServesOnlyOnceTheRunningKubeletOpenedIt(t *testing.T) {
+	now := time.Now()
+	for _, c := range []struct {
+		name              string
+		started, socketAt time.Time
+		serves            bool
+		notYet            bool
+	}{
+		{name: "just started, the earlier kubelet's socket", started: now.Add(-time.Second), socketAt: now.Add(-time.Hour), notYet: true},
+		{name: "just started, no socket yet", started: now.Add(-time.Second), notYet: true},
+		{name: "just started, its own socket", started: now.Add(-time.Second), socketAt: now.Add(-700 * time.Millisecond), serves: true},
+		{name: "running a minute without a socket: no Pods API", started: now.Add(-time.Minute)},
+		{name: "running a minute, a socket older than it: no Pods API", started: now.Add(-time.Minute), socketAt: now.Add(-time.Hour)},
+		{name: "running a minute with its socket", started: now.Add(-time.Minute), socketAt: now.Add(-59 * time.Second), serves: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			serves, err := (&host.KubeletPods{Root: fakeKubelet(t, c.started, c.socketAt)}).Serves()
+			if c.notYet {
+				if err == nil || !strings.Contains(err.Error(), "has not opened its Pods API yet") {
+					t.Fatalf("Serves() = %v, %v; want it not known yet", serves, err)
+				}
+				return
+			}
+			if err != nil || serves != c.serves {
+				t.Fatalf("Serves() = %v, %v; want %v", serves, err, c.serves)
+			}
+		})
+	}
+}
+
+// TestProcessStartFromTheRealProc reads this test process's own start from the machine's /proc.
+func TestProcessStartFromTheRealProc(t *testing.T) {
+	started, ok := host.NewestProcessStart("/proc", filepath.Base(os.Args[0]))
+	if !ok {
+		t.Fatalf("no process named %s in /proc", filepath.Base(os.Args[0]))
+	}
+	// btime is whole seconds; the test binary started before this test ran, within its timeout.
+	if now := time.Now(); started.After(now.Add(time.Second)) || started.Before(now.Add(-time.Hour)) {
+		t.Fatalf("this process started at %s by /proc, now is %s", started, now)
 	}
 }

@@ -37,7 +37,10 @@ func runRestartStaticPods(ctx context.Context, env *Env, c *v1alpha1.RestartStat
 		}
 	}
 	// One source for the whole restart, so that a run is always compared with one named the same way.
-	fromKubelet := env.Host.KubeletPods.Available()
+	fromKubelet, err := kubeletServesPods(ctx, env)
+	if err != nil {
+		return Result{}, err
+	}
 	if fromKubelet {
 		env.printf("following the static pods through the kubelet's Pods API (%s)\n", host.KubeletPodsSocket)
 	}
@@ -51,6 +54,21 @@ func runRestartStaticPods(ctx context.Context, env *Env, c *v1alpha1.RestartStat
 		}
 	}
 	return Result{Message: fmt.Sprintf("restarted static pods %v", components)}, nil
+}
+
+// kubeletServesPods asks the kubelet whether it serves its Pods API, again while it has just started
+// and cannot say yet (at most host's grace of a few seconds).
+func kubeletServesPods(ctx context.Context, env *Env) (bool, error) {
+	for {
+		serves, err := env.Host.KubeletPods.Serves()
+		if err == nil {
+			return serves, nil
+		}
+		env.printf("waiting: %v\n", err)
+		if serr := clock.Sleep(ctx, kubeletPodsPoll(env)); serr != nil {
+			return false, fmt.Errorf("%w: %w", serr, err)
+		}
+	}
 }
 
 // restartRounds groups the components, in their order, into the restarts made together: the

@@ -70,7 +70,7 @@ func runWaitNodeReady(ctx context.Context, env *Env, w *v1alpha1.WaitNodeReadyCo
 // nodeReadyPoll is the time between looks: shorter where the kubelet answers for its static pods on
 // the node (a look is then three small reads of the API server: the node, /readyz, the node again).
 func nodeReadyPoll(env *Env) time.Duration {
-	if env.Host.KubeletPods.Available() {
+	if _, err := env.Host.KubeletPods.Serves(); err != nil || env.Host.KubeletPods.Available() {
 		return min(env.poll(), 500*time.Millisecond)
 	}
 	return env.poll()
@@ -116,7 +116,10 @@ func nodeHealthy(ctx context.Context, env *Env, cp *v1alpha1.ControlPlaneHealth)
 func staticPodHealthy(ctx context.Context, env *Env, comp, version string) error {
 	name := comp + "-" + env.NodeName
 	pod := &corev1.Pod{}
-	fromKubelet := env.Host.KubeletPods.Available()
+	fromKubelet, err := env.Host.KubeletPods.Serves()
+	if err != nil {
+		return fmt.Errorf("%s: %w", comp, err)
+	}
 	if fromKubelet {
 		kpod, err := env.Host.KubeletPods.Pod(ctx, "kube-system", name)
 		if err != nil {
