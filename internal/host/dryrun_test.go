@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -131,9 +133,9 @@ func (f *fakeMirror) step(what string) {
 	*f.steps = append(*f.steps, what+" "+f.present())
 }
 
-func (f *fakeMirror) Identity(context.Context) string {
+func (f *fakeMirror) Identity(context.Context) (string, error) {
 	f.step("identity")
-	return "run-1"
+	return "run-1", nil
 }
 
 func (f *fakeMirror) WaitGone(_ context.Context, before string) error {
@@ -187,5 +189,26 @@ func TestKubeletStaticPodsWaitsWhileTheManifestIsOut(t *testing.T) {
 	}
 	if err := sp.Restart(context.Background(), &out, host.StaticPod{Component: "kube-scheduler", Mirror: mirror}); err == nil || !strings.Contains(err.Error(), "no static pod manifest") {
 		t.Errorf("restart without a manifest: %v", err)
+	}
+}
+
+// unreadableMirror cannot name the pod's current run.
+type unreadableMirror struct{ fakeMirror }
+
+func (*unreadableMirror) Identity(context.Context) (string, error) {
+	return "", errors.New("the API server does not answer")
+}
+
+// TestKubeletStaticPodsMoveNothingWithoutTheRunBefore: a restart that cannot name the run before
+// it (to tell the new one from) fails with the manifest left in place.
+func TestKubeletStaticPodsMoveNothingWithoutTheRunBefore(t *testing.T) {
+	root := hosttest.NewRoot(t, map[string]string{"/etc/kubernetes/manifests/kube-apiserver.yaml": "apiserver"})
+	sp := &host.KubeletStaticPods{Files: &host.FS{Root: root}}
+	err := sp.Restart(context.Background(), io.Discard, host.StaticPod{Component: "kube-apiserver", Mirror: &unreadableMirror{}})
+	if err == nil || !strings.Contains(err.Error(), "static pod kube-apiserver: its current run: the API server does not answer") {
+		t.Fatalf("Restart = %v, want the unreadable run named", err)
+	}
+	if !(&host.FS{Root: root}).Exists("/etc/kubernetes/manifests/kube-apiserver.yaml") {
+		t.Error("the manifest was moved out although the restart could not tell the new run from the old")
 	}
 }

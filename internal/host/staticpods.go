@@ -33,8 +33,9 @@ type StaticPod struct {
 // MirrorPod watches a static pod's mirror pod, for restarts where a kubelet runs. The host knows no
 // cluster: the command running the restart provides it.
 type MirrorPod interface {
-	// Identity names the pod's current run, "" when it has none.
-	Identity(ctx context.Context) string
+	// Identity names the pod's current run, "" when it has none. It fails when it cannot tell: a
+	// restart compared with a run it could not name would take the old run for the new one.
+	Identity(ctx context.Context) (string, error)
 	// WaitGone waits, within its own bound, until the run named before is gone.
 	WaitGone(ctx context.Context, before string) error
 	// WaitBack waits, within its own bound, until a run other than before is Ready.
@@ -74,7 +75,11 @@ func (k *KubeletStaticPods) Restart(ctx context.Context, out io.Writer, pods ...
 		if err != nil {
 			return err
 		}
-		ms = append(ms, moving{StaticPod: p, live: live, moved: moved, before: p.Mirror.Identity(ctx)})
+		before, err := p.Mirror.Identity(ctx)
+		if err != nil {
+			return fmt.Errorf("static pod %s: its current run: %w", p.Component, err)
+		}
+		ms = append(ms, moving{StaticPod: p, live: live, moved: moved, before: before})
 	}
 	for i := range ms {
 		if err := k.Files.Rename(ms[i].live, ms[i].moved); err != nil {

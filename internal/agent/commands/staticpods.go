@@ -20,6 +20,8 @@ const (
 	staticPodBackWait = 5 * time.Minute
 	// mirrorPodReadTimeout bounds each read of a mirror pod while a restart waits for it.
 	mirrorPodReadTimeout = 5 * time.Second
+	// identityReadWait bounds the reads of a static pod's run before its restart.
+	identityReadWait = 30 * time.Second
 )
 
 var controlPlaneComponents = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}
@@ -98,15 +100,42 @@ type mirrorPod struct {
 	fromKubelet bool
 }
 
-func (m *mirrorPod) Identity(ctx context.Context) string {
-	if m.fromKubelet {
-		pod, err := m.env.Host.KubeletPods.Pod(ctx, "kube-system", m.comp+"-"+m.env.NodeName)
-		if err != nil || pod == nil {
-			return ""
+func (m *mirrorPod) Identity(ctx context.Context) (string, error) {
+	// A read that fails is made again for a while: an error is no answer, and a run named "" would
+	// let the old run pass for the new one.
+	ctx, cancel := context.WithTimeout(ctx, identityReadWait)
+	defer cancel()
+	for {
+		id, err := m.identity(ctx)
+		if err == nil {
+			return id, nil
 		}
-		return string(podIdentity(pod))
+		if serr := clock.Sleep(ctx, kubeletPodsPoll(m.env)); serr != nil {
+			return "", fmt.Errorf("%w (asked again for %s)", err, identityReadWait)
+		}
 	}
-	return string(mirrorPodIdentity(ctx, m.env, m.comp))
+}
+
+// identity reads the current run once: "" when the kubelet runs no such pod or it has no mirror pod.
+func (m *mirrorPod) identity(ctx context.Context) (string, error) {
+	name := m.comp + "-" + m.env.NodeName
+	if m.fromKubelet {
+		pod, err := m.env.Host.KubeletPods.Pod(ctx, "kube-system", name)
+		if err != nil || pod == nil {
+			return "", err
+		}
+		return string(podIdentity(pod)), nil
+	}
+	pod := &corev1.Pod{}
+	readCtx, cancel := context.WithTimeout(ctx, mirrorPodReadTimeout)
+	defer cancel()
+	if err := m.env.Client.Get(readCtx, client.ObjectKey{Namespace: "kube-system", Name: name}, pod); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", nil
+		}
+		return "", fmt.Errorf("mirror pod kube-system/%s: %w", name, err)
+	}
+	return string(podIdentity(pod)), nil
 }
 
 func (m *mirrorPod) WaitGone(ctx context.Context, before string) error {
@@ -122,14 +151,6 @@ func (m *mirrorPod) WaitBack(ctx context.Context, before string) error {
 	return waitMirrorPod(ctx, m.env, m.comp, m.fromKubelet, func(id types.UID, exists bool, ready func() bool) bool {
 		return exists && string(id) != before && ready()
 	}, staticPodBackWait, false)
-}
-
-func mirrorPodIdentity(ctx context.Context, env *Env, comp string) types.UID {
-	pod := &corev1.Pod{}
-	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: comp + "-" + env.NodeName}, pod); err != nil {
-		return ""
-	}
-	return podIdentity(pod)
 }
 
 // podIdentity names one run of a static pod: the mirror pod's UID and its containers' IDs. The UID

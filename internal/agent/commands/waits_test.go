@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -70,5 +72,40 @@ func TestRestartRounds(t *testing.T) {
 	}
 	if got := restartRounds([]string{"kube-scheduler", "etcd", "kube-controller-manager"}); fmt.Sprint(got) != "[[kube-scheduler] [etcd] [kube-controller-manager]]" {
 		t.Errorf("rounds %v: components in the order asked, only neighbours together", got)
+	}
+}
+
+// TestStaticPodRunUnreadableIsNoRun: a restart names the run before it moves the manifest out and
+// waits for a run other than that one. A read that failed used to name no run (""), so that the old
+// run, still Ready, passed for the new one at once; now the read is made again, and a run that
+// cannot be read fails the restart before anything is moved.
+func TestStaticPodRunUnreadableIsNoRun(t *testing.T) {
+	failing := interceptor.NewClient(fake.NewClientBuilder().Build(), interceptor.Funcs{
+		Get: func(context.Context, client.WithWatch, client.ObjectKey, client.Object, ...client.GetOption) error {
+			return apierrors.NewServiceUnavailable("etcd is away")
+		},
+	})
+	env := &Env{Client: failing, NodeName: "cp-1", Poll: 10 * time.Millisecond}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	id, err := (&mirrorPod{env: env, comp: "kube-apiserver"}).Identity(ctx)
+	if err == nil || !strings.Contains(err.Error(), "etcd is away") {
+		t.Fatalf("Identity with the mirror pod unreadable = %q, %v; want an error naming why", id, err)
+	}
+
+	reads := 0
+	flaky := interceptor.NewClient(fake.NewClientBuilder().WithObjects(&corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kube-apiserver-cp-1", UID: "uid-1"},
+	}).Build(), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if reads++; reads < 3 {
+				return apierrors.NewServiceUnavailable("etcd is away")
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	env.Client = flaky
+	if id, err := (&mirrorPod{env: env, comp: "kube-apiserver"}).Identity(context.Background()); err != nil || id != "uid-1" {
+		t.Fatalf("Identity after two failed reads = %q, %v; want uid-1", id, err)
 	}
 }
