@@ -5,11 +5,16 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -367,5 +372,62 @@ func TestKubeletRuntimeEndpoint(t *testing.T) {
 				t.Errorf("endpoint %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// overlappingKubeadm is a kubeadm whose dry run writes its scratch directory under
+// /etc/kubernetes/tmp as it goes: the first run, once it made its directory, gives a second one the
+// time to start; the second writes its last file a moment later.
+type overlappingKubeadm struct {
+	root                      string
+	firstWrote, secondStarted chan struct{}
+	n                         atomic.Int32
+}
+
+func (k *overlappingKubeadm) Kubeadm(context.Context, io.Writer, ...string) error {
+	n := k.n.Add(1)
+	dir := filepath.Join(k.root, "etc/kubernetes/tmp", fmt.Sprintf("kubeadm-upgrade-node-dryrun%d", n))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if n == 1 {
+		close(k.firstWrote)
+		select {
+		case <-k.secondStarted:
+		case <-time.After(300 * time.Millisecond): // no second run during this one
+		}
+	} else {
+		close(k.secondStarted)
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "config.yaml"), []byte("x"), 0o600)
+}
+
+// TestKubeadmDryRunsLeaveNoScratchDirectory: a DryRun task's kubeadm dry run and the drift
+// reader's, on one node at once, leave /etc/kubernetes/tmp as it was (here: absent).
+func TestKubeadmDryRunsLeaveNoScratchDirectory(t *testing.T) {
+	env, root, _ := localEnv(t, nil, false)
+	k := &overlappingKubeadm{root: root, firstWrote: make(chan struct{}), secondStarted: make(chan struct{})}
+	env.Host.Kubeadm = k
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	run := func(i int) {
+		defer wg.Done()
+		errs[i] = kubeadmDryRun(context.Background(), &Env{Host: env.Host, Out: io.Discard}, "upgrade", "node")
+	}
+	wg.Add(2)
+	go run(0)
+	<-k.firstWrote // the second starts while the first runs
+	go run(1)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "etc/kubernetes/tmp")); !os.IsNotExist(err) {
+		entries, _ := os.ReadDir(filepath.Join(root, "etc/kubernetes/tmp"))
+		t.Fatalf("/etc/kubernetes/tmp left behind by two dry runs at once (%v, holding %v)", err, entries)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"strings"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,10 +40,18 @@ const KubeadmPatchesDir = "/etc/kubernetes/patches"
 // (kubeadm-upgrade-apply-dryrunNNN/, kubeadm-upgrade-node-dryrunNNN/) and leaves them.
 const kubeadmTmp = "/etc/kubernetes/tmp"
 
+// kubeadmDryRunMu runs the agent's kubeadm dry runs one at a time (kubeadmDryRun).
+var kubeadmDryRunMu sync.Mutex
+
 // kubeadmDryRun runs kubeadm with --dry-run, then removes what that run left in kubeadmTmp, so
 // that a DryRun leaves the host as it found it. kubeadm really wrote those files, so they are
 // removed from the acting host's files, not the reporting ones.
 func kubeadmDryRun(ctx context.Context, env *Env, args ...string) error {
+	// One dry run at a time in the agent: two at once (a DryRun task's and the drift reader's) each
+	// note whether kubeadmTmp existed before it, and the one that made it could find it still holding
+	// the other's files and leave it behind (make test saw cp-2/etc/kubernetes/tmp left so).
+	kubeadmDryRunMu.Lock()
+	defer kubeadmDryRunMu.Unlock()
 	files := env.actingFiles()
 	before, existed, err := dirNames(files, kubeadmTmp)
 	if err != nil {
