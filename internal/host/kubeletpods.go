@@ -24,6 +24,9 @@ import (
 // node without the API server.
 const KubeletPodsSocket = "/var/lib/kubelet/pods-api/pods-api.sock"
 
+// kubeletPodsMaxAnswer bounds the size of the kubelet's list of pods.
+const kubeletPodsMaxAnswer = 256 << 20
+
 // kubeletPodsCallTimeout bounds one call: the socket is local, an answer takes milliseconds.
 const kubeletPodsCallTimeout = 5 * time.Second
 
@@ -39,9 +42,11 @@ type KubeletPods struct {
 	Root string
 }
 
-// kubeletStartGrace: a kubelet opens its Pods API well within a second of its start (0.3 s on the
-// real node); one that has run this long without it has none.
-const kubeletStartGrace = 10 * time.Second
+// kubeletStartGrace: a kubelet with a Pods API opens it well within a second of its start (0.3 s
+// on the real node); one that has run this long without it has none. By then a kubelet that
+// replaces its static pods (new pod UIDs after a version change) did so seconds ago, and their
+// mirror pods no longer pass for the old kubelet's running pods.
+const kubeletStartGrace = 30 * time.Second
 
 // Available says whether the kubelet serves its Pods API (the socket is there).
 func (k *KubeletPods) Available() bool {
@@ -49,25 +54,25 @@ func (k *KubeletPods) Available() bool {
 }
 
 // Serves says whether the running kubelet serves its Pods API, so that its answers, not a mirror
-// pod's, say what it runs. Right after the kubelet (re)started that is not known until it opened
-// the socket (its own, made after its start; a killed kubelet's may be left behind) or ran
-// kubeletStartGrace without: meanwhile Serves fails saying so, and a wait asks again, for a mirror
-// pod then still shows the old kubelet's last statuses of pods the new one may be about to replace.
-// Where no kubelet process shows under Root/proc, the socket's presence decides.
+// pod's, say what it runs. It fails, and a wait asks again, while that is not known: no kubelet
+// process runs (it is starting again, or crash-looping), or the kubelet started less than
+// kubeletStartGrace ago and has not opened its own socket (one made after its start; the socket of
+// a kubelet before it stays behind). Meanwhile a mirror pod may still show the old kubelet's last
+// statuses of pods the new one is about to replace.
 func (k *KubeletPods) Serves() (bool, error) {
 	if k == nil {
 		return false, nil
 	}
-	sock, sockErr := (&FS{Root: k.Root}).Stat(KubeletPodsSocket)
 	started, found := newestProcessStart(filepath.Join(k.Root, "proc"), "kubelet")
 	if !found {
-		return sockErr == nil, nil
+		return false, errors.New("no kubelet process runs on the node (starting again?)")
 	}
-	if sockErr == nil && !sock.ModTime().Before(started) {
+	sock, err := (&FS{Root: k.Root}).Stat(KubeletPodsSocket)
+	if err == nil && !sock.ModTime().Before(started) {
 		return true, nil
 	}
-	if age := time.Since(started); age < kubeletStartGrace {
-		return false, fmt.Errorf("the kubelet started %s ago and has not opened its Pods API yet", age.Round(100*time.Millisecond))
+	if time.Since(started) < kubeletStartGrace {
+		return false, fmt.Errorf("the kubelet started at %s has not opened its Pods API yet", started.UTC().Format(time.TimeOnly))
 	}
 	return false, nil
 }
@@ -88,6 +93,9 @@ func (k *KubeletPods) Pod(ctx context.Context, namespace, name string) (*corev1.
 	defer done()
 	conn, err := grpc.NewClient("passthrough:///kubelet-pods",
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// Every pod of the node in one answer, managedFields included: more than gRPC's 4 MiB default
+		// on a busy node.
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(kubeletPodsMaxAnswer)),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", addr)
 		}))
@@ -174,7 +182,7 @@ func newestProcessStart(proc, program string) (time.Time, bool) {
 		if err != nil {
 			continue
 		}
-		start := boot.Add(time.Duration(ticks) * time.Second / clockTicks) //nolint:gosec // ticks since boot fit
+		start := boot.Add(time.Duration(ticks) * (time.Second / clockTicks)) //nolint:gosec // ticks since boot fit in int64
 		if !found || start.After(newest) {
 			newest, found = start, true
 		}

@@ -131,6 +131,14 @@ func fakeKubelet(t *testing.T, started, socketAt time.Time) string {
 // the earlier kubelet's statuses of pods the new one may be about to replace (rule 13).
 func TestKubeletPodsServesOnlyOnceTheRunningKubeletOpenedIt(t *testing.T) {
 	now := time.Now()
+	// No kubelet runs: between its restarts, or while it crash-loops after its binary was replaced.
+	noKubelet := fakeKubelet(t, now.Add(-time.Minute), now.Add(-30*time.Second))
+	if err := os.RemoveAll(filepath.Join(noKubelet, "proc", "4321")); err != nil {
+		t.Fatal(err)
+	}
+	if serves, err := (&host.KubeletPods{Root: noKubelet}).Serves(); err == nil || !strings.Contains(err.Error(), "no kubelet process runs") {
+		t.Fatalf("Serves() with no kubelet process = %v, %v; want it not known", serves, err)
+	}
 	for _, c := range []struct {
 		name              string
 		started, socketAt time.Time
@@ -140,6 +148,7 @@ func TestKubeletPodsServesOnlyOnceTheRunningKubeletOpenedIt(t *testing.T) {
 		{name: "just started, the earlier kubelet's socket", started: now.Add(-time.Second), socketAt: now.Add(-time.Hour), notYet: true},
 		{name: "just started, no socket yet", started: now.Add(-time.Second), notYet: true},
 		{name: "just started, its own socket", started: now.Add(-time.Second), socketAt: now.Add(-700 * time.Millisecond), serves: true},
+		{name: "running 20 s, no socket yet", started: now.Add(-20 * time.Second), notYet: true},
 		{name: "running a minute without a socket: no Pods API", started: now.Add(-time.Minute)},
 		{name: "running a minute, a socket older than it: no Pods API", started: now.Add(-time.Minute), socketAt: now.Add(-time.Hour)},
 		{name: "running a minute with its socket", started: now.Add(-time.Minute), socketAt: now.Add(-59 * time.Second), serves: true},
@@ -159,14 +168,18 @@ func TestKubeletPodsServesOnlyOnceTheRunningKubeletOpenedIt(t *testing.T) {
 	}
 }
 
-// TestProcessStartFromTheRealProc reads this test process's own start from the machine's /proc.
+// testBinaryInit is about when this test process started (its package variables are set first).
+var testBinaryInit = time.Now()
+
+// TestProcessStartFromTheRealProc reads this test process's own start from the machine's /proc: the
+// newest process of this test binary's name started no earlier than this one (btime is whole
+// seconds, and starting the binary takes a moment), and not in the future.
 func TestProcessStartFromTheRealProc(t *testing.T) {
 	started, ok := host.NewestProcessStart("/proc", filepath.Base(os.Args[0]))
 	if !ok {
 		t.Fatalf("no process named %s in /proc", filepath.Base(os.Args[0]))
 	}
-	// btime is whole seconds; the test binary started before this test ran, within its timeout.
-	if now := time.Now(); started.After(now.Add(time.Second)) || started.Before(now.Add(-time.Hour)) {
-		t.Fatalf("this process started at %s by /proc, now is %s", started, now)
+	if now := time.Now(); started.Before(testBinaryInit.Add(-5*time.Second)) || started.After(now.Add(time.Second)) {
+		t.Fatalf("this process started at %s by /proc; its package was initialized at %s, now is %s", started, testBinaryInit, now)
 	}
 }

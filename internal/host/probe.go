@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -86,14 +87,33 @@ func (p *Prober) ServingNow(ctx context.Context, pod *corev1.Pod, container stri
 		if err != nil {
 			return err
 		}
-		if err := p.listens(pids, port); err != nil {
+		ip := probeIP(pod, pr.HTTPGet)
+		if ip == nil {
+			// A name would be resolved, and perhaps dialed, outside the locked thread and so
+			// outside the container's network namespace.
+			return ErrNoHTTPProbe
+		}
+		if err := p.listens(pids, ip, port); err != nil {
 			return fmt.Errorf("container %s: %w", container, err)
 		}
-		if err := p.get(ctx, pids[0], pod, pr.HTTPGet, port); err != nil {
+		if err := p.get(ctx, pids[0], ip, pr.HTTPGet, port); err != nil {
 			return fmt.Errorf("container %s: %w", container, err)
 		}
 	}
 	return nil
+}
+
+// probeIP is the address the probe asks, as the kubelet's prober chooses it: the probe's host,
+// else the pod's IP; nil when that is not an IP address.
+func probeIP(pod *corev1.Pod, g *corev1.HTTPGetAction) net.IP {
+	host := g.Host
+	if host == "" {
+		host = pod.Status.PodIP
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	return net.ParseIP(host)
 }
 
 func shortID(id string) string {
@@ -143,39 +163,50 @@ func (p *Prober) containerPIDs(id string) ([]int, error) {
 	return pids, nil
 }
 
-// listens checks that one of pids holds a listening TCP socket on port (in its own network
-// namespace's tables), so that whatever answers on that port is this container.
-func (p *Prober) listens(pids []int, port int) error {
+// listens checks that the container's own processes hold every listening TCP socket that a
+// connection to ip:port may reach (bound to ip itself or to every address), in the network
+// namespace's tables: then whatever answers there is this container, never an earlier run still
+// bound beside it (SO_REUSEPORT) or to the probe's address alone.
+func (p *Prober) listens(pids []int, ip net.IP, port int) error {
 	inodes := map[string]bool{}
 	for _, table := range []string{"tcp", "tcp6"} {
 		f, err := os.Open(filepath.Join(p.Proc, strconv.Itoa(pids[0]), "net", table))
 		if err != nil {
 			continue
 		}
-		for ino := range listeningInodes(f, port) {
-			inodes[ino] = true
+		for ino, local := range listeningInodes(f, port) {
+			if local.IsUnspecified() || local.Equal(ip) {
+				inodes[ino] = true
+			}
 		}
 		_ = f.Close()
 	}
-	if len(inodes) > 0 {
-		for _, pid := range pids {
-			fds := filepath.Join(p.Proc, strconv.Itoa(pid), "fd")
-			entries, _ := os.ReadDir(fds)
-			for _, e := range entries {
-				link, err := os.Readlink(filepath.Join(fds, e.Name()))
-				if err == nil && strings.HasPrefix(link, "socket:[") && inodes[strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]")] {
-					return nil
-				}
+	if len(inodes) == 0 {
+		return fmt.Errorf("does not listen on %s yet", net.JoinHostPort(ip.String(), strconv.Itoa(port)))
+	}
+	owned := map[string]bool{}
+	for _, pid := range pids {
+		fds := filepath.Join(p.Proc, strconv.Itoa(pid), "fd")
+		entries, _ := os.ReadDir(fds)
+		for _, e := range entries {
+			link, err := os.Readlink(filepath.Join(fds, e.Name()))
+			if err == nil && strings.HasPrefix(link, "socket:[") {
+				owned[strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]")] = true
 			}
 		}
-		return fmt.Errorf("port %d is listened on, but not by this container's process (an earlier run?)", port)
 	}
-	return fmt.Errorf("does not listen on port %d yet", port)
+	for ino := range inodes {
+		if !owned[ino] {
+			return fmt.Errorf("another process listens on %s too (an earlier run of it?)", net.JoinHostPort(ip.String(), strconv.Itoa(port)))
+		}
+	}
+	return nil
 }
 
-// listeningInodes reads a /proc/net/tcp table: the socket inodes in state LISTEN (0A) on port.
-func listeningInodes(f *os.File, port int) map[string]bool {
-	out := map[string]bool{}
+// listeningInodes reads a /proc/net/tcp or tcp6 table: the socket inodes in state LISTEN (0A) on
+// port, with the local address each is bound to.
+func listeningInodes(f *os.File, port int) map[string]net.IP {
+	out := map[string]net.IP{}
 	sc := bufio.NewScanner(f)
 	sc.Scan() // the header
 	for sc.Scan() {
@@ -183,26 +214,36 @@ func listeningInodes(f *os.File, port int) map[string]bool {
 		if len(fields) < 10 || fields[3] != "0A" {
 			continue
 		}
-		_, hexPort, ok := strings.Cut(fields[1], ":")
+		hexIP, hexPort, ok := strings.Cut(fields[1], ":")
 		if !ok {
 			continue
 		}
-		if n, err := strconv.ParseUint(hexPort, 16, 16); err == nil && int(n) == port {
-			out[fields[9]] = true
+		n, err := strconv.ParseUint(hexPort, 16, 16)
+		if err != nil || int(n) != port {
+			continue
+		}
+		if ip := procNetIP(hexIP); ip != nil {
+			out[fields[9]] = ip
 		}
 	}
 	return out
 }
 
+// procNetIP decodes an address of /proc/net/tcp{,6}: hex, each 32-bit word in host (little-endian)
+// order.
+func procNetIP(h string) net.IP {
+	b, err := hex.DecodeString(h)
+	if err != nil || (len(b) != net.IPv4len && len(b) != net.IPv6len) {
+		return nil
+	}
+	for i := 0; i < len(b); i += 4 {
+		b[i], b[i+1], b[i+2], b[i+3] = b[i+3], b[i+2], b[i+1], b[i]
+	}
+	return net.IP(b)
+}
+
 // get runs one HTTP GET probe from pid's network namespace.
-func (p *Prober) get(ctx context.Context, pid int, pod *corev1.Pod, g *corev1.HTTPGetAction, port int) error {
-	host := g.Host
-	if host == "" {
-		host = pod.Status.PodIP
-	}
-	if host == "" {
-		host = "127.0.0.1"
-	}
+func (p *Prober) get(ctx context.Context, pid int, ip net.IP, g *corev1.HTTPGetAction, port int) error {
 	scheme := "http"
 	if g.Scheme == corev1.URISchemeHTTPS {
 		scheme = "https"
@@ -211,7 +252,7 @@ func (p *Prober) get(ctx context.Context, pid int, pod *corev1.Pod, g *corev1.HT
 	if !strings.HasPrefix(path, "/") {
 		path = "/" + path
 	}
-	url := fmt.Sprintf("%s://%s%s", scheme, net.JoinHostPort(host, strconv.Itoa(port)), path)
+	url := fmt.Sprintf("%s://%s%s", scheme, net.JoinHostPort(ip.String(), strconv.Itoa(port)), path)
 	netns := filepath.Join(p.Proc, strconv.Itoa(pid), "ns", "net")
 	tr := &http.Transport{
 		// As the kubelet's prober: the component's serving certificate is not checked.

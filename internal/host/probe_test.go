@@ -11,7 +11,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,9 +28,9 @@ const fakeContainerID = "0123456789abcdef0123456789abcdef0123456789abcdef0123456
 
 // procOf is a /proc in which this test process is the container fakeContainerID: its cgroup names
 // the container, and its network tables, descriptors and namespaces are the process's own (the
-// real ones, linked). ownFDs false gives the container no descriptors, as if another process held
-// the listening socket.
-func procOf(t *testing.T, ownFDs bool) string {
+// real ones, linked). With sockets given, the container's descriptors are those sockets alone (by
+// inode), as if another process held every other.
+func procOf(t *testing.T, sockets ...uint64) string {
 	t.Helper()
 	proc := t.TempDir()
 	self := "/proc/" + strconv.Itoa(os.Getpid())
@@ -43,12 +47,19 @@ func procOf(t *testing.T, ownFDs bool) string {
 			t.Fatal(err)
 		}
 	}
-	if ownFDs {
+	if sockets == nil {
 		if err := os.Symlink(filepath.Join(self, "fd"), filepath.Join(dir, "fd")); err != nil {
 			t.Fatal(err)
 		}
-	} else if err := os.Mkdir(filepath.Join(dir, "fd"), 0o755); err != nil {
-		t.Fatal(err)
+	} else {
+		if err := os.Mkdir(filepath.Join(dir, "fd"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for i, ino := range sockets {
+			if err := os.Symlink(fmt.Sprintf("socket:[%d]", ino), filepath.Join(dir, "fd", strconv.Itoa(3+i))); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	// Another process, of another container.
 	other := filepath.Join(proc, "1")
@@ -104,7 +115,7 @@ func TestServingNowRunsTheProbesOfTheContainersOwnProcess(t *testing.T) {
 		}
 		_, _ = fmt.Fprint(w, "ok")
 	})
-	p := &host.Prober{Proc: procOf(t, true)}
+	p := &host.Prober{Proc: procOf(t)}
 	pod := probedPod(port, "/readyz", corev1.URISchemeHTTPS)
 	if err := p.ServingNow(context.Background(), pod, "etcd"); err == nil || !strings.Contains(err.Error(), "503") {
 		t.Fatalf("ServingNow while the component answers 503 = %v, want the 503 named", err)
@@ -125,6 +136,11 @@ func TestServingNowRunsTheProbesOfTheContainersOwnProcess(t *testing.T) {
 	if err := p.ServingNow(context.Background(), free, "etcd"); err == nil || !strings.Contains(err.Error(), "does not listen") {
 		t.Errorf("ServingNow on a port nobody listens on = %v, want does not listen", err)
 	}
+	named := pod.DeepCopy()
+	named.Spec.Containers[0].StartupProbe.HTTPGet.Host = "localhost"
+	if err := p.ServingNow(context.Background(), named, "etcd"); !errors.Is(err, host.ErrNoHTTPProbe) {
+		t.Errorf("ServingNow with a probe naming a host = %v, want ErrNoHTTPProbe (only addresses are dialed)", err)
+	}
 	exec := pod.DeepCopy()
 	exec.Spec.Containers[0].ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}
 	if err := p.ServingNow(context.Background(), exec, "etcd"); !errors.Is(err, host.ErrNoHTTPProbe) {
@@ -132,15 +148,70 @@ func TestServingNowRunsTheProbesOfTheContainersOwnProcess(t *testing.T) {
 	}
 }
 
-// TestServingNowRefusesAnAnswerFromAnEarlierRun: when the port is held by another process (the
-// earlier run of the component, not yet stopped), its answer does not count for the new container.
+// TestServingNowRefusesAnAnswerFromAnEarlierRun: when another process (the earlier run of the
+// component, not yet stopped) also listens where the probe connects, beside the container on the
+// same port (SO_REUSEPORT, where the kernel spreads connections) or alone, its answer does not
+// count for the new container.
 func TestServingNowRefusesAnAnswerFromAnEarlierRun(t *testing.T) {
-	port := serve(t, false, func(w http.ResponseWriter, _ *http.Request) { _, _ = fmt.Fprint(w, "ok") })
-	p := &host.Prober{Proc: procOf(t, false)}
-	err := p.ServingNow(context.Background(), probedPod(port, "/readyz", corev1.URISchemeHTTP), "etcd")
-	if err == nil || !strings.Contains(err.Error(), "not by this container's process") {
-		t.Fatalf("ServingNow with the port held by another process = %v, want it refused", err)
+	reuse := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+	newRun, err := reuse.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
+	port := newRun.Addr().(*net.TCPAddr).Port
+	earlierRun, err := reuse.Listen(context.Background(), "tcp", newRun.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []net.Listener{newRun, earlierRun} {
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = fmt.Fprint(w, "ok") }), ReadHeaderTimeout: time.Second}
+		go func() { _ = srv.Serve(l) }()
+		t.Cleanup(func() { _ = srv.Close() })
+	}
+	pod := probedPod(port, "/readyz", corev1.URISchemeHTTP)
+
+	// The container holds the new run's socket only: the earlier run listens beside it.
+	p := &host.Prober{Proc: procOf(t, inode(t, newRun))}
+	if err := p.ServingNow(context.Background(), pod, "etcd"); err == nil || !strings.Contains(err.Error(), "another process listens") {
+		t.Fatalf("ServingNow with an earlier run listening beside the container = %v, want it refused", err)
+	}
+	// The container holds no socket: only the earlier run listens.
+	p = &host.Prober{Proc: procOf(t, inode(t, nil))}
+	if err := p.ServingNow(context.Background(), pod, "etcd"); err == nil || !strings.Contains(err.Error(), "another process listens") {
+		t.Fatalf("ServingNow with only an earlier run listening = %v, want it refused", err)
+	}
+	// Both sockets the container's own: its answer counts.
+	p = &host.Prober{Proc: procOf(t, inode(t, newRun), inode(t, earlierRun))}
+	if err := p.ServingNow(context.Background(), pod, "etcd"); err != nil {
+		t.Fatalf("ServingNow with every listener the container's = %v, want nil", err)
+	}
+}
+
+// inode is a listener's socket inode (0 for none: a descriptor of no listening socket).
+func inode(t *testing.T, l net.Listener) uint64 {
+	t.Helper()
+	if l == nil {
+		return 0
+	}
+	// Through the descriptor in place: File() would dup it and leave the listener blocking.
+	raw, err := l.(*net.TCPListener).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st syscall.Stat_t
+	var serr error
+	if err := raw.Control(func(fd uintptr) { serr = syscall.Fstat(int(fd), &st) }); err != nil || serr != nil {
+		t.Fatal(err, serr)
+	}
+	return st.Ino
 }
 
 func unusedPort(t *testing.T) int {

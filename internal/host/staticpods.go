@@ -97,7 +97,7 @@ func (k *KubeletStaticPods) Restart(ctx context.Context, out io.Writer, pods ...
 	}
 	for i := range ms {
 		if goneErrs[i] != nil {
-			_, _ = fmt.Fprintf(out, "mirror pod of %s did not go away: %v\n", ms[i].Component, goneErrs[i])
+			_, _ = fmt.Fprintf(out, "static pod %s did not go away: %v\n", ms[i].Component, goneErrs[i])
 		}
 	}
 	for i := range ms {

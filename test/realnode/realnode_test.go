@@ -741,9 +741,9 @@ func (e *env) verifyVersion() {
 }
 
 // verifyStaticPods checks that each control-plane static pod runs the image kubeadm v1.37.2 lists
-// and that the run the test finds started before the upgrade succeeded: the new kubelet restarts
-// every static pod (new pod UIDs), and an operation that succeeded on the old kubelet's last
-// statuses, before that restart, would break "succeeded means served" (rule 13).
+// and that the kubelet started the pod the test finds before the node's upgrade task succeeded: the
+// new kubelet starts every static pod again (new pod UIDs), and a task that succeeded on the old
+// kubelet's last statuses, before that restart, would break "succeeded means served" (rule 13).
 func (e *env) verifyStaticPods(op *nodeopsv1.NodeOperation) {
 	e.t.Helper()
 	out, err := exec.Command(filepath.Join(e.bin, "kubeadm"), "config", "images", "list", "--kubernetes-version", toVersion).Output()
@@ -787,12 +787,18 @@ func (e *env) verifyStaticPods(op *nodeopsv1.NodeOperation) {
 			if cs.Image != image || !cs.Ready || cs.State.Running == nil {
 				return fmt.Errorf("container status image %s ready %v running %v", cs.Image, cs.Ready, cs.State.Running != nil)
 			}
-			started = cs.State.Running.StartedAt.Time
+			if p.Status.StartTime == nil {
+				return fmt.Errorf("no start time")
+			}
+			// The pod's start (the kubelet's first sync of this pod UID), not its container's: an
+			// in-place container restart (a controller-manager that lost its leader Lease) is
+			// no new run of the static pod.
+			started = p.Status.StartTime.Time
 			return nil
 		})
 		// Both times are whole seconds: a run started in the second the task completed counts.
 		if started.After(done) {
-			e.t.Errorf("rule 13, succeeded means served: %s's container started at %s, after the node's upgrade task of %s succeeded at %s: the task succeeded before the kubelet's last restart of it", name, started.Format(time.RFC3339), op.Name, done.Format(time.RFC3339))
+			e.t.Errorf("rule 13, succeeded means served: the kubelet started %s at %s, after the node's upgrade task of %s succeeded at %s: the task succeeded before the kubelet's last restart of it", name, started.Format(time.RFC3339), op.Name, done.Format(time.RFC3339))
 		}
 		e.t.Logf("%s runs %s, started %s (the node's task succeeded %s)", name, image, started.Format(time.RFC3339), done.Format(time.RFC3339))
 	}

@@ -273,8 +273,8 @@ func (e *env) restartsFollowedTheKubelet(op string) {
 				continue
 			}
 			restarts++
-			if !strings.Contains(c.OutputTail, "through the kubelet's Pods API") {
-				e.t.Errorf("task %s, command %d (restartStaticPods) did not follow the static pods through the kubelet's Pods API; its output:\n%s", task.Name, i+1, c.OutputTail)
+			if !strings.HasSuffix(c.Message, "followed through the kubelet's Pods API") {
+				e.t.Errorf("task %s, command %d (restartStaticPods) did not follow the static pods through the kubelet's Pods API: %q; its output:\n%s", task.Name, i+1, c.Message, c.OutputTail)
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package commands
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -55,18 +56,26 @@ func runRestartStaticPods(ctx context.Context, env *Env, c *v1alpha1.RestartStat
 			return Result{}, err
 		}
 	}
-	return Result{Message: fmt.Sprintf("restarted static pods %v", components)}, nil
+	how := "their mirror pods"
+	if fromKubelet {
+		how = "the kubelet's Pods API"
+	}
+	return Result{Message: fmt.Sprintf("restarted static pods %v, followed through %s", components, how)}, nil
 }
 
 // kubeletServesPods asks the kubelet whether it serves its Pods API, again while it has just started
 // and cannot say yet (at most host's grace of a few seconds).
 func kubeletServesPods(ctx context.Context, env *Env) (bool, error) {
+	var last error
 	for {
 		serves, err := env.Host.KubeletPods.Serves()
 		if err == nil {
 			return serves, nil
 		}
-		env.printf("waiting: %v\n", err)
+		if last == nil || err.Error() != last.Error() {
+			env.printf("waiting: %v\n", err)
+		}
+		last = err
 		if serr := clock.Sleep(ctx, kubeletPodsPoll(env)); serr != nil {
 			return false, fmt.Errorf("%w: %w", serr, err)
 		}
@@ -204,29 +213,39 @@ func waitMirrorPod(ctx context.Context, env *Env, comp string, fromKubelet bool,
 // that cannot answer yet is asked again; one that never does fails the wait at its bound.
 func waitKubeletPod(ctx context.Context, env *Env, comp string, done func(uid types.UID, exists bool, ready func() bool) bool) error {
 	name := comp + "-" + env.NodeName
-	var last error
+	var why string // the last answer that was not yet the one waited for, said when it changes
+	say := func(s string) {
+		if s != why && s != "" {
+			env.printf("waiting: %s\n", s)
+		}
+		why = s
+	}
 	for {
 		pod, err := env.Host.KubeletPods.Pod(ctx, "kube-system", name)
 		switch {
 		case err != nil:
-			if last == nil || err.Error() != last.Error() {
-				env.printf("kubelet Pods API: %v\n", err)
-			}
-			last = err
+			say(err.Error())
 		case pod == nil:
-			last = nil
 			if done("", false, nil) {
 				return nil
 			}
+			say("the kubelet runs no pod kube-system/" + name)
 		default:
-			last = nil
-			if done(podIdentity(pod), true, func() bool { return kubeletPodServes(ctx, env, pod) }) {
+			notServing := ""
+			if done(podIdentity(pod), true, func() bool {
+				err := kubeletPodServes(ctx, env, pod)
+				if err != nil {
+					notServing = err.Error()
+				}
+				return err == nil
+			}) {
 				return nil
 			}
+			say(notServing)
 		}
 		if err := clock.Sleep(ctx, kubeletPodsPoll(env)); err != nil {
-			if last != nil {
-				return fmt.Errorf("static pod kube-system/%s as the kubelet runs it: %w (last answer: %w)", name, err, last)
+			if why != "" {
+				return fmt.Errorf("static pod kube-system/%s as the kubelet runs it: %w (last: %s)", name, err, why)
 			}
 			return fmt.Errorf("static pod kube-system/%s as the kubelet runs it: %w", name, err)
 		}
@@ -234,16 +253,21 @@ func waitKubeletPod(ctx context.Context, env *Env, comp string, done func(uid ty
 }
 
 // kubeletPodServes: the kubelet says the pod is Ready, or, before its next probe, the pod's own
-// startup and readiness probes pass when run now (host.KubeletPods.ServingNow).
-func kubeletPodServes(ctx context.Context, env *Env, pod *corev1.Pod) bool {
+// startup and readiness probes pass when run now (host.KubeletPods.ServingNow); else why not.
+func kubeletPodServes(ctx context.Context, env *Env, pod *corev1.Pod) error {
 	if podReady(pod) {
-		return true
+		return nil
 	}
-	if err := env.Host.KubeletPods.ServingNow(ctx, pod); err != nil {
-		return false
+	err := env.Host.KubeletPods.ServingNow(ctx, pod)
+	switch {
+	case err == nil:
+		env.printf("%s serves: its probes pass, run now (the kubelet has not yet marked it Ready)\n", pod.Name)
+		return nil
+	case errors.Is(err, host.ErrNoHTTPProbe):
+		return fmt.Errorf("kube-system/%s is not Ready", pod.Name)
+	default:
+		return fmt.Errorf("kube-system/%s is not Ready: %w", pod.Name, err)
 	}
-	env.printf("%s serves: its probes pass, run now (the kubelet has not yet marked it Ready)\n", pod.Name)
-	return true
 }
 
 // kubeletPodsPoll is how often the kubelet's Pods API is asked: a local call of a few milliseconds,
