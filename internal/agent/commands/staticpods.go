@@ -135,16 +135,28 @@ func (m *mirrorPod) identity(ctx context.Context) (string, error) {
 		}
 		return string(podIdentity(pod)), nil
 	}
+	pod, err := readMirrorPod(ctx, m.env, m.comp)
+	if err != nil || pod == nil {
+		return "", err
+	}
+	return string(podIdentity(pod)), nil
+}
+
+// readMirrorPod reads comp's mirror pod once, nil when there is none. A read answered by an API
+// server whose etcd is away hangs until the API server gives up (about 30 s on the real node): each
+// read is bounded, so that a wait tells sooner that the component went.
+func readMirrorPod(ctx context.Context, env *Env, comp string) (*corev1.Pod, error) {
+	name := comp + "-" + env.NodeName
 	pod := &corev1.Pod{}
 	readCtx, cancel := context.WithTimeout(ctx, mirrorPodReadTimeout)
 	defer cancel()
-	if err := m.env.Client.Get(readCtx, client.ObjectKey{Namespace: "kube-system", Name: name}, pod); err != nil {
+	if err := env.Client.Get(readCtx, client.ObjectKey{Namespace: "kube-system", Name: name}, pod); err != nil {
 		if apierrors.IsNotFound(err) {
-			return "", nil
+			return nil, nil
 		}
-		return "", fmt.Errorf("mirror pod kube-system/%s: %w", name, err)
+		return nil, fmt.Errorf("mirror pod kube-system/%s: %w", name, err)
 	}
-	return string(podIdentity(pod)), nil
+	return pod, nil
 }
 
 func (m *mirrorPod) WaitGone(ctx context.Context, before string) error {
@@ -182,14 +194,9 @@ func waitMirrorPod(ctx context.Context, env *Env, comp string, fromKubelet bool,
 		return waitKubeletPod(ctx, env, comp, done)
 	}
 	for {
-		pod := &corev1.Pod{}
-		// A read answered by an API server whose etcd is away hangs until the API server gives up
-		// (about 30 s on the real node): a short bound tells sooner that the component went.
-		readCtx, readCancel := context.WithTimeout(ctx, mirrorPodReadTimeout)
-		err := env.Client.Get(readCtx, client.ObjectKey{Namespace: "kube-system", Name: comp + "-" + env.NodeName}, pod)
-		readCancel()
+		pod, err := readMirrorPod(ctx, env, comp)
 		switch {
-		case apierrors.IsNotFound(err):
+		case err == nil && pod == nil:
 			if done("", false, nil) {
 				return nil
 			}

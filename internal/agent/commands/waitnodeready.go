@@ -95,12 +95,21 @@ func nodeHealthy(ctx context.Context, env *Env, cp *v1alpha1.ControlPlaneHealth)
 	if cp == nil {
 		return nil
 	}
+	asked := false // whether the kubelet was asked, once per look, which source to read
+	fromKubelet := false
 	for _, comp := range controlPlaneComponents {
 		// The node runs the components whose static pod manifest is on the host.
 		if !env.Host.Files.Exists(host.Manifest(host.ManifestsDir, comp)) {
 			continue
 		}
-		if err := staticPodHealthy(ctx, env, comp, cp.Version); err != nil {
+		if !asked {
+			serves, err := env.Host.KubeletPods.Serves()
+			if err != nil {
+				return fmt.Errorf("%s: %w", comp, err)
+			}
+			asked, fromKubelet = true, serves
+		}
+		if err := staticPodHealthy(ctx, env, comp, cp.Version, fromKubelet); err != nil {
 			return err
 		}
 	}
@@ -112,14 +121,10 @@ func nodeHealthy(ctx context.Context, env *Env, cp *v1alpha1.ControlPlaneHealth)
 // kubelet serves its Pods API the pod is the kubelet's own, with the status it computed: current
 // the moment it changes, and, after the kubelet restarted, only what the new kubelet runs and has
 // seen Ready (never the old kubelet's last word, which its mirror pod may still show). Elsewhere it
-// is the mirror pod.
-func staticPodHealthy(ctx context.Context, env *Env, comp, version string) error {
+// is the mirror pod (fromKubelet, as host.KubeletPods.Serves says).
+func staticPodHealthy(ctx context.Context, env *Env, comp, version string, fromKubelet bool) error {
 	name := comp + "-" + env.NodeName
 	pod := &corev1.Pod{}
-	fromKubelet, err := env.Host.KubeletPods.Serves()
-	if err != nil {
-		return fmt.Errorf("%s: %w", comp, err)
-	}
 	if fromKubelet {
 		kpod, err := env.Host.KubeletPods.Pod(ctx, "kube-system", name)
 		if err != nil {
