@@ -6,7 +6,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -82,17 +84,24 @@ type options struct {
 func main() {
 	ctx := ctrl.SetupSignalHandler()
 	err := run(ctx, os.Args[1:])
-	if err != nil && ctx.Err() == nil && isLeadershipLost(err) {
+	var lost *leadershipLost
+	if err != nil && ctx.Err() == nil && errors.As(err, &lost) {
 		// Losing the Lease ends this process's leadership for good: nothing of it may act again. A
 		// container that exited would be restarted by its kubelet only after a crash-loop back-off
 		// (10 s, then 20, 40, ... 5 min): on a single control plane, whose API server every renewal and
 		// upgrade restarts, the manager lost the Lease at each restart and an operation's last step
 		// waited out the back-off. Replacing the process image instead ends every goroutine of this
-		// leadership as an exit would and starts a new candidate at once, with a new identity, which
-		// waits for the Lease like any other.
-		fmt.Fprintln(os.Stderr, "manager: leader election lost; starting again in place as a new candidate")
+		// leadership as an exit would and starts a candidate at once. It keeps its identity: no other
+		// process has it (this one's image is gone), so if the Lease still names it (no standby took
+		// it while the API server was away) it leads again at once instead of waiting a whole lease
+		// duration for its own Lease to expire, and otherwise waits like any other candidate.
+		fmt.Fprintln(os.Stderr, "manager: leader election lost; starting again in place as a candidate with the same identity")
 		if exe, xerr := os.Executable(); xerr == nil {
-			xerr = syscall.Exec(exe, os.Args, os.Environ())
+			env := os.Environ()
+			if stamp := processStamp(); stamp != "" {
+				env = append(env, inheritedIdentityEnv+"="+stamp+" "+lost.identity)
+			}
+			xerr = syscall.Exec(exe, os.Args, env)
 			err = fmt.Errorf("%w (starting again in place failed: %w)", err, xerr)
 		}
 	}
@@ -102,10 +111,65 @@ func main() {
 	}
 }
 
+// leadershipLost is run's error when the manager stopped because it lost the leader election Lease
+// it held as identity.
+type leadershipLost struct {
+	identity string
+	err      error
+}
+
+func (l *leadershipLost) Error() string { return l.err.Error() }
+func (l *leadershipLost) Unwrap() error { return l.err }
+
 // isLeadershipLost says whether the manager stopped because it lost the leader election Lease
 // (controller-runtime returns this error, with no type of its own).
 func isLeadershipLost(err error) bool {
 	return strings.Contains(err.Error(), "leader election lost")
+}
+
+// inheritedIdentityEnv carries a Lease holder identity across the manager's start in place:
+// "STAMP IDENTITY", honoured only by the process STAMP names (processStamp), so that neither a copied
+// environment nor a child process can make two managers hold one identity.
+const inheritedIdentityEnv = "NODEOPS_MANAGER_INHERITED_IDENTITY"
+
+// inheritedIdentity returns the identity this very process held before it replaced its image, or
+// "" (a new start); it removes the variable so that nothing the manager starts sees it.
+func inheritedIdentity() string {
+	v, ok := os.LookupEnv(inheritedIdentityEnv)
+	if !ok {
+		return ""
+	}
+	_ = os.Unsetenv(inheritedIdentityEnv)
+	stamp, id, ok := strings.Cut(v, " ")
+	if !ok || id == "" || stamp == "" || stamp != processStamp() {
+		return ""
+	}
+	return id
+}
+
+// processStamp names this process for as long as it runs, across exec: its PID, its start time in
+// clock ticks since boot (proc/self/stat's 22nd field, which exec keeps), and the boot's ID. It is
+// "" where /proc cannot say.
+func processStamp() string {
+	stat, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return ""
+	}
+	// The command name, field 2, is in parentheses and may hold spaces: fields count after its ")".
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return ""
+	}
+	fields := strings.Fields(string(stat[i+1:]))
+	const startTime = 22 - 3 // fields[0] is field 3, the state
+	if len(fields) <= startTime {
+		return ""
+	}
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("%d/%s/%s", os.Getpid(), fields[startTime], strings.TrimSpace(string(boot)))
 }
 
 // run runs the manager until ctx ends.
@@ -129,7 +193,7 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "0", "address of the Go profiler's /debug/pprof endpoints (benchmarks); 0 disables")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader so that only one manager acts")
 	fs.StringVar(&o.leaderElectionNS, "leader-election-namespace", "nodeops-system", "namespace of the leader election Lease")
-	fs.StringVar(&o.leaderElectionIdentity, "leader-election-identity", "", "name at the start of this manager's Lease holder identity NAME_UUID (a new UUID each start, so a restarted manager waits for the Lease like any other); the host name (a pod's name) when empty")
+	fs.StringVar(&o.leaderElectionIdentity, "leader-election-identity", "", "name at the start of this manager's Lease holder identity NAME_UUID (a new UUID each start, so a restarted manager waits for the Lease like any other; a start in place after a lost Lease keeps it); the host name (a pod's name) when empty")
 	// controller-runtime's defaults; nodeops-local shortens them so a failover test is quick.
 	fs.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a standby waits, after the leader's last renewal, before taking the Lease")
 	fs.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader retries renewing before it gives up leadership and exits")
@@ -181,8 +245,18 @@ func run(ctx context.Context, args []string) error {
 		return fmt.Errorf("build scheme: %w", err)
 	}
 	var lock resourcelock.Interface
-	if o.leaderElect && o.leaderElectionIdentity != "" {
-		if lock, err = leaseLock(cfg, o); err != nil {
+	identity := inheritedIdentity()
+	if o.leaderElect {
+		if identity == "" {
+			name := o.leaderElectionIdentity
+			if name == "" {
+				if name, err = os.Hostname(); err != nil {
+					return fmt.Errorf("leader election identity: %w", err)
+				}
+			}
+			identity = name + "_" + string(uuid.NewUUID())
+		}
+		if lock, err = leaseLock(cfg, o, identity); err != nil {
 			return err
 		}
 	}
@@ -206,12 +280,14 @@ func run(ctx context.Context, args []string) error {
 		LeaderElectionID:              leaderElectionID,
 		LeaderElectionNamespace:       o.leaderElectionNS,
 		LeaderElectionReleaseOnCancel: true,
-		// Set only with --leader-election-identity; controller-runtime builds the same Lease lock otherwise.
+		// The Lease lock controller-runtime would build, with an identity the manager chose.
 		LeaderElectionResourceLockInterface: lock,
 		LeaseDuration:                       &o.leaseDuration,
 		RenewDeadline:                       &o.renewDeadline,
 		RetryPeriod:                         &o.retryPeriod,
 		Cache: cache.Options{
+			// The caches catch up within half a second of the API server's return, not client-go's back-off.
+			NewInformer: kubeclient.NewInformer,
 			// Memory: thousands of nodes and tasks are cached; nothing reads managedFields or node images.
 			DefaultTransform: cache.TransformStripManagedFields(),
 			ByObject: map[client.Object]cache.ByObject{
@@ -233,7 +309,13 @@ func run(ctx context.Context, args []string) error {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return fmt.Errorf("add ready check: %w", err)
 	}
-	return mgr.Start(ctx)
+	if err := mgr.Start(ctx); err != nil {
+		if o.leaderElect && isLeadershipLost(err) {
+			return &leadershipLost{identity: identity, err: err}
+		}
+		return err
+	}
+	return nil
 }
 
 // setup registers every controller with one node lock table.
@@ -283,10 +365,11 @@ func setup(ctx context.Context, mgr ctrl.Manager, o options) error {
 	return nil
 }
 
-// leaseLock is the Lease lock controller-runtime's leaderelection.NewResourceLock builds, with
-// --leader-election-identity in place of the host name: two managers on one host (nodeops-local)
-// are told apart by name in the Lease's holderIdentity.
-func leaseLock(cfg *rest.Config, o options) (resourcelock.Interface, error) {
+// leaseLock is the Lease lock controller-runtime's leaderelection.NewResourceLock builds, held as
+// id: NAME_UUID, NAME the host name or --leader-election-identity (two managers on one host,
+// nodeops-local, are told apart by name in the Lease's holderIdentity), or the identity this
+// process held before it started again in place.
+func leaseLock(cfg *rest.Config, o options, id string) (resourcelock.Interface, error) {
 	cfg = rest.AddUserAgent(rest.CopyConfig(cfg), "leader-election")
 	// As controller-runtime: one hung request must not outlast the renew deadline.
 	cfg.Timeout = max(o.renewDeadline/2, time.Second)
@@ -298,7 +381,6 @@ func leaseLock(cfg *rest.Config, o options) (resourcelock.Interface, error) {
 	if err != nil {
 		return nil, fmt.Errorf("leader election client: %w", err)
 	}
-	id := o.leaderElectionIdentity + "_" + string(uuid.NewUUID())
 	// No EventRecorder: the Lease's holderIdentity and the log say who leads.
 	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, o.leaderElectionNS, leaderElectionID, core, coord,
 		resourcelock.ResourceLockConfig{Identity: id})

@@ -26,6 +26,7 @@ import (
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/clock"
 	"github.com/nodeops/nodeops/internal/controller/skeleton"
+	"github.com/nodeops/nodeops/internal/kubeclient"
 )
 
 // SetupWithManager registers the ClusterTarget controller and the installer that creates the
@@ -52,6 +53,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{"tier": "control-plane"})},
 		},
 		DefaultTransform: cache.TransformStripManagedFields(),
+		NewInformer:      kubeclient.NewInformer,
 	})
 	if err != nil {
 		return fmt.Errorf("kube-system cache: %w", err)

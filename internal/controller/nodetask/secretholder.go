@@ -22,6 +22,7 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/controller/skeleton"
+	"github.com/nodeops/nodeops/internal/kubeclient"
 	"github.com/nodeops/nodeops/internal/secretholder"
 )
 
@@ -72,6 +73,7 @@ func SetupSecretHoldersWithManager(mgr ctrl.Manager, o SecretHolderOptions) erro
 			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{secretholder.LabelComponent: secretholder.Component})},
 		},
 		DefaultTransform: cache.TransformStripManagedFields(),
+		NewInformer:      kubeclient.NewInformer,
 	})
 	if err != nil {
 		return fmt.Errorf("secret holder pod cache: %w", err)

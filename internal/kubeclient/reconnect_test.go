@@ -1,0 +1,230 @@
+package kubeclient
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+
+	"github.com/nodeops/nodeops/internal/testutil"
+)
+
+// away is how the test's API server fails a request.
+type away int
+
+const (
+	serve       away = iota
+	closeConn        // the connection ends with no answer, as when the API server's process stops
+	unavailable      // 503, as a starting API server answers
+	etcdAway         // 500, as an API server whose etcd restarts answers
+	forbidden        // 403: a refusal, not an absence
+	tooMany          // 429: the server asks clients to slow down
+	gone             // 410: the watch's resource version is too old
+)
+
+// flakyAPIServer answers ConfigMap lists and watches after failing the first requests as plan says.
+type flakyAPIServer struct {
+	*httptest.Server
+	mu       sync.Mutex
+	plan     []away
+	always   away // after the plan
+	requests int
+}
+
+func newFlakyAPIServer(t *testing.T, plan ...away) *flakyAPIServer {
+	s := &flakyAPIServer{plan: plan}
+	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
+	t.Cleanup(s.Close)
+	return s
+}
+
+// newAwayAPIServer fails every request as how says.
+func newAwayAPIServer(t *testing.T, how away) *flakyAPIServer {
+	s := newFlakyAPIServer(t)
+	s.always = how
+	return s
+}
+
+func (s *flakyAPIServer) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.requests
+}
+
+func (s *flakyAPIServer) serve(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	how := s.always
+	if s.requests < len(s.plan) {
+		how = s.plan[s.requests]
+	}
+	s.requests++
+	s.mu.Unlock()
+	status := func(code int, reason metav1.StatusReason) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_, _ = fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":%q,"code":%d}`, reason, code)
+	}
+	switch how {
+	case closeConn:
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			_ = conn.Close()
+		}
+	case unavailable:
+		status(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable)
+	case etcdAway:
+		status(http.StatusInternalServerError, metav1.StatusReasonInternalError)
+	case forbidden:
+		status(http.StatusForbidden, metav1.StatusReasonForbidden)
+	case tooMany:
+		status(http.StatusTooManyRequests, metav1.StatusReasonTooManyRequests)
+	case gone:
+		status(http.StatusGone, metav1.StatusReasonGone)
+	default:
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Query().Get("watch") == "true" {
+			_, _ = fmt.Fprint(w, `{"type":"ADDED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"back","namespace":"default","resourceVersion":"8"}}}`+"\n")
+			return
+		}
+		_, _ = fmt.Fprint(w, `{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":[{"metadata":{"name":"back","namespace":"default","resourceVersion":"7"}}]}`)
+	}
+}
+
+// configMaps is client-go's own ConfigMap ListWatch against host, as an informer would list and
+// watch them.
+func configMaps(t *testing.T, host string) toolscache.ListerWatcher {
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: host, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return toolscache.NewListWatchFromClient(cs.CoreV1().RESTClient(), "configmaps", "default", fields.Everything())
+}
+
+// TestReconnectingAsksAgainWhileTheAPIServerIsAway: a list or watch that failed because the API
+// server was away (the connection ended unanswered, a starting server's 503, etcd's 500) is asked
+// again until it answers, and the informer's reflector, which would back off for up to a minute on
+// the error, never sees it; a refusal, too many requests and an expired resource version reach it
+// at once.
+func TestReconnectingAsksAgainWhileTheAPIServerIsAway(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		plan []away
+		// asks is how many requests the server sees; fails, whether the caller gets an error.
+		asks  int
+		fails bool
+	}{
+		{name: "the API server's process stopped, then a starting one answered 503, then it serves",
+			plan: []away{closeConn, closeConn, unavailable, unavailable}, asks: 5},
+		{name: "etcd restarts", plan: []away{etcdAway, etcdAway, etcdAway}, asks: 4},
+		{name: "a refusal", plan: []away{forbidden}, asks: 1, fails: true},
+		{name: "too many requests", plan: []away{tooMany}, asks: 1, fails: true},
+		{name: "the resource version is too old", plan: []away{gone}, asks: 1, fails: true},
+	} {
+		for _, op := range []string{"list", "watch"} {
+			t.Run(op+": "+tc.name, func(t *testing.T) {
+				srv := newFlakyAPIServer(t, tc.plan...)
+				lw := Reconnecting(configMaps(t, srv.URL), 10*time.Millisecond, time.Minute)
+				var err error
+				if op == "list" {
+					var obj any
+					obj, err = lw.(toolscache.ListerWatcherWithContext).ListWithContext(ctx, metav1.ListOptions{})
+					if err == nil {
+						if l, ok := obj.(*corev1.ConfigMapList); !ok || len(l.Items) != 1 {
+							t.Errorf("list answered %#v, want the one ConfigMap", obj)
+						}
+					}
+				} else {
+					w, werr := lw.(toolscache.ListerWatcherWithContext).WatchWithContext(ctx, metav1.ListOptions{ResourceVersion: "7"})
+					err = werr
+					if err == nil {
+						ev := <-w.ResultChan()
+						w.Stop()
+						if cm, ok := ev.Object.(*corev1.ConfigMap); !ok || cm.Name != "back" {
+							t.Errorf("watch's first event %s %#v, want ConfigMap back ADDED", ev.Type, ev.Object)
+						}
+					}
+				}
+				if (err != nil) != tc.fails {
+					t.Errorf("%s: error %v, want an error: %t", op, err, tc.fails)
+				}
+				if got := srv.count(); got != tc.asks {
+					t.Errorf("%s: the API server saw %d requests, want %d", op, got, tc.asks)
+				}
+			})
+		}
+	}
+}
+
+// TestReconnectingGivesUpAfterItsBound: while the API server stays away, the asks end after the
+// bound with the last error, which then goes to client-go's own back-off; and they end with the
+// caller's context.
+func TestReconnectingGivesUpAfterItsBound(t *testing.T) {
+	srv := newAwayAPIServer(t, unavailable)
+	lw := Reconnecting(configMaps(t, srv.URL), 10*time.Millisecond, 300*time.Millisecond).(toolscache.ListerWatcherWithContext)
+	_, err := lw.ListWithContext(context.Background(), metav1.ListOptions{})
+	if !apierrors.IsServiceUnavailable(err) {
+		t.Errorf("list against an API server that stays away: %v, want its 503", err)
+	}
+	if n := srv.count(); n < 2 {
+		t.Errorf("the API server saw %d requests before the bound, want several", n)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	before := srv.count()
+	go func() {
+		_, err := Reconnecting(configMaps(t, srv.URL), 10*time.Millisecond, time.Hour).(toolscache.ListerWatcherWithContext).
+			WatchWithContext(ctx, metav1.ListOptions{})
+		done <- err
+	}()
+	testutil.Eventually(t, time.Minute, "the watch asking three times", func() error {
+		if n := srv.count() - before; n < 3 {
+			return fmt.Errorf("asked %d times", n)
+		}
+		return nil
+	})
+	cancel()
+	if err := <-done; !apierrors.IsServiceUnavailable(err) {
+		t.Errorf("watch asked until its context ended: %v, want the last 503", err)
+	}
+}
+
+// TestAPIServerAway: what counts as the API server's absence, from real failures.
+func TestAPIServerAway(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String()
+	_ = ln.Close()
+	_, refused := configMaps(t, closed).List(metav1.ListOptions{})
+	if refused == nil || !APIServerAway(refused) {
+		t.Errorf("a refused connection (%v) is not the API server's absence", refused)
+	}
+	for _, tc := range []struct {
+		how  away
+		want bool
+	}{{closeConn, true}, {unavailable, true}, {etcdAway, true}, {forbidden, false}, {tooMany, false}, {gone, false}} {
+		srv := newAwayAPIServer(t, tc.how)
+		_, err := configMaps(t, srv.URL).List(metav1.ListOptions{})
+		if err == nil || APIServerAway(err) != tc.want {
+			t.Errorf("answer %d: error %v, away %t, want %t", tc.how, err, err != nil && APIServerAway(err), tc.want)
+		}
+	}
+	if APIServerAway(context.Canceled) {
+		t.Error("a cancelled request is not the API server's absence")
+	}
+}
