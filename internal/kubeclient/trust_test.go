@@ -77,14 +77,21 @@ func rotatingServer(t *testing.T) (*httptest.Server, *atomic.Pointer[tls.Certifi
 	return srv, &serve
 }
 
-func get(t *testing.T, cfg *rest.Config) error {
+// newClient builds the client once, to be held as the manager and the agent hold theirs: client-go's
+// transport cache lets go of a transport no client holds (ClientsAllowTLSCacheGC), and a client built
+// anew after a collection reads the CA file afresh, which would hide the 5 minutes.
+func newClient(t *testing.T, cfg *rest.Config) *http.Client {
 	t.Helper()
 	c, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.Timeout = 5 * time.Second
-	resp, err := c.Get(cfg.Host + "/readyz")
+	return c
+}
+
+func get(c *http.Client, host string) error {
+	resp, err := c.Get(host + "/readyz")
 	if err != nil {
 		return err
 	}
@@ -114,8 +121,9 @@ func TestTrustCAFileAtEachConnection(t *testing.T) {
 	if reloading == base || reloading.Transport == nil {
 		t.Fatal("a config trusting a CA file alone was left as it was")
 	}
-	for name, cfg := range map[string]*rest.Config{"client-go's": base, "reloading": reloading} {
-		if err := get(t, cfg); err != nil {
+	clientGo, reloader := newClient(t, base), newClient(t, reloading)
+	for name, c := range map[string]*http.Client{"client-go's": clientGo, "reloading": reloader} {
+		if err := get(c, srv.URL); err != nil {
 			t.Fatalf("%s client, the old CA serving: %v", name, err)
 		}
 	}
@@ -127,23 +135,23 @@ func TestTrustCAFileAtEachConnection(t *testing.T) {
 	serve.Store(newCA.serving(t, ip))
 	srv.CloseClientConnections()
 	var unknown x509.UnknownAuthorityError
-	if err := get(t, base); !errors.As(err, &unknown) {
+	if err := get(clientGo, srv.URL); !errors.As(err, &unknown) {
 		t.Errorf("client-go's own client against the new CA's certificate: %v; want x509's unknown authority (it reads the file again only after 5 minutes)", err)
 	}
-	if err := get(t, reloading); err != nil {
+	if err := get(reloader, srv.URL); err != nil {
 		t.Errorf("the reloading client against the new CA's certificate, which its file now names: %v", err)
 	}
 
 	// Not trusted: an authority the file does not name, a name the certificate does not carry.
 	serve.Store(otherCA.serving(t, ip))
 	srv.CloseClientConnections()
-	if err := get(t, reloading); !errors.As(err, &unknown) {
+	if err := get(reloader, srv.URL); !errors.As(err, &unknown) {
 		t.Errorf("the reloading client against a certificate of an authority its file does not name: %v; want unknown authority", err)
 	}
 	serve.Store(newCA.serving(t, net.IPv4(192, 0, 2, 1)))
 	srv.CloseClientConnections()
 	var hostname x509.HostnameError
-	if err := get(t, reloading); !errors.As(err, &hostname) {
+	if err := get(reloader, srv.URL); !errors.As(err, &hostname) {
 		t.Errorf("the reloading client against a certificate for another address: %v; want a hostname error", err)
 	}
 
@@ -153,7 +161,7 @@ func TestTrustCAFileAtEachConnection(t *testing.T) {
 	if err := os.WriteFile(caFile, []byte("-----BEGIN CERT"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := get(t, reloading); err != nil {
+	if err := get(reloader, srv.URL); err != nil {
 		t.Errorf("the reloading client with a torn file: %v; want the last good authorities", err)
 	}
 }
