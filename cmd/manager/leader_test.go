@@ -5,10 +5,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -56,15 +59,10 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// TestLostLeadershipStartsANewCandidateInPlace: a manager whose Lease another holder took stops
-// leading and, instead of exiting (which a kubelet answers with a crash-loop back-off before the
-// next start), replaces its process image at once: the same process, a new candidate with a new
-// identity, which takes the Lease once it is free again.
-func TestLostLeadershipStartsANewCandidateInPlace(t *testing.T) {
-	env, ctx, kubeconfig := startAPIServer(t)
-	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nodeops-system"}}); err != nil {
-		t.Fatal(err)
-	}
+// startManager runs this test binary as the manager with args, its standard output and error
+// read into the returned buffer, and stops it when the test ends.
+func startManager(t *testing.T, args ...string) (*exec.Cmd, *lockedBuffer, <-chan error) {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -72,9 +70,7 @@ func TestLostLeadershipStartsANewCandidateInPlace(t *testing.T) {
 	cmd := exec.Command(exe)
 	stderr := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = stderr, stderr
-	cmd.Env = append(os.Environ(), runAsManager+"="+strings.Join([]string{"--kubeconfig=" + kubeconfig, "--metrics-bind-address=0",
-		"--health-probe-bind-address=0", "--leader-election-identity=manager-test",
-		"--leader-elect-lease-duration=3s", "--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=500ms"}, " "))
+	cmd.Env = append(os.Environ(), runAsManager+"="+strings.Join(args, " "))
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -91,70 +87,230 @@ func TestLostLeadershipStartsANewCandidateInPlace(t *testing.T) {
 			t.Logf("manager's output:\n%s", stderr.String())
 		}
 	})
+	return cmd, stderr, exited
+}
 
-	key := client.ObjectKey{Namespace: "nodeops-system", Name: leaderElectionID}
-	holder := func() (string, error) {
-		var l coordinationv1.Lease
-		if err := env.Client.Get(ctx, key, &l); err != nil {
-			return "", err
-		}
-		return ptr.Deref(l.Spec.HolderIdentity, ""), nil
-	}
-	leads := func(what string, not string) string {
-		var id string
-		testutil.Eventually(t, time.Minute, what, func() error {
-			select {
-			case err := <-exited:
-				t.Fatalf("the manager exited: %v", err)
-			default:
-			}
-			h, err := holder()
-			if err != nil {
-				return err
-			}
-			if !strings.HasPrefix(h, "manager-test_") || h == not {
-				return fmt.Errorf("the Lease is held by %q", h)
-			}
-			id = h
-			return nil
-		})
-		return id
-	}
-	first := leads("the manager holding the Lease", "")
+// shortLease are leader election flags that make a lost Lease quick to see.
+var shortLease = []string{"--metrics-bind-address=0", "--health-probe-bind-address=0", "--leader-election-identity=manager-test",
+	"--leader-elect-lease-duration=3s", "--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=500ms"}
 
-	// Another holder takes the Lease, as a standby would once the leader's renewals stopped.
+// leaseWatch reads the manager's Lease as the test's administrator.
+type leaseWatch struct {
+	t      *testing.T
+	ctx    context.Context
+	c      client.Client
+	exited <-chan error
+}
+
+func (w leaseWatch) get() (*coordinationv1.Lease, error) {
 	var l coordinationv1.Lease
-	if err := env.Client.Get(ctx, key, &l); err != nil {
-		t.Fatal(err)
-	}
-	l.Spec.HolderIdentity = ptr.To("another-manager")
-	l.Spec.LeaseDurationSeconds = ptr.To[int32](3600)
-	l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
-	if err := env.Client.Update(ctx, &l); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, time.Minute, "the manager saying it lost the Lease and starts again in place", func() error {
+	err := w.c.Get(w.ctx, client.ObjectKey{Namespace: "nodeops-system", Name: leaderElectionID}, &l)
+	return &l, err
+}
+
+// renewedAfter waits until the manager holds the Lease and renewed it after since, and returns it.
+func (w leaseWatch) renewedAfter(what string, since time.Time) *coordinationv1.Lease {
+	w.t.Helper()
+	var held *coordinationv1.Lease
+	testutil.Eventually(w.t, time.Minute, what, func() error {
+		select {
+		case err := <-w.exited:
+			w.t.Fatalf("the manager exited: %v", err)
+		default:
+		}
+		l, err := w.get()
+		if err != nil {
+			return err
+		}
+		h := ptr.Deref(l.Spec.HolderIdentity, "")
+		if !strings.HasPrefix(h, "manager-test_") || l.Spec.RenewTime == nil || !l.Spec.RenewTime.After(since) {
+			return fmt.Errorf("the Lease is held by %q, renewed %v", h, l.Spec.RenewTime)
+		}
+		held = l
+		return nil
+	})
+	return held
+}
+
+// said waits until the manager's output says line.
+func said(t *testing.T, out *lockedBuffer, exited <-chan error, line string) {
+	t.Helper()
+	testutil.Eventually(t, time.Minute, "the manager saying "+line, func() error {
 		select {
 		case err := <-exited:
 			t.Fatalf("the manager exited: %v", err)
 		default:
 		}
-		if !strings.Contains(stderr.String(), "leader election lost; starting again in place as a new candidate") {
+		if !strings.Contains(out.String(), line) {
 			return fmt.Errorf("not yet")
 		}
 		return nil
 	})
-	// The other holder goes: the same process, as a new candidate, takes the Lease.
-	if err := env.Client.Delete(ctx, &l); err != nil {
+}
+
+const startsAgainInPlace = "leader election lost; starting again in place as a candidate with the same identity"
+
+// TestLostLeadershipStartsACandidateInPlace: a manager whose Lease another holder took stops
+// leading and, instead of exiting (which a kubelet answers with a crash-loop back-off before the
+// next start), replaces its process image at once: the same process, a candidate with the same
+// identity, which waits while the other holds the Lease and takes it once it is free again.
+func TestLostLeadershipStartsACandidateInPlace(t *testing.T) {
+	env, ctx, kubeconfig := startAPIServer(t)
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nodeops-system"}}); err != nil {
 		t.Fatal(err)
 	}
-	second := leads("the manager, started again in place, holding the Lease", first)
-	select {
-	case err := <-exited:
-		t.Fatalf("the manager exited: %v", err)
-	default:
+	cmd, out, exited := startManager(t, append([]string{"--kubeconfig=" + kubeconfig}, shortLease...)...)
+	lease := leaseWatch{t: t, ctx: ctx, c: env.Client, exited: exited}
+	first := ptr.Deref(lease.renewedAfter("the manager holding the Lease", time.Time{}).Spec.HolderIdentity, "")
+
+	// Another holder takes the Lease, as a standby would once the leader's renewals stopped.
+	l, err := lease.get()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("pid %d led as %s, lost the Lease, and leads again in the same process as %s", cmd.Process.Pid, first, second)
+	l.Spec.HolderIdentity = ptr.To("another-manager")
+	l.Spec.LeaseDurationSeconds = ptr.To[int32](3600)
+	l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+	if err := env.Client.Update(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	said(t, out, exited, startsAgainInPlace)
+	testutil.Consistently(t, 3*time.Second, "the other manager keeping the Lease it holds", func() error {
+		l, err := lease.get()
+		if err != nil {
+			return err
+		}
+		if h := ptr.Deref(l.Spec.HolderIdentity, ""); h != "another-manager" {
+			return fmt.Errorf("the Lease is held by %q while another-manager's is valid", h)
+		}
+		return nil
+	})
+	// The other holder goes: the same process, with the same identity, takes the Lease.
+	gone := time.Now()
+	if err := env.Client.Delete(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	second := ptr.Deref(lease.renewedAfter("the manager, started again in place, holding the Lease", gone).Spec.HolderIdentity, "")
+	if second != first {
+		t.Errorf("the manager led as %s and, started again in place, as %s: want its identity kept", first, second)
+	}
+	t.Logf("pid %d led as %s, lost the Lease, and leads again in the same process", cmd.Process.Pid, first)
+}
+
+// TestStartInPlaceLeadsAgainAtOnceWhileTheLeaseNamesIt: the API server is away longer than the
+// renew deadline (a single control plane's API server restarting), so the manager gives up its
+// leadership and starts again in place; when the API server answers again and no one took the
+// Lease, the manager leads again as the same holder, the Lease never changing hands (its
+// acquire time and transitions kept), instead of waiting for its own Lease to expire.
+func TestStartInPlaceLeadsAgainAtOnceWhileTheLeaseNamesIt(t *testing.T) {
+	env, ctx, kubeconfig := startAPIServer(t)
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nodeops-system"}}); err != nil {
+		t.Fatal(err)
+	}
+	apiServer, err := url.Parse(env.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGate(t, apiServer.Host)
+	data, err := os.ReadFile(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), apiServer.Host) {
+		t.Fatalf("the kubeconfig does not name the API server %s", apiServer.Host)
+	}
+	viaGate := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(viaGate, []byte(strings.ReplaceAll(string(data), apiServer.Host, g.addr())), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A lease duration long enough that a candidate with a new identity would still be waiting for
+	// the old holder's Lease to expire when the test looks.
+	_, out, exited := startManager(t, "--kubeconfig="+viaGate, "--metrics-bind-address=0", "--health-probe-bind-address=0",
+		"--leader-election-identity=manager-test",
+		"--leader-elect-lease-duration=60s", "--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=500ms")
+	lease := leaseWatch{t: t, ctx: ctx, c: env.Client, exited: exited}
+	before := lease.renewedAfter("the manager holding the Lease", time.Time{})
+
+	g.set(false)
+	said(t, out, exited, startsAgainInPlace)
+	back := time.Now()
+	g.set(true)
+	after := lease.renewedAfter("the manager renewing the Lease once the API server answers again", back)
+	if h, was := ptr.Deref(after.Spec.HolderIdentity, ""), ptr.Deref(before.Spec.HolderIdentity, ""); h != was {
+		t.Errorf("after the API server came back the Lease is held by %s, before by %s: want the same holder", h, was)
+	}
+	if a, b := ptr.Deref(after.Spec.LeaseTransitions, 0), ptr.Deref(before.Spec.LeaseTransitions, 0); a != b {
+		t.Errorf("the Lease changed hands %d times while the API server was away, want never", a-b)
+	}
+	if !after.Spec.AcquireTime.Equal(before.Spec.AcquireTime) {
+		t.Errorf("the Lease was acquired again at %v (first at %v): want it kept", after.Spec.AcquireTime, before.Spec.AcquireTime)
+	}
+	if since := after.Spec.RenewTime.Sub(back); since >= 60*time.Second {
+		t.Errorf("the manager renewed %s after the API server came back, not before its own Lease could expire", since)
+	}
+}
+
+// gate forwards TCP connections to an API server while open; closed, it ends every connection,
+// as an API server that stopped does.
+type gate struct {
+	ln       net.Listener
+	upstream string
+	mu       sync.Mutex
+	open     bool
+	conns    map[net.Conn]bool
+}
+
+func newGate(t *testing.T, upstream string) *gate {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gate{ln: ln, upstream: upstream, open: true, conns: map[net.Conn]bool{}}
+	go g.serve()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		g.set(false)
+	})
+	return g
+}
+
+func (g *gate) addr() string { return g.ln.Addr().String() }
+
+func (g *gate) serve() {
+	for {
+		c, err := g.ln.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", g.upstream)
+		g.mu.Lock()
+		if err != nil || !g.open {
+			g.mu.Unlock()
+			_ = c.Close()
+			if up != nil {
+				_ = up.Close()
+			}
+			continue
+		}
+		g.conns[c], g.conns[up] = true, true
+		g.mu.Unlock()
+		go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
+		go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
+	}
+}
+
+// set opens or closes the gate; closing ends every connection through it.
+func (g *gate) set(open bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.open = open
+	if !open {
+		for c := range g.conns {
+			_ = c.Close()
+		}
+		clear(g.conns)
+	}
 }
 
 // TestStartWaitsForTheAPIServer: a manager started while its API server is away (as on a single

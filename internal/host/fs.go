@@ -352,8 +352,10 @@ const tempInfix = ".nodeops-tmp-"
 
 // removeStaleTemps removes the temporary files of one destination that an earlier write left
 // (the agent was killed while downloading): one task runs on a node at a time (rule 1) and its
-// commands one after another, so none of them is being written now. Best effort: a file that
-// cannot be removed is left, as before.
+// commands one after another, so none of them is being written now (the agent's downloads ahead,
+// commands.Prefetch, run only beside a kubeadm upgrade, which writes none of their destinations,
+// and hand their files to the install that follows). Best effort: a file that cannot be removed
+// is left, as before.
 func removeStaleTemps(dir *os.File, prefix string) {
 	names, err := dir.Readdirnames(-1)
 	if err != nil {

@@ -81,6 +81,21 @@ func (k *KubeletPods) Serves() (bool, error) {
 // the kubelet runs no such pod. It fails with ErrNoKubeletPodsAPI or ErrKubeletInitializing when
 // the kubelet cannot answer.
 func (k *KubeletPods) Pod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	pods, err := k.Pods(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range pods {
+		if pods[i].Namespace == namespace && pods[i].Name == name {
+			return &pods[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// Pods are every pod the kubelet runs, with the statuses it computed, in one answer. It fails with
+// ErrNoKubeletPodsAPI or ErrKubeletInitializing when the kubelet cannot answer.
+func (k *KubeletPods) Pods(ctx context.Context) ([]corev1.Pod, error) {
 	if !k.Available() {
 		return nil, ErrNoKubeletPodsAPI
 	}
@@ -110,16 +125,13 @@ func (k *KubeletPods) Pod(ctx context.Context, namespace, name string) (*corev1.
 		}
 		return nil, fmt.Errorf("kubelet Pods API %s: %w", KubeletPodsSocket, err)
 	}
-	for _, raw := range resp.GetPods() {
-		pod := &corev1.Pod{}
-		if err := pod.Unmarshal(raw); err != nil {
+	pods := make([]corev1.Pod, len(resp.GetPods()))
+	for i, raw := range resp.GetPods() {
+		if err := pods[i].Unmarshal(raw); err != nil {
 			return nil, fmt.Errorf("kubelet Pods API: a pod it sent does not decode: %w", err)
 		}
-		if pod.Namespace == namespace && pod.Name == name {
-			return pod, nil
-		}
 	}
-	return nil, nil
+	return pods, nil
 }
 
 // ServingNow runs, for each container of the kubelet's pod, its HTTP startup and readiness probes

@@ -59,6 +59,8 @@ type Env struct {
 	Poll time.Duration
 	// Drainer drains the node (the drain command, containerdRuntime's restart.drain); nil: no drain.
 	Drainer Drainer
+	// Prefetch holds what was downloaded for this command while the one before ran; nil for none.
+	Prefetch *Prefetch
 	// DownloadIdleTimeout fails a download whose server sends nothing for this long; zero for
 	// DefaultDownloadIdleTimeout.
 	DownloadIdleTimeout time.Duration

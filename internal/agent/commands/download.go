@@ -226,38 +226,39 @@ func fetchSHA256(ctx context.Context, env *Env, url string, t transport) (string
 // atomically. On a mismatch the temporary file is dropped and p is left as it was. In DryRun the
 // download is verified all the same and the host's files keep none of it.
 func installVerified(ctx context.Context, env *Env, url, want, p string, mode fs.FileMode, t transport) error {
-	tmp, err := downloadVerified(ctx, env, url, want, p, t)
+	tmp, _, err := downloadVerified(ctx, env, url, want, p, t)
 	if err != nil {
 		return err
 	}
 	return tmp.Commit(mode)
 }
 
-// downloadVerified downloads url into a temporary file beside host path p and returns it only when
-// its sha256 is want; the caller commits or discards it.
-func downloadVerified(ctx context.Context, env *Env, url, want, p string, t transport) (host.TempFile, error) {
+// downloadVerified downloads url into a temporary file beside host path p and returns it, with its
+// size, only when its sha256 is want; the caller commits or discards it.
+func downloadVerified(ctx context.Context, env *Env, url, want, p string, t transport) (host.TempFile, int64, error) {
 	body, err := get(ctx, env, url, t)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer func() { _ = body.Close() }()
 	if err := checkFreeSpace(env, url, p, body); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	h := sha256.New()
 	tmp, err := env.Host.Files.CreateTemp(p)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	if _, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(body, maxDownload)); err != nil {
+	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(body, maxDownload))
+	if err != nil {
 		_ = tmp.Discard()
-		return nil, fmt.Errorf("downloading %s: %w", url, err)
+		return nil, 0, fmt.Errorf("downloading %s: %w", url, err)
 	}
 	if err := checkSum(url, p, want, h.Sum(nil)); err != nil {
 		_ = tmp.Discard()
-		return nil, err
+		return nil, 0, err
 	}
-	return tmp, nil
+	return tmp, n, nil
 }
 
 // freeSpaceReserve is left free beside a download: a node whose disk fills stops its kubelet

@@ -18,16 +18,33 @@ func BinaryURL(base, version, arch, name string) string {
 	return fmt.Sprintf("%s/%s/bin/linux/%s/%s", strings.TrimRight(base, "/"), version, arch, name)
 }
 
-// runInstallBinaries replaces each binary in /usr/bin after checking its sha256 (pinned in the
-// source, else the server's .sha256 file), keeping the one it replaces as <path>.nodeops-prev. Every
-// binary is downloaded and verified before any is replaced, so one bad digest changes nothing. A
-// binary that already has the wanted digest is left alone, so a re-run never overwrites the kept
-// previous binary.
-func runInstallBinaries(ctx context.Context, env *Env, b *v1alpha1.InstallBinariesCommand) (Result, error) {
+// binaryPath is where installBinaries puts a binary.
+func binaryPath(name string) string { return "/usr/bin/" + name }
+
+// binarySource is where b's binary name comes from and its sha256: pinned in the source, else read
+// from the server's .sha256 file (from says which).
+func binarySource(ctx context.Context, env *Env, b *v1alpha1.InstallBinariesCommand, name string, t transport) (url, sum, from string, err error) {
 	arch := env.Arch
 	if arch == "" {
 		arch = runtime.GOARCH
 	}
+	url = BinaryURL(b.Source.BaseURL, b.Version, arch, name)
+	if sum = b.Source.SHA256.For(name); sum != "" {
+		return url, sum, "pinned", nil
+	}
+	if sum, err = fetchSHA256(ctx, env, url+".sha256", t); err != nil {
+		return "", "", "", err
+	}
+	return url, sum, "from " + url + ".sha256", nil
+}
+
+// runInstallBinaries replaces each binary in /usr/bin after checking its sha256 (pinned in the
+// source, else the server's .sha256 file), keeping the one it replaces as <path>.nodeops-prev. Every
+// binary is downloaded and verified before any is replaced, so one bad digest changes nothing. A
+// binary that already has the wanted digest is left alone, so a re-run never overwrites the kept
+// previous binary. A binary the agent downloaded while the command before ran (Prefetch), from the
+// same URL with the same digest, is not downloaded again.
+func runInstallBinaries(ctx context.Context, env *Env, b *v1alpha1.InstallBinariesCommand) (Result, error) {
 	t := transport{insecureHTTP: b.Source.InsecureHTTP, caBundle: b.Source.CABundle}
 	type download struct {
 		name, url, sum, dest string
@@ -43,23 +60,26 @@ func runInstallBinaries(ctx context.Context, env *Env, b *v1alpha1.InstallBinari
 	}()
 	var done []string
 	for _, name := range b.Components {
-		url := BinaryURL(b.Source.BaseURL, b.Version, arch, name)
-		sum, from := b.Source.SHA256.For(name), "pinned"
-		if sum == "" {
-			var err error
-			if sum, err = fetchSHA256(ctx, env, url+".sha256", t); err != nil {
-				return Result{}, err
-			}
-			from = "from " + url + ".sha256"
+		url, sum, from, err := binarySource(ctx, env, b, name, t)
+		if err != nil {
+			return Result{}, err
 		}
-		dest := "/usr/bin/" + name
-		if fileSHA256(env, dest) == sum {
+		dest := binaryPath(name)
+		ahead := env.Prefetch.take(ctx, env.CommandIndex, dest, url, sum)
+		// A binary of another size cannot have the digest: only one of the same size is read.
+		if (ahead == nil || sizeOf(env, dest) == ahead.size) && fileSHA256(env, dest) == sum {
+			if ahead != nil {
+				_ = ahead.tmp.Discard()
+			}
 			env.printf("%s is already %s (sha256 %s, %s)\n", dest, b.Version, sum, from)
 			done = append(done, name+" (already current)")
 			continue
 		}
-		tmp, err := downloadVerified(ctx, env, url, sum, dest, t)
-		if err != nil {
+		var tmp host.TempFile
+		if ahead != nil {
+			tmp = ahead.tmp
+			env.printf("downloaded %s while the command before ran (sha256 %s)\n", url, sum)
+		} else if tmp, _, err = downloadVerified(ctx, env, url, sum, dest, t); err != nil {
 			return Result{}, err
 		}
 		todo = append(todo, download{name: name, url: url, sum: sum + ", " + from, dest: dest, tmp: tmp})
@@ -78,4 +98,13 @@ func runInstallBinaries(ctx context.Context, env *Env, b *v1alpha1.InstallBinari
 		done = append(done, d.name)
 	}
 	return Result{Message: fmt.Sprintf("installed %s %s", strings.Join(done, ", "), b.Version)}, nil
+}
+
+// sizeOf is the size of host path p, -1 when it cannot be read.
+func sizeOf(env *Env, p string) int64 {
+	fi, err := env.Host.Files.Stat(p)
+	if err != nil {
+		return -1
+	}
+	return fi.Size()
 }

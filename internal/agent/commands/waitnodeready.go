@@ -68,10 +68,11 @@ func runWaitNodeReady(ctx context.Context, env *Env, w *v1alpha1.WaitNodeReadyCo
 }
 
 // nodeReadyPoll is the time between looks: shorter where the kubelet answers for its static pods on
-// the node (a look is then three small reads of the API server: the node, /readyz, the node again).
+// the node (a look is then one answer of the kubelet's and three small reads of the API server: the
+// node, /readyz, the node again).
 func nodeReadyPoll(env *Env) time.Duration {
 	if _, err := env.Host.KubeletPods.Serves(); err != nil || env.Host.KubeletPods.Available() {
-		return min(env.poll(), 500*time.Millisecond)
+		return min(env.poll(), 250*time.Millisecond)
 	}
 	return env.poll()
 }
@@ -95,8 +96,8 @@ func nodeHealthy(ctx context.Context, env *Env, cp *v1alpha1.ControlPlaneHealth)
 	if cp == nil {
 		return nil
 	}
-	asked := false // whether the kubelet was asked, once per look, which source to read
-	fromKubelet := false
+	asked := false // whether the kubelet was asked, once per look, which source to read and its pods
+	var kubelet []corev1.Pod // the kubelet's pods, nil where mirror pods are read
 	for _, comp := range controlPlaneComponents {
 		// The node runs the components whose static pod manifest is on the host.
 		if !env.Host.Files.Exists(host.Manifest(host.ManifestsDir, comp)) {
@@ -107,9 +108,17 @@ func nodeHealthy(ctx context.Context, env *Env, cp *v1alpha1.ControlPlaneHealth)
 			if err != nil {
 				return fmt.Errorf("%s: %w", comp, err)
 			}
-			asked, fromKubelet = true, serves
+			if serves {
+				if kubelet, err = env.Host.KubeletPods.Pods(ctx); err != nil {
+					return fmt.Errorf("%s: %w", comp, err)
+				}
+				if kubelet == nil {
+					kubelet = []corev1.Pod{}
+				}
+			}
+			asked = true
 		}
-		if err := staticPodHealthy(ctx, env, comp, cp.Version, fromKubelet); err != nil {
+		if err := staticPodHealthy(ctx, env, comp, cp.Version, kubelet); err != nil {
 			return err
 		}
 	}
@@ -121,19 +130,22 @@ func nodeHealthy(ctx context.Context, env *Env, cp *v1alpha1.ControlPlaneHealth)
 // kubelet serves its Pods API the pod is the kubelet's own, with the status it computed: current
 // the moment it changes, and, after the kubelet restarted, only what the new kubelet runs and has
 // seen Ready (never the old kubelet's last word, which its mirror pod may still show). Elsewhere it
-// is the mirror pod (fromKubelet, as host.KubeletPods.Serves says).
-func staticPodHealthy(ctx context.Context, env *Env, comp, version string, fromKubelet bool) error {
+// is the mirror pod. kubelet holds the kubelet's pods, one answer per look, or is nil where the
+// mirror pods are read (as host.KubeletPods.Serves says).
+func staticPodHealthy(ctx context.Context, env *Env, comp, version string, kubelet []corev1.Pod) error {
 	name := comp + "-" + env.NodeName
 	pod := &corev1.Pod{}
+	fromKubelet := kubelet != nil
 	if fromKubelet {
-		kpod, err := env.Host.KubeletPods.Pod(ctx, "kube-system", name)
-		if err != nil {
-			return fmt.Errorf("%s: %w", comp, err)
+		pod = nil
+		for i := range kubelet {
+			if kubelet[i].Namespace == "kube-system" && kubelet[i].Name == name {
+				pod = &kubelet[i]
+			}
 		}
-		if kpod == nil {
+		if pod == nil {
 			return fmt.Errorf("%s: the kubelet runs no pod kube-system/%s", comp, name)
 		}
-		pod = kpod
 	} else if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: name}, pod); err != nil {
 		return fmt.Errorf("%s: mirror pod kube-system/%s: %w", comp, name, err)
 	}
