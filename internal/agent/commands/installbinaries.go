@@ -65,22 +65,33 @@ func runInstallBinaries(ctx context.Context, env *Env, b *v1alpha1.InstallBinari
 			return Result{}, err
 		}
 		dest := binaryPath(name)
-		ahead := env.Prefetch.take(ctx, env.CommandIndex, dest, url, sum)
-		// A binary of another size cannot have the digest: only one of the same size is read.
-		if (ahead == nil || sizeOf(env, dest) == ahead.size) && fileSHA256(env, dest) == sum {
-			if ahead != nil {
-				_ = ahead.tmp.Discard()
+		var tmp host.TempFile
+		var current bool
+		if ahead := env.Prefetch.take(ctx, env.CommandIndex, dest, url, sum); ahead != nil {
+			// A binary of another size cannot have the digest: only one of the same size is read.
+			current = sizeOf(env, dest) == ahead.size && fileSHA256(env, dest) == sum
+			tmp = ahead.tmp
+			if !current {
+				env.printf("downloaded %s while the command before ran (sha256 %s)\n", url, sum)
+			}
+		} else {
+			// The binary in place is read while the new one downloads (each a second or so for the
+			// kubelet); a download that turns out not to be needed is dropped.
+			digest := make(chan string, 1)
+			go func() { digest <- fileSHA256(env, dest) }()
+			tmp, _, err = downloadVerified(ctx, env, url, sum, dest, t)
+			current = <-digest == sum
+			if err != nil && !current {
+				return Result{}, err
+			}
+		}
+		if current {
+			if tmp != nil {
+				_ = tmp.Discard()
 			}
 			env.printf("%s is already %s (sha256 %s, %s)\n", dest, b.Version, sum, from)
 			done = append(done, name+" (already current)")
 			continue
-		}
-		var tmp host.TempFile
-		if ahead != nil {
-			tmp = ahead.tmp
-			env.printf("downloaded %s while the command before ran (sha256 %s)\n", url, sum)
-		} else if tmp, _, err = downloadVerified(ctx, env, url, sum, dest, t); err != nil {
-			return Result{}, err
 		}
 		todo = append(todo, download{name: name, url: url, sum: sum + ", " + from, dest: dest, tmp: tmp})
 	}
