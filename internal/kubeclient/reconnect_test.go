@@ -210,7 +210,7 @@ func TestAPIServerAway(t *testing.T) {
 	}
 	closed := "http://" + ln.Addr().String()
 	_ = ln.Close()
-	_, refused := configMaps(t, closed).List(metav1.ListOptions{})
+	_, refused := toolscache.ToListerWatcherWithContext(configMaps(t, closed)).ListWithContext(context.Background(), metav1.ListOptions{})
 	if refused == nil || !APIServerAway(refused) {
 		t.Errorf("a refused connection (%v) is not the API server's absence", refused)
 	}
@@ -219,7 +219,7 @@ func TestAPIServerAway(t *testing.T) {
 		want bool
 	}{{closeConn, true}, {unavailable, true}, {etcdAway, true}, {forbidden, false}, {tooMany, false}, {gone, false}} {
 		srv := newAwayAPIServer(t, tc.how)
-		_, err := configMaps(t, srv.URL).List(metav1.ListOptions{})
+		_, err := toolscache.ToListerWatcherWithContext(configMaps(t, srv.URL)).ListWithContext(context.Background(), metav1.ListOptions{})
 		if err == nil || APIServerAway(err) != tc.want {
 			t.Errorf("answer %d: error %v, away %t, want %t", tc.how, err, err != nil && APIServerAway(err), tc.want)
 		}

@@ -96,7 +96,7 @@ func nodeHealthy(ctx context.Context, env *Env, cp *v1alpha1.ControlPlaneHealth)
 	if cp == nil {
 		return nil
 	}
-	asked := false // whether the kubelet was asked, once per look, which source to read and its pods
+	asked := false           // whether the kubelet was asked, once per look, which source to read and its pods
 	var kubelet []corev1.Pod // the kubelet's pods, nil where mirror pods are read
 	for _, comp := range controlPlaneComponents {
 		// The node runs the components whose static pod manifest is on the host.
