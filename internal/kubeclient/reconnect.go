@@ -10,21 +10,25 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
-// ReconnectEvery is how often the manager's caches ask again while the API server is away;
-// ReconnectFor bounds one such run of asks before the error goes to client-go's own back-off.
+// ReconnectEvery is how soon the manager's caches ask again while the API server is away, doubling
+// (with jitter) up to reconnectAtMost; ReconnectFor bounds one such run of asks before the error
+// goes to client-go's own back-off.
 const (
-	ReconnectEvery = 500 * time.Millisecond
-	ReconnectFor   = 2 * time.Minute
+	ReconnectEvery  = 500 * time.Millisecond
+	ReconnectFor    = 2 * time.Minute
+	reconnectAtMost = 4 * time.Second
 )
 
 // NewInformer is the manager's cache.Options.NewInformer: client-go's informer, whose list and watch,
-// while the API server is away (it refuses connections, closes them, or answers that it or etcd is
-// not ready), ask again every ReconnectEvery instead of handing the error to the informer's
-// reflector. The reflector backs off from 0.8 s, doubling to 30 s with up to as much again of
+// while the API server is away (it refuses or closes connections, or answers that it is not yet
+// available), ask again after ReconnectEvery, doubling to at most 4 s, instead of handing the error
+// to the informer's reflector. The reflector backs off from 0.8 s, doubling to 30 s with up to as much again of
 // jitter, and forgets only after two quiet minutes: after a single control plane's API server
 // restarted (each upgrade and renewal restarts it, and etcd before it), the manager's caches kept
 // the old state for up to a minute after the API server served again, and an operation whose last
@@ -37,8 +41,9 @@ func NewInformer(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Du
 }
 
 // Reconnecting wraps lw so that a list or watch the API server's absence failed is asked again
-// every `every`, for up to `upTo`, before its error is returned; any other error (a refusal, too
-// many requests, an expired resource version) is returned at once. It is a ListerWatcherWithContext
+// after `every`, doubling with jitter to at most 4 s, for up to `upTo`, before its error is
+// returned; any other error (a refusal, too many requests, a server error, a resource version too
+// old or too new) is returned at once, to the reflector's own handling. It is a ListerWatcherWithContext
 // too, which client-go's reflector prefers, and passes the reflector's context on.
 func Reconnecting(lw toolscache.ListerWatcher, every, upTo time.Duration) toolscache.ListerWatcher {
 	return &reconnecting{lw: toolscache.ToListerWatcherWithContext(lw), every: every, upTo: upTo}
@@ -66,15 +71,20 @@ func (r *reconnecting) WatchWithContext(ctx context.Context, options metav1.List
 }
 
 // askWhileAway calls ask until it succeeds, fails otherwise than by the API server's absence, upTo
-// has passed, or ctx ends; it returns the last answer.
+// has passed, or ctx ends; it returns the last answer. It logs the absence once.
 func askWhileAway[T any](ctx context.Context, every, upTo time.Duration, ask func() (T, error)) (T, error) {
 	deadline := time.Now().Add(upTo)
+	delay := every
 	for {
 		v, err := ask()
-		if err == nil || !APIServerAway(err) || !time.Now().Add(every).Before(deadline) {
+		if err == nil || !APIServerAway(err) || !time.Now().Add(delay).Before(deadline) {
 			return v, err
 		}
-		t := time.NewTimer(every)
+		if delay == every {
+			klog.FromContext(ctx).Info("The API server is away; asking again", "every", every, "upTo", upTo, "err", err.Error())
+		}
+		t := time.NewTimer(wait.Jitter(delay, 0.2))
+		delay = min(2*delay, max(reconnectAtMost, every))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -84,18 +94,20 @@ func askWhileAway[T any](ctx context.Context, every, upTo time.Duration, ask fun
 	}
 }
 
-// APIServerAway says whether err means the API server could not answer, as while it or its etcd
-// restarts: the connection was refused, reset, lost or timed out, or the server answered 500, 503
-// or 504. A refusal (401, 403), too many requests (429) or any other answer about the request is
-// not its absence.
+// APIServerAway says whether err means the API server could not answer, as while it restarts: the
+// connection was refused, reset, lost or timed out, or the server answered 503 (not yet available).
+// A refusal (401, 403), too many requests (429), a server error (500, 504: an overloaded or broken
+// server, or a resource version the server has not reached) or any other answer about the request
+// is not its absence.
 func APIServerAway(err error) bool {
 	var netErr net.Error
 	switch {
+	case apierrors.IsServiceUnavailable(err):
+		return true
+	case apierrors.ReasonForError(err) != metav1.StatusReasonUnknown:
+		return false // an answer of the API server's
 	case utilnet.IsConnectionRefused(err), utilnet.IsConnectionReset(err), utilnet.IsProbableEOF(err),
 		utilnet.IsHTTP2ConnectionLost(err), errors.As(err, &netErr) && netErr.Timeout():
-		return true
-	case apierrors.IsInternalError(err), apierrors.IsServiceUnavailable(err), apierrors.IsServerTimeout(err),
-		apierrors.IsTimeout(err):
 		return true
 	}
 	return false

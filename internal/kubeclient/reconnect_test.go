@@ -2,6 +2,7 @@ package kubeclient
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -28,10 +29,11 @@ const (
 	serve       away = iota
 	closeConn        // the connection ends with no answer, as when the API server's process stops
 	unavailable      // 503, as a starting API server answers
-	etcdAway         // 500, as an API server whose etcd restarts answers
+	serverError      // 500: the server is there and failed the request
 	forbidden        // 403: a refusal, not an absence
 	tooMany          // 429: the server asks clients to slow down
 	gone             // 410: the watch's resource version is too old
+	tooLarge         // 504 ResourceVersionTooLarge: the server has not reached the resource version
 )
 
 // flakyAPIServer answers ConfigMap lists and watches after failing the first requests as plan says.
@@ -84,8 +86,12 @@ func (s *flakyAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	case unavailable:
 		status(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable)
-	case etcdAway:
+	case serverError:
 		status(http.StatusInternalServerError, metav1.StatusReasonInternalError)
+	case tooLarge:
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusGatewayTimeout)
+		_, _ = fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Timeout","code":504,"details":{"causes":[{"reason":"ResourceVersionTooLarge","message":"Too large resource version"}]}}`)
 	case forbidden:
 		status(http.StatusForbidden, metav1.StatusReasonForbidden)
 	case tooMany:
@@ -113,10 +119,10 @@ func configMaps(t *testing.T, host string) toolscache.ListerWatcher {
 }
 
 // TestReconnectingAsksAgainWhileTheAPIServerIsAway: a list or watch that failed because the API
-// server was away (the connection ended unanswered, a starting server's 503, etcd's 500) is asked
-// again until it answers, and the informer's reflector, which would back off for up to a minute on
-// the error, never sees it; a refusal, too many requests and an expired resource version reach it
-// at once.
+// server was away (the connection ended unanswered, a starting server's 503) is asked again until
+// it answers, and the informer's reflector, which would back off for up to a minute on the error,
+// never sees it; a refusal, too many requests, a server error and a resource version too old or
+// too new (which the reflector answers by listing again) reach it at once.
 func TestReconnectingAsksAgainWhileTheAPIServerIsAway(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -128,7 +134,9 @@ func TestReconnectingAsksAgainWhileTheAPIServerIsAway(t *testing.T) {
 	}{
 		{name: "the API server's process stopped, then a starting one answered 503, then it serves",
 			plan: []away{closeConn, closeConn, unavailable, unavailable}, asks: 5},
-		{name: "etcd restarts", plan: []away{etcdAway, etcdAway, etcdAway}, asks: 4},
+		{name: "a starting API server", plan: []away{unavailable, unavailable, unavailable}, asks: 4},
+		{name: "a server error", plan: []away{serverError}, asks: 1, fails: true},
+		{name: "a resource version the server has not reached", plan: []away{tooLarge}, asks: 1, fails: true},
 		{name: "a refusal", plan: []away{forbidden}, asks: 1, fails: true},
 		{name: "too many requests", plan: []away{tooMany}, asks: 1, fails: true},
 		{name: "the resource version is too old", plan: []away{gone}, asks: 1, fails: true},
@@ -197,8 +205,9 @@ func TestReconnectingGivesUpAfterItsBound(t *testing.T) {
 		return nil
 	})
 	cancel()
-	if err := <-done; !apierrors.IsServiceUnavailable(err) {
-		t.Errorf("watch asked until its context ended: %v, want the last 503", err)
+	// The context may end while a request is out (that request's error) or between two.
+	if err := <-done; !apierrors.IsServiceUnavailable(err) && !errors.Is(err, context.Canceled) {
+		t.Errorf("watch asked until its context ended: %v, want the last 503 or the context's end", err)
 	}
 }
 
@@ -217,7 +226,7 @@ func TestAPIServerAway(t *testing.T) {
 	for _, tc := range []struct {
 		how  away
 		want bool
-	}{{closeConn, true}, {unavailable, true}, {etcdAway, true}, {forbidden, false}, {tooMany, false}, {gone, false}} {
+	}{{closeConn, true}, {unavailable, true}, {serverError, false}, {forbidden, false}, {tooMany, false}, {gone, false}, {tooLarge, false}} {
 		srv := newAwayAPIServer(t, tc.how)
 		_, err := toolscache.ToListerWatcherWithContext(configMaps(t, srv.URL)).ListWithContext(context.Background(), metav1.ListOptions{})
 		if err == nil || APIServerAway(err) != tc.want {
