@@ -97,8 +97,8 @@ type Reconciler struct {
 	// writes in them from another's.
 	nodes    map[string]heldNode
 	instance string
-	// prefetches are downloads for a task's next command, made while the one before runs.
-	prefetches map[types.UID]*commands.Prefetch
+	// prefetches are downloads for a task's next command, made while the one before runs, by task name.
+	prefetches map[string]heldPrefetch
 }
 
 // Reconcile runs the task's commands in order until it finishes or has to wait.
@@ -181,11 +181,8 @@ func (r *Reconciler) forgetIfFinished(task *v1alpha1.NodeTask) {
 		return
 	}
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	delete(r.written, task.UID)
-	p := r.prefetches[task.UID]
-	delete(r.prefetches, task.UID)
-	r.mu.Unlock()
-	p.Discard() // the task ended before the command it was for ran
 }
 
 func (r *Reconciler) setRunning(d int) {
@@ -383,10 +380,10 @@ func (r *Reconciler) run(ctx context.Context, task *v1alpha1.NodeTask, a taskpol
 		// Such a command is never run before its Running record, so task.Status is this run's.
 		env.Drainer = r.drainerFor(task, a.Index)
 	}
-	env.Prefetch = r.takePrefetch(task.UID, a.Index)
+	env.Prefetch = r.takePrefetch(task, a.Index)
 	defer env.Prefetch.Discard() // what the command did not take
 	if j, b := prefetchDuring(task, a.Index); b != nil {
-		r.keepPrefetch(task.UID, commands.StartPrefetch(ctx, env, j, b))
+		r.keepPrefetch(task, commands.StartPrefetch(ctx, env, j, b))
 	}
 	res, err := commands.Run(cctx, env, cmd)
 	stop()
@@ -405,42 +402,56 @@ func (r *Reconciler) run(ctx context.Context, task *v1alpha1.NodeTask, a taskpol
 
 // prefetchDuring names the installBinaries command whose binaries the agent downloads while
 // command i runs: the one right after a kubeadm upgrade, which runs for minutes and writes nothing
-// in /usr/bin (commands.Prefetch).
+// in /usr/bin (commands.Prefetch). Only where the next command runs without a person's approval
+// (Auto): nothing is written on the node for a command not yet approved, not even a download.
 func prefetchDuring(task *v1alpha1.NodeTask, i int) (int, *v1alpha1.InstallBinariesCommand) {
 	cmds := task.Spec.Commands
-	if i+1 >= len(cmds) || (cmds[i].KubeadmUpgradeApply == nil && cmds[i].KubeadmUpgradeNode == nil) {
+	if task.Spec.ExecutionMode != v1alpha1.ExecutionAuto || i+1 >= len(cmds) ||
+		(cmds[i].KubeadmUpgradeApply == nil && cmds[i].KubeadmUpgradeNode == nil) {
 		return 0, nil
 	}
 	return i + 1, cmds[i+1].InstallBinaries
 }
 
+// heldPrefetch is a download for the next command of the task it names.
+type heldPrefetch struct {
+	uid types.UID
+	p   *commands.Prefetch
+}
+
 // keepPrefetch holds p for the task's next command, in place of any earlier one.
-func (r *Reconciler) keepPrefetch(task types.UID, p *commands.Prefetch) {
+func (r *Reconciler) keepPrefetch(task *v1alpha1.NodeTask, p *commands.Prefetch) {
 	if p == nil {
 		return
 	}
 	r.mu.Lock()
-	old := r.prefetches[task]
+	old := r.prefetches[task.Name]
 	if r.prefetches == nil {
-		r.prefetches = map[types.UID]*commands.Prefetch{}
+		r.prefetches = map[string]heldPrefetch{}
 	}
-	r.prefetches[task] = p
+	r.prefetches[task.Name] = heldPrefetch{uid: task.UID, p: p}
 	r.mu.Unlock()
-	old.Discard()
+	old.p.Discard()
 }
 
 // takePrefetch hands over what was downloaded for command i of the task; nil when nothing was, and
-// what was downloaded for another command is removed.
-func (r *Reconciler) takePrefetch(task types.UID, i int) *commands.Prefetch {
-	r.mu.Lock()
-	p := r.prefetches[task]
-	delete(r.prefetches, task)
-	r.mu.Unlock()
-	if p != nil && p.Index != i {
-		p.Discard()
+// what was downloaded for another command (or an earlier task of the same name) is removed.
+func (r *Reconciler) takePrefetch(task *v1alpha1.NodeTask, i int) *commands.Prefetch {
+	h := r.dropPrefetch(task.Name)
+	if h.p != nil && (h.uid != task.UID || h.p.Index != i) {
+		h.p.Discard()
 		return nil
 	}
-	return p
+	return h.p
+}
+
+// dropPrefetch stops holding the named task's download and returns it.
+func (r *Reconciler) dropPrefetch(task string) heldPrefetch {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h := r.prefetches[task]
+	delete(r.prefetches, task)
+	return h
 }
 
 // timeout bounds a command: its own timeout, or its kind's default (every command has a timeout, rule 12).

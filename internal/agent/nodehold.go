@@ -257,6 +257,9 @@ func (r *Reconciler) releaseIfFinished(task *v1alpha1.NodeTask) {
 	if !finished(task.Status.Phase) && !finished(task.EffectivePhase()) {
 		return
 	}
+	// A download for a command the task will not run now (it failed, was aborted or succeeded) is
+	// stopped and removed before the node is free for another task.
+	r.dropPrefetch(task.Name).p.Discard()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if h, ok := r.nodes[task.Spec.NodeName]; ok && h.task == task.Name && h.f != nil {
@@ -268,6 +271,7 @@ func (r *Reconciler) releaseIfFinished(task *v1alpha1.NodeTask) {
 
 // releaseGone frees the node's lock held for a task that was deleted.
 func (r *Reconciler) releaseGone(task string) {
+	r.dropPrefetch(task).p.Discard()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for node, h := range r.nodes {

@@ -75,11 +75,19 @@ func runInstallBinaries(ctx context.Context, env *Env, b *v1alpha1.InstallBinari
 				env.printf("downloaded %s while the command before ran (sha256 %s)\n", url, sum)
 			}
 		} else {
-			// The binary in place is read while the new one downloads (each a second or so for the
-			// kubelet); a download that turns out not to be needed is dropped.
+			// The binary in place is read while the new one downloads (each up to a second for the
+			// kubelet); when it already has the digest the download stops and is dropped.
+			dctx, stopDownload := context.WithCancel(ctx)
 			digest := make(chan string, 1)
-			go func() { digest <- fileSHA256(env, dest) }()
-			tmp, _, err = downloadVerified(ctx, env, url, sum, dest, t)
+			go func() {
+				d := fileSHA256(env, dest)
+				if d == sum {
+					stopDownload()
+				}
+				digest <- d
+			}()
+			tmp, _, err = downloadVerified(dctx, env, url, sum, dest, t)
+			stopDownload()
 			current = <-digest == sum
 			if err != nil && !current {
 				return Result{}, err

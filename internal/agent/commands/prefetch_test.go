@@ -130,9 +130,10 @@ func TestPrefetchNeverInstallsWhatItWasNotAskedFor(t *testing.T) {
 	})
 	t.Run("another command", func(t *testing.T) {
 		env, root, _ := localEnv(t, old, false)
-		env.Prefetch = StartPrefetch(context.Background(), env, 5, b)
-		env.CommandIndex = 4
 		before := srv.count("/v1.37.2/bin/linux/amd64/kubelet")
+		env.Prefetch = StartPrefetch(context.Background(), env, 5, b)
+		<-env.Prefetch.done // its download ended before the install runs, as beside a kubeadm upgrade
+		env.CommandIndex = 4
 		if _, err := Run(context.Background(), env, &v1alpha1.Command{InstallBinaries: b}); err != nil {
 			t.Fatal(err)
 		}

@@ -61,16 +61,19 @@ func runWaitNodeReady(ctx context.Context, env *Env, w *v1alpha1.WaitNodeReadyCo
 		if left <= 0 {
 			return Result{}, fmt.Errorf("not healthy after %s: %w", timeout, last)
 		}
-		if serr := clock.Sleep(ctx, min(nodeReadyPoll(env), left)); serr != nil {
+		if serr := clock.Sleep(ctx, min(nodeReadyPoll(env, cp != nil), left)); serr != nil {
 			return Result{}, fmt.Errorf("not healthy when stopped (%w): %w", serr, last)
 		}
 	}
 }
 
-// nodeReadyPoll is the time between looks: shorter where the kubelet answers for its static pods on
-// the node (a look is then one answer of the kubelet's and three small reads of the API server: the
-// node, /readyz, the node again).
-func nodeReadyPoll(env *Env) time.Duration {
+// nodeReadyPoll is the time between looks: shorter for a control plane where the kubelet answers
+// for its static pods on the node (a look is then one answer of the kubelet's and three small reads
+// of the API server: the node, /readyz, the node again).
+func nodeReadyPoll(env *Env, controlPlane bool) time.Duration {
+	if !controlPlane {
+		return env.poll()
+	}
 	if _, err := env.Host.KubeletPods.Serves(); err != nil || env.Host.KubeletPods.Available() {
 		return min(env.poll(), 250*time.Millisecond)
 	}
