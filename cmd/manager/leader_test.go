@@ -354,3 +354,34 @@ func TestStartWaitsForTheAPIServer(t *testing.T) {
 		t.Errorf("waitForAPIServer against a closed server: %v", err)
 	}
 }
+
+// TestInheritedIdentityOnlyForThisProcess: the identity handed over to a start in place is taken
+// only by the process it was stamped for; another process (another PID, or the same PID in another
+// container started at another time) with the variable copied into its environment starts as a new
+// candidate, and the variable is removed either way.
+func TestInheritedIdentityOnlyForThisProcess(t *testing.T) {
+	stamp := processStamp()
+	parts := strings.Split(stamp, "/")
+	if len(parts) != 3 {
+		t.Fatalf("processStamp() = %q, want PID/START/BOOT", stamp)
+	}
+	pid, start, boot := parts[0], parts[1], parts[2]
+	for _, tc := range []struct{ name, value, want string }{
+		{"this process", stamp + " manager_1", "manager_1"},
+		{"another PID", "1" + pid + "/" + start + "/" + boot + " manager_1", ""},
+		{"the same PID started at another time", pid + "/1" + start + "/" + boot + " manager_1", ""},
+		{"another boot", pid + "/" + start + "/another-boot manager_1", ""},
+		{"no stamp", "manager_1", ""},
+		{"no identity", stamp + " ", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(inheritedIdentityEnv, tc.value)
+			if got := inheritedIdentity(); got != tc.want {
+				t.Errorf("inheritedIdentity() with %q = %q, want %q", tc.value, got, tc.want)
+			}
+			if v, ok := os.LookupEnv(inheritedIdentityEnv); ok {
+				t.Errorf("%s is still set (%q): a process the manager starts would see it", inheritedIdentityEnv, v)
+			}
+		})
+	}
+}

@@ -95,7 +95,7 @@ func main() {
 		// process has it (this one's image is gone), so if the Lease still names it (no standby took
 		// it while the API server was away) it leads again at once instead of waiting a whole lease
 		// duration for its own Lease to expire, and otherwise waits like any other candidate.
-		fmt.Fprintln(os.Stderr, "manager: leader election lost; starting again in place as a candidate with the same identity")
+		fmt.Fprintf(os.Stderr, "manager: leader election lost; starting again in place as a candidate with the same identity (%s)\n", lost.identity)
 		if exe, xerr := os.Executable(); xerr == nil {
 			env := os.Environ()
 			if stamp := processStamp(); stamp != "" {
