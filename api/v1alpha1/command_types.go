@@ -391,7 +391,11 @@ func (c *InstallPackagesCommand) Effects() CommandEffects {
 	return CommandEffects{Disruption: Disruptive, PlainHTTP: c.Repository != nil && strings.HasPrefix(c.Repository.URL, "http://")}
 }
 
-// RestartServiceCommand restarts a service with the host's service manager.
+// RestartServiceCommand restarts a service with the host's service manager. Restarting the kubelet
+// on a control plane, it then waits (at most 10 s) until the new kubelet lists its pods and stops at
+// once the old processes of every static pod the kubelet now runs under a new UID (a kubelet of a new
+// minor version renames them all), as the kubelet's housekeeping would about 2 s later, so that the
+// new etcd and API server do not fail on the old ones' ports.
 type RestartServiceCommand struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253

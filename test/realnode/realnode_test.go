@@ -768,10 +768,12 @@ func (e *env) verifyStaticPods(op *nodeopsv1.NodeOperation) {
 	if done.IsZero() {
 		e.t.Fatalf("no completed task of %s on node %s", op.Name, e.node)
 	}
+	e.kubeletRestartStoppedReplacedPods(tasks.Items)
 	for _, comp := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 		image := want[comp]
 		name := comp + "-" + e.node
 		var started time.Time
+		var restarts int32
 		testutil.EventuallyEvery(e.t, 3*time.Minute, realnodePoll, name+" running "+image, func(context.Context) error {
 			var p corev1.Pod
 			if err := e.c.Get(e.ctx, client.ObjectKey{Namespace: "kube-system", Name: name}, &p); err != nil {
@@ -794,14 +796,40 @@ func (e *env) verifyStaticPods(op *nodeopsv1.NodeOperation) {
 			// in-place container restart (a controller-manager that lost its leader Lease) is
 			// no new run of the static pod.
 			started = p.Status.StartTime.Time
+			restarts = cs.RestartCount
 			return nil
 		})
 		// Both times are whole seconds: a run started in the second the task completed counts.
 		if started.After(done) {
 			e.t.Errorf("rule 13, succeeded means served: the kubelet started %s at %s, after the node's upgrade task of %s succeeded at %s: the task succeeded before the kubelet's last restart of it", name, started.Format(time.RFC3339), op.Name, done.Format(time.RFC3339))
 		}
-		e.t.Logf("%s runs %s, started %s (the node's task succeeded %s)", name, image, started.Format(time.RFC3339), done.Format(time.RFC3339))
+		e.t.Logf("%s runs %s, started %s, its container restarted %d times (the node's task succeeded %s)", name, image, started.Format(time.RFC3339), restarts, done.Format(time.RFC3339))
 	}
+}
+
+// kubeletRestartStoppedReplacedPods checks that the upgrade's kubelet restart on this node saw the
+// new kubelet (v1.37, a new minor version) list every static pod under a new UID and stopped the old
+// pods' processes at once (issue 30: a new etcd or API server that starts beside the old one fails on
+// its ports and waits out a 10 s back-off), as the restartService command's message says.
+func (e *env) kubeletRestartStoppedReplacedPods(tasks []nodeopsv1.NodeTask) {
+	e.t.Helper()
+	for _, task := range tasks {
+		if task.Spec.NodeName != e.node {
+			continue
+		}
+		for i, c := range task.Spec.Commands {
+			if c.RestartService == nil || c.RestartService.Name != "kubelet" || i >= len(task.Status.Commands) {
+				continue
+			}
+			msg := task.Status.Commands[i].Message
+			e.t.Logf("the upgrade's kubelet restart: %s", msg)
+			if !strings.Contains(msg, "it replaced static pods etcd, kube-apiserver, kube-controller-manager, kube-scheduler under new UIDs: stopped their old containers") {
+				e.t.Errorf("the kubelet restart of task %s says %q; want the new kubelet's replaced static pods named and their old containers stopped", task.Name, msg)
+			}
+			return
+		}
+	}
+	e.t.Errorf("no restartService of the kubelet on node %s in the upgrade's tasks", e.node)
 }
 
 func (e *env) verifyKubelet() {
