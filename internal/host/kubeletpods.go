@@ -154,26 +154,33 @@ const clockTicks = 100
 // newestProcessStart is when the most recently started process whose program is named program
 // (argv[0]'s base name) started, read from proc (a /proc).
 func newestProcessStart(proc, program string) (time.Time, bool) {
+	_, _, start, ok := newestProcess(proc, program)
+	return start, ok
+}
+
+// newestProcess is the most recently started process whose program is named program (argv[0]'s
+// base name), read from proc (a /proc): its PID, argv[0] and start.
+func newestProcess(proc, program string) (pid int, argv0 string, start time.Time, found bool) {
 	boot, ok := bootTime(proc)
 	if !ok {
-		return time.Time{}, false
+		return 0, "", time.Time{}, false
 	}
 	entries, err := os.ReadDir(proc)
 	if err != nil {
-		return time.Time{}, false
+		return 0, "", time.Time{}, false
 	}
 	var newest time.Time
-	found := false
 	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
 			continue
 		}
 		cmdline, err := os.ReadFile(filepath.Join(proc, e.Name(), "cmdline"))
 		if err != nil {
 			continue
 		}
-		argv0, _, _ := strings.Cut(string(cmdline), "\x00")
-		if filepath.Base(argv0) != program {
+		arg0, _, _ := strings.Cut(string(cmdline), "\x00")
+		if filepath.Base(arg0) != program {
 			continue
 		}
 		stat, err := os.ReadFile(filepath.Join(proc, e.Name(), "stat"))
@@ -194,12 +201,38 @@ func newestProcessStart(proc, program string) (time.Time, bool) {
 		if err != nil {
 			continue
 		}
-		start := boot.Add(time.Duration(ticks) * (time.Second / clockTicks)) //nolint:gosec // ticks since boot fit in int64
-		if !found || start.After(newest) {
-			newest, found = start, true
+		began := boot.Add(time.Duration(ticks) * (time.Second / clockTicks)) //nolint:gosec // ticks since boot fit in int64
+		if !found || began.After(newest) {
+			newest, found, pid, argv0 = began, true, n, arg0
 		}
 	}
-	return newest, found
+	return pid, argv0, newest, found
+}
+
+// BinaryReplaced says whether the running kubelet runs another file than the one it was started as
+// (its argv[0], under Root): the binary was replaced since, so a restart runs another kubelet, which
+// may name its static pods anew. It fails when no kubelet runs or its files cannot be read.
+func (k *KubeletPods) BinaryReplaced() (bool, error) {
+	proc := filepath.Join(k.Root, "proc")
+	pid, argv0, _, found := newestProcess(proc, "kubelet")
+	if !found {
+		return false, errors.New("no kubelet process runs on the node")
+	}
+	running, err := os.Stat(filepath.Join(proc, strconv.Itoa(pid), "exe"))
+	if err != nil {
+		return false, fmt.Errorf("the running kubelet's binary: %w", err)
+	}
+	if !filepath.IsAbs(argv0) {
+		return false, fmt.Errorf("the running kubelet was started as %q, not by its path", argv0)
+	}
+	onDisk, err := (&FS{Root: k.Root}).Stat(argv0)
+	if errors.Is(err, os.ErrNotExist) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return !os.SameFile(running, onDisk), nil
 }
 
 // bootTime is when the machine booted, from proc/stat's btime.

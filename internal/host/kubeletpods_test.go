@@ -183,3 +183,51 @@ func TestProcessStartFromTheRealProc(t *testing.T) {
 		t.Fatalf("this process started at %s by /proc; its package was initialized at %s, now is %s", started, testBinaryInit, now)
 	}
 }
+
+// TestKubeletBinaryReplacedSaysWhetherARestartRunsAnotherKubelet: the upgrade replaces the kubelet
+// binary before restarting it (the running process then runs the file kept aside, as the kernel's
+// /proc/PID/exe names it): only then may the restart name the static pods anew, so only then does
+// restartService look for replaced pods. A restart for a configuration change runs the same file.
+func TestKubeletBinaryReplacedSaysWhetherARestartRunsAnotherKubelet(t *testing.T) {
+	root := fakeKubelet(t, time.Now().Add(-time.Minute), time.Time{})
+	bin := filepath.Join(root, "usr/bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, content string) {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(content), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exe := filepath.Join(root, "proc/4321/exe")
+	runs := func(name string) {
+		_ = os.Remove(exe)
+		if err := os.Symlink(filepath.Join(bin, name), exe); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k := &host.KubeletPods{Root: root}
+	write("kubelet", "v1.36.3")
+	runs("kubelet")
+	if replaced, err := k.BinaryReplaced(); err != nil || replaced {
+		t.Errorf("the kubelet runs /usr/bin/kubelet itself: replaced = %v, %v; want false", replaced, err)
+	}
+	// installBinaries keeps the old binary as kubelet.nodeops-prev and puts the new one in place.
+	if err := os.Rename(filepath.Join(bin, "kubelet"), filepath.Join(bin, "kubelet.nodeops-prev")); err != nil {
+		t.Fatal(err)
+	}
+	write("kubelet", "v1.37.2")
+	runs("kubelet.nodeops-prev")
+	if replaced, err := k.BinaryReplaced(); err != nil || !replaced {
+		t.Errorf("the kubelet's binary was replaced: replaced = %v, %v; want true", replaced, err)
+	}
+	if err := os.Remove(filepath.Join(bin, "kubelet")); err != nil {
+		t.Fatal(err)
+	}
+	if replaced, err := k.BinaryReplaced(); err != nil || !replaced {
+		t.Errorf("the kubelet's binary was removed: replaced = %v, %v; want true", replaced, err)
+	}
+	if _, err := (&host.KubeletPods{Root: t.TempDir()}).BinaryReplaced(); err == nil {
+		t.Error("with no kubelet process BinaryReplaced did not fail")
+	}
+}

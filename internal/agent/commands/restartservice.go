@@ -20,6 +20,9 @@ const (
 	// has read its manifests and the API server's pods). After that its own housekeeping stops the
 	// pods it replaced, as it would have anyway.
 	replacedPodsWait = 10 * time.Second
+	// newPodsAPIWait: a kubelet with a Pods API opens it 0.3 s after its start on the real node; one
+	// replacing a kubelet without, that has made no socket in this time, is taken to have none.
+	newPodsAPIWait = 3 * time.Second
 	// replacedPodGrace is the grace the kubelet's housekeeping gives an orphaned pod's containers.
 	replacedPodGrace = time.Second
 	// configHashAnnotation is the static pod's UID as the kubelet named it, on its mirror pod.
@@ -29,14 +32,19 @@ const (
 func runRestartService(ctx context.Context, env *Env, s *v1alpha1.RestartServiceCommand) (Result, error) {
 	var before map[string]string
 	if s.Name == "kubelet" && !env.DryRun && env.Host.KubeletPods != nil {
-		before = staticPodUIDs(ctx, env)
+		// Only a kubelet whose binary was replaced since it started (an upgrade) can come back
+		// naming the static pods anew; where that cannot be told, the pods are looked at.
+		if replaced, err := env.Host.KubeletPods.BinaryReplaced(); err != nil || replaced {
+			before = staticPodUIDs(ctx, env)
+		}
 	}
+	hadPodsAPI := env.Host.KubeletPods.Available()
 	if err := env.Host.Services.Restart(ctx, s.Name); err != nil {
 		return Result{}, err
 	}
 	msg := fmt.Sprintf("%s restarted with %s", s.Name, env.Host.Services.Name())
 	if len(before) > 0 {
-		msg += "; " + stopReplacedStaticPods(ctx, env, before)
+		msg += "; " + stopReplacedStaticPods(ctx, env, before, hadPodsAPI)
 	}
 	return Result{Message: msg}, nil
 }
@@ -100,9 +108,9 @@ func findPod(pods []corev1.Pod, name string) *corev1.Pod {
 // housekeeping: that runs 2 s or more later, and a new etcd or API server that starts before it fails
 // on the old one's ports and waits out a 10 s back-off. It never fails the restart: the kubelet
 // would stop those pods anyway; it says what it did.
-func stopReplacedStaticPods(ctx context.Context, env *Env, before map[string]string) string {
+func stopReplacedStaticPods(ctx context.Context, env *Env, before map[string]string, hadPodsAPI bool) string {
 	defer env.waiting(v1alpha1.WaitKubeletRestarted)()
-	pods, err := restartedKubeletPods(ctx, env)
+	pods, err := restartedKubeletPods(ctx, env, hadPodsAPI)
 	if err != nil {
 		return fmt.Sprintf("the static pods the new kubelet may replace are left to its housekeeping (%v)", err)
 	}
@@ -126,14 +134,16 @@ func stopReplacedStaticPods(ctx context.Context, env *Env, before map[string]str
 }
 
 // restartedKubeletPods are the pods of the kubelet that started after the restart, once it lists
-// them, asked every kubeletPodsPoll for at most replacedPodsWait.
-func restartedKubeletPods(ctx context.Context, env *Env) ([]corev1.Pod, error) {
+// them, asked every kubeletPodsPoll for at most replacedPodsWait. Where the kubelet before had no
+// Pods API and the new one has made no socket within newPodsAPIWait, it has none either.
+func restartedKubeletPods(ctx context.Context, env *Env, hadPodsAPI bool) ([]corev1.Pod, error) {
 	ctx, cancel := context.WithTimeout(ctx, replacedPodsWait)
 	defer cancel()
+	begin := time.Now()
 	var last error
 	for {
 		serves, err := env.Host.KubeletPods.Serves()
-		if err == nil && !serves {
+		if err == nil && !serves || !hadPodsAPI && !env.Host.KubeletPods.Available() && time.Since(begin) > newPodsAPIWait {
 			return nil, host.ErrNoKubeletPodsAPI
 		}
 		if err == nil {
