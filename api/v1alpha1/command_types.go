@@ -392,10 +392,10 @@ func (c *InstallPackagesCommand) Effects() CommandEffects {
 }
 
 // RestartServiceCommand restarts a service with the host's service manager. Restarting the kubelet
-// on a control plane, it then waits (at most 10 s) until the new kubelet lists its pods and stops at
-// once the old processes of every static pod the kubelet now runs under a new UID (a kubelet of a new
-// minor version renames them all), as the kubelet's housekeeping would about 2 s later, so that the
-// new etcd and API server do not fail on the old ones' ports.
+// on a control plane onto a binary of a new minor version, which names every static pod anew, it
+// stops the static pods' old runs right after the restart (SIGTERM, SIGKILL after 1 s), as the
+// kubelet's housekeeping would seconds later, so that the new etcd and API server find their ports
+// free.
 type RestartServiceCommand struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253

@@ -196,7 +196,7 @@ type CommandStatus struct {
 }
 
 // WaitFor names what a command waited for.
-// +kubebuilder:validation:Enum=MirrorPodGone;MirrorPodBack;NodeReady;ControlPlaneHealthy;Drain;SecretMount;Wait;KubeletRestarted
+// +kubebuilder:validation:Enum=MirrorPodGone;MirrorPodBack;NodeReady;ControlPlaneHealthy;Drain;SecretMount;Wait
 type WaitFor string
 
 // What a command may wait for.
@@ -216,9 +216,6 @@ const (
 	WaitSecretMount WaitFor = "SecretMount"
 	// WaitWait: the wait command itself.
 	WaitWait WaitFor = "Wait"
-	// WaitKubeletRestarted: the kubelet just restarted on a control plane, until it lists its pods,
-	// which tells whether it replaced the static pods (whose old containers are then stopped at once).
-	WaitKubeletRestarted WaitFor = "KubeletRestarted"
 )
 
 // CommandWait is the time a run of a command spent waiting for one thing.

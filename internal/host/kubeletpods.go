@@ -209,30 +209,30 @@ func newestProcess(proc, program string) (pid int, argv0 string, start time.Time
 	return pid, argv0, newest, found
 }
 
-// BinaryReplaced says whether the running kubelet runs another file than the one it was started as
-// (its argv[0], under Root): the binary was replaced since, so a restart runs another kubelet, which
-// may name its static pods anew. It fails when no kubelet runs or its files cannot be read.
-func (k *KubeletPods) BinaryReplaced() (bool, error) {
+// BinaryReplaced says whether the running kubelet runs another file than the one it was started as,
+// path (its argv[0], under Root): the binary was replaced since, so a restart runs another kubelet.
+// It fails when no kubelet runs or its files cannot be read.
+func (k *KubeletPods) BinaryReplaced() (path string, replaced bool, err error) {
 	proc := filepath.Join(k.Root, "proc")
 	pid, argv0, _, found := newestProcess(proc, "kubelet")
 	if !found {
-		return false, errors.New("no kubelet process runs on the node")
+		return "", false, errors.New("no kubelet process runs on the node")
+	}
+	if !filepath.IsAbs(argv0) {
+		return "", false, fmt.Errorf("the running kubelet was started as %q, not by its path", argv0)
 	}
 	running, err := os.Stat(filepath.Join(proc, strconv.Itoa(pid), "exe"))
 	if err != nil {
-		return false, fmt.Errorf("the running kubelet's binary: %w", err)
-	}
-	if !filepath.IsAbs(argv0) {
-		return false, fmt.Errorf("the running kubelet was started as %q, not by its path", argv0)
+		return argv0, false, fmt.Errorf("the running kubelet's binary: %w", err)
 	}
 	onDisk, err := (&FS{Root: k.Root}).Stat(argv0)
 	if errors.Is(err, os.ErrNotExist) {
-		return true, nil
+		return argv0, true, nil
 	}
 	if err != nil {
-		return false, err
+		return argv0, false, err
 	}
-	return !os.SameFile(running, onDisk), nil
+	return argv0, !os.SameFile(running, onDisk), nil
 }
 
 // bootTime is when the machine booted, from proc/stat's btime.

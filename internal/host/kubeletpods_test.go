@@ -209,8 +209,8 @@ func TestKubeletBinaryReplacedSaysWhetherARestartRunsAnotherKubelet(t *testing.T
 	k := &host.KubeletPods{Root: root}
 	write("kubelet", "v1.36.3")
 	runs("kubelet")
-	if replaced, err := k.BinaryReplaced(); err != nil || replaced {
-		t.Errorf("the kubelet runs /usr/bin/kubelet itself: replaced = %v, %v; want false", replaced, err)
+	if path, replaced, err := k.BinaryReplaced(); err != nil || replaced || path != "/usr/bin/kubelet" {
+		t.Errorf("the kubelet runs /usr/bin/kubelet itself: BinaryReplaced() = %q, %v, %v; want /usr/bin/kubelet, false", path, replaced, err)
 	}
 	// installBinaries keeps the old binary as kubelet.nodeops-prev and puts the new one in place.
 	if err := os.Rename(filepath.Join(bin, "kubelet"), filepath.Join(bin, "kubelet.nodeops-prev")); err != nil {
@@ -218,16 +218,16 @@ func TestKubeletBinaryReplacedSaysWhetherARestartRunsAnotherKubelet(t *testing.T
 	}
 	write("kubelet", "v1.37.2")
 	runs("kubelet.nodeops-prev")
-	if replaced, err := k.BinaryReplaced(); err != nil || !replaced {
+	if _, replaced, err := k.BinaryReplaced(); err != nil || !replaced {
 		t.Errorf("the kubelet's binary was replaced: replaced = %v, %v; want true", replaced, err)
 	}
 	if err := os.Remove(filepath.Join(bin, "kubelet")); err != nil {
 		t.Fatal(err)
 	}
-	if replaced, err := k.BinaryReplaced(); err != nil || !replaced {
+	if _, replaced, err := k.BinaryReplaced(); err != nil || !replaced {
 		t.Errorf("the kubelet's binary was removed: replaced = %v, %v; want true", replaced, err)
 	}
-	if _, err := (&host.KubeletPods{Root: t.TempDir()}).BinaryReplaced(); err == nil {
+	if _, _, err := (&host.KubeletPods{Root: t.TempDir()}).BinaryReplaced(); err == nil {
 		t.Error("with no kubelet process BinaryReplaced did not fail")
 	}
 }

@@ -90,7 +90,7 @@ func ManagerSeries() []Series {
 		{GroupUnavailableNodes, dto.MetricType_GAUGE, "Nodes of a running or blocked group that count against its maxUnavailable: held by an unfinished task (any operation's or profile's), NotReady or cordoned.", []string{"operation", "group"}},
 		{GroupMaxUnavailable, dto.MetricType_GAUGE, "A running or blocked group's maxUnavailable, in nodes.", []string{"operation", "group"}},
 		{CommandDuration, dto.MetricType_HISTOGRAM, "Duration of the succeeded commands the NodeTasks in the cluster record, by command kind.", []string{"kind"}},
-		{CommandPhaseDuration, dto.MetricType_HISTOGRAM, "The succeeded commands' durations split by phase: Run, the time the work ran, and each thing a command waited for (MirrorPodGone, MirrorPodBack, NodeReady, ControlPlaneHealthy, Drain, SecretMount, Wait, KubeletRestarted), by command kind.", []string{"kind", "phase"}},
+		{CommandPhaseDuration, dto.MetricType_HISTOGRAM, "The succeeded commands' durations split by phase: Run, the time the work ran, and each thing a command waited for (MirrorPodGone, MirrorPodBack, NodeReady, ControlPlaneHealthy, Drain, SecretMount, Wait), by command kind.", []string{"kind", "phase"}},
 		{CommandsFailed, dto.MetricType_COUNTER, "Command runs this manager saw fail since it started, by command kind and the task's failure reason (CommandFailed, Interrupted, AgentLost, NodeDeleted).", []string{"kind", "reason"}},
 		{OperationBlockedSince, dto.MetricType_GAUGE, "When a Blocked NodeOperation became Blocked, in Unix seconds.", []string{"operation"}},
 		{CertificateExpiry, dto.MetricType_GAUGE, "When a control plane's kubeadm certificate expires, in Unix seconds, as the ClusterTarget observed it.", []string{"node", "certificate"}},

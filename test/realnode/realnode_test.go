@@ -807,10 +807,10 @@ func (e *env) verifyStaticPods(op *nodeopsv1.NodeOperation) {
 	}
 }
 
-// kubeletRestartStoppedReplacedPods checks that the upgrade's kubelet restart on this node saw the
-// new kubelet (v1.37, a new minor version) list every static pod under a new UID and stopped the old
-// pods' processes at once (issue 30: a new etcd or API server that starts beside the old one fails on
-// its ports and waits out a 10 s back-off), as the restartService command's message says.
+// kubeletRestartStoppedReplacedPods checks that the upgrade's kubelet restart on this node, onto a
+// new minor version that names every static pod anew, stopped the four static pods' old runs right
+// after the restart (issue 30: a new etcd or API server that starts beside the old one fails on its
+// ports and waits out a 10 s back-off), as the restartService command's message says.
 func (e *env) kubeletRestartStoppedReplacedPods(tasks []nodeopsv1.NodeTask) {
 	e.t.Helper()
 	for _, task := range tasks {
@@ -823,8 +823,9 @@ func (e *env) kubeletRestartStoppedReplacedPods(tasks []nodeopsv1.NodeTask) {
 			}
 			msg := task.Status.Commands[i].Message
 			e.t.Logf("the upgrade's kubelet restart: %s", msg)
-			if !strings.Contains(msg, "it replaced static pods etcd, kube-apiserver, kube-controller-manager, kube-scheduler under new UIDs: stopped their old containers") {
-				e.t.Errorf("the kubelet restart of task %s says %q; want the new kubelet's replaced static pods named and their old containers stopped", task.Name, msg)
+			if !strings.Contains(msg, "the kubelet went from "+fromVersion+" to "+toVersion+", a new minor version") ||
+				!strings.Contains(msg, "stopped the old runs of etcd, kube-apiserver, kube-controller-manager, kube-scheduler at once") {
+				e.t.Errorf("the kubelet restart of task %s says %q; want the four static pods' old runs stopped, the kubelet being of a new minor version", task.Name, msg)
 			}
 			return
 		}

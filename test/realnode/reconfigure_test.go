@@ -89,6 +89,10 @@ func (e *env) reconfigure() {
 	if after := e.kubeletPID(); after == kubeletBefore {
 		e.t.Errorf("the kubelet was not restarted: pid %d before and after", after)
 	}
+	// The same kubelet binary keeps the static pods' UIDs: its restart stops none of their runs.
+	if msg := e.commandMessage(plan.TaskName(op, plan.GroupFirstControlPlane, e.node), "restartService"); msg != "kubelet restarted with systemctl" {
+		e.t.Errorf("the reconfigure's kubelet restart says %q; want only %q (the same binary keeps the static pods)", msg, "kubelet restarted with systemctl")
+	}
 	e.verifyReconfigured("after the reconfigure")
 	e.upgradePlanPasses()
 }
@@ -172,6 +176,22 @@ func (e *env) commandOutput(task, kind string) string {
 	for i, c := range nt.Spec.Commands {
 		if c.Kind() == kind && i < len(nt.Status.Commands) {
 			return nt.Status.Commands[i].OutputTail
+		}
+	}
+	e.t.Fatalf("task %s has no %s command with a status", task, kind)
+	return ""
+}
+
+// commandMessage is the message of the task's first command of the kind.
+func (e *env) commandMessage(task, kind string) string {
+	e.t.Helper()
+	var nt nodeopsv1.NodeTask
+	if err := e.c.Get(e.ctx, client.ObjectKey{Name: task}, &nt); err != nil {
+		e.t.Fatal(err)
+	}
+	for i, c := range nt.Spec.Commands {
+		if c.Kind() == kind && i < len(nt.Status.Commands) {
+			return nt.Status.Commands[i].Message
 		}
 	}
 	e.t.Fatalf("task %s has no %s command with a status", task, kind)

@@ -1,59 +1,64 @@
 package commands
 
 import (
+	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/version"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
-	"github.com/nodeops/nodeops/internal/clock"
 	"github.com/nodeops/nodeops/internal/host"
 )
 
 const (
-	// replacedPodsWait bounds how long a kubelet restart on a control plane waits for the new kubelet
-	// to list its pods (it opens its Pods API 0.3 s after its start on the real node and lists once it
-	// has read its manifests and the API server's pods). After that its own housekeeping stops the
-	// pods it replaced, as it would have anyway.
-	replacedPodsWait = 10 * time.Second
-	// newPodsAPIWait: a kubelet with a Pods API opens it 0.3 s after its start on the real node; one
-	// replacing a kubelet without, that has made no socket in this time, is taken to have none.
-	newPodsAPIWait = 3 * time.Second
 	// replacedPodGrace is the grace the kubelet's housekeeping gives an orphaned pod's containers.
 	replacedPodGrace = time.Second
 	// configHashAnnotation is the static pod's UID as the kubelet named it, on its mirror pod.
 	configHashAnnotation = "kubernetes.io/config.hash"
+	// versionReadTimeout bounds `kubelet --version`.
+	versionReadTimeout = 10 * time.Second
 )
 
 func runRestartService(ctx context.Context, env *Env, s *v1alpha1.RestartServiceCommand) (Result, error) {
-	var before map[string]string
+	var renamed *renamingKubelet
 	if s.Name == "kubelet" && !env.DryRun && env.Host.KubeletPods != nil {
-		// Only a kubelet whose binary was replaced since it started (an upgrade) can come back
-		// naming the static pods anew; where that cannot be told, the pods are looked at.
-		if replaced, err := env.Host.KubeletPods.BinaryReplaced(); err != nil || replaced {
-			before = staticPodUIDs(ctx, env)
-		}
+		renamed = kubeletRenamingStaticPods(ctx, env)
 	}
-	hadPodsAPI := env.Host.KubeletPods.Available()
 	if err := env.Host.Services.Restart(ctx, s.Name); err != nil {
 		return Result{}, err
 	}
 	msg := fmt.Sprintf("%s restarted with %s", s.Name, env.Host.Services.Name())
-	if len(before) > 0 {
-		msg += "; " + stopReplacedStaticPods(ctx, env, before, hadPodsAPI)
+	if renamed != nil {
+		msg += "; " + renamed.stopOldRuns(ctx, env)
 	}
 	return Result{Message: msg}, nil
 }
 
-// staticPodUIDs are the UIDs the running kubelet gave this node's control-plane static pods (by
-// component), read before the kubelet restarts: from its Pods API where it serves one, else from the
-// mirror pods. A component whose UID cannot be read is left out: its old run is then stopped by the
-// new kubelet's housekeeping alone.
-func staticPodUIDs(ctx context.Context, env *Env) map[string]string {
+// renamingKubelet is a kubelet restart onto a new minor version on a control plane: the new kubelet
+// names every static pod anew (a hash of the pod as its own version decodes the manifest), so it
+// starts them all again under new UIDs and stops the old runs only at its housekeeping, 2 s or more
+// after it read its pods, often after the new etcd or API server started and failed on the old
+// one's ports (a 10 s back-off before it tries again).
+type renamingKubelet struct {
+	from, to string
+	// uids are the static pods' UIDs before the restart, by component.
+	uids map[string]string
+}
+
+// kubeletRenamingStaticPods says, before the kubelet restarts, whether the restart renames this
+// control plane's static pods: its binary was replaced by one of another minor version. nil when
+// not, or when that cannot be told (the kubelet's housekeeping then stops the old runs, as it
+// always did).
+func kubeletRenamingStaticPods(ctx context.Context, env *Env) *renamingKubelet {
+	path, replaced, err := env.Host.KubeletPods.BinaryReplaced()
+	if err != nil || !replaced || env.Client == nil {
+		return nil
+	}
 	var comps []string
 	for _, comp := range controlPlaneComponents {
 		if env.Host.Files.Exists(host.Manifest(host.ManifestsDir, comp)) {
@@ -63,6 +68,54 @@ func staticPodUIDs(ctx context.Context, env *Env) map[string]string {
 	if len(comps) == 0 {
 		return nil
 	}
+	node := &corev1.Node{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: env.NodeName}, node); err != nil {
+		env.printf("the running kubelet's version: %v\n", err)
+		return nil
+	}
+	from := node.Status.NodeInfo.KubeletVersion
+	to, err := binaryVersion(ctx, env, path)
+	if err != nil {
+		env.printf("the new kubelet's version: %v\n", err)
+		return nil
+	}
+	if !newMinor(from, to) {
+		return nil
+	}
+	uids := staticPodUIDs(ctx, env, comps)
+	if len(uids) == 0 {
+		return nil
+	}
+	return &renamingKubelet{from: from, to: to, uids: uids}
+}
+
+// newMinor says whether to is another major or minor version than from; false when either does
+// not parse.
+func newMinor(from, to string) bool {
+	f, ferr := version.ParseGeneric(from)
+	t, terr := version.ParseGeneric(to)
+	return ferr == nil && terr == nil && (f.Major() != t.Major() || f.Minor() != t.Minor())
+}
+
+// binaryVersion is the version `path --version` prints ("Kubernetes v1.37.2"), run in the host root.
+func binaryVersion(ctx context.Context, env *Env, path string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, versionReadTimeout)
+	defer cancel()
+	var out bytes.Buffer
+	if err := env.Host.Exec.Run(ctx, host.Cmd{Path: path, Args: []string{"--version"}, Output: &out}); err != nil {
+		return "", fmt.Errorf("%s --version: %w", path, err)
+	}
+	fields := strings.Fields(out.String())
+	if len(fields) == 0 {
+		return "", fmt.Errorf("%s --version printed nothing", path)
+	}
+	return fields[len(fields)-1], nil
+}
+
+// staticPodUIDs are the UIDs the running kubelet gave the components' static pods: from its Pods
+// API where it serves one, else from the mirror pods. A component whose UID cannot be read is left
+// out: the new kubelet's housekeeping alone stops its old run.
+func staticPodUIDs(ctx context.Context, env *Env, comps []string) map[string]string {
 	uids := map[string]string{}
 	if serves, err := env.Host.KubeletPods.Serves(); err == nil && serves {
 		pods, err := env.Host.KubeletPods.Pods(ctx)
@@ -76,9 +129,6 @@ func staticPodUIDs(ctx context.Context, env *Env) map[string]string {
 			}
 		}
 		return uids
-	}
-	if env.Client == nil {
-		return nil
 	}
 	for _, comp := range comps {
 		pod, err := readMirrorPod(ctx, env, comp)
@@ -102,79 +152,36 @@ func findPod(pods []corev1.Pod, name string) *corev1.Pod {
 	return nil
 }
 
-// stopReplacedStaticPods waits, at most replacedPodsWait, until the restarted kubelet lists its pods
-// and then stops at once the old processes of every static pod it now runs under a new UID (a new
-// minor version of the kubelet names every static pod anew), instead of leaving them to its
-// housekeeping: that runs 2 s or more later, and a new etcd or API server that starts before it fails
-// on the old one's ports and waits out a 10 s back-off. It never fails the restart: the kubelet
-// would stop those pods anyway; it says what it did.
-func stopReplacedStaticPods(ctx context.Context, env *Env, before map[string]string, hadPodsAPI bool) string {
-	defer env.waiting(v1alpha1.WaitKubeletRestarted)()
-	pods, err := restartedKubeletPods(ctx, env, hadPodsAPI)
-	if err != nil {
-		return fmt.Sprintf("the static pods the new kubelet may replace are left to its housekeeping (%v)", err)
-	}
-	replaced, n := replacedStaticPods(before, pods, env.NodeName), 0
-	if len(replaced) == 0 {
-		return "it kept the static pods' UIDs: their containers run on"
-	}
+// stopOldRuns stops, right after the restart and before the new kubelet starts the new pods, the
+// processes of the static pods' runs under their old UIDs, as the kubelet's housekeeping would
+// seconds later: the new etcd and API server then find their ports free. No kubelet runs those
+// pods any more (the old one has stopped; the new one names them anew), so nothing starts them
+// again. It never fails the restart; it says what it did.
+func (r *renamingKubelet) stopOldRuns(ctx context.Context, env *Env) string {
+	var stopped []string
 	var errs []string
-	for _, comp := range replaced {
-		stopped, err := env.Host.KubeletPods.StopReplacedPod(ctx, before[comp], replacedPodGrace)
-		n += stopped
+	n := 0
+	for _, comp := range controlPlaneComponents {
+		uid, ok := r.uids[comp]
+		if !ok {
+			continue
+		}
+		k, err := env.Host.KubeletPods.StopReplacedPod(ctx, uid, replacedPodGrace)
+		n += k
 		if err != nil {
 			errs = append(errs, fmt.Sprintf("%s: %v", comp, err))
 		}
+		if k > 0 {
+			stopped = append(stopped, comp)
+		}
 	}
-	msg := fmt.Sprintf("it replaced static pods %s under new UIDs: stopped their old containers' %d processes at once, so that the new ones find their ports free", strings.Join(replaced, ", "), n)
+	msg := fmt.Sprintf("the kubelet went from %s to %s, a new minor version, which starts every static pod again under a new UID: stopped the old runs of %s at once (%d processes), so that the new ones find their ports free",
+		r.from, r.to, strings.Join(stopped, ", "), n)
+	if len(stopped) == 0 {
+		msg = fmt.Sprintf("the kubelet went from %s to %s, a new minor version: no process of the static pods' old runs was left to stop", r.from, r.to)
+	}
 	if len(errs) > 0 {
 		msg += " (not all: " + strings.Join(errs, "; ") + ")"
 	}
 	return msg
-}
-
-// restartedKubeletPods are the pods of the kubelet that started after the restart, once it lists
-// them, asked every kubeletPodsPoll for at most replacedPodsWait. Where the kubelet before had no
-// Pods API and the new one has made no socket within newPodsAPIWait, it has none either.
-func restartedKubeletPods(ctx context.Context, env *Env, hadPodsAPI bool) ([]corev1.Pod, error) {
-	ctx, cancel := context.WithTimeout(ctx, replacedPodsWait)
-	defer cancel()
-	begin := time.Now()
-	var last error
-	for {
-		serves, err := env.Host.KubeletPods.Serves()
-		if err == nil && !serves || !hadPodsAPI && !env.Host.KubeletPods.Available() && time.Since(begin) > newPodsAPIWait {
-			return nil, host.ErrNoKubeletPodsAPI
-		}
-		if err == nil {
-			var pods []corev1.Pod
-			if pods, err = env.Host.KubeletPods.Pods(ctx); err == nil {
-				return pods, nil
-			}
-		}
-		last = err
-		if serr := clock.Sleep(ctx, kubeletPodsPoll(env)); serr != nil {
-			if errors.Is(serr, context.DeadlineExceeded) {
-				return nil, fmt.Errorf("no list within %s: %w", replacedPodsWait, last)
-			}
-			return nil, fmt.Errorf("%w: %w", serr, last)
-		}
-	}
-}
-
-// replacedStaticPods are the components (in before's order of controlPlaneComponents) whose static
-// pod the kubelet's pods list under a UID other than before's; a pod it does not list is not called
-// replaced.
-func replacedStaticPods(before map[string]string, pods []corev1.Pod, node string) []string {
-	var replaced []string
-	for _, comp := range controlPlaneComponents {
-		uid, ok := before[comp]
-		if !ok {
-			continue
-		}
-		if pod := findPod(pods, comp+"-"+node); pod != nil && string(pod.UID) != uid {
-			replaced = append(replaced, comp)
-		}
-	}
-	return replaced
 }
