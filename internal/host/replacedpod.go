@@ -13,24 +13,28 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// StopReplacedPod stops every process still running in the cgroup of the pod with UID uid, one the
-// running kubelet no longer has (a static pod it replaced under a new UID after its restart): each
-// gets SIGTERM, and SIGKILL if it still runs after grace. That is what the kubelet's housekeeping
-// does to such an orphaned pod (with a grace of 1 s), only sooner: the housekeeping runs 2 s or more
-// after the kubelet read its pods, by when the new pod's containers may have started and failed on
-// the old ones' ports. It returns how many processes it stopped.
+// StopReplacedPods stops every process still running in the cgroups of the pods with the given
+// UIDs, ones the running kubelet no longer has (static pods it replaced under new UIDs after its
+// restart): each gets SIGTERM, all at once, and SIGKILL if it still runs after grace. That is what
+// the kubelet's housekeeping does to such orphaned pods (with a grace of 1 s), only sooner: the
+// housekeeping runs 2 s or more after the kubelet read its pods, by when the new pods' containers
+// may have started and failed on the old ones' ports. It returns how many processes of each pod it
+// stopped.
 //
-// Only a process whose cgroup names the pod is touched, checked again through a pidfd that holds
-// that very process, so a PID used again meanwhile is never signalled.
-func (k *KubeletPods) StopReplacedPod(ctx context.Context, uid string, grace time.Duration) (int, error) {
-	if len(uid) < 8 {
-		return 0, fmt.Errorf("pod UID %q is too short to look for", uid)
+// Only a process whose cgroup names one of the pods is touched, checked again through a pidfd that
+// holds that very process, so a PID used again meanwhile is never signalled.
+func (k *KubeletPods) StopReplacedPods(ctx context.Context, uids []string, grace time.Duration) (map[string]int, error) {
+	for _, uid := range uids {
+		if len(uid) < 8 {
+			return nil, fmt.Errorf("pod UID %q is too short to look for", uid)
+		}
 	}
 	proc := filepath.Join(k.Root, "proc")
-	pids, err := podPIDs(proc, uid)
+	entries, err := os.ReadDir(proc)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
+	stopped := map[string]int{}
 	var held []int // pidfds of the processes signalled
 	defer func() {
 		for _, fd := range held {
@@ -38,15 +42,20 @@ func (k *KubeletPods) StopReplacedPod(ctx context.Context, uid string, grace tim
 		}
 	}()
 	var errs []error
-	for _, pid := range pids {
-		if pid == os.Getpid() {
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		uid := podOf(proc, pid, uids)
+		if uid == "" {
 			continue
 		}
 		fd, err := unix.PidfdOpen(pid, 0)
 		if err != nil {
 			continue // gone meanwhile
 		}
-		if !inPod(proc, pid, uid) {
+		if podOf(proc, pid, []string{uid}) == "" {
 			_ = unix.Close(fd)
 			continue
 		}
@@ -58,14 +67,14 @@ func (k *KubeletPods) StopReplacedPod(ctx context.Context, uid string, grace tim
 			continue
 		}
 		held = append(held, fd)
+		stopped[uid]++
 	}
-	running := waitExited(ctx, held, grace)
-	for _, fd := range running {
+	for _, fd := range waitExited(ctx, held, grace) {
 		if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
 			errs = append(errs, fmt.Errorf("SIGKILL: %w", err))
 		}
 	}
-	return len(held), errors.Join(errs...)
+	return stopped, errors.Join(errs...)
 }
 
 // waitExited waits until every process of fds has exited, grace has passed or ctx ends, and
@@ -97,45 +106,28 @@ func waitExited(ctx context.Context, fds []int, grace time.Duration) []int {
 	return running
 }
 
-// podPIDs are the processes whose cgroup names the pod uid, as the kubelet names a pod's cgroup:
-// pod<uid> with the cgroupfs driver, pod<uid with "-" as "_">.slice with systemd's.
-func podPIDs(proc, uid string) ([]int, error) {
-	entries, err := os.ReadDir(proc)
-	if err != nil {
-		return nil, err
-	}
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if inPod(proc, pid, uid) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids, nil
-}
-
-// inPod says whether process pid's cgroup, read from proc, is in the pod uid's cgroup.
-func inPod(proc string, pid int, uid string) bool {
+// podOf is the one of uids whose pod cgroup process pid, read from proc, is in ("" when none), as
+// the kubelet names a pod's cgroup: pod<uid> with the cgroupfs driver, a slice ending in
+// pod<uid with "-" as "_">.slice with systemd's.
+func podOf(proc string, pid int, uids []string) string {
 	b, err := os.ReadFile(filepath.Join(proc, strconv.Itoa(pid), "cgroup"))
 	if err != nil {
-		return false
+		return ""
 	}
-	names := []string{"pod" + uid, "pod" + strings.ReplaceAll(uid, "-", "_")}
 	for _, line := range strings.Split(string(b), "\n") {
-		// hierarchy-ID:controllers:path; the path's parts are checked whole, so that no other
-		// UID that merely starts with this one matches.
+		// hierarchy-ID:controllers:path; the path's parts are compared whole, so that no other
+		// UID that merely starts with one of these matches.
 		_, rest, _ := strings.Cut(line, ":")
 		_, path, _ := strings.Cut(rest, ":")
 		for _, part := range strings.Split(path, "/") {
-			for _, name := range names {
-				if part == name || strings.HasSuffix(part, "-"+name+".slice") {
-					return true
+			for _, uid := range uids {
+				for _, name := range []string{"pod" + uid, "pod" + strings.ReplaceAll(uid, "-", "_")} {
+					if part == name || strings.HasSuffix(part, "-"+name+".slice") {
+						return uid
+					}
 				}
 			}
 		}
 	}
-	return false
+	return ""
 }

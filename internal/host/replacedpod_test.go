@@ -19,7 +19,7 @@ import (
 // that ignores it), and no process of any other pod is touched: not the new pod's, not one whose UID
 // merely starts with the old one's. The processes are real; the host's /proc is a directory whose
 // cgroup files place them in pods, as the kubelet's cgroupfs and systemd drivers name them.
-func TestStopReplacedPodStopsOnlyThatPodsProcesses(t *testing.T) {
+func TestStopReplacedPodsStopsOnlyThosePodsProcesses(t *testing.T) {
 	const (
 		oldUID = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
 		newUID = "9a8b7c6d5e4f30211203f4e5d6c7b8a9"
@@ -52,12 +52,12 @@ func TestStopReplacedPodStopsOnlyThatPodsProcesses(t *testing.T) {
 	waitExec(t, oldStubborn.Process.Pid, "sleep")
 
 	k := &host.KubeletPods{Root: root}
-	n, err := k.StopReplacedPod(context.Background(), oldUID, 300*time.Millisecond)
+	n, err := k.StopReplacedPods(context.Background(), []string{oldUID}, 300*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != 2 {
-		t.Errorf("stopped %d processes, want the old pod's 2", n)
+	if n[oldUID] != 2 || len(n) != 1 {
+		t.Errorf("stopped %v processes, want the old pod's 2", n)
 	}
 	for _, c := range []struct {
 		name string
@@ -80,8 +80,8 @@ func TestStopReplacedPodStopsOnlyThatPodsProcesses(t *testing.T) {
 			t.Errorf("%s was stopped: %v", c.name, err)
 		}
 	}
-	if n, err := k.StopReplacedPod(context.Background(), oldUID, 300*time.Millisecond); err != nil || n != 0 {
-		t.Errorf("a second stop found %d processes (%v), want none left", n, err)
+	if n, err := k.StopReplacedPods(context.Background(), []string{oldUID}, 300*time.Millisecond); err != nil || len(n) != 0 {
+		t.Errorf("a second stop found %v processes (%v), want none left", n, err)
 	}
 }
 

@@ -774,6 +774,7 @@ func (e *env) verifyStaticPods(op *nodeopsv1.NodeOperation) {
 		name := comp + "-" + e.node
 		var started time.Time
 		var restarts int32
+		var running time.Time // when its container last started
 		testutil.EventuallyEvery(e.t, 3*time.Minute, realnodePoll, name+" running "+image, func(context.Context) error {
 			var p corev1.Pod
 			if err := e.c.Get(e.ctx, client.ObjectKey{Namespace: "kube-system", Name: name}, &p); err != nil {
@@ -796,14 +797,14 @@ func (e *env) verifyStaticPods(op *nodeopsv1.NodeOperation) {
 			// in-place container restart (a controller-manager that lost its leader Lease) is
 			// no new run of the static pod.
 			started = p.Status.StartTime.Time
-			restarts = cs.RestartCount
+			restarts, running = cs.RestartCount, cs.State.Running.StartedAt.Time
 			return nil
 		})
 		// Both times are whole seconds: a run started in the second the task completed counts.
 		if started.After(done) {
 			e.t.Errorf("rule 13, succeeded means served: the kubelet started %s at %s, after the node's upgrade task of %s succeeded at %s: the task succeeded before the kubelet's last restart of it", name, started.Format(time.RFC3339), op.Name, done.Format(time.RFC3339))
 		}
-		e.t.Logf("%s runs %s, started %s, its container restarted %d times (the node's task succeeded %s)", name, image, started.Format(time.RFC3339), restarts, done.Format(time.RFC3339))
+		e.t.Logf("%s runs %s, started %s, its container started %s and restarted %d times (the node's task succeeded %s)", name, image, started.Format(time.RFC3339), running.Format(time.RFC3339), restarts, done.Format(time.RFC3339))
 	}
 }
 
@@ -822,7 +823,11 @@ func (e *env) kubeletRestartStoppedReplacedPods(tasks []nodeopsv1.NodeTask) {
 				continue
 			}
 			msg := task.Status.Commands[i].Message
-			e.t.Logf("the upgrade's kubelet restart: %s", msg)
+			e.t.Logf("the upgrade's kubelet restart: %s; its output:\n%s", msg, task.Status.Commands[i].OutputTail)
+			if i+1 < len(task.Status.Commands) {
+				// What the wait after it waited for, as it said while waiting (issue 30's evidence).
+				e.t.Logf("what %s said while it waited:\n%s", task.Status.Commands[i+1].Name, task.Status.Commands[i+1].OutputTail)
+			}
 			if !strings.Contains(msg, "the kubelet went from "+fromVersion+" to "+toVersion+", a new minor version") ||
 				!strings.Contains(msg, "stopped the old runs of etcd, kube-apiserver, kube-controller-manager, kube-scheduler at once") {
 				e.t.Errorf("the kubelet restart of task %s says %q; want the four static pods' old runs stopped, the kubelet being of a new minor version", task.Name, msg)

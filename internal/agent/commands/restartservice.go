@@ -32,6 +32,9 @@ func runRestartService(ctx context.Context, env *Env, s *v1alpha1.RestartService
 	if err := env.Host.Services.Restart(ctx, s.Name); err != nil {
 		return Result{}, err
 	}
+	if renamed != nil {
+		env.printf("%s: %s restarted\n", time.Now().UTC().Format("15:04:05.000"), s.Name)
+	}
 	msg := fmt.Sprintf("%s restarted with %s", s.Name, env.Host.Services.Name())
 	if renamed != nil {
 		msg += "; " + renamed.stopOldRuns(ctx, env)
@@ -158,21 +161,21 @@ func findPod(pods []corev1.Pod, name string) *corev1.Pod {
 // pods any more (the old one has stopped; the new one names them anew), so nothing starts them
 // again. It never fails the restart; it says what it did.
 func (r *renamingKubelet) stopOldRuns(ctx context.Context, env *Env) string {
+	var uids []string
+	for _, comp := range controlPlaneComponents {
+		if uid, ok := r.uids[comp]; ok {
+			uids = append(uids, uid)
+		}
+	}
+	began := time.Now()
+	counts, err := env.Host.KubeletPods.StopReplacedPods(ctx, uids, replacedPodGrace)
+	env.printf("%s: the static pods' old runs stopped in %s\n", began.UTC().Format("15:04:05.000"), time.Since(began).Round(time.Millisecond))
 	var stopped []string
-	var errs []string
 	n := 0
 	for _, comp := range controlPlaneComponents {
-		uid, ok := r.uids[comp]
-		if !ok {
-			continue
-		}
-		k, err := env.Host.KubeletPods.StopReplacedPod(ctx, uid, replacedPodGrace)
-		n += k
-		if err != nil {
-			errs = append(errs, fmt.Sprintf("%s: %v", comp, err))
-		}
-		if k > 0 {
+		if k := counts[r.uids[comp]]; k > 0 {
 			stopped = append(stopped, comp)
+			n += k
 		}
 	}
 	msg := fmt.Sprintf("the kubelet went from %s to %s, a new minor version, which starts every static pod again under a new UID: stopped the old runs of %s at once (%d processes), so that the new ones find their ports free",
@@ -180,8 +183,8 @@ func (r *renamingKubelet) stopOldRuns(ctx context.Context, env *Env) string {
 	if len(stopped) == 0 {
 		msg = fmt.Sprintf("the kubelet went from %s to %s, a new minor version: no process of the static pods' old runs was left to stop", r.from, r.to)
 	}
-	if len(errs) > 0 {
-		msg += " (not all: " + strings.Join(errs, "; ") + ")"
+	if err != nil {
+		msg += fmt.Sprintf(" (not all: %v)", err)
 	}
 	return msg
 }

@@ -1,6 +1,25 @@
 package commands
 
-import "testing"
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/host"
+	"github.com/nodeops/nodeops/internal/host/hosttest"
+	"github.com/nodeops/nodeops/internal/testutil"
+)
 
 // TestOnlyANewMinorKubeletCountsAsRenamingStaticPods: the old runs of the static pods are stopped
 // right after a kubelet restart only when the kubelet moves to another minor (or major) version,
@@ -21,5 +40,146 @@ func TestOnlyANewMinorKubeletCountsAsRenamingStaticPods(t *testing.T) {
 		if got := newMinor(c.from, c.to); got != c.want {
 			t.Errorf("newMinor(%q, %q) = %v, want %v", c.from, c.to, got, c.want)
 		}
+	}
+}
+
+// versionRunner answers `kubelet --version` as a kubelet binary of version would; any other
+// program fails.
+type versionRunner struct{ version string }
+
+func (v versionRunner) Run(_ context.Context, c host.Cmd) error {
+	if filepath.Base(c.Path) != "kubelet" || len(c.Args) != 1 || c.Args[0] != "--version" {
+		return fmt.Errorf("unexpected program %s %v", c.Path, c.Args)
+	}
+	_, err := fmt.Fprintf(c.Output, "Kubernetes %s\n", v.version)
+	return err
+}
+
+// TestKubeletRestartOntoANewMinorStopsTheStaticPodsOldRuns: restartService of the kubelet on a
+// control plane stops, right after the restart, the processes of the static pods' runs under the UIDs
+// the old kubelet gave them (read from their mirror pods), when the kubelet's binary was replaced
+// by one of another minor version; a patch release, or the same binary (a restart for a
+// configuration change), stops nothing. No other process is touched. The processes are real; the
+// host's /proc is a directory whose files say which pod each is in and which binary the kubelet runs.
+func TestKubeletRestartOntoANewMinorStopsTheStaticPodsOldRuns(t *testing.T) {
+	tenv, err := testutil.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tenv.Stop() })
+	ctx := context.Background()
+	c := tenv.Client
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cp1"}}
+	if err := c.Create(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	node.Status.NodeInfo.KubeletVersion = "v1.36.3"
+	if err := c.Status().Update(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	oldUIDs := map[string]string{"etcd": "5e0f0a0b0c0d0e0f1011121314151617", "kube-apiserver": "a90f0a0b0c0d0e0f1011121314151617"}
+	for comp, uid := range oldUIDs {
+		mirror := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: comp + "-cp1",
+			Annotations: map[string]string{"kubernetes.io/config.hash": uid, "kubernetes.io/config.mirror": uid}},
+			Spec: corev1.PodSpec{NodeName: "cp1", Containers: []corev1.Container{{Name: comp, Image: "registry.k8s.io/" + comp + ":v1.36.3"}}}}
+		if err := c.Create(ctx, mirror); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	for _, tc := range []struct {
+		name     string
+		version  string // what the binary on disk says
+		replaced bool   // the running kubelet's binary is no longer /usr/bin/kubelet
+		stops    bool
+	}{
+		{name: "a new minor version", version: "v1.37.2", replaced: true, stops: true},
+		{name: "a patch release", version: "v1.36.4", replaced: true},
+		{name: "the same binary", version: "v1.36.3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			files := &host.FS{Root: root}
+			write := func(p, content string) {
+				t.Helper()
+				if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(root, p), []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			write(host.Manifest(host.ManifestsDir, "etcd"), "kind: Pod\n")
+			write(host.Manifest(host.ManifestsDir, "kube-apiserver"), "kind: Pod\n")
+			write("/usr/bin/kubelet", tc.version)
+			write("/usr/bin/kubelet.nodeops-prev", "v1.36.3")
+			fields := make([]string, 20)
+			for i := range fields {
+				fields[i] = "0"
+			}
+			write("/proc/stat", "btime "+strconv.FormatInt(time.Now().Add(-time.Hour).Unix(), 10)+"\n")
+			write("/proc/4321/cmdline", "/usr/bin/kubelet\x00--config=/var/lib/kubelet/config.yaml\x00")
+			write("/proc/4321/stat", "4321 (kubelet) "+strings.Join(fields, " ")+"\n")
+			exe := "/usr/bin/kubelet"
+			if tc.replaced {
+				exe = "/usr/bin/kubelet.nodeops-prev"
+			}
+			if err := os.Symlink(filepath.Join(root, exe), filepath.Join(root, "proc/4321/exe")); err != nil {
+				t.Fatal(err)
+			}
+			start := func(podUID string) *exec.Cmd {
+				t.Helper()
+				cmd := exec.Command("sleep", "300")
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+				write("/proc/"+strconv.Itoa(cmd.Process.Pid)+"/cgroup", "12:pids:/kubepods/burstable/pod"+podUID+"/0a1b2c\n")
+				return cmd
+			}
+			oldEtcd, oldAPIServer := start(oldUIDs["etcd"]), start(oldUIDs["kube-apiserver"])
+			other := start("f00f0a0b0c0d0e0f1011121314151617") // another pod of the node
+
+			var out bytes.Buffer
+			h := &host.Host{Root: root, Exec: versionRunner{tc.version}, Files: files, Services: &host.LocalServices{Files: files},
+				KubeletPods: &host.KubeletPods{Root: root}}
+			env := &Env{NodeName: "cp1", Host: h, Client: c, Out: &out, Poll: 10 * time.Millisecond}
+			res, err := runRestartService(ctx, env, &v1alpha1.RestartServiceCommand{Name: "kubelet"})
+			if err != nil {
+				t.Fatalf("restartService: %v (output %s)", err, out.String())
+			}
+			table := hosttest.ReadFile(t, root, host.LocalServiceLog)
+			if !strings.Contains(table, "restart kubelet") {
+				t.Errorf("the kubelet was not restarted: service table %q", table)
+			}
+			alive := func(cmd *exec.Cmd) bool {
+				// A process that ended is a zombie until the test reaps it: state Z.
+				b, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/stat")
+				if err != nil {
+					return false
+				}
+				i := bytes.LastIndexByte(b, ')')
+				return i > 0 && !bytes.HasPrefix(bytes.TrimSpace(b[i+1:]), []byte("Z"))
+			}
+			if tc.stops {
+				want := "the kubelet went from v1.36.3 to v1.37.2, a new minor version, which starts every static pod again under a new UID: stopped the old runs of etcd, kube-apiserver at once (2 processes)"
+				if !strings.Contains(res.Message, want) {
+					t.Errorf("message %q, want it to contain %q", res.Message, want)
+				}
+				if alive(oldEtcd) || alive(oldAPIServer) {
+					t.Error("an old run of a static pod still runs after the kubelet of a new minor version started")
+				}
+			} else {
+				if res.Message != "kubelet restarted with local service table" {
+					t.Errorf("message %q, want only the restart", res.Message)
+				}
+				if !alive(oldEtcd) || !alive(oldAPIServer) {
+					t.Error("a static pod's run was stopped although the kubelet keeps its UIDs")
+				}
+			}
+			if !alive(other) {
+				t.Error("a process of another pod was stopped")
+			}
+		})
 	}
 }

@@ -47,6 +47,7 @@ func runWaitNodeReady(ctx context.Context, env *Env, w *v1alpha1.WaitNodeReadyCo
 			if cp == nil {
 				return Result{Message: fmt.Sprintf("node %s is Ready", env.NodeName)}, nil
 			}
+			env.printf("%s healthy\n", time.Now().UTC().Format("15:04:05.000"))
 			return Result{Message: fmt.Sprintf("node %s is Ready and its control plane healthy%s", env.NodeName, versionText(cp.Version))}, nil
 		}
 		if ctx.Err() != nil && last != nil {
@@ -54,7 +55,7 @@ func runWaitNodeReady(ctx context.Context, env *Env, w *v1alpha1.WaitNodeReadyCo
 			return Result{}, fmt.Errorf("not healthy when stopped (%w): %w", ctx.Err(), last)
 		}
 		if last == nil || err.Error() != last.Error() {
-			env.printf("waiting: %v\n", err)
+			env.printf("%s waiting: %v\n", time.Now().UTC().Format("15:04:05.000"), err)
 		}
 		last = err
 		left := time.Until(deadline)
