@@ -393,9 +393,9 @@ func (c *InstallPackagesCommand) Effects() CommandEffects {
 
 // RestartServiceCommand restarts a service with the host's service manager. Restarting the kubelet
 // on a control plane onto a binary of a new minor version, which names every static pod anew, it
-// stops the static pods' old runs right after the restart (SIGTERM, SIGKILL after 1 s), as the
-// kubelet's housekeeping would seconds later, so that the new etcd and API server find their ports
-// free.
+// stops the static pods' old runs once the new kubelet serves its Pods API (SIGTERM, SIGKILL after
+// 1 s), as the kubelet's housekeeping would seconds later, so that the new etcd and API server find
+// their ports free.
 type RestartServiceCommand struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/clock"
 	"github.com/nodeops/nodeops/internal/host"
 )
 
@@ -22,6 +23,9 @@ const (
 	configHashAnnotation = "kubernetes.io/config.hash"
 	// versionReadTimeout bounds `kubelet --version`.
 	versionReadTimeout = 10 * time.Second
+	// newKubeletWait bounds the wait for the restarted kubelet to open its Pods API (0.3 s after its
+	// start on the real node), the sign that it runs and will start the static pods again.
+	newKubeletWait = 3 * time.Second
 )
 
 func runRestartService(ctx context.Context, env *Env, s *v1alpha1.RestartServiceCommand) (Result, error) {
@@ -159,8 +163,13 @@ func findPod(pods []corev1.Pod, name string) *corev1.Pod {
 // processes of the static pods' runs under their old UIDs, as the kubelet's housekeeping would
 // seconds later: the new etcd and API server then find their ports free. No kubelet runs those
 // pods any more (the old one has stopped; the new one names them anew), so nothing starts them
-// again. It never fails the restart; it says what it did.
+// again. It stops them only once the new kubelet serves its Pods API: a kubelet that does not come
+// up would start nothing again, and the old runs, the control plane kubeadm just upgraded, keep
+// serving until a person fixes it. It never fails the restart; it says what it did.
 func (r *renamingKubelet) stopOldRuns(ctx context.Context, env *Env) string {
+	if err := newKubeletServes(ctx, env); err != nil {
+		return fmt.Sprintf("the kubelet went from %s to %s, a new minor version, but %v: the static pods' old runs are left to its housekeeping", r.from, r.to, err)
+	}
 	var uids []string
 	for _, comp := range controlPlaneComponents {
 		if uid, ok := r.uids[comp]; ok {
@@ -187,4 +196,23 @@ func (r *renamingKubelet) stopOldRuns(ctx context.Context, env *Env) string {
 		msg += fmt.Sprintf(" (not all: %v)", err)
 	}
 	return msg
+}
+
+// newKubeletServes waits, at most newKubeletWait, until the kubelet running now (started by the
+// restart) serves its Pods API; it says why not otherwise.
+func newKubeletServes(ctx context.Context, env *Env) error {
+	ctx, cancel := context.WithTimeout(ctx, newKubeletWait)
+	defer cancel()
+	for {
+		serves, err := env.Host.KubeletPods.Serves()
+		if err == nil && serves {
+			return nil
+		}
+		if err == nil {
+			return host.ErrNoKubeletPodsAPI // it has run for a while without one
+		}
+		if clock.Sleep(ctx, kubeletPodsPoll(env)) != nil {
+			return fmt.Errorf("the new kubelet did not serve within %s (%w)", newKubeletWait, err)
+		}
+	}
 }

@@ -55,12 +55,30 @@ func (v versionRunner) Run(_ context.Context, c host.Cmd) error {
 	return err
 }
 
+// kubeletStarting records restarts in the local service table, and then does what the kubelet it
+// started does, if anything.
+type kubeletStarting struct {
+	host.LocalServices
+	started func()
+}
+
+func (k *kubeletStarting) Restart(ctx context.Context, name string) error {
+	if err := k.LocalServices.Restart(ctx, name); err != nil {
+		return err
+	}
+	if k.started != nil {
+		k.started()
+	}
+	return nil
+}
+
 // TestKubeletRestartOntoANewMinorStopsTheStaticPodsOldRuns: restartService of the kubelet on a
 // control plane stops, right after the restart, the processes of the static pods' runs under the UIDs
 // the old kubelet gave them (read from their mirror pods), when the kubelet's binary was replaced
-// by one of another minor version; a patch release, or the same binary (a restart for a
-// configuration change), stops nothing. No other process is touched. The processes are real; the
-// host's /proc is a directory whose files say which pod each is in and which binary the kubelet runs.
+// by one of another minor version and the kubelet it started serves; a new kubelet that does not
+// serve, a patch release, or the same binary (a restart for a configuration change) stops nothing.
+// No other process is touched. The processes are real; the host's /proc is a directory whose files
+// say which pod each is in and which binary the kubelet runs.
 func TestKubeletRestartOntoANewMinorStopsTheStaticPodsOldRuns(t *testing.T) {
 	tenv, err := testutil.Start()
 	if err != nil {
@@ -91,11 +109,15 @@ func TestKubeletRestartOntoANewMinorStopsTheStaticPodsOldRuns(t *testing.T) {
 		name     string
 		version  string // what the binary on disk says
 		replaced bool   // the running kubelet's binary is no longer /usr/bin/kubelet
+		serves   bool   // the kubelet running after the restart serves its Pods API
 		stops    bool
 	}{
-		{name: "a new minor version", version: "v1.37.2", replaced: true, stops: true},
-		{name: "a patch release", version: "v1.36.4", replaced: true},
-		{name: "the same binary", version: "v1.36.3"},
+		{name: "a new minor version", version: "v1.37.2", replaced: true, serves: true, stops: true},
+		// A new kubelet that does not come up would start nothing again: the old runs, the control
+		// plane kubeadm upgraded, keep serving.
+		{name: "a new minor version whose kubelet does not serve", version: "v1.37.2", replaced: true},
+		{name: "a patch release", version: "v1.36.4", replaced: true, serves: true},
+		{name: "the same binary", version: "v1.36.3", serves: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
@@ -127,6 +149,7 @@ func TestKubeletRestartOntoANewMinorStopsTheStaticPodsOldRuns(t *testing.T) {
 			if err := os.Symlink(filepath.Join(root, exe), filepath.Join(root, "proc/4321/exe")); err != nil {
 				t.Fatal(err)
 			}
+
 			start := func(podUID string) *exec.Cmd {
 				t.Helper()
 				cmd := exec.Command("sleep", "300")
@@ -141,7 +164,12 @@ func TestKubeletRestartOntoANewMinorStopsTheStaticPodsOldRuns(t *testing.T) {
 			other := start("f00f0a0b0c0d0e0f1011121314151617") // another pod of the node
 
 			var out bytes.Buffer
-			h := &host.Host{Root: root, Exec: versionRunner{tc.version}, Files: files, Services: &host.LocalServices{Files: files},
+			services := &kubeletStarting{LocalServices: host.LocalServices{Files: files}}
+			if tc.serves {
+				// The kubelet the restart starts opens its Pods API socket (after its process started).
+				services.started = func() { write(host.KubeletPodsSocket, "") }
+			}
+			h := &host.Host{Root: root, Exec: versionRunner{tc.version}, Files: files, Services: services,
 				KubeletPods: &host.KubeletPods{Root: root}}
 			env := &Env{NodeName: "cp1", Host: h, Client: c, Out: &out, Poll: 10 * time.Millisecond}
 			res, err := runRestartService(ctx, env, &v1alpha1.RestartServiceCommand{Name: "kubelet"})
@@ -170,11 +198,16 @@ func TestKubeletRestartOntoANewMinorStopsTheStaticPodsOldRuns(t *testing.T) {
 					t.Error("an old run of a static pod still runs after the kubelet of a new minor version started")
 				}
 			} else {
-				if res.Message != "kubelet restarted with local service table" {
-					t.Errorf("message %q, want only the restart", res.Message)
+				want := "kubelet restarted with local service table"
+				if tc.replaced && !tc.serves {
+					want += "; the kubelet went from v1.36.3 to v1.37.2, a new minor version, but the kubelet serves no Pods API (" +
+						host.KubeletPodsSocket + " is not there): the static pods' old runs are left to its housekeeping"
+				}
+				if res.Message != want {
+					t.Errorf("message %q, want %q", res.Message, want)
 				}
 				if !alive(oldEtcd) || !alive(oldAPIServer) {
-					t.Error("a static pod's run was stopped although the kubelet keeps its UIDs")
+					t.Errorf("a static pod's old run was stopped with %s", tc.name)
 				}
 			}
 			if !alive(other) {
