@@ -66,7 +66,7 @@ func (e *env) reconfigure() {
 			e.t.Errorf("%s changed in a DryRun", f)
 		}
 	}
-	out := e.commandOutput(plan.TaskName(dry, plan.GroupFirstControlPlane, e.node), "kubeadmReconfigureNode")
+	out := e.commandStatus(plan.TaskName(dry, plan.GroupFirstControlPlane, e.node), "kubeadmReconfigureNode").OutputTail
 	for _, want := range []string{
 		e.node + " kube-apiserver.yaml would change:\n  flag --" + reconfFlag + ": (none) -> " + reconfValue,
 	} {
@@ -90,7 +90,7 @@ func (e *env) reconfigure() {
 		e.t.Errorf("the kubelet was not restarted: pid %d before and after", after)
 	}
 	// The same kubelet binary keeps the static pods' UIDs: its restart stops none of their runs.
-	if msg := e.commandMessage(plan.TaskName(op, plan.GroupFirstControlPlane, e.node), "restartService"); msg != "kubelet restarted with systemctl" {
+	if msg := e.commandStatus(plan.TaskName(op, plan.GroupFirstControlPlane, e.node), "restartService").Message; msg != "kubelet restarted with systemctl" {
 		e.t.Errorf("the reconfigure's kubelet restart says %q; want only %q (the same binary keeps the static pods)", msg, "kubelet restarted with systemctl")
 	}
 	e.verifyReconfigured("after the reconfigure")
@@ -166,8 +166,8 @@ func (e *env) watchSucceeded(op, timeout string) {
 	e.operationSucceeded(op)
 }
 
-// commandOutput is the output tail of the task's first command of the kind.
-func (e *env) commandOutput(task, kind string) string {
+// commandStatus is the status of the task's first command of the kind.
+func (e *env) commandStatus(task, kind string) nodeopsv1.CommandStatus {
 	e.t.Helper()
 	var nt nodeopsv1.NodeTask
 	if err := e.c.Get(e.ctx, client.ObjectKey{Name: task}, &nt); err != nil {
@@ -175,27 +175,11 @@ func (e *env) commandOutput(task, kind string) string {
 	}
 	for i, c := range nt.Spec.Commands {
 		if c.Kind() == kind && i < len(nt.Status.Commands) {
-			return nt.Status.Commands[i].OutputTail
+			return nt.Status.Commands[i]
 		}
 	}
 	e.t.Fatalf("task %s has no %s command with a status", task, kind)
-	return ""
-}
-
-// commandMessage is the message of the task's first command of the kind.
-func (e *env) commandMessage(task, kind string) string {
-	e.t.Helper()
-	var nt nodeopsv1.NodeTask
-	if err := e.c.Get(e.ctx, client.ObjectKey{Name: task}, &nt); err != nil {
-		e.t.Fatal(err)
-	}
-	for i, c := range nt.Spec.Commands {
-		if c.Kind() == kind && i < len(nt.Status.Commands) {
-			return nt.Status.Commands[i].Message
-		}
-	}
-	e.t.Fatalf("task %s has no %s command with a status", task, kind)
-	return ""
+	return nodeopsv1.CommandStatus{}
 }
 
 // apiServerArgs is the command line of the node's running kube-apiserver process, read from /proc
