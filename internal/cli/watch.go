@@ -30,7 +30,8 @@ At the end it prints the outcome with the reason and message, and the failed nod
 A Blocked operation ends the watch, unless a retry, skip or abort was already
 requested and the manager has not acted on it yet. If the API server goes away (it
 restarts during an upgrade of its own node), the watch says so on stderr and tries
-again every second until it answers or --timeout passes.
+again every quarter second for half a minute, then every second, until it answers or
+--timeout passes.
 
 Exit codes: 0 Succeeded, 2 Failed, 3 Blocked, 4 Aborted, 1 any other error
 (including --timeout).`,
@@ -92,7 +93,7 @@ func (o *Options) runWatch(ctx context.Context, c Client, name string, timeout t
 	defer tick.Stop()
 	dirty, lastDraw := true, time.Time{}
 	// lost: a watch ended and could not be re-listed (the API server restarts, as during an
-	// upgrade of the control plane it runs on); the watch tries again every second until it answers.
+	// upgrade of the control plane it runs on); the watch tries again (retryDue) until it answers.
 	var lost error
 	var lostAt, lastTry time.Time
 	for {
@@ -133,7 +134,7 @@ func (o *Options) runWatch(ctx context.Context, c Client, name string, timeout t
 		case ev, ok = <-resultChan(src.taskW):
 			changed, err = src.applyTaskEvent(ctx, ev, ok)
 		case <-tick.C:
-			if lost != nil && time.Since(lastTry) >= time.Second {
+			if lost != nil && retryDue(time.Since(lostAt), time.Since(lastTry)) {
 				lastTry = time.Now()
 				changed, err = true, src.reconnect(ctx)
 				if err == nil {
@@ -153,7 +154,7 @@ func (o *Options) runWatch(ctx context.Context, c Client, name string, timeout t
 			// until its authorizer is ready (forbidden, unauthorized), so even a refusal is waited
 			// out for a while; a connection error or a server error for as long as it lasts.
 			if lost == nil {
-				fmt.Fprintf(o.ErrOut, "watch: lost the API server (%v); trying again every second\n", err)
+				fmt.Fprintf(o.ErrOut, "watch: lost the API server (%v); trying again\n", err)
 				lostAt, lastTry = time.Now(), time.Now()
 			} else if lost.Error() != err.Error() {
 				fmt.Fprintf(o.ErrOut, "watch: the API server is not back yet (%v)\n", err)
@@ -165,6 +166,14 @@ func (o *Options) runWatch(ctx context.Context, c Client, name string, timeout t
 		}
 		dirty = dirty || changed
 	}
+}
+
+// retryDue says whether a watch that lost the API server lostFor ago, and last tried sinceTry ago,
+// tries again at this tick: at every tick (a quarter second) for the first half minute, which a
+// single control plane's API server needs to start again, so that the person sees the operation's
+// end within a quarter second of it; then every second.
+func retryDue(lostFor, sinceTry time.Duration) bool {
+	return lostFor < 30*time.Second || sinceTry >= time.Second
 }
 
 // resultChan is w's channel; nil (never ready) while the watch is down.

@@ -311,3 +311,23 @@ func TestWatchSurvivesTheAPIServerGoingAway(t *testing.T) {
 		t.Errorf("stderr lacks the reconnect note:\n%s", errOut)
 	}
 }
+
+// A watch that lost the API server tries again at each quarter-second tick for the first half
+// minute (a control plane's restart), so the operation's end shows within a quarter second of the
+// API server's return; a longer absence is asked every second.
+func TestWatchTriesAgainEveryTickWhileAControlPlaneRestarts(t *testing.T) {
+	for _, tc := range []struct {
+		lostFor, sinceTry time.Duration
+		want              bool
+	}{
+		{lostFor: time.Second, sinceTry: 250 * time.Millisecond, want: true},
+		{lostFor: 29 * time.Second, sinceTry: 240 * time.Millisecond, want: true},
+		{lostFor: 30 * time.Second, sinceTry: 250 * time.Millisecond, want: false},
+		{lostFor: 5 * time.Minute, sinceTry: 999 * time.Millisecond, want: false},
+		{lostFor: 5 * time.Minute, sinceTry: time.Second, want: true},
+	} {
+		if got := retryDue(tc.lostFor, tc.sinceTry); got != tc.want {
+			t.Errorf("lost %s ago, tried %s ago: try again %t, want %t", tc.lostFor, tc.sinceTry, got, tc.want)
+		}
+	}
+}

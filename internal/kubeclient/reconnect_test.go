@@ -31,6 +31,7 @@ const (
 	unavailable      // 503, as a starting API server answers
 	serverError      // 500: the server is there and failed the request
 	forbidden        // 403: a refusal, not an absence
+	unauthorized     // 401: a refusal, as a starting server's authenticator gives
 	tooMany          // 429: the server asks clients to slow down
 	gone             // 410: the watch's resource version is too old
 	tooLarge         // 504 ResourceVersionTooLarge: the server has not reached the resource version
@@ -94,6 +95,8 @@ func (s *flakyAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 		_, _ = fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Timeout","code":504,"details":{"causes":[{"reason":"ResourceVersionTooLarge","message":"Too large resource version"}]}}`)
 	case forbidden:
 		status(http.StatusForbidden, metav1.StatusReasonForbidden)
+	case unauthorized:
+		status(http.StatusUnauthorized, metav1.StatusReasonUnauthorized)
 	case tooMany:
 		status(http.StatusTooManyRequests, metav1.StatusReasonTooManyRequests)
 	case gone:
@@ -122,7 +125,8 @@ func configMaps(t *testing.T, host string) toolscache.ListerWatcher {
 // server was away (the connection ended unanswered, a starting server's 503) is asked again until
 // it answers, and the informer's reflector, which would back off for up to a minute on the error,
 // never sees it; a refusal, too many requests, a server error and a resource version too old or
-// too new (which the reflector answers by listing again) reach it at once.
+// too new (which the reflector answers by listing again) reach it at once. After an absence, a
+// starting server's refusals are asked again too.
 func TestReconnectingAsksAgainWhileTheAPIServerIsAway(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -138,6 +142,10 @@ func TestReconnectingAsksAgainWhileTheAPIServerIsAway(t *testing.T) {
 		{name: "a server error", plan: []away{serverError}, asks: 1, fails: true},
 		{name: "a resource version the server has not reached", plan: []away{tooLarge}, asks: 1, fails: true},
 		{name: "a refusal", plan: []away{forbidden}, asks: 1, fails: true},
+		{name: "the API server's process stopped, then the starting one refused until its authorizer caught up",
+			plan: []away{closeConn, unavailable, unauthorized, forbidden}, asks: 5},
+		{name: "the API server's process stopped, then the starting one failed a request",
+			plan: []away{closeConn, serverError}, asks: 2, fails: true},
 		{name: "too many requests", plan: []away{tooMany}, asks: 1, fails: true},
 		{name: "the resource version is too old", plan: []away{gone}, asks: 1, fails: true},
 	} {
@@ -208,6 +216,31 @@ func TestReconnectingGivesUpAfterItsBound(t *testing.T) {
 	// The context may end while a request is out (that request's error) or between two.
 	if err := <-done; !apierrors.IsServiceUnavailable(err) && !errors.Is(err, context.Canceled) {
 		t.Errorf("watch asked until its context ended: %v, want the last 503 or the context's end", err)
+	}
+}
+
+// TestReconnectingAsksSteadilyThroughAControlPlaneRestart: the pause between asks stays `every`
+// for the first ReconnectSteady of an absence, so the manager notices a restarted API server within
+// a quarter second; only a longer absence slows the asks, doubling to at most 4 s.
+func TestReconnectingAsksSteadilyThroughAControlPlaneRestart(t *testing.T) {
+	for _, tc := range []struct {
+		asking, want time.Duration
+	}{
+		{0, ReconnectEvery},
+		{10 * time.Second, ReconnectEvery},
+		{ReconnectSteady - time.Millisecond, ReconnectEvery},
+		{ReconnectSteady, 2 * ReconnectEvery},
+		{2 * ReconnectSteady, 4 * ReconnectEvery},
+		{3 * ReconnectSteady, 8 * ReconnectEvery},
+		{4 * ReconnectSteady, reconnectAtMost},
+		{time.Hour, reconnectAtMost},
+	} {
+		if got := askDelay(ReconnectEvery, tc.asking); got != tc.want {
+			t.Errorf("%s into an absence: next ask after %s, want %s", tc.asking, got, tc.want)
+		}
+	}
+	if got := askDelay(10*time.Second, time.Hour); got != 10*time.Second {
+		t.Errorf("asking every 10s: next ask after %s an hour in, want 10s", got)
 	}
 }
 

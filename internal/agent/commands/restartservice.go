@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -75,22 +76,29 @@ func kubeletRenamingStaticPods(ctx context.Context, env *Env) *renamingKubelet {
 	if len(comps) == 0 {
 		return nil
 	}
-	node := &corev1.Node{}
-	if err := env.Client.Get(ctx, client.ObjectKey{Name: env.NodeName}, node); err != nil {
-		env.printf("the running kubelet's version: %v\n", err)
+	// The three reads are independent and on the upgrade's path: read them at once.
+	var (
+		node    = &corev1.Node{}
+		nodeErr error
+		to      string
+		toErr   error
+		uids    map[string]string
+		wg      sync.WaitGroup
+	)
+	wg.Go(func() { nodeErr = env.Client.Get(ctx, client.ObjectKey{Name: env.NodeName}, node) })
+	wg.Go(func() { to, toErr = binaryVersion(ctx, env, path) })
+	wg.Go(func() { uids = staticPodUIDs(ctx, env, comps) })
+	wg.Wait()
+	if nodeErr != nil {
+		env.printf("the running kubelet's version: %v\n", nodeErr)
 		return nil
 	}
 	from := node.Status.NodeInfo.KubeletVersion
-	to, err := binaryVersion(ctx, env, path)
-	if err != nil {
-		env.printf("the new kubelet's version: %v\n", err)
+	if toErr != nil {
+		env.printf("the new kubelet's version: %v\n", toErr)
 		return nil
 	}
-	if !newMinor(from, to) {
-		return nil
-	}
-	uids := staticPodUIDs(ctx, env, comps)
-	if len(uids) == 0 {
+	if !newMinor(from, to) || len(uids) == 0 {
 		return nil
 	}
 	return &renamingKubelet{from: from, to: to, uids: uids}

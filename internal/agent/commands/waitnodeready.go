@@ -68,15 +68,16 @@ func runWaitNodeReady(ctx context.Context, env *Env, w *v1alpha1.WaitNodeReadyCo
 	}
 }
 
-// nodeReadyPoll is the time between looks: shorter for a control plane where the kubelet answers
-// for its static pods on the node (a look is then one answer of the kubelet's and three small reads
-// of the API server: the node, /readyz, the node again).
+// nodeReadyPoll is the time between looks: a tenth of a second for a control plane where the
+// kubelet answers for its static pods on the node (a look is then one answer of the kubelet's and
+// three small reads of the API server: the node, /readyz, the node again; a control plane's agents
+// are few, and the end of this wait is the end of the node's upgrade or renewal).
 func nodeReadyPoll(env *Env, controlPlane bool) time.Duration {
 	if !controlPlane {
 		return env.poll()
 	}
 	if _, err := env.Host.KubeletPods.Serves(); err != nil || env.Host.KubeletPods.Available() {
-		return min(env.poll(), 250*time.Millisecond)
+		return min(env.poll(), 100*time.Millisecond)
 	}
 	return env.poll()
 }
