@@ -13,18 +13,26 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// StopReplacedPods stops every process still running in the cgroups of the pods with the given
-// UIDs, ones the running kubelet no longer has (static pods it replaced under new UIDs after its
-// restart): each gets SIGTERM, all at once, and SIGKILL if it still runs after grace. That is what
-// the kubelet's housekeeping does to such orphaned pods (with a grace of 1 s), only sooner: the
+// killedWait bounds the wait for a process sent SIGKILL to be gone.
+const killedWait = time.Second
+
+// StopReplacedPods stops every process still running in the cgroups of the pods whose UIDs graces
+// holds, ones the running kubelet no longer has (static pods it replaced under new UIDs after its
+// restart): each gets SIGTERM, all at once, and SIGKILL if it still runs after its pod's grace (a
+// pod whose grace is 0 gets SIGKILL at once); it returns once they are gone. That is what the
+// kubelet's housekeeping does to such orphaned pods (with a grace of 1 s), only sooner: the
 // housekeeping runs 2 s or more after the kubelet read its pods, by when the new pods' containers
 // may have started and failed on the old ones' ports. It returns how many processes of each pod it
 // stopped.
 //
 // Only a process whose cgroup names one of the pods is touched, checked again through a pidfd that
 // holds that very process, so a PID used again meanwhile is never signalled.
-func (k *KubeletPods) StopReplacedPods(ctx context.Context, uids []string, grace time.Duration) (map[string]int, error) {
-	for _, uid := range uids {
+func (k *KubeletPods) StopReplacedPods(ctx context.Context, graces map[string]time.Duration) (map[string]int, error) {
+	uids := make([]string, 0, len(graces))
+	var grace time.Duration
+	for uid, g := range graces {
+		uids = append(uids, uid)
+		grace = max(grace, g)
 		if len(uid) < 8 {
 			return nil, fmt.Errorf("pod UID %q is too short to look for", uid)
 		}
@@ -59,20 +67,29 @@ func (k *KubeletPods) StopReplacedPods(ctx context.Context, uids []string, grace
 			_ = unix.Close(fd)
 			continue
 		}
-		if err := unix.PidfdSendSignal(fd, unix.SIGTERM, nil, 0); err != nil {
+		sig := unix.SIGTERM
+		if graces[uid] <= 0 {
+			sig = unix.SIGKILL
+		}
+		if err := unix.PidfdSendSignal(fd, sig, nil, 0); err != nil {
 			_ = unix.Close(fd)
 			if !errors.Is(err, unix.ESRCH) {
-				errs = append(errs, fmt.Errorf("process %d: SIGTERM: %w", pid, err))
+				errs = append(errs, fmt.Errorf("process %d: %v: %w", pid, sig, err))
 			}
 			continue
 		}
 		held = append(held, fd)
 		stopped[uid]++
 	}
-	for _, fd := range waitExited(ctx, held, grace) {
+	left := waitExited(ctx, held, grace)
+	for _, fd := range left {
 		if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
 			errs = append(errs, fmt.Errorf("SIGKILL: %w", err))
 		}
+	}
+	// A killed process is gone within moments: wait for that, so that its ports are free on return.
+	if len(waitExited(ctx, left, killedWait)) > 0 && ctx.Err() == nil {
+		errs = append(errs, fmt.Errorf("a process still ran %s after SIGKILL", killedWait))
 	}
 	return stopped, errors.Join(errs...)
 }

@@ -26,15 +26,15 @@ import (
 type away int
 
 const (
-	serve       away = iota
-	closeConn        // the connection ends with no answer, as when the API server's process stops
-	unavailable      // 503, as a starting API server answers
-	serverError      // 500: the server is there and failed the request
-	forbidden        // 403: a refusal, not an absence
-	unauthorized     // 401: a refusal, as a starting server's authenticator gives
-	tooMany          // 429: the server asks clients to slow down
-	gone             // 410: the watch's resource version is too old
-	tooLarge         // 504 ResourceVersionTooLarge: the server has not reached the resource version
+	serve        away = iota
+	closeConn         // the connection ends with no answer, as when the API server's process stops
+	unavailable       // 503, as a starting API server answers
+	serverError       // 500: the server is there and failed the request
+	forbidden         // 403: a refusal, not an absence
+	unauthorized      // 401: a refusal, as a starting server's authenticator gives
+	tooMany           // 429: the server asks clients to slow down
+	gone              // 410: the watch's resource version is too old
+	tooLarge          // 504 ResourceVersionTooLarge: the server has not reached the resource version
 )
 
 // flakyAPIServer answers ConfigMap lists and watches after failing the first requests as plan says.

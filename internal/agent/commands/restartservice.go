@@ -178,14 +178,21 @@ func (r *renamingKubelet) stopOldRuns(ctx context.Context, env *Env) string {
 	if err := newKubeletServes(ctx, env); err != nil {
 		return fmt.Sprintf("the kubelet went from %s to %s, a new minor version, but %v: the static pods' old runs are left to its housekeeping", r.from, r.to, err)
 	}
-	var uids []string
+	graces := map[string]time.Duration{}
 	for _, comp := range controlPlaneComponents {
 		if uid, ok := r.uids[comp]; ok {
-			uids = append(uids, uid)
+			graces[uid] = replacedPodGrace
 		}
 	}
+	if uid, ok := r.uids["kube-apiserver"]; ok {
+		// The old API server, told to stop, drains its open connections against an etcd that is
+		// stopping too: it held the new kubelet's first requests (the mirror pods, which the kubelet
+		// creates before it starts a static pod's containers) until its SIGKILL, and so delayed the
+		// new control plane by most of the grace. It keeps no state of its own: kill it at once.
+		graces[uid] = 0
+	}
 	began := time.Now()
-	counts, err := env.Host.KubeletPods.StopReplacedPods(ctx, uids, replacedPodGrace)
+	counts, err := env.Host.KubeletPods.StopReplacedPods(ctx, graces)
 	env.printf("%s: the static pods' old runs stopped in %s\n", began.UTC().Format("15:04:05.000"), time.Since(began).Round(time.Millisecond))
 	var stopped []string
 	n := 0
@@ -195,8 +202,12 @@ func (r *renamingKubelet) stopOldRuns(ctx context.Context, env *Env) string {
 			n += k
 		}
 	}
-	msg := fmt.Sprintf("the kubelet went from %s to %s, a new minor version, which starts every static pod again under a new UID: stopped the old runs of %s at once (%d processes), so that the new ones find their ports free",
-		r.from, r.to, strings.Join(stopped, ", "), n)
+	how := ""
+	if counts[r.uids["kube-apiserver"]] > 0 {
+		how = "; the API server's with SIGKILL, the others' with SIGTERM"
+	}
+	msg := fmt.Sprintf("the kubelet went from %s to %s, a new minor version, which starts every static pod again under a new UID: stopped the old runs of %s at once (%d processes%s), so that the new ones find their ports free",
+		r.from, r.to, strings.Join(stopped, ", "), n, how)
 	if len(stopped) == 0 {
 		msg = fmt.Sprintf("the kubelet went from %s to %s, a new minor version: no process of the static pods' old runs was left to stop", r.from, r.to)
 	}

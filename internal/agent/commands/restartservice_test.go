@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -190,12 +191,27 @@ func TestKubeletRestartOntoANewMinorStopsTheStaticPodsOldRuns(t *testing.T) {
 				return i > 0 && !bytes.HasPrefix(bytes.TrimSpace(b[i+1:]), []byte("Z"))
 			}
 			if tc.stops {
-				want := "the kubelet went from v1.36.3 to v1.37.2, a new minor version, which starts every static pod again under a new UID: stopped the old runs of etcd, kube-apiserver at once (2 processes)"
+				want := "the kubelet went from v1.36.3 to v1.37.2, a new minor version, which starts every static pod again under a new UID: stopped the old runs of etcd, kube-apiserver at once (2 processes; the API server's with SIGKILL, the others' with SIGTERM)"
 				if !strings.Contains(res.Message, want) {
 					t.Errorf("message %q, want it to contain %q", res.Message, want)
 				}
 				if alive(oldEtcd) || alive(oldAPIServer) {
 					t.Error("an old run of a static pod still runs after the kubelet of a new minor version started")
+				}
+				// The old API server is killed outright: told to stop, it would hold the new kubelet's
+				// first requests while it drains against a stopping etcd.
+				for _, c := range []struct {
+					what string
+					cmd  *exec.Cmd
+					sig  syscall.Signal
+				}{{"etcd's old run", oldEtcd, syscall.SIGTERM}, {"the API server's old run", oldAPIServer, syscall.SIGKILL}} {
+					st, err := c.cmd.Process.Wait()
+					if err != nil {
+						t.Fatalf("%s: %v", c.what, err)
+					}
+					if ws := st.Sys().(syscall.WaitStatus); !ws.Signaled() || ws.Signal() != c.sig {
+						t.Errorf("%s ended with %v, want %v", c.what, st, c.sig)
+					}
 				}
 			} else {
 				want := "kubelet restarted with local service table"
