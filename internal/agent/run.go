@@ -41,6 +41,7 @@ import (
 	"github.com/nodeops/nodeops/internal/agent/commands"
 	"github.com/nodeops/nodeops/internal/cakeys"
 	"github.com/nodeops/nodeops/internal/host"
+	"github.com/nodeops/nodeops/internal/kubeclient"
 	"github.com/nodeops/nodeops/internal/metrics"
 	"github.com/nodeops/nodeops/internal/taskpolicy"
 )
@@ -206,9 +207,12 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		Metrics:                metricsserver.Options{BindAddress: o.MetricsBindAddress},
 		HealthProbeBindAddress: "0",
 		PprofBindAddress:       o.PprofBindAddress,
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&v1alpha1.NodeTask{}: {Label: sel},
-		}},
+		Cache: cache.Options{
+			// The task cache catches up within a second of the API server's return.
+			NewInformer: kubeclient.NewAgentInformer,
+			ByObject: map[client.Object]cache.ByObject{
+				&v1alpha1.NodeTask{}: {Label: sel},
+			}},
 	})
 	if err != nil {
 		return fmt.Errorf("creating the agent's manager: %w", err)

@@ -21,10 +21,11 @@ import (
 // it), then doubling (with jitter) up to reconnectAtMost; ReconnectFor bounds one such run of asks
 // before the error goes to client-go's own back-off.
 const (
-	ReconnectEvery  = 250 * time.Millisecond
-	ReconnectSteady = 30 * time.Second
-	ReconnectFor    = 2 * time.Minute
-	reconnectAtMost = 4 * time.Second
+	ReconnectEvery      = 250 * time.Millisecond
+	AgentReconnectEvery = time.Second
+	ReconnectSteady     = 30 * time.Second
+	ReconnectFor        = 2 * time.Minute
+	reconnectAtMost     = 4 * time.Second
 )
 
 // NewInformer is the manager's cache.Options.NewInformer: client-go's informer, whose list and watch,
@@ -38,10 +39,8 @@ const (
 // than doubling from the start, keeps that wait under a quarter second for an absence of seconds
 // (doubling from 0.5 s to 4 s left it at up to 4 s, 1.4 s in an upgrade on the real node).
 //
-// Only the manager uses it: it is one process, with a dozen caches, so a starting API server sees
-// at most some fifty refused connections or 503 answers a second from it. Agents, one per node,
-// keep client-go's back-off, so that a thousand of them do not ask a starting API server several
-// times a second each.
+// The manager is one process, with a dozen caches, so a starting API server sees at most some fifty
+// refused connections or 503 answers a second from it. Agents, one per node, use NewAgentInformer.
 //
 // When the API server returns, a watch from where the cache stood is usually too old for it (a
 // new API server's watch cache begins at etcd's revision when it started): the reflector would
@@ -49,7 +48,22 @@ const (
 // learn that late of what happened meanwhile. The informer's list and watch catch up instead
 // (catchUp): list, hand the reflector the difference against the cache, watch on.
 func NewInformer(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
-	r := reconnectingWith(lw, ReconnectEvery, ReconnectFor)
+	return newCatchingUpInformer(lw, obj, resync, indexers, ReconnectEvery)
+}
+
+// NewAgentInformer is the agent's cache.Options.NewInformer: NewInformer's, asking once a second
+// (AgentReconnectEvery) for the first ReconnectSteady of an absence. With client-go's back-off an
+// agent whose API server restarted twice within two minutes (a reconfigure restarts it, then the
+// kubelet) asked again only after 10 s or more, and on the real node the next operation's first
+// task started 8.3 s after it was created. One agent runs per node: a thousand ask a starting API
+// server a thousand times a second, cheap refusals and 503 answers, where only a single control
+// plane restarts (behind a load balancer the others answer).
+func NewAgentInformer(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
+	return newCatchingUpInformer(lw, obj, resync, indexers, AgentReconnectEvery)
+}
+
+func newCatchingUpInformer(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers, every time.Duration) toolscache.SharedIndexInformer {
+	r := reconnectingWith(lw, every, ReconnectFor)
 	informer := toolscache.NewSharedIndexInformer(r, obj, resync, indexers)
 	r.catchUpInto(informer.GetStore(), obj)
 	return informer
