@@ -67,14 +67,14 @@ func (k *KubeletPods) StopReplacedPods(ctx context.Context, graces map[string]ti
 			_ = unix.Close(fd)
 			continue
 		}
-		sig := unix.SIGTERM
+		sig, name := unix.SIGTERM, "SIGTERM"
 		if graces[uid] <= 0 {
-			sig = unix.SIGKILL
+			sig, name = unix.SIGKILL, "SIGKILL"
 		}
 		if err := unix.PidfdSendSignal(fd, sig, nil, 0); err != nil {
 			_ = unix.Close(fd)
 			if !errors.Is(err, unix.ESRCH) {
-				errs = append(errs, fmt.Errorf("process %d: %v: %w", pid, sig, err))
+				errs = append(errs, fmt.Errorf("process %d: %s: %w", pid, name, err))
 			}
 			continue
 		}
