@@ -98,10 +98,7 @@ func (c *caughtUp) run(ctx context.Context, r *reconnecting, options metav1.List
 func (c *caughtUp) next(w watch.Interface) (watch.Event, bool) {
 	select {
 	case ev, ok := <-w.ResultChan():
-		if !ok {
-			return ev, false
-		}
-		return ev, true
+		return ev, ok
 	case <-c.stop:
 		w.Stop()
 		return watch.Event{}, false

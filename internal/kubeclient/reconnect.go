@@ -69,7 +69,7 @@ func newCatchingUpInformer(lw toolscache.ListerWatcher, obj runtime.Object, resy
 	return informer
 }
 
-// Reconnecting wraps lw so that a list or watch the API server's absence failed is asked again
+// reconnectingWith wraps lw so that a list or watch the API server's absence failed is asked again
 // every `every` for ReconnectSteady, then doubling with jitter to at most 4 s, for up to `upTo`,
 // before its error is returned. Once the API server was away, a refusal (401, 403) is asked again
 // too, for up to refusalGrace: a starting API server refuses requests until its authenticator and
@@ -77,10 +77,6 @@ func newCatchingUpInformer(lw toolscache.ListerWatcher, obj runtime.Object, resy
 // resource version too old or too new), or a refusal from a server that was not away, is returned
 // at once, to the reflector's own handling. It is a ListerWatcherWithContext too, which client-go's
 // reflector prefers, and passes the reflector's context on.
-func Reconnecting(lw toolscache.ListerWatcher, every, upTo time.Duration) toolscache.ListerWatcher {
-	return reconnectingWith(lw, every, upTo)
-}
-
 func reconnectingWith(lw toolscache.ListerWatcher, every, upTo time.Duration) *reconnecting {
 	return &reconnecting{lw: toolscache.ToListerWatcherWithContext(lw), every: every, upTo: upTo}
 }

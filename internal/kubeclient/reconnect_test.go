@@ -152,18 +152,18 @@ func TestReconnectingAsksAgainWhileTheAPIServerIsAway(t *testing.T) {
 		for _, op := range []string{"list", "watch"} {
 			t.Run(op+": "+tc.name, func(t *testing.T) {
 				srv := newFlakyAPIServer(t, tc.plan...)
-				lw := Reconnecting(configMaps(t, srv.URL), 10*time.Millisecond, time.Minute)
+				lw := reconnectingWith(configMaps(t, srv.URL), 10*time.Millisecond, time.Minute)
 				var err error
 				if op == "list" {
 					var obj any
-					obj, err = lw.(toolscache.ListerWatcherWithContext).ListWithContext(ctx, metav1.ListOptions{})
+					obj, err = lw.ListWithContext(ctx, metav1.ListOptions{})
 					if err == nil {
 						if l, ok := obj.(*corev1.ConfigMapList); !ok || len(l.Items) != 1 {
 							t.Errorf("list answered %#v, want the one ConfigMap", obj)
 						}
 					}
 				} else {
-					w, werr := lw.(toolscache.ListerWatcherWithContext).WatchWithContext(ctx, metav1.ListOptions{ResourceVersion: "7"})
+					w, werr := lw.WatchWithContext(ctx, metav1.ListOptions{ResourceVersion: "7"})
 					err = werr
 					if err == nil {
 						ev := <-w.ResultChan()
@@ -189,7 +189,7 @@ func TestReconnectingAsksAgainWhileTheAPIServerIsAway(t *testing.T) {
 // caller's context.
 func TestReconnectingGivesUpAfterItsBound(t *testing.T) {
 	srv := newAwayAPIServer(t, unavailable)
-	lw := Reconnecting(configMaps(t, srv.URL), 10*time.Millisecond, 300*time.Millisecond).(toolscache.ListerWatcherWithContext)
+	lw := reconnectingWith(configMaps(t, srv.URL), 10*time.Millisecond, 300*time.Millisecond)
 	_, err := lw.ListWithContext(context.Background(), metav1.ListOptions{})
 	if !apierrors.IsServiceUnavailable(err) {
 		t.Errorf("list against an API server that stays away: %v, want its 503", err)
@@ -202,7 +202,7 @@ func TestReconnectingGivesUpAfterItsBound(t *testing.T) {
 	done := make(chan error, 1)
 	before := srv.count()
 	go func() {
-		_, err := Reconnecting(configMaps(t, srv.URL), 10*time.Millisecond, time.Hour).(toolscache.ListerWatcherWithContext).
+		_, err := reconnectingWith(configMaps(t, srv.URL), 10*time.Millisecond, time.Hour).
 			WatchWithContext(ctx, metav1.ListOptions{})
 		done <- err
 	}()
