@@ -93,14 +93,23 @@ LOAD_ROUNDS ?= 3
 test-load: tools build ## Unit and envtest tests while a CPU hog holds one core, LOAD_ROUNDS times; a table of failures per test in bin/test-load.md.
 	@LOAD_ROUNDS=$(LOAD_ROUNDS) hack/test-load.sh
 
-# Each fuzz target runs this long on top of its committed seeds (testdata/fuzz), which test-unit replays.
-FUZZ_TIME ?= 15s
+# Each fuzz target tries this many generated inputs on top of its committed seeds (testdata/fuzz), which
+# test-unit replays: about 10 to 20 s each on 2 cores. A count, not a duration: with -fuzztime as a duration, Go's
+# fuzzing coordinator before Go 1.27 can fail a clean run with a bare "context deadline exceeded" when the deadline
+# races a busy worker (go.dev/issue/75804; CI failed that way on FuzzResolve). FUZZ_TIME (a count or a duration)
+# replaces all three counts.
+FUZZ_TIME ?=
+FUZZ_TARGETS := ./internal/plan:FuzzTaskName:100000x ./internal/agent/commands:FuzzContainerdConfig:50000x \
+	./internal/host:FuzzResolve:3000x
 
 test-fuzz: ## Short fuzz runs: the planner's name hashing, the containerd TOML editor, the host path resolver.
-	@echo "test-fuzz: each target is built with fuzzing instrumentation first (silent; minutes on an empty Go cache, seconds after), then fuzzed for $(FUZZ_TIME)"
+	@echo "test-fuzz: each target is built with fuzzing instrumentation first (silent; minutes on an empty Go cache, seconds after), then fuzzed"
 	@start=$$SECONDS; \
-	for t in ./internal/plan:FuzzTaskName ./internal/agent/commands:FuzzContainerdConfig ./internal/host:FuzzResolve; do \
-		go test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZ_TIME) -parallel 2 "$${t%%:*}" || exit 1; \
+	for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; rest=$${t#*:}; name=$${rest%%:*}; budget=$${rest#*:}; [ -z "$(FUZZ_TIME)" ] || budget="$(FUZZ_TIME)"; \
+		echo "test-fuzz: $$name, $$budget"; t0=$$SECONDS; \
+		go test -run '^$$' -fuzz "^$$name$$" -fuzztime $$budget -parallel 2 -timeout 10m "$$pkg" || exit 1; \
+		echo "test-fuzz: $$name took $$((SECONDS - t0))s"; \
 	done; echo "test-fuzz: $$((SECONDS - start))s"
 
 test-e2e: tools build ## End-to-end tests on nodeops-local, one package at a time.
