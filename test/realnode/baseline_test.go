@@ -322,7 +322,7 @@ func (e *env) etcdServedCert() *x509.Certificate {
 // node ran, in order, with the gap since the previous one ended (or since begin), the time it took,
 // the part its own work ran and its waits by kind (status.commands[].waits); then the totals. It
 // returns the time the commands whose kind starts with "kubeadm" took.
-func (e *env) timeBreakdown(what, op string, begin, end time.Time) time.Duration {
+func (e *env) timeBreakdown(what, op string, begin, end time.Time) spans {
 	e.t.Helper()
 	var tasks nodeopsv1.NodeTaskList
 	if err := e.c.List(e.ctx, &tasks, client.MatchingLabels{nodeopsv1.LabelOperation: op}); err != nil {
@@ -356,8 +356,10 @@ func (e *env) timeBreakdown(what, op string, begin, end time.Time) time.Duration
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  NODE\tCOMMAND\tGAP\tTOOK\tRAN\tWAITED FOR")
 	prev := begin
-	var gaps, took, ran, kubeadm time.Duration
+	var gaps, took, ran time.Duration
+	var out spans
 	waited := map[nodeopsv1.WaitFor]time.Duration{}
+	restarted := map[string]time.Time{}
 	for _, r := range rows {
 		gap := max(r.start.Sub(prev), 0)
 		d := r.end.Sub(r.start)
@@ -371,7 +373,13 @@ func (e *env) timeBreakdown(what, op string, begin, end time.Time) time.Duration
 		w = min(w, d)
 		gaps, took, ran = gaps+gap, took+d, ran+d-w
 		if strings.HasPrefix(r.kind, "kubeadm") {
-			kubeadm += d
+			out.kubeadm += d
+		}
+		if strings.HasPrefix(r.kind, "restartService") {
+			restarted[r.node] = r.start
+		} else if at, ok := restarted[r.node]; ok && strings.HasPrefix(r.kind, "waitNodeReady") {
+			out.restartToHealthy += r.end.Sub(at)
+			delete(restarted, r.node)
 		}
 		if len(each) == 0 {
 			each = []string{"-"}
@@ -391,7 +399,17 @@ func (e *env) timeBreakdown(what, op string, begin, end time.Time) time.Duration
 		end.Sub(begin).Round(100*time.Millisecond), gaps.Round(100*time.Millisecond), took.Round(100*time.Millisecond), ran.Round(100*time.Millisecond),
 		orNone(strings.Join(kinds, ", ")), max(end.Sub(prev), 0).Round(100*time.Millisecond))
 	fmt.Print(b.String())
-	return kubeadm
+	return out
+}
+
+// spans are parts of an operation's wall time, summed over its nodes.
+type spans struct {
+	// kubeadm is the time kubeadm's own commands took.
+	kubeadm time.Duration
+	// restartToHealthy runs from a restartService's start to the end of the waitNodeReady after it:
+	// the restarted kubelet starting the control plane again (on a new minor version, every static
+	// pod under a new name) and the components becoming ready, with nodeops' restart and checks.
+	restartToHealthy time.Duration
 }
 
 func orNone(s string) string {

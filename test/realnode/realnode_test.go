@@ -461,10 +461,13 @@ func (e *env) upgradeThroughClusterTarget(source, ignore string) *nodeopsv1.Node
 	op := e.operationSucceeded(upgrades[0])
 	e.nodeops("describe", op.Name) // per command, the time the work ran and each wait
 	upgradeWall := succeeded.Sub(begin)
-	kubeadm := e.timeBreakdown("upgrade", op.Name, begin, succeeded)
-	beyond := upgradeWall - kubeadm
+	parts := e.timeBreakdown("upgrade", op.Name, begin, succeeded)
+	beyond := upgradeWall - parts.kubeadm
 	figure("upgrade: wall %s, kubeadm's own commands %s, nodeops beyond kubeadm %s (%.1f%%)",
-		upgradeWall.Round(100*time.Millisecond), kubeadm.Round(100*time.Millisecond), beyond.Round(100*time.Millisecond), 100*beyond.Seconds()/upgradeWall.Seconds())
+		upgradeWall.Round(100*time.Millisecond), parts.kubeadm.Round(100*time.Millisecond), beyond.Round(100*time.Millisecond), 100*beyond.Seconds()/upgradeWall.Seconds())
+	rest := beyond - parts.restartToHealthy
+	figure("upgrade: of the %s beyond kubeadm, %s from the kubelet's restart until the control plane was healthy again, %s (%.1f%% of the wall) everything else",
+		beyond.Round(100*time.Millisecond), parts.restartToHealthy.Round(100*time.Millisecond), rest.Round(100*time.Millisecond), 100*rest.Seconds()/upgradeWall.Seconds())
 	e.t.Logf("upgrade %s: %s from target set to kubectl wait returning UpToDate", op.Name, wall.Round(time.Second))
 	return op
 }
