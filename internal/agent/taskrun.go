@@ -11,6 +11,7 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/clock"
+	"github.com/nodeops/nodeops/internal/kubeclient"
 	"github.com/nodeops/nodeops/internal/taskpolicy"
 )
 
@@ -83,6 +84,9 @@ type taskRun struct {
 	heldResult bool
 	// heldRecovery: status holds a recovery not yet written; lost, it is made again from the spec.
 	heldRecovery bool
+	// resultUnwritten is when the writes of the held result began to fail, zero while they do not;
+	// resultLogged when such a failure was last logged.
+	resultUnwritten, resultLogged time.Time
 	// runs counts each command's runs in this execute, for its retries.
 	runs map[int]int32
 
@@ -232,19 +236,41 @@ func (s *taskRun) recordRunning(ctx context.Context, io taskIO) step {
 				return s.stop(0, err)
 			}
 			// A result must not be lost: keep trying until the agent stops.
-			s.log.Error(err, "writing a command result; retrying", "task", s.task.Name)
-			if serr := clock.Sleep(ctx, time.Second); serr != nil {
+			if s.resultUnwritten.IsZero() {
+				s.resultUnwritten = time.Now()
+			}
+			delay := resultRetryDelay(err, time.Since(s.resultUnwritten))
+			if time.Since(s.resultLogged) >= time.Second {
+				s.resultLogged = time.Now()
+				s.log.Error(err, "writing a command result; retrying", "task", s.task.Name, "in", delay)
+			}
+			if serr := clock.Sleep(ctx, delay); serr != nil {
 				return s.stop(0, errors.Join(err, serr))
 			}
 			return stepDecide
 		}
-		s.heldRecovery = false
+		s.heldRecovery, s.resultUnwritten = false, time.Time{}
 	}
 	s.status = next
 	if s.act.Kind != taskpolicy.ActStart {
 		return s.stop(s.wait, nil)
 	}
 	return stepRun
+}
+
+// resultRetryDelay is the pause before a held command result is written again, its writes failing
+// for `failing`. While the API server is away or starting (refused connections, 503, the 401 and
+// 403 of an authenticator or authorizer that has not read its objects yet), as after a command that
+// restarted a single control plane's kubelet or API server, it is kubeclient.ReconnectEvery for the
+// first kubeclient.ReconnectSteady: the next command starts only once the result is recorded, and
+// on an upgrade's last node that start is on the path to Succeeded. Otherwise, and later, it is a
+// second. Only an agent whose command ended while the API server was away asks this often.
+func resultRetryDelay(err error, failing time.Duration) time.Duration {
+	away := kubeclient.APIServerAway(err) || apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err)
+	if away && failing < kubeclient.ReconnectSteady {
+		return kubeclient.ReconnectEvery
+	}
+	return time.Second
 }
 
 func (s *taskRun) run(ctx context.Context, io taskIO) step {

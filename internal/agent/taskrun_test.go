@@ -3,7 +3,10 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -12,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/kubeclient"
 	"github.com/nodeops/nodeops/internal/taskpolicy"
 )
 
@@ -240,6 +244,37 @@ func TestTransitions(t *testing.T) {
 			}
 		},
 	}, {
+		name: "record Running: a held result the API server cannot take yet is tried again, kept",
+		from: stepRecordRunning, io: scriptIO{writeErr: fmt.Errorf("dial tcp 10.0.0.1:6443: %w", syscall.ECONNREFUSED)},
+		run: func() *taskRun {
+			s := newTaskRun(started(mutating, mutating), logr.Discard())
+			taskpolicy.ApplyResult(s.status, &s.task.Spec, 0, taskpolicy.Outcome{}, now())
+			s.heldResult, s.act = true, taskpolicy.Action{Kind: taskpolicy.ActStart, Index: 1}
+			return s
+		},
+		want: stepDecide,
+		check: func(t *testing.T, s *taskRun, _ *scriptIO) {
+			if !s.heldResult || s.status.Commands[0].Phase != v1alpha1.CommandSucceeded || s.resultUnwritten.IsZero() {
+				t.Errorf("held %v, command %s, failing since %v", s.heldResult, s.status.Commands[0].Phase, s.resultUnwritten)
+			}
+		},
+	}, {
+		name: "record Running: once the held result is written, its failures are forgotten",
+		from: stepRecordRunning,
+		run: func() *taskRun {
+			s := newTaskRun(started(mutating, mutating), logr.Discard())
+			taskpolicy.ApplyResult(s.status, &s.task.Spec, 0, taskpolicy.Outcome{}, now())
+			s.heldResult, s.act = true, taskpolicy.Action{Kind: taskpolicy.ActStart, Index: 1}
+			s.resultUnwritten = time.Now().Add(-time.Minute)
+			return s
+		},
+		want: stepRun,
+		check: func(t *testing.T, s *taskRun, io *scriptIO) {
+			if len(io.writes) != 1 || !s.resultUnwritten.IsZero() {
+				t.Errorf("writes %d, failing since %v", len(io.writes), s.resultUnwritten)
+			}
+		},
+	}, {
 		name: "record Running: the task's end is its last write",
 		from: stepRecordRunning,
 		run: func() *taskRun {
@@ -368,4 +403,34 @@ func decided(tk *v1alpha1.NodeTask) *taskRun {
 	s := newTaskRun(tk, logr.Discard())
 	s.act = taskpolicy.Decide(s.view())
 	return s
+}
+
+// TestAHeldResultIsTriedAgainQuicklyWhileTheAPIServerRestarts: a command result the API server
+// cannot take because it is away or starting (a single control plane's restart after the kubelet's)
+// is written again every quarter second for the first half minute, as the manager's caches ask; a
+// result the API server refused for another reason, or after that, once a second.
+func TestAHeldResultIsTriedAgainQuicklyWhileTheAPIServerRestarts(t *testing.T) {
+	gr := schema.GroupResource{Group: "nodeops.io", Resource: "nodetasks"}
+	refused := fmt.Errorf("dial tcp 10.0.0.1:6443: %w", syscall.ECONNREFUSED)
+	cases := []struct {
+		name    string
+		err     error
+		failing time.Duration
+		want    time.Duration
+	}{
+		{"connection refused, at once", refused, 0, kubeclient.ReconnectEvery},
+		{"connection refused, 29 s on", refused, 29 * time.Second, kubeclient.ReconnectEvery},
+		{"connection refused, half a minute on", refused, kubeclient.ReconnectSteady, time.Second},
+		{"503 of a starting API server", apierrors.NewServiceUnavailable("starting"), time.Second, kubeclient.ReconnectEvery},
+		{"403 before the authorizer has read RBAC", apierrors.NewForbidden(gr, "t", errors.New("not yet")), time.Second, kubeclient.ReconnectEvery},
+		{"401 before the authenticator is ready", apierrors.NewUnauthorized("not yet"), time.Second, kubeclient.ReconnectEvery},
+		{"429 of a busy API server", apierrors.NewTooManyRequests("busy", 1), 0, time.Second},
+		{"500", apierrors.NewInternalError(errors.New("etcd")), 0, time.Second},
+		{"invalid", apierrors.NewInvalid(schema.GroupKind{Group: "nodeops.io", Kind: "NodeTask"}, "t", nil), 0, time.Second},
+	}
+	for _, c := range cases {
+		if got := resultRetryDelay(c.err, c.failing); got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, got, c.want)
+		}
+	}
 }
