@@ -30,15 +30,17 @@ const (
 )
 
 func runRestartService(ctx context.Context, env *Env, s *v1alpha1.RestartServiceCommand) (Result, error) {
-	var renamed *renamingKubelet
+	var renaming func() *renamingKubelet
 	if s.Name == "kubelet" && !env.DryRun && env.Host.KubeletPods != nil {
-		renamed = kubeletRenamingStaticPods(ctx, env)
+		renaming = kubeletRenamingStaticPods(ctx, env)
 	}
 	if err := env.Host.Services.Restart(ctx, s.Name); err != nil {
 		return Result{}, err
 	}
-	if renamed != nil {
+	var renamed *renamingKubelet
+	if renaming != nil {
 		env.printf("%s: %s restarted\n", time.Now().UTC().Format("15:04:05.000"), s.Name)
+		renamed = renaming()
 	}
 	msg := fmt.Sprintf("%s restarted with %s", s.Name, env.Host.Services.Name())
 	if renamed != nil {
@@ -58,11 +60,13 @@ type renamingKubelet struct {
 	uids map[string]string
 }
 
-// kubeletRenamingStaticPods says, before the kubelet restarts, whether the restart renames this
-// control plane's static pods: its binary was replaced by one of another minor version. nil when
-// not, or when that cannot be told (the kubelet's housekeeping then stops the old runs, as it
-// always did).
-func kubeletRenamingStaticPods(ctx context.Context, env *Env) *renamingKubelet {
+// kubeletRenamingStaticPods reads, before the kubelet restarts, what tells whether the restart
+// renames this control plane's static pods (the running kubelet's version and the static pods'
+// UIDs), and returns what says so after the restart: whether the binary was replaced by one of
+// another minor version. The new binary's `--version` (a tenth to a quarter of a second) runs
+// beside the restart, not before it. nil, or a nil answer, when the restart renames nothing or
+// when that cannot be told (the kubelet's housekeeping then stops the old runs, as it always did).
+func kubeletRenamingStaticPods(ctx context.Context, env *Env) func() *renamingKubelet {
 	path, replaced, err := env.Host.KubeletPods.BinaryReplaced()
 	if err != nil || !replaced || env.Client == nil {
 		return nil
@@ -76,32 +80,44 @@ func kubeletRenamingStaticPods(ctx context.Context, env *Env) *renamingKubelet {
 	if len(comps) == 0 {
 		return nil
 	}
-	// The three reads are independent and on the upgrade's path: read them at once.
+	type answer struct {
+		version string
+		err     error
+	}
+	newVersion := make(chan answer, 1)
+	go func() {
+		v, err := binaryVersion(ctx, env, path)
+		newVersion <- answer{v, err}
+	}()
+	// The two reads the restart must wait for are independent: read them at once.
 	var (
 		node    = &corev1.Node{}
 		nodeErr error
-		to      string
-		toErr   error
 		uids    map[string]string
 		wg      sync.WaitGroup
 	)
 	wg.Go(func() { nodeErr = env.Client.Get(ctx, client.ObjectKey{Name: env.NodeName}, node) })
-	wg.Go(func() { to, toErr = binaryVersion(ctx, env, path) })
 	wg.Go(func() { uids = staticPodUIDs(ctx, env, comps) })
 	wg.Wait()
 	if nodeErr != nil {
 		env.printf("the running kubelet's version: %v\n", nodeErr)
 		return nil
 	}
+	if len(uids) == 0 {
+		return nil
+	}
 	from := node.Status.NodeInfo.KubeletVersion
-	if toErr != nil {
-		env.printf("the new kubelet's version: %v\n", toErr)
-		return nil
+	return func() *renamingKubelet {
+		to := <-newVersion
+		if to.err != nil {
+			env.printf("the new kubelet's version: %v\n", to.err)
+			return nil
+		}
+		if !newMinor(from, to.version) {
+			return nil
+		}
+		return &renamingKubelet{from: from, to: to.version, uids: uids}
 	}
-	if !newMinor(from, to) || len(uids) == 0 {
-		return nil
-	}
-	return &renamingKubelet{from: from, to: to, uids: uids}
 }
 
 // newMinor says whether to is another major or minor version than from; false when either does

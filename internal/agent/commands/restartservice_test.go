@@ -44,13 +44,23 @@ func TestOnlyANewMinorKubeletCountsAsRenamingStaticPods(t *testing.T) {
 	}
 }
 
-// versionRunner answers `kubelet --version` as a kubelet binary of version would; any other
-// program fails.
-type versionRunner struct{ version string }
+// versionRunner answers `kubelet --version` as a kubelet binary of version would, once after is
+// closed where it is set; any other program fails.
+type versionRunner struct {
+	version string
+	after   <-chan struct{}
+}
 
-func (v versionRunner) Run(_ context.Context, c host.Cmd) error {
+func (v versionRunner) Run(ctx context.Context, c host.Cmd) error {
 	if filepath.Base(c.Path) != "kubelet" || len(c.Args) != 1 || c.Args[0] != "--version" {
 		return fmt.Errorf("unexpected program %s %v", c.Path, c.Args)
+	}
+	if v.after != nil {
+		select {
+		case <-v.after:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	_, err := fmt.Fprintf(c.Output, "Kubernetes %s\n", v.version)
 	return err
@@ -78,6 +88,7 @@ func (k *kubeletStarting) Restart(ctx context.Context, name string) error {
 // the old kubelet gave them (read from their mirror pods), when the kubelet's binary was replaced
 // by one of another minor version and the kubelet it started serves; a new kubelet that does not
 // serve, a patch release, or the same binary (a restart for a configuration change) stops nothing.
+// The new binary's `--version` is read beside the restart, never before it.
 // No other process is touched. The processes are real; the host's /proc is a directory whose files
 // say which pod each is in and which binary the kubelet runs.
 func TestKubeletRestartOntoANewMinorStopsTheStaticPodsOldRuns(t *testing.T) {
@@ -166,11 +177,17 @@ func TestKubeletRestartOntoANewMinorStopsTheStaticPodsOldRuns(t *testing.T) {
 
 			var out bytes.Buffer
 			services := &kubeletStarting{LocalServices: host.LocalServices{Files: files}}
-			if tc.serves {
-				// The kubelet the restart starts opens its Pods API socket (after its process started).
-				services.started = func() { write(host.KubeletPodsSocket, "") }
+			restarted := make(chan struct{})
+			services.started = func() {
+				close(restarted)
+				if tc.serves {
+					// The kubelet the restart starts opens its Pods API socket (after its process started).
+					write(host.KubeletPodsSocket, "")
+				}
 			}
-			h := &host.Host{Root: root, Exec: versionRunner{tc.version}, Files: files, Services: services,
+			// The new binary's version answers only after the restart: the restart does not wait for it
+			// (it would wait out the read's 10 s bound and then stop nothing).
+			h := &host.Host{Root: root, Exec: versionRunner{version: tc.version, after: restarted}, Files: files, Services: services,
 				KubeletPods: &host.KubeletPods{Root: root}}
 			env := &Env{NodeName: "cp1", Host: h, Client: c, Out: &out, Poll: 10 * time.Millisecond}
 			res, err := runRestartService(ctx, env, &v1alpha1.RestartServiceCommand{Name: "kubelet"})
