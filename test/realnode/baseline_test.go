@@ -321,7 +321,7 @@ func (e *env) etcdServedCert() *x509.Certificate {
 // timeBreakdown prints where an operation's wall time, from begin to end, went: every command the
 // node ran, in order, with the gap since the previous one ended (or since begin), the time it took,
 // the part its own work ran and its waits by kind (status.commands[].waits); then the totals. It
-// returns the time the commands whose kind starts with "kubeadm" took.
+// returns the spans the figures name: kubeadm's commands, and each restart until healthy again.
 func (e *env) timeBreakdown(what, op string, begin, end time.Time) spans {
 	e.t.Helper()
 	var tasks nodeopsv1.NodeTaskList

@@ -466,7 +466,7 @@ func (e *env) upgradeThroughClusterTarget(source, ignore string) *nodeopsv1.Node
 	figure("upgrade: wall %s, kubeadm's own commands %s, nodeops beyond kubeadm %s (%.1f%%)",
 		upgradeWall.Round(100*time.Millisecond), parts.kubeadm.Round(100*time.Millisecond), beyond.Round(100*time.Millisecond), 100*beyond.Seconds()/upgradeWall.Seconds())
 	rest := beyond - parts.restartToHealthy
-	figure("upgrade: of the %s beyond kubeadm, %s from the kubelet's restart until the control plane was healthy again, %s (%.1f%% of the wall) everything else",
+	figure("upgrade: of the %s beyond kubeadm, %s from restartService's start until waitNodeReady found the control plane healthy again (the restarted kubelet starting every static pod anew), %s (%.1f%% of the wall) the rest",
 		beyond.Round(100*time.Millisecond), parts.restartToHealthy.Round(100*time.Millisecond), rest.Round(100*time.Millisecond), 100*rest.Seconds()/upgradeWall.Seconds())
 	e.t.Logf("upgrade %s: %s from target set to kubectl wait returning UpToDate", op.Name, wall.Round(time.Second))
 	return op
