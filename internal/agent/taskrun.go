@@ -266,7 +266,7 @@ func (s *taskRun) recordRunning(ctx context.Context, io taskIO) step {
 // on an upgrade's last node that start is on the path to Succeeded. Otherwise, and later, it is a
 // second. Only an agent whose command ended while the API server was away asks this often.
 func resultRetryDelay(err error, failing time.Duration) time.Duration {
-	away := kubeclient.APIServerAway(err) || apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err)
+	away := kubeclient.APIServerAway(err) || kubeclient.StartingRefusal(err)
 	if away && failing < kubeclient.ReconnectSteady {
 		return kubeclient.ReconnectEvery
 	}

@@ -84,6 +84,15 @@ func failed(cmds ...v1alpha1.Command) *v1alpha1.NodeTask {
 	return t
 }
 
+// holdingFirstResult is a two-command task whose first command succeeded, its result held, about
+// to record the second Running.
+func holdingFirstResult() *taskRun {
+	s := newTaskRun(started(mutating, mutating), logr.Discard())
+	taskpolicy.ApplyResult(s.status, &s.task.Spec, 0, taskpolicy.Outcome{}, now())
+	s.heldResult, s.act = true, taskpolicy.Action{Kind: taskpolicy.ActStart, Index: 1}
+	return s
+}
+
 var conflict = apierrors.NewConflict(schema.GroupResource{Group: "nodeops.io", Resource: "nodetasks"}, "t", errors.New("changed"))
 
 // TestTransitions: every step of the task loop, from each situation it meets, goes to the step
@@ -231,12 +240,7 @@ func TestTransitions(t *testing.T) {
 	}, {
 		name: "record Running: a conflict with a result held resyncs keeping it",
 		from: stepRecordRunning, io: scriptIO{writeErr: conflict, read: tableTask(mutating, mutating)},
-		run: func() *taskRun {
-			s := newTaskRun(started(mutating, mutating), logr.Discard())
-			taskpolicy.ApplyResult(s.status, &s.task.Spec, 0, taskpolicy.Outcome{}, now())
-			s.heldResult, s.act = true, taskpolicy.Action{Kind: taskpolicy.ActStart, Index: 1}
-			return s
-		},
+		run:  holdingFirstResult,
 		want: stepResync,
 		check: func(t *testing.T, s *taskRun, _ *scriptIO) {
 			if !s.keepResult || s.fresh == nil {
@@ -246,12 +250,7 @@ func TestTransitions(t *testing.T) {
 	}, {
 		name: "record Running: a held result the API server cannot take yet is tried again, kept",
 		from: stepRecordRunning, io: scriptIO{writeErr: fmt.Errorf("dial tcp 10.0.0.1:6443: %w", syscall.ECONNREFUSED)},
-		run: func() *taskRun {
-			s := newTaskRun(started(mutating, mutating), logr.Discard())
-			taskpolicy.ApplyResult(s.status, &s.task.Spec, 0, taskpolicy.Outcome{}, now())
-			s.heldResult, s.act = true, taskpolicy.Action{Kind: taskpolicy.ActStart, Index: 1}
-			return s
-		},
+		run:  holdingFirstResult,
 		want: stepDecide,
 		check: func(t *testing.T, s *taskRun, _ *scriptIO) {
 			if !s.heldResult || s.status.Commands[0].Phase != v1alpha1.CommandSucceeded || s.resultUnwritten.IsZero() {
@@ -262,9 +261,7 @@ func TestTransitions(t *testing.T) {
 		name: "record Running: once the held result is written, its failures are forgotten",
 		from: stepRecordRunning,
 		run: func() *taskRun {
-			s := newTaskRun(started(mutating, mutating), logr.Discard())
-			taskpolicy.ApplyResult(s.status, &s.task.Spec, 0, taskpolicy.Outcome{}, now())
-			s.heldResult, s.act = true, taskpolicy.Action{Kind: taskpolicy.ActStart, Index: 1}
+			s := holdingFirstResult()
 			s.resultUnwritten = time.Now().Add(-time.Minute)
 			return s
 		},

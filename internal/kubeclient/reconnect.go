@@ -141,7 +141,7 @@ func askWhileAway[T any](ctx context.Context, every, upTo time.Duration, ask fun
 			if awaySince.IsZero() {
 				awaySince = time.Now()
 			}
-		case awaySince.IsZero() || !startingRefusal(err) || time.Since(awaySince) > refusalGrace:
+		case awaySince.IsZero() || !StartingRefusal(err) || time.Since(awaySince) > refusalGrace:
 			return v, !awaySince.IsZero(), err
 		}
 		delay := askDelay(every, time.Since(began))
@@ -172,9 +172,9 @@ func askDelay(every, asking time.Duration) time.Duration {
 	return min(delay, max(reconnectAtMost, every))
 }
 
-// startingRefusal says whether err is a refusal a starting API server gives before its
+// StartingRefusal says whether err is a refusal a starting API server gives before its
 // authenticator (401) and authorizer (403) have read their objects.
-func startingRefusal(err error) bool {
+func StartingRefusal(err error) bool {
 	return apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err)
 }
 
