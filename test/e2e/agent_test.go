@@ -29,6 +29,7 @@ import (
 // TestAgent runs the agent's issue-4 scenarios on nodeops-local: real agent processes executing
 // NodeTasks that the real manager creates from NodeOperations, on local node roots.
 func TestAgent(t *testing.T) {
+	t.Parallel()
 	l := framework.StartLocal(t, "--control-planes=1", "--workers=2")
 	l.WaitNodesReady(t, 3, 3*time.Minute)
 	nodes := []string{"cp-1", "worker-1", "worker-2"}

@@ -24,6 +24,7 @@ import (
 // dropping, releases it. Measured from the operation's own records: the gate's status while it
 // holds, no NodeTask then, and the task created only after the release.
 func TestAlertingGates(t *testing.T) {
+	t.Parallel()
 	l := framework.StartLocal(t, "--control-planes=1", "--workers=1")
 	l.WaitNodesReady(t, 2, 3*time.Minute)
 

@@ -19,6 +19,7 @@ import (
 // expects, with `kubectl wait --for=condition=UpToDate` returning. The simulated nodes' one agent runs
 // nothing, so their kubelets' new version is nodeops-local's to report, as it does for the control plane.
 func TestClusterTargetUpToDateWithSimNodes(t *testing.T) {
+	t.Parallel()
 	const sims = 3
 	l := framework.StartLocal(t, "--control-planes=1", "--workers=0", fmt.Sprintf("--sim-nodes=%d", sims))
 	l.WaitNodesReady(t, 1+sims, 3*time.Minute)

@@ -24,6 +24,7 @@ import (
 // creates the file in worker-1's host root, and the API server's own records show the node's task
 // created only after a check succeeded.
 func TestCommandGateHoldsUntilTheHostSaysSo(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	l := framework.StartLocal(t, "--control-planes=1", "--workers=2")
 	l.WaitNodesReady(t, 3, 5*time.Minute)

@@ -22,6 +22,7 @@ const demoDeadline = 10 * time.Minute
 // TestDemo runs the demo unattended, as `make demo` does after building (hack/demo.sh), and checks it
 // ends with its summary, every step ok, exit 0, and nothing it started left running.
 func TestDemo(t *testing.T) {
+	t.Parallel()
 	bin := framework.BinDir(t, "nodeops-local", "manager", "agent", "kubectl-nodeops")
 	repo, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {

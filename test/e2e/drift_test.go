@@ -61,6 +61,7 @@ func noDrift(nodes ...string) func(*v1alpha1.ClusterTarget) error {
 // kubeadm does), exactly the component and the field after a manifest and a kubelet configuration
 // are edited by hand, nothing again once the edits are reverted by hand.
 func TestDrift(t *testing.T) {
+	t.Parallel()
 	l := framework.StartLocal(t, "--control-planes=1", "--workers=1")
 	l.WaitNodesReady(t, 2, 3*time.Minute)
 	cp, worker := "cp-1", "worker-1"

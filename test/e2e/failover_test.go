@@ -25,6 +25,7 @@ import (
 // the operation finishes, no node gets two tasks and at no moment are more nodes held than
 // maxUnavailable allows (one task per node and unavailable nodes count against maxUnavailable, rules 1 and 2).
 func TestLeaderFailover(t *testing.T) {
+	t.Parallel()
 	l := framework.StartLocal(t, "--control-planes=1", "--workers=3", "--managers=2")
 	l.WaitNodesReady(t, 4, 3*time.Minute)
 	workers := []string{"worker-1", "worker-2", "worker-3"}

@@ -23,6 +23,7 @@ import (
 // second group waits (WaitingForGate) until the Deployment is available, and the API server's own
 // records show its first task created after the Deployment's Available condition turned true.
 func TestCELGateHoldsAGroupUntilTheDeploymentIsAvailable(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	l := framework.StartLocal(t, "--control-planes=1", "--workers=2")
 	l.WaitNodesReady(t, 3, 5*time.Minute)

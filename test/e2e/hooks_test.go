@@ -31,6 +31,7 @@ import (
 // sends each transition's CloudEvent, signed, in order, to a receiver in this test that refuses
 // every event's first two deliveries, and the receiver accepts each exactly once.
 func TestHooksOnLocalCluster(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	l := framework.StartLocal(t, "--control-planes=1", "--workers=2")
 	l.WaitNodesReady(t, 3, 5*time.Minute)

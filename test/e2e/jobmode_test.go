@@ -31,6 +31,7 @@ import (
 // The worker is cordoned, drained, upgraded and uncordoned, and its agent's Job completes. Then
 // an agent Job's pod deleted mid-command stops its agent as a kubelet would.
 func TestSafetyRule6_JobModeWorkerUpgradeFinishes(t *testing.T) {
+	t.Parallel()
 	l := framework.StartLocal(t, "--control-planes=1", "--workers=1", "--agent-mode=Job")
 	l.WaitNodesReady(t, 2, 3*time.Minute)
 	ctx := context.Background()

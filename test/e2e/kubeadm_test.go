@@ -42,6 +42,7 @@ var (
 // one cluster: the ClusterTarget of the fresh install, renew certificates, upgrade in DryRun, upgrade
 // for real through the ClusterTarget, a rotation through it, its two-step plan, then a refused upgrade.
 func TestKubeadm(t *testing.T) {
+	t.Parallel()
 	l := framework.StartLocal(t, "--control-planes=3", "--workers=3")
 	l.WaitNodesReady(t, 6, 3*time.Minute)
 	source := l.BinarySourceURL(t)

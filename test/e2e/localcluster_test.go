@@ -25,6 +25,7 @@ import (
 // TestLocalCluster brings up nodeops-local with 1 control plane, 2 workers and 100 simulated nodes
 // and checks what issue 2 promises, then stops it with SIGTERM and checks nothing it started survives.
 func TestLocalCluster(t *testing.T) {
+	t.Parallel()
 	l := framework.StartLocal(t, "--control-planes=1", "--workers=2", "--sim-nodes=100", "--no-manager", "--no-agents")
 
 	t.Run("all 103 nodes are Ready with the promised labels and taints", func(t *testing.T) {
@@ -205,6 +206,7 @@ func TestLocalCluster(t *testing.T) {
 
 // TestTwoInstancesSideBySide runs two small instances at once and stops one with `nodeops-local down`.
 func TestTwoInstancesSideBySide(t *testing.T) {
+	t.Parallel()
 	a := framework.StartLocal(t, "--workers=0", "--no-manager", "--no-agents")
 	b := framework.StartLocal(t, "--workers=1", "--no-manager", "--no-agents")
 	if a.RESTConfig.Host == b.RESTConfig.Host {

@@ -24,6 +24,7 @@ import (
 // TestLocalStandIns checks what nodeops-local provides in place of parts of a real cluster: the
 // binary source upgrades download from, and the control planes' mirror pods (the kubelet's job).
 func TestLocalStandIns(t *testing.T) {
+	t.Parallel()
 	l := framework.StartLocal(t, "--control-planes=2", "--workers=1", "--no-manager", "--no-agents")
 
 	t.Run("the binary source serves kubeadm, kubelet and kubectl with their sha256", func(t *testing.T) {

@@ -37,6 +37,7 @@ import (
 // token is refused, by the real API server, every write test/confinement lists and every Secret read
 // (agents confined to their own node, rule 10).
 func TestPodBoundAgents(t *testing.T) {
+	t.Parallel()
 	l := framework.StartLocal(t, "--control-planes=1", "--workers=2", "--agent-credentials=pod-bound")
 	l.WaitNodesReady(t, 3, 3*time.Minute)
 	ctx := context.Background()

@@ -24,6 +24,7 @@ import (
 // exit code and output) and creates no install task, then installs and labels worker-1 once the
 // script exits 0, the install created after the check succeeded.
 func TestProfileCommandGateHoldsUntilTheHostSaysSo(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	l := framework.StartLocal(t, "--control-planes=1", "--workers=1")
 	l.WaitNodesReady(t, 2, 5*time.Minute)

@@ -27,6 +27,7 @@ import (
 // true; then an approval gate times out on worker-2, Blocked says so, and
 // `kubectl nodeops skip nodeprofile/NAME --gate` releases it.
 func TestProfileGates(t *testing.T) {
+	t.Parallel()
 	l := framework.StartLocal(t, "--control-planes=1", "--workers=2")
 	l.WaitNodesReady(t, 3, 5*time.Minute)
 	ctx := context.Background()

@@ -46,6 +46,7 @@ var profSampleShims = []struct{ name, placeholder string }{
 // nodeops-local (real manager and agents), shims served over local https whose certificate the
 // agents trust only through the profile's caBundle.
 func TestNodeProfile(t *testing.T) {
+	t.Parallel()
 	const sims = 200
 	l := framework.StartLocal(t, "--control-planes=1", "--workers=2", fmt.Sprintf("--sim-nodes=%d", sims))
 	l.WaitNodesReady(t, 3+sims, 5*time.Minute)

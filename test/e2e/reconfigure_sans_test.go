@@ -68,6 +68,7 @@ func hasSANs(cert *x509.Certificate) bool {
 // plane at a time, each certificate issued only after the previous control plane is healthy again,
 // and leaves no drift.
 func TestReconfigureCertSANsAndEtcd(t *testing.T) {
+	t.Parallel()
 	l := framework.StartLocal(t, "--control-planes=3", "--workers=1")
 	l.WaitNodesReady(t, 4, 3*time.Minute)
 	cps := []string{"cp-1", "cp-2", "cp-3"}

@@ -50,6 +50,7 @@ func commandOutput(t *testing.T, task *v1alpha1.NodeTask, kind string) string {
 // manifest with the flag and each node's kubelet configuration with maxPods, and the ClusterTarget
 // reports no drift after it.
 func TestReconfigure(t *testing.T) {
+	t.Parallel()
 	l := framework.StartLocal(t, "--control-planes=3", "--workers=1")
 	l.WaitNodesReady(t, 4, 3*time.Minute)
 	cps := []string{"cp-1", "cp-2", "cp-3"}

@@ -297,6 +297,7 @@ func (p *tokenProbe) end() *tokenProbe {
 // complete the first is refused (401) and the second accepted. A second rotation (completion Auto,
 // without the service-account key) runs through and leaves the key as it is.
 func TestRotateCertificateAuthorities(t *testing.T) {
+	t.Parallel()
 	l := framework.StartLocal(t, "--control-planes=3", "--workers=3", "--agent-credentials=pod-bound")
 	l.WaitNodesReady(t, 6, 3*time.Minute)
 	cps := []string{"cp-1", "cp-2", "cp-3"}

@@ -21,6 +21,7 @@ import (
 // the opening. Windows have minute resolution, so the window opens at the next whole minute at least
 // 15 seconds away (15 to 75 seconds after the create).
 func TestWindowHoldsTheFirstTaskOnLocalCluster(t *testing.T) {
+	t.Parallel()
 	l := framework.StartLocal(t, "--control-planes=1", "--workers=1")
 	l.WaitNodesReady(t, 2, 5*time.Minute)
 
