@@ -174,6 +174,7 @@ func staticPodUIDs(ctx context.Context, env *Env, comps []string) map[string]str
 	return uids
 }
 
+// findPod is the static pod kube-system/name among the kubelet's pods, or nil.
 func findPod(pods []corev1.Pod, name string) *corev1.Pod {
 	for i := range pods {
 		if pods[i].Namespace == "kube-system" && pods[i].Name == name {

@@ -142,13 +142,7 @@ func staticPodHealthy(ctx context.Context, env *Env, comp, version string, kubel
 	pod := &corev1.Pod{}
 	fromKubelet := kubelet != nil
 	if fromKubelet {
-		pod = nil
-		for i := range kubelet {
-			if kubelet[i].Namespace == "kube-system" && kubelet[i].Name == name {
-				pod = &kubelet[i]
-			}
-		}
-		if pod == nil {
+		if pod = findPod(kubelet, name); pod == nil {
 			return fmt.Errorf("%s: the kubelet runs no pod kube-system/%s", comp, name)
 		}
 	} else if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: name}, pod); err != nil {
