@@ -212,6 +212,30 @@ func TestKubeletBinaryReplacedSaysWhetherARestartRunsAnotherKubelet(t *testing.T
 	if path, replaced, err := k.BinaryReplaced(); err != nil || replaced || path != "/usr/bin/kubelet" {
 		t.Errorf("the kubelet runs /usr/bin/kubelet itself: BinaryReplaced() = %q, %v, %v; want /usr/bin/kubelet, false", path, replaced, err)
 	}
+	// A kubelet installed as a symlink (/usr/bin/kubelet -> /opt/kubernetes/kubelet) runs the link's
+	// target: the same file, not a replaced one.
+	opt := filepath.Join(root, "opt/kubernetes")
+	if err := os.MkdirAll(opt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(bin, "kubelet"), filepath.Join(opt, "kubelet")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/opt/kubernetes/kubelet", filepath.Join(bin, "kubelet")); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Remove(exe)
+	if err := os.Symlink(filepath.Join(opt, "kubelet"), exe); err != nil {
+		t.Fatal(err)
+	}
+	if _, replaced, err := k.BinaryReplaced(); err != nil || replaced {
+		t.Errorf("the kubelet runs its symlink's target: replaced = %v, %v; want false", replaced, err)
+	}
+	if err := os.Remove(filepath.Join(bin, "kubelet")); err != nil {
+		t.Fatal(err)
+	}
+	write("kubelet", "v1.36.3")
+	runs("kubelet")
 	// installBinaries keeps the old binary as kubelet.nodeops-prev and puts the new one in place.
 	if err := os.Rename(filepath.Join(bin, "kubelet"), filepath.Join(bin, "kubelet.nodeops-prev")); err != nil {
 		t.Fatal(err)
