@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -75,6 +74,10 @@ func Up(ctx context.Context, o Options, out io.Writer) (retErr error) {
 	}
 	defer os.Remove(filepath.Join(dir, PIDFile))
 
+	// Released after the deferred stop below (defers run last first): the components hold them till then.
+	ports := newPortReservations()
+	defer ports.release()
+
 	start := time.Now()
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(out, "nodeops-local: [%5.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
@@ -99,7 +102,7 @@ func Up(ctx context.Context, o Options, out io.Writer) (retErr error) {
 	startCtx, cancelTimeout := context.WithTimeoutCause(startCtx, o.ReadyTimeout,
 		fmt.Errorf("the cluster was not ready within %s (logs in %s)", o.ReadyTimeout, filepath.Join(dir, "logs")))
 	defer cancelTimeout()
-	c, l, creds, err := bringUp(startCtx, o, sup, stages, logf)
+	c, l, creds, err := bringUp(startCtx, o, sup, ports, stages, logf)
 	if err == nil {
 		err = startStandIns(ctx, startCtx, o, c, l.etcdURL(), logf)
 	}
@@ -185,9 +188,9 @@ func nodeRoots(o Options) map[string]string {
 	return roots
 }
 
-func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, logf func(string, ...any)) (client.Client, clusterLayout, *credentials, error) {
+func bringUp(ctx context.Context, o Options, sup *supervisor, reserved *portReservations, stages []string, logf func(string, ...any)) (client.Client, clusterLayout, *credentials, error) {
 	bin := o.BinDir
-	ports, err := freePorts(3)
+	ports, err := reserved.take(3)
 	if err != nil {
 		return nil, clusterLayout{}, nil, err
 	}
@@ -195,7 +198,7 @@ func bringUp(ctx context.Context, o Options, sup *supervisor, stages []string, l
 		PodBound: o.AgentCredentials == CredentialsPodBound, JobMode: o.jobMode(),
 		ManagerPprof: o.ManagerPprofAddress, SimAgentPprof: o.SimAgentPprofAddress}
 	if o.ControlPlanes > 0 {
-		caPorts, err := freePorts(o.ControlPlanes)
+		caPorts, err := reserved.take(o.ControlPlanes)
 		if err != nil {
 			return nil, clusterLayout{}, nil, err
 		}
@@ -436,26 +439,6 @@ func prepareDir(dir string) error {
 		return fmt.Errorf("--dir %s is not empty; use a new directory for each instance", dir)
 	}
 	return nil
-}
-
-// freePorts returns n distinct loopback ports that were free a moment ago.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("finding a free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // RESTConfig loads a kubeconfig with client limits fit for hundreds of nodes.
