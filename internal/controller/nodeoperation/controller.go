@@ -103,7 +103,13 @@ type Reconciler struct {
 	createErrs map[string]error
 	// createdChecks are the gate checks this manager created that the cache may not show yet.
 	createdChecks cmdgate.Created
+	// versions are, by operation, what this manager knows of its resourceVersions (see cacheBehind).
+	versions map[string]knownVersions
 }
+
+// knownVersions are the resourceVersions of one operation this manager knows: current, the last it
+// wrote or read from the API server itself, and replaced, the one its last status write replaced.
+type knownVersions struct{ current, replaced string }
 
 // New returns a Reconciler with default tunables.
 func New(c client.Client, apiReader client.Reader, locks skeleton.Locker, recorder events.EventRecorder) *Reconciler {
@@ -162,6 +168,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if !r.Locks.Synced() {
 		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
+	}
+	if behind, err := r.cacheBehind(ctx, op); err != nil || behind {
+		// Deciding on an operation older than the API server's could undo what it records.
+		return ctrl.Result{RequeueAfter: skeleton.StaleRetry}, err
 	}
 	// The machine's clock, not r.Now: start measures the reconcile's work, which a held clock would hide.
 	s := &scope{op: op, before: op.Status.DeepCopy(), start: time.Now()}
@@ -479,6 +489,42 @@ func view(t *v1alpha1.NodeTask) taskView {
 	return v
 }
 
+// cacheBehind says whether the cached operation op is older than the API server's. The status
+// write carries no lock (see statusRule), and the operations' informer may lag the tasks': a task
+// deleted by hand is let go once the status records its end (release), and a look that then saw the
+// task gone but not yet that record would write the record away and create the task again, running
+// its commands twice (nothing deleted automatically, rule 7). The copy this manager's last status
+// write replaced is known to be behind; one it wrote or read is known to be current; of any other
+// (the first look after a start or a leader change, a person's edit) one read of the API server
+// tells.
+func (r *Reconciler) cacheBehind(ctx context.Context, op *v1alpha1.NodeOperation) (bool, error) {
+	r.mu.Lock()
+	known := r.versions[op.Name]
+	r.mu.Unlock()
+	switch op.ResourceVersion {
+	case known.current:
+		return false, nil
+	case known.replaced:
+		return true, nil
+	}
+	live := &v1alpha1.NodeOperation{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(op), live); err != nil {
+		return false, fmt.Errorf("read NodeOperation %s past the cache: %w", op.Name, err)
+	}
+	r.noteVersions(op.Name, knownVersions{current: live.ResourceVersion, replaced: known.replaced})
+	return live.ResourceVersion != op.ResourceVersion, nil
+}
+
+// noteVersions records what this manager knows of op's resourceVersions.
+func (r *Reconciler) noteVersions(op string, v knownVersions) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.versions == nil {
+		r.versions = map[string]knownVersions{}
+	}
+	r.versions[op] = v
+}
+
 func (r *Reconciler) noteWaiting(op string, waiting map[string]nodelock.Holder) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -521,6 +567,7 @@ func (r *Reconciler) forget(name string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.cost, name)
+	delete(r.versions, name)
 }
 
 // ttlLeft is how long until a finished operation with ttlSecondsAfterFinished is due for deletion.

@@ -1,6 +1,7 @@
 package nodeoperation_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -12,10 +13,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/retry"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/controller/nodeoperation"
 	"github.com/nodeops/nodeops/internal/nodelock"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/testutil"
@@ -120,6 +124,70 @@ func TestSafetyRule7_DeletedRunningTaskIsNotRunAgain(t *testing.T) {
 	if c := f.get(op.Name).Status.Groups[0].Nodes; c.Succeeded != 1 {
 		t.Errorf("counts %+v, want the node succeeded", c)
 	}
+}
+
+// nothing deleted automatically (rule 7), with the operation's cache behind: a task deleted by hand
+// is let go once the operation's status records its end, and the tasks' informer can deliver the
+// deletion before the operations' informer delivers that record. A look in that moment sees the
+// task gone and the node not recorded; it must not create the task again. Here the look is a
+// reconciler whose cache returns the operation as it was while the task ran (every other read is
+// the API server's), after the task ended, was recorded and was deleted.
+func TestSafetyRule7_AStaleOperationNeverCreatesADeletedTaskAgain(t *testing.T) {
+	f := newFixture(t)
+	nodes := f.nodes(nil, "a")
+	op := f.operation("stale", nil, v1alpha1.Group{Name: "g",
+		Commands: []v1alpha1.Command{{Name: "once", Script: &v1alpha1.ScriptCommand{Inline: "echo >> /var/lib/counter"}}}})
+	task := f.waitTasks(op.Name, 1)[0]
+	f.begin(task.Name, 0)
+	var stale *v1alpha1.NodeOperation
+	testutil.Eventually(t, 30*time.Second, "the operation recording its node running", func() error {
+		stale = f.get(op.Name)
+		if len(stale.Status.Groups) == 0 || stale.Status.Groups[0].Nodes.Running != 1 {
+			return fmt.Errorf("groups %+v", stale.Status.Groups)
+		}
+		return nil
+	})
+	f.end(task.Name, 0, true, "ok")
+	f.waitPhase(op.Name, v1alpha1.OperationSucceeded)
+	f.deleteTask(task.Name)
+	testutil.Eventually(t, 30*time.Second, "the deleted task gone once its end is recorded", func() error {
+		if _, ok := f.taskOn(op.Name, "g", nodes[0]); ok {
+			return fmt.Errorf("task %s still there", task.Name)
+		}
+		return nil
+	})
+
+	testutil.Eventually(t, 30*time.Second, "the manager's cache without the task", func() error {
+		err := managerClient.Get(f.ctx, client.ObjectKey{Name: task.Name}, &v1alpha1.NodeTask{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("the cache still has task %s (%w)", task.Name, err)
+	})
+	lagging := staleOperation{Client: managerClient, stale: stale}
+	r := nodeoperation.New(lagging, f.c, managerLocks, events.NewFakeRecorder(10))
+	r.StatusInterval = time.Hour
+	if _, err := r.Reconcile(f.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: op.Name}}); err != nil {
+		t.Fatalf("reconcile on the stale operation: %v", err)
+	}
+	f.neverAgain(op.Name, "g", nodes[0], "", time.Second)
+	if got := f.get(op.Name); got.Status.Phase != v1alpha1.OperationSucceeded || got.Status.Groups[0].Nodes.Succeeded != 1 {
+		t.Errorf("the operation's record was undone: phase %q, counts %+v; want Succeeded with the node", got.Status.Phase, got.Status.Groups[0].Nodes)
+	}
+}
+
+// staleOperation is the manager's cached client, except that it returns one operation as it was.
+type staleOperation struct {
+	client.Client
+	stale *v1alpha1.NodeOperation
+}
+
+func (c staleOperation) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if op, ok := obj.(*v1alpha1.NodeOperation); ok && key.Name == c.stale.Name {
+		c.stale.DeepCopyInto(op)
+		return nil
+	}
+	return c.Client.Get(ctx, key, obj, opts...)
 }
 
 // setCordon sets a node's spec.unschedulable, as `kubectl cordon` (or another tool) does.

@@ -16,7 +16,9 @@ import (
 
 // statusRule: the operation's status is recomputed whole from its tasks every reconcile, so it
 // goes without a lock: a lock would refuse every write of a reconcile running ahead of the cache's
-// copy of the last one, writes the budget (at most 4 per node) counts.
+// copy of the last one, writes the budget (at most 4 per node) counts. What it records beyond its
+// tasks (the end of a task deleted since) a reconcile on a copy older than the API server's could
+// undo: Reconcile decides nothing on such a copy (cacheBehind).
 var statusRule = statuswrite.Rule{Kind: kind, Owned: []string{
 	v1alpha1.ConditionProgressing, v1alpha1.ConditionSucceeded, v1alpha1.ConditionFailed, v1alpha1.ConditionBlocked,
 	v1alpha1.ConditionPreflightFailed,
@@ -49,6 +51,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope) (ctrl.Result, er
 		s.op.Status = *s.before // s.op.Status is the status as last written (see act)
 		return res, err
 	}
+	r.noteVersions(s.op.Name, knownVersions{current: s.op.ResourceVersion, replaced: orig.ResourceVersion})
 	r.emit(s.op, transitions(s.before, st))
 	r.emit(s.op, hookTransitions(s.before, st))
 	return res, nil

@@ -39,6 +39,10 @@ var (
 	// clock is the controller's clock: the real one, unless a test holds it to open the status
 	// throttle's windows itself.
 	clock testClock
+	// managerLocks and managerClient are the manager's node lock table and its cached client, for
+	// a test that reconciles beside it.
+	managerLocks  *nodelock.Table
+	managerClient client.Client
 )
 
 const testLabel = "nodeops.test/id"
@@ -65,6 +69,7 @@ func run(m *testing.M) int {
 	cfg.QPS, cfg.Burst = 800, 1600
 	cfg.Wrap(managerWrites.wrap)
 	stop, err := testutil.StartManager(cfg, env.Scheme, func(mgr manager.Manager, locks *nodelock.Table) error {
+		managerLocks, managerClient = locks, mgr.GetClient()
 		r := nodeoperation.New(mgr.GetClient(), mgr.GetAPIReader(), locks, mgr.GetEventRecorder("nodeoperation-controller"))
 		r.StatusInterval = statusInterval
 		r.WaitRecheck = time.Second
