@@ -34,6 +34,17 @@ func (f *fixture) deleteTask(name string) {
 	}
 }
 
+// waitTaskGone waits until op has no task of group on node, the deleted task name being gone.
+func (f *fixture) waitTaskGone(op, group, node, name, what string) {
+	f.t.Helper()
+	testutil.Eventually(f.t, 30*time.Second, what, func() error {
+		if _, ok := f.taskOn(op, group, node); ok {
+			return fmt.Errorf("task %s still there", name)
+		}
+		return nil
+	})
+}
+
 // taskOn returns the task of group on node, and whether it exists.
 func (f *fixture) taskOn(op, group, node string) (*v1alpha1.NodeTask, bool) {
 	f.t.Helper()
@@ -73,12 +84,7 @@ func TestSafetyRule7_DeletedTaskIsNotRunAgain(t *testing.T) {
 	}
 	f.runAll(first.Name)
 	f.deleteTask(first.Name)
-	testutil.Eventually(t, 30*time.Second, "the deleted task gone", func() error {
-		if _, ok := f.taskOn(op.Name, "g", nodes[0]); ok {
-			return fmt.Errorf("task %s still there", first.Name)
-		}
-		return nil
-	})
+	f.waitTaskGone(op.Name, "g", nodes[0], first.Name, "the deleted task gone")
 	f.neverAgain(op.Name, "g", nodes[0], "", 2*time.Second)
 
 	second := f.waitTasks(op.Name, 1)[0]
@@ -114,12 +120,7 @@ func TestSafetyRule7_DeletedRunningTaskIsNotRunAgain(t *testing.T) {
 	}
 	f.end(task.Name, 0, true, "ok")
 	f.waitPhase(op.Name, v1alpha1.OperationSucceeded)
-	testutil.Eventually(t, 30*time.Second, "the deleted task gone once it ended", func() error {
-		if _, ok := f.taskOn(op.Name, "g", nodes[0]); ok {
-			return fmt.Errorf("task %s still there", task.Name)
-		}
-		return nil
-	})
+	f.waitTaskGone(op.Name, "g", nodes[0], task.Name, "the deleted task gone once it ended")
 	f.neverAgain(op.Name, "g", nodes[0], "", time.Second)
 	if c := f.get(op.Name).Status.Groups[0].Nodes; c.Succeeded != 1 {
 		t.Errorf("counts %+v, want the node succeeded", c)
@@ -150,12 +151,7 @@ func TestSafetyRule7_AStaleOperationNeverCreatesADeletedTaskAgain(t *testing.T) 
 	f.end(task.Name, 0, true, "ok")
 	f.waitPhase(op.Name, v1alpha1.OperationSucceeded)
 	f.deleteTask(task.Name)
-	testutil.Eventually(t, 30*time.Second, "the deleted task gone once its end is recorded", func() error {
-		if _, ok := f.taskOn(op.Name, "g", nodes[0]); ok {
-			return fmt.Errorf("task %s still there", task.Name)
-		}
-		return nil
-	})
+	f.waitTaskGone(op.Name, "g", nodes[0], task.Name, "the deleted task gone once its end is recorded")
 
 	testutil.Eventually(t, 30*time.Second, "the manager's cache without the task", func() error {
 		err := managerClient.Get(f.ctx, client.ObjectKey{Name: task.Name}, &v1alpha1.NodeTask{})
@@ -421,12 +417,7 @@ func TestDeletedOperationReleasesItsTasks(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.deleteTask(task.Name)
-	testutil.Eventually(t, 30*time.Second, "the task of the deleted operation gone", func() error {
-		if _, ok := f.taskOn(op.Name, "g", task.Spec.NodeName); ok {
-			return fmt.Errorf("task %s still there", task.Name)
-		}
-		return nil
-	})
+	f.waitTaskGone(op.Name, "g", task.Spec.NodeName, task.Name, "the task of the deleted operation gone")
 }
 
 // A cordon left by another operation (a drain that failed, then was aborted) can be undone by an
