@@ -412,7 +412,10 @@ func (r *Reconciler) ownTasks(ctx context.Context, op *v1alpha1.NodeOperation) (
 }
 
 // releaseOrphans lets the tasks of a deleted operation go: the garbage collector deletes them,
-// and no record is needed once the operation is gone.
+// and no record is needed once the operation is gone. Gone means the API server says so (or
+// holds another operation of that name): just after a start or a leader change the operations'
+// cache can be behind the tasks', and a running task deleted by hand, let go unrecorded, would be
+// created again by the next look (rule 7). One read, only when there is a task to let go.
 func (r *Reconciler) releaseOrphans(ctx context.Context, name string) error {
 	var list v1alpha1.NodeTaskList
 	if err := r.Client.List(ctx, &list, client.MatchingLabels{v1alpha1.LabelOperation: plan.LabelValue(name)}, client.UnsafeDisableDeepCopy); err != nil {
@@ -422,6 +425,26 @@ func (r *Reconciler) releaseOrphans(ctx context.Context, name string) error {
 	for i := range list.Items {
 		if t := &list.Items[i]; !t.DeletionTimestamp.IsZero() && skeleton.ControllerUID(t, kind) != "" {
 			tasks = append(tasks, t)
+		}
+	}
+	if len(tasks) == 0 {
+		return nil
+	}
+	var live v1alpha1.NodeOperation
+	err := r.APIReader.Get(ctx, client.ObjectKey{Name: name}, &live)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("read NodeOperation %s before letting its deleted tasks go: %w", name, err)
+	}
+	if err == nil {
+		gone := tasks[:0]
+		for _, t := range tasks {
+			if skeleton.ControllerUID(t, kind) != live.UID {
+				gone = append(gone, t)
+			}
+		}
+		if tasks = gone; len(tasks) == 0 {
+			// The cache is behind: the operation's own reconcile records and releases them.
+			return nil
 		}
 	}
 	return r.release(ctx, nil, tasks, true, false)

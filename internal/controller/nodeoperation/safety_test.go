@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/controller/nodeoperation"
@@ -170,6 +171,57 @@ func TestSafetyRule7_AStaleOperationNeverCreatesADeletedTaskAgain(t *testing.T) 
 	if got := f.get(op.Name); got.Status.Phase != v1alpha1.OperationSucceeded || got.Status.Groups[0].Nodes.Succeeded != 1 {
 		t.Errorf("the operation's record was undone: phase %q, counts %+v; want Succeeded with the node", got.Status.Phase, got.Status.Groups[0].Nodes)
 	}
+}
+
+// nothing deleted automatically (rule 7), with the operation not yet in the cache: a look that
+// does not find the operation lets its deleted tasks go (their record is not needed once it is
+// gone). Just after a start or a leader change, the operations' informer can be behind the tasks';
+// a running task deleted by hand must not be let go then, unrecorded, or the next look would
+// create it again. Here the look is a reconciler whose cache does not have the operation.
+func TestSafetyRule7_AnOperationMissingFromTheCacheKeepsItsDeletedTask(t *testing.T) {
+	f := newFixture(t)
+	f.nodes(nil, "a")
+	op := f.operation("missing", nil, v1alpha1.Group{Name: "g",
+		Commands: []v1alpha1.Command{{Name: "once", Script: &v1alpha1.ScriptCommand{Inline: "echo >> /var/lib/counter"}}}})
+	task := f.waitTasks(op.Name, 1)[0]
+	f.begin(task.Name, 0)
+	f.deleteTask(task.Name)
+	testutil.Eventually(t, 30*time.Second, "the manager's cache showing the task being deleted", func() error {
+		var got v1alpha1.NodeTask
+		if err := managerClient.Get(f.ctx, client.ObjectKey{Name: task.Name}, &got); err != nil {
+			return err
+		}
+		if got.DeletionTimestamp.IsZero() {
+			return fmt.Errorf("task %s not being deleted in the cache yet", task.Name)
+		}
+		return nil
+	})
+
+	r := nodeoperation.New(missingOperation{Client: managerClient, name: op.Name}, f.c, managerLocks, events.NewFakeRecorder(10))
+	r.StatusInterval = time.Hour
+	if _, err := r.Reconcile(f.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: op.Name}}); err != nil {
+		t.Fatalf("reconcile without the operation in the cache: %v", err)
+	}
+	var got v1alpha1.NodeTask
+	if err := f.c.Get(f.ctx, client.ObjectKey{Name: task.Name}, &got); err != nil {
+		t.Fatalf("the running task %s, deleted by hand, was let go while its operation exists (get: %v); its end is unrecorded and it would be created again", task.Name, err)
+	}
+	if !controllerutil.ContainsFinalizer(&got, nodeoperation.Finalizer) {
+		t.Fatalf("task %s lost its finalizer %s while its operation exists", task.Name, nodeoperation.Finalizer)
+	}
+}
+
+// missingOperation is the manager's cached client, except that one operation is not found.
+type missingOperation struct {
+	client.Client
+	name string
+}
+
+func (c missingOperation) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*v1alpha1.NodeOperation); ok && key.Name == c.name {
+		return apierrors.NewNotFound(v1alpha1.GroupVersion.WithResource("nodeoperations").GroupResource(), key.Name)
+	}
+	return c.Client.Get(ctx, key, obj, opts...)
 }
 
 // staleOperation is the manager's cached client, except that it returns one operation as it was.
