@@ -13,10 +13,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/controller/skeleton"
 	"github.com/nodeops/nodeops/internal/nodelock"
+	"github.com/nodeops/nodeops/internal/plan"
 )
 
 // lockLag is when to look again at a node whose lock is still held by this profile's own finished
@@ -32,8 +34,17 @@ func (r *Reconciler) apply(ctx context.Context, s *scope) (ctrl.Result, error) {
 	for _, name := range d.Abort {
 		w.Go(func() error { return r.abortTask(ctx, name) })
 	}
+	deleting := make(map[string]bool, len(d.Delete))
 	for _, name := range d.Delete {
-		w.Go(func() error { return r.deleteTask(ctx, name) })
+		if t := s.tasks[name]; t != nil {
+			deleting[name] = true
+			w.Go(func() error { return r.deleteTask(ctx, t) })
+		}
+	}
+	for _, name := range d.Release {
+		if t := s.tasks[name]; t != nil && !deleting[name] {
+			w.Go(func() error { return r.releaseTask(ctx, t) })
+		}
 	}
 	for _, np := range d.Patches {
 		rv := s.nodeRV[np.Node]
@@ -57,9 +68,18 @@ func (r *Reconciler) apply(ctx context.Context, s *scope) (ctrl.Result, error) {
 		task := BuildTask(p, st.Node, st.Action, s.hash)
 		metav1.SetMetaDataAnnotation(&task.ObjectMeta, CreatedAnnotation, created)
 		creates[i] = skeleton.TaskCreate{Task: task, Before: func(ctx context.Context) error {
+			if st.First {
+				if err := r.confirmFirst(ctx, s, st); err != nil {
+					return err
+				}
+			}
 			// The finished task st supersedes goes first: the new one may take its name.
 			for _, name := range st.Delete {
-				if err := r.deleteTask(ctx, name); err != nil {
+				t := s.tasks[name]
+				if t == nil {
+					return fmt.Errorf("NodeTask %s, which the new task replaces, is not in the cache any more; looking again", name)
+				}
+				if err := r.deleteTask(ctx, t); err != nil {
 					return err
 				}
 			}
@@ -82,10 +102,105 @@ func (r *Reconciler) apply(ctx context.Context, s *scope) (ctrl.Result, error) {
 	return res, errors.Join(createErr, w.Wait())
 }
 
-func (r *Reconciler) deleteTask(ctx context.Context, name string) error {
-	t := &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if err := r.Client.Delete(ctx, t); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete NodeTask %s: %w", name, err)
+// deleteTask deletes t, the very task decide saw: its RecordFinalizer comes off first under an
+// optimistic lock, and the delete carries its UID, so that a cache behind the API server (a task
+// of the same name created since) deletes nothing.
+func (r *Reconciler) deleteTask(ctx context.Context, t *v1alpha1.NodeTask) error {
+	if err := r.releaseTask(ctx, t); err != nil {
+		return err
+	}
+	uid := t.UID
+	del := &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: t.Name}}
+	if err := r.Client.Delete(ctx, del, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete NodeTask %s: %w", t.Name, err)
+	}
+	return nil
+}
+
+// releaseTask takes RecordFinalizer off t under an optimistic lock: a task someone deleted then
+// goes. Nothing to do for a task without it (one created before the finalizer existed).
+func (r *Reconciler) releaseTask(ctx context.Context, t *v1alpha1.NodeTask) error {
+	if !controllerutil.ContainsFinalizer(t, RecordFinalizer) {
+		return nil
+	}
+	released := t.DeepCopy()
+	controllerutil.RemoveFinalizer(released, RecordFinalizer)
+	if err := r.Client.Patch(ctx, released, client.MergeFromWithOptions(t, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("remove finalizer %s from NodeTask %s: %w", RecordFinalizer, t.Name, err)
+	}
+	return nil
+}
+
+// releaseAll takes RecordFinalizer off every one of tasks: the profile is going, and its tasks
+// with it.
+func (r *Reconciler) releaseAll(ctx context.Context, tasks map[string]*v1alpha1.NodeTask) error {
+	w := skeleton.NewWrites(r.Parallelism)
+	for _, t := range tasks {
+		w.Go(func() error { return r.releaseTask(ctx, t) })
+	}
+	return w.Wait()
+}
+
+// releaseOrphans lets the tasks of the profile named name go once it is gone: found missing in
+// the cache, confirmed by the API server (a cache just started can be behind its tasks'), or
+// there under a new UID (deleted and created again).
+func (r *Reconciler) releaseOrphans(ctx context.Context, name string) error {
+	var list v1alpha1.NodeTaskList
+	if err := r.Client.List(ctx, &list, client.MatchingLabels{v1alpha1.LabelProfile: plan.LabelValue(name)}, client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("list tasks of deleted NodeProfile %s: %w", name, err)
+	}
+	var kept []*v1alpha1.NodeTask
+	for i := range list.Items {
+		if t := &list.Items[i]; controllerutil.ContainsFinalizer(t, RecordFinalizer) && skeleton.ControllerUID(t, kind) != "" {
+			kept = append(kept, t)
+		}
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	var live v1alpha1.NodeProfile
+	err := r.live().Get(ctx, client.ObjectKey{Name: name}, &live)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("read NodeProfile %s before letting its tasks go: %w", name, err)
+	}
+	orphans := make(map[string]*v1alpha1.NodeTask, len(kept))
+	for _, t := range kept {
+		if err != nil || skeleton.ControllerUID(t, kind) != live.UID {
+			orphans[t.Name] = t
+		}
+	}
+	return r.releaseAll(ctx, orphans)
+}
+
+// live reads from the API server itself.
+func (r *Reconciler) live() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
+}
+
+// errNodeRecorded: the API server shows a node's label that its cached copy lacks.
+var errNodeRecorded = errors.New("the cache is behind the node; nothing started, looking again")
+
+// confirmFirst reads st's node from the API server before the first task of the profile on it
+// starts: with no task left, the node's label and hash are the only record of what ran there, and
+// a cache can show a task's deletion before the label its install earned (or an uninstall's
+// removal of it). The decision is made again on what the API server shows.
+func (r *Reconciler) confirmFirst(ctx context.Context, s *scope, st Start) error {
+	var node corev1.Node
+	if err := r.live().Get(ctx, client.ObjectKey{Name: st.Node}, &node); err != nil {
+		return fmt.Errorf("read node %s before its first task of NodeProfile %s: %w", st.Node, s.profile.Name, err)
+	}
+	var v NodeView
+	for _, n := range s.in.Nodes {
+		if n.Name == st.Node {
+			v = n
+		}
+	}
+	marks(&v, &node, s.profile.Name, s.profile.Spec.ProvisionedLabels)
+	if _, start, _, _, _ := decideNode(s.in, &v, nil); start == nil || start.Action != st.Action {
+		return fmt.Errorf("node %s is provisioned=%v at hash %q for NodeProfile %s: %w", st.Node, v.Installed, v.Hash, s.profile.Name, errNodeRecorded)
 	}
 	return nil
 }

@@ -117,6 +117,9 @@ type scope struct {
 	hash     string
 	// nodeRV: node -> resourceVersion in the cache, for patchedNodes.
 	nodeRV map[string]string
+	// tasks are the profile's tasks in the cache by name (shared with the cache: never modified),
+	// for deletes and releases that must name the very object decide saw.
+	tasks map[string]*v1alpha1.NodeTask
 
 	// Observed: decide's input, the RuntimeClasses and the lock table's view.
 	in             input
@@ -168,7 +171,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if apierrors.IsNotFound(err) {
 			r.patched.forget(req.Name)
 			r.status.Forget(req.Name)
-			return ctrl.Result{}, nil
+			return ctrl.Result{}, r.releaseOrphans(ctx, req.Name)
 		}
 		return ctrl.Result{}, fmt.Errorf("get NodeProfile %s: %w", req.Name, err)
 	}
@@ -217,7 +220,6 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 	if err := r.Client.List(ctx, &tasks, skeleton.OwnedBy(kind, p.UID), client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("list NodeTasks of NodeProfile %s: %w", p.Name, err)
 	}
-	label, annotation := ProvisionedLabel(p.Name), HashAnnotation(p.Name)
 	in := input{
 		Hash:           s.hash,
 		HasUninstall:   len(p.Spec.Uninstall) > 0,
@@ -230,15 +232,16 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
 		s.nodeRV[n.Name] = n.ResourceVersion
-		in.Nodes = append(in.Nodes, NodeView{
+		v := NodeView{
 			Name:     n.Name,
 			Member:   !s.deleting && m.Contains(n.Labels, n.Annotations),
 			Ready:    plan.NodeReady(n),
 			Cordoned: n.Spec.Unschedulable,
-			Labelled: n.Labels[label] == v1alpha1.ProvisionedValue && hasProvisionedLabels(n, p.Spec.ProvisionedLabels),
-			Hash:     n.Annotations[annotation],
-		})
+		}
+		marks(&v, n, p.Name, p.Spec.ProvisionedLabels)
+		in.Nodes = append(in.Nodes, v)
 	}
+	s.tasks = make(map[string]*v1alpha1.NodeTask, len(tasks.Items))
 	var checks []*v1alpha1.NodeTask
 	for i := range tasks.Items {
 		if t := &tasks.Items[i]; v1alpha1.IsGateCheck(t) {
@@ -246,6 +249,7 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 			checks = append(checks, t)
 		} else if v, ok := ViewTask(t); ok {
 			in.Tasks = append(in.Tasks, v)
+			s.tasks[t.Name] = t
 		}
 	}
 	in.Tasks = addReserved(p.Name, s.hash, in.Tasks, s.locks, in.Now)
@@ -423,7 +427,11 @@ func (r *Reconciler) act(ctx context.Context, s *scope) (ctrl.Result, error) {
 		return ctrl.Result{}, err
 	}
 	if s.deleting && s.decision.Done {
-		// Every node is uninstalled: the finalizer goes, and with it the profile.
+		// Every node is uninstalled: the tasks' record is not needed any more; the finalizer goes,
+		// and with it the profile.
+		if err := r.releaseAll(ctx, s.tasks); err != nil {
+			return ctrl.Result{}, err
+		}
 		return ctrl.Result{}, r.removeFinalizer(ctx, s)
 	}
 	return skeleton.LowestNonZero(res, ctrl.Result{RequeueAfter: s.retry}, ctrl.Result{RequeueAfter: s.decision.Expire},
@@ -450,6 +458,8 @@ func ViewTask(t *v1alpha1.NodeTask) (TaskView, bool) {
 		Abort:     t.Spec.Abort,
 		Created:   createdAt(t),
 		Failure:   FailureMessage(t),
+		Deleting:  !t.DeletionTimestamp.IsZero(),
+		Kept:      controllerutil.ContainsFinalizer(t, RecordFinalizer),
 	}, true
 }
 
@@ -501,6 +511,13 @@ func (r *Reconciler) event(p *v1alpha1.NodeProfile, kind, reason, action, note s
 }
 
 var _ reconcile.Reconciler = &Reconciler{}
+
+// marks sets v's Labelled, Installed and Hash from what node carries for the profile named profile.
+func marks(v *NodeView, node *corev1.Node, profile string, extra []v1alpha1.ProvisionedLabel) {
+	v.Installed = node.Labels[ProvisionedLabel(profile)] == v1alpha1.ProvisionedValue
+	v.Labelled = v.Installed && hasProvisionedLabels(node, extra)
+	v.Hash = node.Annotations[HashAnnotation(profile)]
+}
 
 // hasProvisionedLabels reports whether node carries the profile's spec.provisionedLabels, so that
 // a change of them relabels provisioned nodes without installing again.

@@ -21,6 +21,8 @@ type NodeView struct {
 	Cordoned bool
 	// Labelled: the node carries nodeops.io/profile.<name>=provisioned and the profile's provisionedLabels.
 	Labelled bool
+	// Installed: the node carries nodeops.io/profile.<name>=provisioned, whatever its provisionedLabels.
+	Installed bool
 	// Hash is the node's nodeops.io/profile-hash.<name> annotation, "" when absent.
 	Hash string
 }
@@ -38,6 +40,9 @@ type TaskView struct {
 	Completed time.Time
 	// Failure explains a failed or aborted task: the failed command and its message.
 	Failure string
+	// Deleting: someone deleted the task; Kept: it carries RecordFinalizer, so it stays until
+	// decide releases it.
+	Deleting, Kept bool
 }
 
 // effectivePhase is the task's phase as far as the profile is concerned: an unfinished task asked
@@ -100,11 +105,15 @@ type NodeResult struct {
 
 // Start is a task the profile wants to create: after deleting Delete, a finished older task of
 // the node with the same name (the node left and came back at the same spec), the one case a
-// superseded task goes before its TTL, since the name is needed again.
+// superseded task goes before its TTL, since the name is needed again. First says the node has
+// no task of the profile at all: its label is then the only record of what ran there, and the
+// label is read from the API server again before the task is created (a cache can show a task's
+// deletion before the label its install earned).
 type Start struct {
 	Node   string
 	Action Action
 	Delete []string
+	First  bool
 }
 
 // NodePatch sets (Provisioned) or removes the node's profile label and hash annotation, in one patch.
@@ -134,6 +143,8 @@ type decision struct {
 	// than their node's latest) whose TTL has passed. Without a TTL history is kept
 	// (nothing deleted automatically, rule 7).
 	Delete []string
+	// Release lists the tasks someone deleted that may now go (releasable): RecordFinalizer comes off.
+	Release []string
 	// Expire is how long until the next superseded task's TTL passes; 0 for none.
 	Expire time.Duration
 	// Blocked names the nodes whose latest task failed: until a person retries or skips it
@@ -192,6 +203,11 @@ func decide(in input) (decision, error) {
 			}
 		}
 		r, start, patch, abort, holds := decideNode(in, n, last)
+		for _, t := range tasks {
+			if t.Deleting && t.Kept && releasable(n, t, t == last) {
+				d.Release = append(d.Release, t.Name)
+			}
+		}
 		if start != nil {
 			// The new task's name is taken by an older one only when the node left and came back
 			// at the same spec: that one must go first.
@@ -254,6 +270,7 @@ func decide(in input) (decision, error) {
 	}
 	sort.Strings(d.Delete)
 	sort.Strings(d.Abort)
+	sort.Strings(d.Release)
 
 	limit, err := plan.MaxUnavailable(in.MaxUnavailable, relevant)
 	if err != nil {
@@ -310,11 +327,7 @@ func decideNode(in input, n *NodeView, last *TaskView) (r NodeResult, start *Sta
 		waiting, failed, running = StateWaitingInstall, StateInstallFailed, StateInstalling
 	}
 	supersede := func() *Start {
-		s := &Start{Node: n.Name, Action: want}
-		if last != nil {
-			s.Delete = []string{last.Name}
-		}
-		return s
+		return &Start{Node: n.Name, Action: want, First: last == nil}
 	}
 
 	switch {
@@ -359,6 +372,11 @@ func decideNode(in input, n *NodeView, last *TaskView) (r NodeResult, start *Sta
 			r.State = StateProvisioned
 			return r, nil, nil, "", false
 		}
+		if last == nil && n.Installed && n.Hash == in.Hash {
+			// Installed at this spec, its task gone: only the provisionedLabels changed since.
+			r.State = StateLabelling
+			return r, nil, &NodePatch{Node: n.Name, Provisioned: true}, "", false
+		}
 		r.State = StateWaitingInstall
 		return r, supersede(), nil, "", false
 	}
@@ -377,6 +395,26 @@ func decideNode(in input, n *NodeView, last *TaskView) (r NodeResult, start *Sta
 	}
 	r.State = StateWaitingUninstall
 	return r, supersede(), nil, "", false
+}
+
+// releasable reports whether t, a task of node n that someone deleted, may go: once it ended and
+// is not what the node's state rests on. The node's latest task is its record until the node
+// carries what the task did (an install's label at its hash, an uninstall's label gone); a failed
+// or aborted one goes at once (deleting it asks for a fresh try); an older one is history.
+func releasable(n *NodeView, t *TaskView, latest bool) bool {
+	phase := t.effectivePhase()
+	switch {
+	case phase == v1alpha1.TaskFailed:
+		// Failed holds its node until a person chooses; deleting it is that choice.
+		return true
+	case phase.Unfinished():
+		return false
+	case !latest, phase != v1alpha1.TaskSucceeded:
+		return true
+	case t.Action == ActionInstall:
+		return n.Installed && n.Hash == t.Hash
+	}
+	return !n.Installed && n.Hash == ""
 }
 
 // leaveOrStay is the state after the needed task succeeded: labelled as wanted, or being (un)labelled.

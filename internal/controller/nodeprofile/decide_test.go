@@ -21,7 +21,7 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 func member(name string) NodeView { return NodeView{Name: name, Member: true, Ready: true} }
 func other(name string) NodeView  { return NodeView{Name: name, Ready: true} }
 func provisioned(n NodeView, hash string) NodeView {
-	n.Labelled, n.Hash = true, hash
+	n.Labelled, n.Installed, n.Hash = true, true, hash
 	return n
 }
 
@@ -131,6 +131,10 @@ func TestDecideNode(t *testing.T) {
 			wantState: StateWaitingInstall, wantStart: install, wantDelete: []string{TaskName("p", install, h, "a")}},
 		{name: "cordoned member waits and counts", node: NodeView{Name: "a", Member: true, Ready: true, Cordoned: true},
 			wantState: StateWaitingInstall, wantBusy: true},
+		// Deleting history by hand never makes anything run again (rule 7): a node installed at this
+		// spec whose task was deleted is labelled, not installed again, when provisionedLabels changed.
+		{name: "installed at this hash, no task, provisionedLabels changed: label only", node: NodeView{Name: "a", Member: true, Ready: true, Installed: true, Hash: h},
+			wantState: StateLabelling, wantPatch: &NodePatch{Node: "a", Provisioned: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -387,5 +391,60 @@ func TestDecideFailedTaskBlocks(t *testing.T) {
 	d, _ = decide(input{Hash: h, HasUninstall: true, MaxUnavailable: mu(3), Nodes: nodes, Tasks: []TaskView{aborted(failedInstall)}})
 	if len(d.Blocked) != 0 || d.Room != 2 {
 		t.Errorf("aborted: blocked %+v, room %d; want none, 2", d.Blocked, d.Room)
+	}
+}
+
+// Nothing deleted automatically (rule 7): a task someone deleted is released only once the node
+// no longer rests on it.
+func TestReleasable(t *testing.T) {
+	install, uninstall := ActionInstall, ActionUninstall
+	tests := []struct {
+		name   string
+		node   NodeView
+		task   TaskView
+		latest bool
+		want   bool
+	}{
+		{"install succeeded, node not labelled yet: kept", member("a"), task("a", install, h, v1alpha1.TaskSucceeded), true, false},
+		{"install succeeded, node labelled at its hash: released", provisioned(member("a"), h), task("a", install, h, v1alpha1.TaskSucceeded), true, true},
+		{"install succeeded, node labelled at another hash: kept", provisioned(member("a"), "old"), task("a", install, h, v1alpha1.TaskSucceeded), true, false},
+		{"install succeeded, labelled, provisionedLabels missing: released", NodeView{Name: "a", Member: true, Installed: true, Hash: h}, task("a", install, h, v1alpha1.TaskSucceeded), true, true},
+		{"install running: kept until it ends", member("a"), task("a", install, h, v1alpha1.TaskRunning), true, false},
+		{"install pending: kept", member("a"), task("a", install, h, ""), true, false},
+		{"install failed: released (a fresh try)", member("a"), task("a", install, h, v1alpha1.TaskFailed), true, true},
+		{"install aborted before it ran: released", member("a"), aborted(task("a", install, h, "")), true, true},
+		{"uninstall succeeded, node still labelled: kept", provisioned(other("a"), h), task("a", uninstall, h, v1alpha1.TaskSucceeded), true, false},
+		{"uninstall succeeded, hash annotation left: kept", NodeView{Name: "a", Hash: h}, task("a", uninstall, h, v1alpha1.TaskSucceeded), true, false},
+		{"uninstall succeeded, node unlabelled: released", other("a"), task("a", uninstall, h, v1alpha1.TaskSucceeded), true, true},
+		{"older task, finished: history, released", member("a"), task("a", install, "old", v1alpha1.TaskSucceeded), false, true},
+		{"older task, still running: kept", member("a"), task("a", install, "old", v1alpha1.TaskRunning), false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := releasable(&tt.node, &tt.task, tt.latest); got != tt.want {
+				t.Errorf("releasable = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// decide lists for release only tasks someone deleted that carry the finalizer.
+func TestDecideReleasesOnlyDeletedKeptTasks(t *testing.T) {
+	deleted := func(t TaskView, kept bool) TaskView { t.Deleting, t.Kept = true, kept; return t }
+	in := input{Hash: h, HasUninstall: true, MaxUnavailable: mu(1), Nodes: []NodeView{provisioned(member("a"), h), member("b"), provisioned(member("c"), h)},
+		Tasks: []TaskView{
+			deleted(task("a", ActionInstall, h, v1alpha1.TaskSucceeded), true),
+			deleted(task("b", ActionInstall, h, v1alpha1.TaskSucceeded), true),
+			task("c", ActionInstall, h, v1alpha1.TaskSucceeded),
+		}}
+	d, err := decide(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{TaskName("p", ActionInstall, h, "a")}; !reflect.DeepEqual(d.Release, want) {
+		t.Errorf("release = %v, want %v (b is not labelled yet; c was not deleted)", d.Release, want)
+	}
+	if len(d.Starts) != 0 {
+		t.Errorf("starts = %+v; want none while b's deleted install is its record", d.Starts)
 	}
 }

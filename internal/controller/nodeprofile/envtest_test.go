@@ -34,6 +34,10 @@ var (
 		cfg    *rest.Config
 		client client.WithWatch // straight to the API server, no cache
 		scheme *runtime.Scheme
+		// managerClient reads from the manager's cache; locks is its node lock table: a second
+		// reconciler beside the manager's, on a cache made to lag, shares both.
+		managerClient client.Client
+		locks         *nodelock.Table
 	}
 )
 
@@ -78,6 +82,7 @@ func startEnv() (stop func(), err error) {
 	env.cfg, env.client, env.scheme = cfg, te.Client, scheme
 
 	stopManager, err := testutil.StartManager(cfg, scheme, func(mgr manager.Manager, locks *nodelock.Table) error {
+		env.managerClient, env.locks = mgr.GetClient(), locks
 		r := nodeprofile.New(mgr.GetClient(), locks, mgr.GetEventRecorder("nodeprofile-controller"))
 		r.StatusInterval = 200 * time.Millisecond
 		r.RetryAfter = time.Second

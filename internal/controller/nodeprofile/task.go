@@ -40,6 +40,14 @@ func TaskName(profile string, a Action, hash, node string) string {
 	return plan.TaskName(profile, group(a, hash), node)
 }
 
+// RecordFinalizer keeps a profile's task someone deleted until the node records what it did: the
+// node's label and hash annotation are the profile's record of an install, so an install that
+// succeeded goes once its node is labelled, an uninstall once the label is gone (decide's
+// Release). Without it, an install deleted before its label would leave no trace and be run again
+// (rule 7: deleting history by hand never makes anything run again). A failed or aborted task goes
+// at once: deleting it is how a person asks for a fresh install.
+const RecordFinalizer = "nodeops.io/profile-record"
+
 // BuildTask builds the NodeTask that runs the profile's install or uninstall commands on node at
 // hash, owned by the profile so it goes when the profile does.
 func BuildTask(p *v1alpha1.NodeProfile, node string, a Action, hash string) *v1alpha1.NodeTask {
@@ -61,6 +69,7 @@ func BuildTask(p *v1alpha1.NodeProfile, node string, a Action, hash string) *v1a
 				v1alpha1.LabelNode:    plan.LabelValue(node),
 				v1alpha1.LabelGroup:   plan.LabelValue(g),
 			},
+			Finalizers:      []string{RecordFinalizer},
 			OwnerReferences: []metav1.OwnerReference{ownerRef(p)},
 		},
 		Spec: v1alpha1.NodeTaskSpec{

@@ -1,0 +1,309 @@
+package nodeprofile_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/controller/nodeprofile"
+	"github.com/nodeops/nodeops/internal/testutil"
+)
+
+// The tests here are rule 7 (deleting history by hand never makes anything run again) for a
+// profile, whose record of a node's install is the node's label: a task deleted before the label
+// landed, a look on a node copy from before the label, and a look on a task list from before the
+// profile replaced a task of the same name.
+
+// nothing deleted automatically (rule 7): an install that succeeded, deleted by hand before the
+// manager could label its node (here an admission policy refuses the label for a while, as a
+// manager that is down or cut off would not write it), stays until the label records it, and is
+// then let go; its commands never run again.
+func TestSafetyRule7_AnInstallDeletedBeforeItsLabelNeverRunsAgain(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	const profile, node = "unlabelled", "unlabelled-1"
+	makeNode(t, ctx, node, profile, nil, kwasm)
+	created := countCreates(t, ctx, profile)
+	unhold := holdLabel(t, ctx, profile, node)
+	makeProfile(t, ctx, profile, profile, nil)
+	task := waitTask(t, ctx, profile, node, nodeprofile.ActionInstall)
+	agentRun(t, ctx, task.Name)
+	agentSucceed(t, ctx, task.Name)
+	must(t, env.client.Delete(ctx, &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: task.Name}}))
+
+	// While the label cannot land, the deleted task is the node's only record: it stays.
+	untilObserved(t, ctx, profile, "the deleted install kept and nothing started while the node is unlabelled", func() error {
+		byNode, err := tasksOf(ctx, profile)
+		if err != nil {
+			return err
+		}
+		got := byNode[node]
+		if len(got) != 1 || got[0].UID != task.UID {
+			return fmt.Errorf("tasks on %s: %v; want only %s, being deleted (its install ran once)", node, names(got), task.Name)
+		}
+		return nil
+	})
+
+	unhold()
+	waitLabel(t, ctx, profile, node, true, strings.TrimPrefix(task.Spec.Group, "install-"))
+	testutil.Eventually(t, wait, "the deleted install let go once the label records it", func() error {
+		err := env.client.Get(ctx, client.ObjectKey{Name: task.Name}, &v1alpha1.NodeTask{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("task %s still there (%w)", task.Name, err)
+	})
+	untilObserved(t, ctx, profile, "no install started again", func() error {
+		if n := created(node); n != 1 {
+			return fmt.Errorf("%d install tasks created on %s; want 1", n, node)
+		}
+		byNode, err := tasksOf(ctx, profile)
+		if err != nil {
+			return err
+		}
+		if got := byNode[node]; len(got) != 0 {
+			return fmt.Errorf("tasks on %s: %v; want none", node, names(got))
+		}
+		return nil
+	})
+	waitCondition(t, ctx, profile, v1alpha1.ConditionReady, metav1.ConditionTrue)
+}
+
+// nothing deleted automatically (rule 7), with the node's copy behind: a manager that becomes the
+// leader may see a task's deletion before its node's label (two informers). A look in that moment
+// sees the node unlabelled and no task; it must not install again. Here the look is a reconciler
+// whose cache returns the node as it was before its install (every other read is the manager's
+// cache), after the install succeeded, was labelled and was deleted by hand.
+func TestSafetyRule7_AStaleNodeNeverInstallsAgain(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	const profile, node = "stalenode", "stalenode-1"
+	makeNode(t, ctx, node, profile, nil, kwasm)
+	before := getNode(t, ctx, node)
+	makeProfile(t, ctx, profile, profile, nil)
+	task := provision(t, ctx, profile, node)
+	must(t, env.client.Delete(ctx, &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: task.Name}}))
+	testutil.Eventually(t, wait, "the manager's cache without the deleted install", func() error {
+		err := env.managerClient.Get(ctx, client.ObjectKey{Name: task.Name}, &v1alpha1.NodeTask{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("the cache still has task %s (%w)", task.Name, err)
+	})
+
+	r := laggingReconciler(staleNode{Client: env.managerClient, stale: before})
+	_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: profile}})
+	byNode, listErr := tasksOf(ctx, profile)
+	must(t, listErr)
+	if got := byNode[node]; len(got) != 0 {
+		t.Fatalf("a look on the node from before its label started %v on %s (reconcile error: %v); its install would run twice", names(got), node, err)
+	}
+	if err != nil && !strings.Contains(err.Error(), "provisioned") {
+		t.Errorf("reconcile on the stale node: %v; want nothing done, or an error saying the node is provisioned", err)
+	}
+}
+
+// nothing deleted automatically (rule 7) and one task per node (rule 8), with the task list behind:
+// a node that left and came back at the same spec gets a new task of its old install's name. A look
+// on a task list from before that replacement would take the new task for the old one and delete
+// it by name, then create a third: the task the agent runs would vanish from history. Deletes carry
+// the task's UID, so a stale one deletes nothing.
+func TestSafetyRule7_AStaleTaskListNeverDeletesTheNodesNewTask(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	const profile, node = "staletasks", "staletasks-1"
+	makeNode(t, ctx, node, profile, nil, kwasm)
+	makeProfile(t, ctx, profile, profile, nil)
+	first := provision(t, ctx, profile, node)
+	patchNode(t, ctx, node, `{"metadata":{"annotations":{"kwasm.sh/kwasm-node":null}}}`)
+	un := waitTask(t, ctx, profile, node, nodeprofile.ActionUninstall)
+	agentRun(t, ctx, un.Name)
+	agentSucceed(t, ctx, un.Name)
+	waitLabel(t, ctx, profile, node, false, "")
+	var stale v1alpha1.NodeTaskList
+	must(t, env.client.List(ctx, &stale, client.MatchingLabels{v1alpha1.LabelProfile: profile}))
+
+	patchNode(t, ctx, node, `{"metadata":{"annotations":{"kwasm.sh/kwasm-node":"true"}}}`)
+	again := waitTask(t, ctx, profile, node, nodeprofile.ActionInstall)
+	if again.Name != first.Name || again.UID == first.UID {
+		t.Fatalf("the install after coming back is %s (%s); want a new task named %s", again.Name, again.UID, first.Name)
+	}
+	agentRun(t, ctx, again.Name)
+	testutil.Eventually(t, wait, "the manager's cache showing the new install running", func() error {
+		var got v1alpha1.NodeTask
+		if err := env.managerClient.Get(ctx, client.ObjectKey{Name: again.Name}, &got); err != nil {
+			return err
+		}
+		if got.UID != again.UID || got.Status.Phase != v1alpha1.TaskRunning {
+			return fmt.Errorf("cache has %s %s", got.UID, got.Status.Phase)
+		}
+		return nil
+	})
+
+	r := laggingReconciler(staleTasks{Client: env.managerClient, stale: stale.Items})
+	_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: profile}})
+	var now v1alpha1.NodeTask
+	if getErr := env.client.Get(ctx, client.ObjectKey{Name: again.Name}, &now); getErr != nil || now.UID != again.UID {
+		t.Fatalf("after a look on the old task list, task %s is %q (get: %v; reconcile: %v); want the running one, %s, untouched",
+			again.Name, now.UID, getErr, err, again.UID)
+	}
+	if !now.DeletionTimestamp.IsZero() {
+		t.Fatalf("a look on the old task list deleted the running task %s (reconcile: %v)", again.Name, err)
+	}
+}
+
+// laggingReconciler is a second NodeProfile reconciler beside the manager's, sharing its lock
+// table, reading through c.
+func laggingReconciler(c client.Client) *nodeprofile.Reconciler {
+	r := nodeprofile.New(c, env.locks, events.NewFakeRecorder(100))
+	r.APIReader = env.client
+	r.StatusInterval = time.Hour
+	return r
+}
+
+// staleNode is the manager's cached client, except that it returns one node as it was.
+type staleNode struct {
+	client.Client
+	stale *corev1.Node
+}
+
+func (c staleNode) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if n, ok := obj.(*corev1.Node); ok && key.Name == c.stale.Name {
+		c.stale.DeepCopyInto(n)
+		return nil
+	}
+	return c.Client.Get(ctx, key, obj, opts...)
+}
+
+func (c staleNode) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if err := c.Client.List(ctx, list, opts...); err != nil {
+		return err
+	}
+	if nodes, ok := list.(*corev1.NodeList); ok {
+		for i := range nodes.Items {
+			if nodes.Items[i].Name == c.stale.Name {
+				nodes.Items[i] = *c.stale.DeepCopy()
+			}
+		}
+	}
+	return nil
+}
+
+// staleTasks is the manager's cached client, except that it lists the tasks as they were.
+type staleTasks struct {
+	client.Client
+	stale []v1alpha1.NodeTask
+}
+
+func (c staleTasks) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if tasks, ok := list.(*v1alpha1.NodeTaskList); ok {
+		tasks.Items = make([]v1alpha1.NodeTask, len(c.stale))
+		for i := range c.stale {
+			c.stale[i].DeepCopyInto(&tasks.Items[i])
+		}
+		return nil
+	}
+	return c.Client.List(ctx, list, opts...)
+}
+
+// holdLabel makes the API server refuse the profile's label on node (a ValidatingAdmissionPolicy)
+// until the returned function is called, and waits until the refusal is in force.
+func holdLabel(t *testing.T, ctx context.Context, profile, node string) (unhold func()) {
+	t.Helper()
+	name := "hold-" + node
+	label := nodeprofile.ProvisionedLabel(profile)
+	policy := &admissionv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionv1.Fail),
+			MatchConstraints: &admissionv1.MatchResources{
+				ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"test": profile}},
+				ResourceRules: []admissionv1.NamedRuleWithOperations{{RuleWithOperations: admissionv1.RuleWithOperations{
+					Operations: []admissionv1.OperationType{admissionv1.Update},
+					Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"nodes"}},
+				}}},
+			},
+			Validations: []admissionv1.Validation{{
+				Expression: fmt.Sprintf("!has(object.metadata.labels) || !(%q in object.metadata.labels)", label),
+				Message:    "the test holds the label " + label,
+			}},
+		},
+	}
+	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        name,
+			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
+		},
+	}
+	must(t, env.client.Create(ctx, policy))
+	must(t, env.client.Create(ctx, binding))
+	var once sync.Once
+	unhold = func() {
+		once.Do(func() {
+			_ = env.client.Delete(context.Background(), binding)
+			_ = env.client.Delete(context.Background(), policy)
+		})
+	}
+	t.Cleanup(unhold)
+	try := fmt.Sprintf(`{"metadata":{"labels":{%q:"provisioned"}}}`, label)
+	testutil.Eventually(t, wait, "the label refused", func() error {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+		err := env.client.Patch(ctx, n, client.RawPatch(types.MergePatchType, []byte(try)), client.DryRunAll)
+		if err == nil {
+			return fmt.Errorf("a dry run of the label was let through")
+		}
+		if !strings.Contains(err.Error(), "holds the label") {
+			return fmt.Errorf("a dry run of the label failed otherwise: %w", err)
+		}
+		return nil
+	})
+	return unhold
+}
+
+// countCreates follows the profile's tasks from now on and returns how many install tasks were
+// created on a node (by UID), however briefly they lived.
+func countCreates(t *testing.T, ctx context.Context, profile string) (created func(node string) int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	var mu sync.Mutex
+	seen := map[string]map[types.UID]bool{}
+	done := follow(ctx, &v1alpha1.NodeTaskList{}, client.MatchingLabels{v1alpha1.LabelProfile: profile}, func(ev watch.Event) {
+		task, ok := ev.Object.(*v1alpha1.NodeTask)
+		if !ok || !strings.HasPrefix(task.Spec.Group, string(nodeprofile.ActionInstall)+"-") {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if seen[task.Spec.NodeName] == nil {
+			seen[task.Spec.NodeName] = map[types.UID]bool{}
+		}
+		seen[task.Spec.NodeName][task.UID] = true
+	})
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && ctx.Err() == nil {
+			t.Errorf("following the tasks: %v", err)
+		}
+	})
+	return func(node string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen[node])
+	}
+}
