@@ -104,12 +104,8 @@ type Reconciler struct {
 	// createdChecks are the gate checks this manager created that the cache may not show yet.
 	createdChecks cmdgate.Created
 	// versions are, by operation, what this manager knows of its resourceVersions (see cacheBehind).
-	versions map[string]knownVersions
+	versions skeleton.Versions
 }
-
-// knownVersions are the resourceVersions of one operation this manager knows: current, the last it
-// wrote or read from the API server itself, and replaced, the one its last status write replaced.
-type knownVersions struct{ current, replaced string }
 
 // New returns a Reconciler with default tunables.
 func New(c client.Client, apiReader client.Reader, locks skeleton.Locker, recorder events.EventRecorder) *Reconciler {
@@ -521,31 +517,11 @@ func view(t *v1alpha1.NodeTask) taskView {
 // (the first look after a start or a leader change, a person's edit) one read of the API server
 // tells.
 func (r *Reconciler) cacheBehind(ctx context.Context, op *v1alpha1.NodeOperation) (bool, error) {
-	r.mu.Lock()
-	known := r.versions[op.Name]
-	r.mu.Unlock()
-	switch op.ResourceVersion {
-	case known.current:
-		return false, nil
-	case known.replaced:
-		return true, nil
+	behind, err := r.versions.Behind(ctx, r.APIReader, op, &v1alpha1.NodeOperation{})
+	if err != nil {
+		return false, fmt.Errorf("NodeOperation %s: %w", op.Name, err)
 	}
-	live := &v1alpha1.NodeOperation{}
-	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(op), live); err != nil {
-		return false, fmt.Errorf("read NodeOperation %s past the cache: %w", op.Name, err)
-	}
-	r.noteVersions(op.Name, knownVersions{current: live.ResourceVersion, replaced: known.replaced})
-	return live.ResourceVersion != op.ResourceVersion, nil
-}
-
-// noteVersions records what this manager knows of op's resourceVersions.
-func (r *Reconciler) noteVersions(op string, v knownVersions) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.versions == nil {
-		r.versions = map[string]knownVersions{}
-	}
-	r.versions[op] = v
+	return behind, nil
 }
 
 func (r *Reconciler) noteWaiting(op string, waiting map[string]nodelock.Holder) {
@@ -590,7 +566,7 @@ func (r *Reconciler) forget(name string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.cost, name)
-	delete(r.versions, name)
+	r.versions.Forget(name)
 }
 
 // ttlLeft is how long until a finished operation with ttlSecondsAfterFinished is due for deletion.

@@ -51,7 +51,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope) (ctrl.Result, er
 		s.op.Status = *s.before // s.op.Status is the status as last written (see act)
 		return res, err
 	}
-	r.noteVersions(s.op.Name, knownVersions{current: s.op.ResourceVersion, replaced: orig.ResourceVersion})
+	r.versions.Wrote(s.op.Name, s.op.ResourceVersion, orig.ResourceVersion)
 	r.emit(s.op, transitions(s.before, st))
 	r.emit(s.op, hookTransitions(s.before, st))
 	return res, nil
