@@ -96,6 +96,9 @@ type Reconciler struct {
 	createdChecks cmdgate.Created
 	// silenceEnds is when this manager last set each silence to end, by id.
 	silenceEnds silence.Ends
+	// versions are, by profile, what this manager knows of its resourceVersions: Reconcile looks at
+	// nothing on a copy older than the API server's.
+	versions skeleton.Versions
 }
 
 // New returns a Reconciler with default tunables: the one place they are set.
@@ -171,6 +174,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if apierrors.IsNotFound(err) {
 			r.patched.forget(req.Name)
 			r.status.Forget(req.Name)
+			r.versions.Forget(req.Name)
 			return ctrl.Result{}, r.releaseOrphans(ctx, req.Name)
 		}
 		return ctrl.Result{}, fmt.Errorf("get NodeProfile %s: %w", req.Name, err)
@@ -180,12 +184,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	if !s.deleting && !controllerutil.ContainsFinalizer(p, Finalizer) {
+		before := p.ResourceVersion
 		patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		controllerutil.AddFinalizer(p, Finalizer)
 		if err := r.Client.Patch(ctx, p, patch); err != nil {
 			return ctrl.Result{}, fmt.Errorf("add finalizer to NodeProfile %s: %w", p.Name, err)
 		}
+		r.versions.Wrote(p.Name, p.ResourceVersion, before)
 		s.orig = p.DeepCopy()
+	} else if behind, err := r.versions.Behind(ctx, r.live(), p, &v1alpha1.NodeProfile{}); err != nil || behind {
+		// The status write that follows is locked, so a decision on an older copy is never recorded;
+		// but observe keeps the silences in Alertmanager, and a silence made on a copy that does not
+		// show the one already made would be recorded nowhere and mute its node's alerts.
+		return ctrl.Result{RequeueAfter: skeleton.StaleRetry}, err
 	}
 	return skeleton.Run(ctx, s, skeleton.Steps[*scope]{
 		Observe:     r.observe,

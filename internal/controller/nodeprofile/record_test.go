@@ -106,7 +106,7 @@ func TestSafetyRule7_AStaleNodeNeverInstallsAgain(t *testing.T) {
 		return fmt.Errorf("the cache still has task %s (%w)", task.Name, err)
 	})
 
-	r := laggingReconciler(staleNode{Client: env.managerClient, stale: before})
+	r := laggingReconciler(staleNode{currentProfile: currentProfile{env.managerClient}, stale: before})
 	_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: profile}})
 	byNode, listErr := tasksOf(ctx, profile)
 	must(t, listErr)
@@ -155,7 +155,7 @@ func TestSafetyRule7_AStaleTaskListNeverDeletesTheNodesNewTask(t *testing.T) {
 		return nil
 	})
 
-	r := laggingReconciler(staleTasks{Client: env.managerClient, stale: stale.Items})
+	r := laggingReconciler(staleTasks{currentProfile: currentProfile{env.managerClient}, stale: stale.Items})
 	_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: profile}})
 	var now v1alpha1.NodeTask
 	if getErr := env.client.Get(ctx, client.ObjectKey{Name: again.Name}, &now); getErr != nil || now.UID != again.UID {
@@ -176,9 +176,21 @@ func laggingReconciler(c client.Client) *nodeprofile.Reconciler {
 	return r
 }
 
+// currentProfile is the manager's cached client, except that profiles are read from the API
+// server: a look on a profile copy older than the API server's does nothing at all
+// (TestAStaleProfileMakesNoSilence), and the tests beside it are about other copies.
+type currentProfile struct{ client.Client }
+
+func (c currentProfile) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*v1alpha1.NodeProfile); ok {
+		return env.client.Get(ctx, key, obj, opts...)
+	}
+	return c.Client.Get(ctx, key, obj, opts...)
+}
+
 // staleNode is the manager's cached client, except that it returns one node as it was.
 type staleNode struct {
-	client.Client
+	currentProfile
 	stale *corev1.Node
 }
 
@@ -187,11 +199,11 @@ func (c staleNode) Get(ctx context.Context, key client.ObjectKey, obj client.Obj
 		c.stale.DeepCopyInto(n)
 		return nil
 	}
-	return c.Client.Get(ctx, key, obj, opts...)
+	return c.currentProfile.Get(ctx, key, obj, opts...)
 }
 
 func (c staleNode) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
-	if err := c.Client.List(ctx, list, opts...); err != nil {
+	if err := c.currentProfile.List(ctx, list, opts...); err != nil {
 		return err
 	}
 	if nodes, ok := list.(*corev1.NodeList); ok {
@@ -206,7 +218,7 @@ func (c staleNode) List(ctx context.Context, list client.ObjectList, opts ...cli
 
 // staleTasks is the manager's cached client, except that it lists the tasks as they were.
 type staleTasks struct {
-	client.Client
+	currentProfile
 	stale []v1alpha1.NodeTask
 }
 
@@ -218,7 +230,7 @@ func (c staleTasks) List(ctx context.Context, list client.ObjectList, opts ...cl
 		}
 		return nil
 	}
-	return c.Client.List(ctx, list, opts...)
+	return c.currentProfile.List(ctx, list, opts...)
 }
 
 // holdLabel makes the API server refuse the profile's label on node (a ValidatingAdmissionPolicy)

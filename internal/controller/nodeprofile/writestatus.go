@@ -87,6 +87,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope) (ctrl.Result, er
 	if wrote != statuswrite.Wrote {
 		return res, err
 	}
+	r.versions.Wrote(p.Name, p.ResourceVersion, s.orig.ResourceVersion)
 	r.recordTransitions(s.orig, p)
 	return ctrl.Result{}, nil
 }
