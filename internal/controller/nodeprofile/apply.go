@@ -14,6 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/controller/skeleton"
@@ -61,18 +62,22 @@ func (r *Reconciler) apply(ctx context.Context, s *scope) (ctrl.Result, error) {
 	}
 
 	var res ctrl.Result
+	starts, recorded, err := r.confirmFirsts(ctx, s)
+	if err != nil {
+		return res, errors.Join(err, w.Wait())
+	}
+	if recorded {
+		// The cache is behind a node's label: it delivers it soon, and the node's event brings the
+		// profile back; this look is the safety net.
+		res = ctrl.Result{RequeueAfter: lockLag}
+	}
 	owner := nodelock.ProfileOwner(p.Name)
 	created := r.Now.Now().UTC().Format(time.RFC3339Nano)
-	creates := make([]skeleton.TaskCreate, len(s.starts))
-	for i, st := range s.starts {
+	creates := make([]skeleton.TaskCreate, len(starts))
+	for i, st := range starts {
 		task := BuildTask(p, st.Node, st.Action, s.hash)
 		metav1.SetMetaDataAnnotation(&task.ObjectMeta, CreatedAnnotation, created)
 		creates[i] = skeleton.TaskCreate{Task: task, Before: func(ctx context.Context) error {
-			if st.First {
-				if err := r.confirmFirst(ctx, s, st); err != nil {
-					return err
-				}
-			}
 			// The finished task st supersedes goes first: the new one may take its name.
 			for _, name := range st.Delete {
 				t := s.tasks[name]
@@ -89,7 +94,7 @@ func (r *Reconciler) apply(ctx context.Context, s *scope) (ctrl.Result, error) {
 	// The budget is checked again as the nodes are acquired, counting every task's holds, so that
 	// an operation deciding at the same moment cannot spend the same room (budgets are cluster-wide, rule 11).
 	got, holders, createErr := skeleton.LockThenCreate(ctx, r.Client, r.APIReader, r.Lock, owner, s.budget(), creates, r.Parallelism)
-	for i := range s.starts {
+	for i := range starts {
 		if got[i] {
 			continue
 		}
@@ -180,29 +185,57 @@ func (r *Reconciler) live() client.Reader {
 	return r.Client
 }
 
-// errNodeRecorded: the API server shows a node's label that its cached copy lacks.
-var errNodeRecorded = errors.New("the cache is behind the node; nothing started, looking again")
-
-// confirmFirst reads st's node from the API server before the first task of the profile on it
-// starts: with no task left, the node's label and hash are the only record of what ran there, and
-// a cache can show a task's deletion before the label its install earned (or an uninstall's
-// removal of it). The decision is made again on what the API server shows.
-func (r *Reconciler) confirmFirst(ctx context.Context, s *scope, st Start) error {
-	var node corev1.Node
-	if err := r.live().Get(ctx, client.ObjectKey{Name: st.Node}, &node); err != nil {
-		return fmt.Errorf("read node %s before its first task of NodeProfile %s: %w", st.Node, s.profile.Name, err)
-	}
-	var v NodeView
+// confirmFirsts returns s.starts less the first tasks (Start.First: the node has no task of the
+// profile left) that the API server shows are not needed: with no task left, a node's label and
+// hash are the only record of what ran there, and a cache can show a task's deletion before the
+// label its install earned (or an uninstall's removal of it), as a manager just elected may.
+// recorded says some were left out. First installs cost one list of the nodes carrying the
+// profile's label, however many start (none carry it when a profile first provisions); a first
+// uninstall, which is rare, reads its node.
+func (r *Reconciler) confirmFirsts(ctx context.Context, s *scope) (starts []Start, recorded bool, err error) {
+	var labelled map[string]*corev1.Node
+	views := make(map[string]NodeView, len(s.in.Nodes))
 	for _, n := range s.in.Nodes {
-		if n.Name == st.Node {
-			v = n
+		views[n.Name] = n
+	}
+	p := s.profile
+	for _, st := range s.starts {
+		if !st.First {
+			starts = append(starts, st)
+			continue
 		}
+		var live *corev1.Node
+		if st.Action == ActionInstall {
+			if labelled == nil {
+				var list corev1.NodeList
+				if err := r.live().List(ctx, &list, client.MatchingLabels{ProvisionedLabel(p.Name): v1alpha1.ProvisionedValue}); err != nil {
+					return nil, false, fmt.Errorf("list the nodes labelled for NodeProfile %s before their first task: %w", p.Name, err)
+				}
+				labelled = make(map[string]*corev1.Node, len(list.Items))
+				for i := range list.Items {
+					labelled[list.Items[i].Name] = &list.Items[i]
+				}
+			}
+			live = labelled[st.Node]
+		} else {
+			live = &corev1.Node{}
+			if err := r.live().Get(ctx, client.ObjectKey{Name: st.Node}, live); err != nil {
+				return nil, false, fmt.Errorf("read node %s before its first task of NodeProfile %s: %w", st.Node, p.Name, err)
+			}
+		}
+		v := views[st.Node]
+		v.Installed, v.Labelled, v.Hash = false, false, ""
+		if live != nil {
+			marks(&v, live, p.Name, p.Spec.ProvisionedLabels)
+		}
+		if _, again, _, _, _ := decideNode(s.in, &v, nil); again == nil || again.Action != st.Action {
+			log.FromContext(ctx).Info("the cache is behind a node's record; not starting its task", "node", st.Node, "action", st.Action, "provisioned", v.Installed, "hash", v.Hash)
+			recorded = true
+			continue
+		}
+		starts = append(starts, st)
 	}
-	marks(&v, &node, s.profile.Name, s.profile.Spec.ProvisionedLabels)
-	if _, start, _, _, _ := decideNode(s.in, &v, nil); start == nil || start.Action != st.Action {
-		return fmt.Errorf("node %s is provisioned=%v at hash %q for NodeProfile %s: %w", st.Node, v.Installed, v.Hash, s.profile.Name, errNodeRecorded)
-	}
-	return nil
+	return starts, recorded, nil
 }
 
 func (r *Reconciler) abortTask(ctx context.Context, name string) error {
