@@ -22,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -163,15 +164,21 @@ func TestLostLeadershipStartsACandidateInPlace(t *testing.T) {
 	lease := leaseWatch{t: t, ctx: ctx, c: env.Client, exited: exited}
 	first := ptr.Deref(lease.renewedAfter("the manager holding the Lease", time.Time{}).Spec.HolderIdentity, "")
 
-	// Another holder takes the Lease, as a standby would once the leader's renewals stopped.
-	l, err := lease.get()
+	// Another holder takes the Lease, as a standby would once the leader's renewals stopped. The
+	// manager renews it every moment meanwhile: a renewal between the read and the update is a
+	// conflict, and the other holder reads again, as a real one does.
+	var l *coordinationv1.Lease
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var err error
+		if l, err = lease.get(); err != nil {
+			return err
+		}
+		l.Spec.HolderIdentity = ptr.To("another-manager")
+		l.Spec.LeaseDurationSeconds = ptr.To[int32](3600)
+		l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+		return env.Client.Update(ctx, l)
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	l.Spec.HolderIdentity = ptr.To("another-manager")
-	l.Spec.LeaseDurationSeconds = ptr.To[int32](3600)
-	l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
-	if err := env.Client.Update(ctx, l); err != nil {
 		t.Fatal(err)
 	}
 	said(t, out, exited, startsAgainInPlace)
