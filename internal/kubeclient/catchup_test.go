@@ -171,9 +171,13 @@ func TestTheManagersCacheCatchesUpWithARestartedAPIServerWithoutRelisting(t *tes
 		}
 		return nil
 	})
-	if got, want := deleted.Load(), "b v2"; got != want {
-		t.Errorf("the delete handler saw %v, want the cache's last b (%q)", got, want)
-	}
+	// Handlers hear of a change after the store holds it, from a goroutine of their own.
+	testutil.Eventually(t, 30*time.Second, "the delete handler told of b as the cache last had it", func() error {
+		if got, want := deleted.Load(), "b v2"; got != want {
+			return fmt.Errorf("the delete handler saw %v, want the cache's last b (%q)", got, want)
+		}
+		return nil
+	})
 	// The watch goes on from the list, and the reflector listed only once, at its start.
 	testutil.Eventually(t, 30*time.Second, "the watch from the list's resource version", func() error {
 		if seen := srv.seen(); seen[len(seen)-1] != "watch rv=13" {
