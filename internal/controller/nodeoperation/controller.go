@@ -423,27 +423,13 @@ func (r *Reconciler) releaseOrphans(ctx context.Context, name string) error {
 			tasks = append(tasks, t)
 		}
 	}
-	if len(tasks) == 0 {
-		return nil
+	// Where the operation is there after all, the cache is behind: its own reconcile records and
+	// releases them.
+	gone, err := skeleton.Orphans(ctx, r.APIReader, &v1alpha1.NodeOperation{}, kind, name, tasks)
+	if err != nil {
+		return err
 	}
-	var live v1alpha1.NodeOperation
-	err := r.APIReader.Get(ctx, client.ObjectKey{Name: name}, &live)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("read NodeOperation %s before letting its deleted tasks go: %w", name, err)
-	}
-	if err == nil {
-		gone := tasks[:0]
-		for _, t := range tasks {
-			if skeleton.ControllerUID(t, kind) != live.UID {
-				gone = append(gone, t)
-			}
-		}
-		if tasks = gone; len(tasks) == 0 {
-			// The cache is behind: the operation's own reconcile records and releases them.
-			return nil
-		}
-	}
-	return r.release(ctx, nil, tasks, true, false)
+	return r.release(ctx, nil, gone, true, false)
 }
 
 // checkVersion applies the version policy against kube-system/kubeadm-config.

@@ -120,14 +120,7 @@ func (r *Reconciler) release(ctx context.Context, st *v1alpha1.NodeOperationStat
 		if !done && (t.EffectivePhase().Unfinished() || !recorded(st, t.Spec.Group, t.Spec.NodeName)) {
 			continue
 		}
-		w.Go(func() error {
-			patched := t.DeepCopy()
-			controllerutil.RemoveFinalizer(patched, Finalizer)
-			if err := r.Client.Patch(ctx, patched, client.MergeFromWithOptions(t, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
-				return fmt.Errorf("remove finalizer %s from NodeTask %s: %w", Finalizer, t.Name, err)
-			}
-			return nil
-		})
+		w.Go(func() error { return skeleton.RemoveFinalizer(ctx, r.Client, t, Finalizer) })
 	}
 	return w.Wait()
 }

@@ -125,20 +125,12 @@ func (r *Reconciler) deleteTask(ctx context.Context, t *v1alpha1.NodeTask) error
 // releaseTask takes RecordFinalizer off t under an optimistic lock: a task someone deleted then
 // goes. Nothing to do for a task without it (one created before the finalizer existed).
 func (r *Reconciler) releaseTask(ctx context.Context, t *v1alpha1.NodeTask) error {
-	if !controllerutil.ContainsFinalizer(t, RecordFinalizer) {
-		return nil
-	}
-	released := t.DeepCopy()
-	controllerutil.RemoveFinalizer(released, RecordFinalizer)
-	if err := r.Client.Patch(ctx, released, client.MergeFromWithOptions(t, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("remove finalizer %s from NodeTask %s: %w", RecordFinalizer, t.Name, err)
-	}
-	return nil
+	return skeleton.RemoveFinalizer(ctx, r.Client, t, RecordFinalizer)
 }
 
 // releaseAll takes RecordFinalizer off every one of tasks: the profile is going, and its tasks
 // with it.
-func (r *Reconciler) releaseAll(ctx context.Context, tasks map[string]*v1alpha1.NodeTask) error {
+func (r *Reconciler) releaseAll(ctx context.Context, tasks []*v1alpha1.NodeTask) error {
 	w := skeleton.NewWrites(r.Parallelism)
 	for _, t := range tasks {
 		w.Go(func() error { return r.releaseTask(ctx, t) })
@@ -160,19 +152,9 @@ func (r *Reconciler) releaseOrphans(ctx context.Context, name string) error {
 			kept = append(kept, t)
 		}
 	}
-	if len(kept) == 0 {
-		return nil
-	}
-	var live v1alpha1.NodeProfile
-	err := r.live().Get(ctx, client.ObjectKey{Name: name}, &live)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("read NodeProfile %s before letting its tasks go: %w", name, err)
-	}
-	orphans := make(map[string]*v1alpha1.NodeTask, len(kept))
-	for _, t := range kept {
-		if err != nil || skeleton.ControllerUID(t, kind) != live.UID {
-			orphans[t.Name] = t
-		}
+	orphans, err := skeleton.Orphans(ctx, r.live(), &v1alpha1.NodeProfile{}, kind, name, kept)
+	if err != nil {
+		return err
 	}
 	return r.releaseAll(ctx, orphans)
 }

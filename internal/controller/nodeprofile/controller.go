@@ -12,7 +12,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -444,7 +446,7 @@ func (r *Reconciler) act(ctx context.Context, s *scope) (ctrl.Result, error) {
 	if s.deleting && s.decision.Done {
 		// Every node is uninstalled: the tasks' record is not needed any more; the finalizer goes,
 		// and with it the profile.
-		if err := r.releaseAll(ctx, s.tasks); err != nil {
+		if err := r.releaseAll(ctx, slices.Collect(maps.Values(s.tasks))); err != nil {
 			return ctrl.Result{}, err
 		}
 		return ctrl.Result{}, r.removeFinalizer(ctx, s)

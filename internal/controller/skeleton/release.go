@@ -1,0 +1,54 @@
+package skeleton
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/nodeops/nodeops/api/v1alpha1"
+)
+
+// The controllers keep a task someone deleted with a finalizer until its owner has recorded how it
+// ended (nothing deleted automatically, rule 7: deleting history by hand never makes anything run
+// again); these are the two steps of letting it go that they share.
+
+// RemoveFinalizer takes finalizer off t, a copy from the cache, under an optimistic lock, so that a
+// copy older than the API server's changes nothing; a task without it, or already gone, is no error.
+func RemoveFinalizer(ctx context.Context, c client.Client, t *v1alpha1.NodeTask, finalizer string) error {
+	if !controllerutil.ContainsFinalizer(t, finalizer) {
+		return nil
+	}
+	released := t.DeepCopy()
+	controllerutil.RemoveFinalizer(released, finalizer)
+	if err := c.Patch(ctx, released, client.MergeFromWithOptions(t, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("remove finalizer %s from NodeTask %s: %w", finalizer, t.Name, err)
+	}
+	return nil
+}
+
+// Orphans returns those of tasks whose owner, of kind and named name, is gone: the API server,
+// read once through live into owner (an empty object of that kind), has no object of that name, or
+// one under another UID (deleted and created again). The cache's word is not enough: just after a
+// start or a leader change the owners' cache can be behind the tasks'.
+func Orphans(ctx context.Context, live client.Reader, owner client.Object, kind, name string, tasks []*v1alpha1.NodeTask) ([]*v1alpha1.NodeTask, error) {
+	if len(tasks) == 0 {
+		return nil, nil
+	}
+	err := live.Get(ctx, client.ObjectKey{Name: name}, owner)
+	if apierrors.IsNotFound(err) {
+		return tasks, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s %s before letting its tasks go: %w", kind, name, err)
+	}
+	var gone []*v1alpha1.NodeTask
+	for _, t := range tasks {
+		if ControllerUID(t, kind) != owner.GetUID() {
+			gone = append(gone, t)
+		}
+	}
+	return gone, nil
+}
