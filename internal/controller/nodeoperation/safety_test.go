@@ -161,7 +161,7 @@ func TestSafetyRule7_AStaleOperationNeverCreatesADeletedTaskAgain(t *testing.T) 
 		}
 		return fmt.Errorf("the cache still has task %s (%w)", task.Name, err)
 	})
-	lagging := staleOperation{Client: managerClient, stale: stale}
+	lagging := testutil.StaleGet{Client: managerClient, Stale: stale}
 	r := nodeoperation.New(lagging, f.c, managerLocks, events.NewFakeRecorder(10))
 	r.StatusInterval = time.Hour
 	if _, err := r.Reconcile(f.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: op.Name}}); err != nil {
@@ -220,20 +220,6 @@ type missingOperation struct {
 func (c missingOperation) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	if _, ok := obj.(*v1alpha1.NodeOperation); ok && key.Name == c.name {
 		return apierrors.NewNotFound(v1alpha1.GroupVersion.WithResource("nodeoperations").GroupResource(), key.Name)
-	}
-	return c.Client.Get(ctx, key, obj, opts...)
-}
-
-// staleOperation is the manager's cached client, except that it returns one operation as it was.
-type staleOperation struct {
-	client.Client
-	stale *v1alpha1.NodeOperation
-}
-
-func (c staleOperation) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	if op, ok := obj.(*v1alpha1.NodeOperation); ok && key.Name == c.stale.Name {
-		c.stale.DeepCopyInto(op)
-		return nil
 	}
 	return c.Client.Get(ctx, key, obj, opts...)
 }

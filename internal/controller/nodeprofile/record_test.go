@@ -106,7 +106,7 @@ func TestSafetyRule7_AStaleNodeNeverInstallsAgain(t *testing.T) {
 		return fmt.Errorf("the cache still has task %s (%w)", task.Name, err)
 	})
 
-	r := laggingReconciler(staleNode{currentProfile: currentProfile{env.managerClient}, stale: before})
+	r := laggingReconciler(newStaleNode(before))
 	_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: profile}})
 	byNode, listErr := tasksOf(ctx, profile)
 	must(t, listErr)
@@ -188,22 +188,18 @@ func (c currentProfile) Get(ctx context.Context, key client.ObjectKey, obj clien
 	return c.Client.Get(ctx, key, obj, opts...)
 }
 
-// staleNode is the manager's cached client, except that it returns one node as it was.
+// staleNode is the manager's cached client, except that it returns one node as it was, read or listed.
 type staleNode struct {
-	currentProfile
+	testutil.StaleGet
 	stale *corev1.Node
 }
 
-func (c staleNode) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	if n, ok := obj.(*corev1.Node); ok && key.Name == c.stale.Name {
-		c.stale.DeepCopyInto(n)
-		return nil
-	}
-	return c.currentProfile.Get(ctx, key, obj, opts...)
+func newStaleNode(stale *corev1.Node) staleNode {
+	return staleNode{StaleGet: testutil.StaleGet{Client: currentProfile{env.managerClient}, Stale: stale}, stale: stale}
 }
 
 func (c staleNode) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
-	if err := c.currentProfile.List(ctx, list, opts...); err != nil {
+	if err := c.StaleGet.List(ctx, list, opts...); err != nil {
 		return err
 	}
 	if nodes, ok := list.(*corev1.NodeList); ok {

@@ -61,7 +61,7 @@ func TestAStaleProfileMakesNoSilence(t *testing.T) {
 	must(t, env.client.Patch(ctx, &v1alpha1.NodeProfile{ObjectMeta: metav1.ObjectMeta{Name: profile}}, client.RawPatch(types.MergePatchType, []byte(touch))))
 
 	silences := &countingSilencer{}
-	r := laggingReconciler(staleProfile{Client: env.managerClient, stale: stale})
+	r := laggingReconciler(testutil.StaleGet{Client: env.managerClient, Stale: stale})
 	r.Silences = silences
 	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: profile}}); err != nil {
 		t.Fatalf("reconcile on the stale profile: %v", err)
@@ -69,20 +69,6 @@ func TestAStaleProfileMakesNoSilence(t *testing.T) {
 	if n := silences.created(); n != 0 {
 		t.Fatalf("a look on a profile copy older than the API server's made %d silence(s) in Alertmanager, which its failed status write records nowhere", n)
 	}
-}
-
-// staleProfile is the manager's cached client, except that it returns one profile as it was.
-type staleProfile struct {
-	client.Client
-	stale *v1alpha1.NodeProfile
-}
-
-func (c staleProfile) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	if p, ok := obj.(*v1alpha1.NodeProfile); ok && key.Name == c.stale.Name {
-		c.stale.DeepCopyInto(p)
-		return nil
-	}
-	return c.Client.Get(ctx, key, obj, opts...)
 }
 
 // countingSilencer stands in for Alertmanager's API in the reconciler beside the manager: it
