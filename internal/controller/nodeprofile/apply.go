@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -175,6 +176,9 @@ func (r *Reconciler) live() client.Reader {
 // profile's label, however many start (none carry it when a profile first provisions); a first
 // uninstall, which is rare, reads its node.
 func (r *Reconciler) confirmFirsts(ctx context.Context, s *scope) (starts []Start, recorded bool, err error) {
+	if !slices.ContainsFunc(s.starts, func(st Start) bool { return st.First }) {
+		return s.starts, false, nil // every reconcile comes here: no work without a first task
+	}
 	var labelled map[string]*corev1.Node
 	views := make(map[string]NodeView, len(s.in.Nodes))
 	for _, n := range s.in.Nodes {
