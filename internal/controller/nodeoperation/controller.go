@@ -210,6 +210,9 @@ func (r *Reconciler) act(ctx context.Context, s *scope) (ctrl.Result, error) {
 	if err := r.mirror(ctx, s.op, s.tasks); err != nil {
 		return ctrl.Result{}, err
 	}
+	if err := r.keep(ctx, s.op, s.tasks); err != nil {
+		return ctrl.Result{}, err
+	}
 	// s.op.Status is the status as last written: a deleted task goes only once its end is recorded there.
 	if err := r.release(ctx, &s.op.Status, s.tasks, false, false); err != nil {
 		return ctrl.Result{}, err

@@ -128,6 +128,37 @@ func TestSafetyRule7_DeletedRunningTaskIsNotRunAgain(t *testing.T) {
 	}
 }
 
+// nothing deleted automatically (rule 7), for a task made by a nodeops from before the Finalizer:
+// the manager puts it on the running task, so that deleting the task by hand while its command
+// runs cannot make the operation create it again either.
+func TestSafetyRule7_ARunningTaskFromAnOlderNodeopsIsKeptToo(t *testing.T) {
+	f := newFixture(t)
+	nodes := f.nodes(nil, "a")
+	op := f.operation("older", nil, v1alpha1.Group{Name: "g",
+		Commands: []v1alpha1.Command{{Name: "once", Script: &v1alpha1.ScriptCommand{Inline: "echo >> /var/lib/counter"}}}})
+	task := f.waitTasks(op.Name, 1)[0]
+	f.begin(task.Name, 0)
+	// As an older nodeops made it: no finalizer.
+	if err := f.c.Patch(f.ctx, f.task(task.Name), client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))); err != nil {
+		t.Fatalf("take the finalizer off: %v", err)
+	}
+	testutil.Eventually(t, 30*time.Second, "the running task kept by the manager", func() error {
+		if got := f.task(task.Name); !controllerutil.ContainsFinalizer(got, nodeoperation.Finalizer) {
+			return fmt.Errorf("task %s has finalizers %v; want %s", task.Name, got.Finalizers, nodeoperation.Finalizer)
+		}
+		return nil
+	})
+	f.deleteTask(task.Name)
+	f.neverAgain(op.Name, "g", nodes[0], task.UID, 2*time.Second)
+	if live, ok := f.taskOn(op.Name, "g", nodes[0]); !ok || live.DeletionTimestamp.IsZero() {
+		t.Fatalf("the running task vanished, or was not deleted, while its command runs")
+	}
+	f.end(task.Name, 0, true, "ok")
+	f.waitPhase(op.Name, v1alpha1.OperationSucceeded)
+	f.waitTaskGone(op.Name, "g", nodes[0], task.Name, "the deleted task gone once it ended")
+	f.neverAgain(op.Name, "g", nodes[0], "", time.Second)
+}
+
 // nothing deleted automatically (rule 7), with the operation's cache behind: a task deleted by hand
 // is let go once the operation's status records its end, and the tasks' informer can deliver the
 // deletion before the operations' informer delivers that record. A look in that moment sees the

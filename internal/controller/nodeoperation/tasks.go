@@ -108,6 +108,23 @@ func (r *Reconciler) mirror(ctx context.Context, op *v1alpha1.NodeOperation, tas
 	return errors.Join(errs...)
 }
 
+// keep puts the Finalizer on the tasks of the operation that lack it (made by a nodeops from before
+// it) and whose end its status does not record yet, so that deleting one by hand cannot make it run
+// again either: a task costs this write only once, and only after such an upgrade.
+func (r *Reconciler) keep(ctx context.Context, op *v1alpha1.NodeOperation, tasks []*v1alpha1.NodeTask) error {
+	w := skeleton.NewWrites(r.CreateParallelism)
+	for _, t := range tasks {
+		if controllerutil.ContainsFinalizer(t, Finalizer) || !t.DeletionTimestamp.IsZero() || skeleton.ControllerUID(t, kind) != op.UID {
+			continue
+		}
+		if !t.EffectivePhase().Unfinished() && recorded(&op.Status, t.Spec.Group, t.Spec.NodeName) {
+			continue
+		}
+		w.Go(func() error { return skeleton.AddFinalizer(ctx, r.Client, t, Finalizer) })
+	}
+	return w.Wait()
+}
+
 // release removes the Finalizer from the tasks a person deleted whose end the operation's
 // status records (or all of them, when done is set: the operation is over or going): a task
 // costs this write only when someone deleted it, or at the TTL.

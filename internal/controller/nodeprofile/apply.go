@@ -48,6 +48,11 @@ func (r *Reconciler) apply(ctx context.Context, s *scope) (ctrl.Result, error) {
 			w.Go(func() error { return r.releaseTask(ctx, t) })
 		}
 	}
+	for _, name := range d.Keep {
+		if t := s.tasks[name]; t != nil {
+			w.Go(func() error { return skeleton.AddFinalizer(ctx, r.Client, t, RecordFinalizer) })
+		}
+	}
 	for _, np := range d.Patches {
 		rv := s.nodeRV[np.Node]
 		if r.patched.stale(key, np.Node, rv) {

@@ -145,6 +145,10 @@ type decision struct {
 	Delete []string
 	// Release lists the tasks someone deleted that may now go (releasable): RecordFinalizer comes off.
 	Release []string
+	// Keep lists the nodes' latest tasks that lack RecordFinalizer (made by a nodeops from before
+	// it) and that the node's state still rests on (not releasable): it goes on, so that deleting
+	// one by hand cannot make its commands run again either.
+	Keep []string
 	// Expire is how long until the next superseded task's TTL passes; 0 for none.
 	Expire time.Duration
 	// Blocked names the nodes whose latest task failed: until a person retries or skips it
@@ -207,6 +211,9 @@ func decide(in input) (decision, error) {
 			if t.Deleting && t.Kept && releasable(n, t, t == last) {
 				d.Release = append(d.Release, t.Name)
 			}
+		}
+		if last != nil && !last.Kept && !last.Deleting && !releasable(n, last, true) {
+			d.Keep = append(d.Keep, last.Name)
 		}
 		if start != nil {
 			// The new task's name is taken by an older one only when the node left and came back
@@ -271,6 +278,7 @@ func decide(in input) (decision, error) {
 	sort.Strings(d.Delete)
 	sort.Strings(d.Abort)
 	sort.Strings(d.Release)
+	sort.Strings(d.Keep)
 
 	limit, err := plan.MaxUnavailable(in.MaxUnavailable, relevant)
 	if err != nil {

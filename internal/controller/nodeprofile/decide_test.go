@@ -448,3 +448,29 @@ func TestDecideReleasesOnlyDeletedKeptTasks(t *testing.T) {
 		t.Errorf("starts = %+v; want none while b's deleted install is its record", d.Starts)
 	}
 }
+
+// decide keeps (RecordFinalizer added) only a node's latest task that lacks the finalizer and that
+// the node's state still rests on: a task made by an older nodeops.
+func TestDecideKeepsOnlyUnrecordedLatestTasksWithoutTheFinalizer(t *testing.T) {
+	kept := func(t TaskView) TaskView { t.Kept = true; return t }
+	older := task("a", ActionInstall, "old", v1alpha1.TaskSucceeded)
+	older.Created = older.Created.Add(-time.Minute)
+	in := input{Hash: h, HasUninstall: true, MaxUnavailable: mu(3), Nodes: []NodeView{
+		member("a"), member("b"), provisioned(member("c"), h), member("d"), member("e"),
+	}, Tasks: []TaskView{
+		older, // history: deleting it loses nothing
+		task("a", ActionInstall, h, v1alpha1.TaskRunning),   // a's record until it is labelled
+		task("b", ActionInstall, h, v1alpha1.TaskSucceeded), // succeeded, not labelled yet
+		task("c", ActionInstall, h, v1alpha1.TaskSucceeded), // the label records it
+		task("d", ActionInstall, h, v1alpha1.TaskFailed),    // deleting it asks for a fresh try
+		kept(task("e", ActionInstall, h, v1alpha1.TaskRunning)),
+	}}
+	d, err := decide(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{TaskName("p", ActionInstall, h, "a"), TaskName("p", ActionInstall, h, "b")}
+	if !reflect.DeepEqual(d.Keep, want) {
+		t.Errorf("keep = %v, want %v", d.Keep, want)
+	}
+}

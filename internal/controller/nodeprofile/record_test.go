@@ -3,6 +3,7 @@ package nodeprofile_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -44,6 +45,43 @@ func TestSafetyRule7_AnInstallDeletedBeforeItsLabelNeverRunsAgain(t *testing.T) 
 	task := waitTask(t, ctx, profile, node, nodeprofile.ActionInstall)
 	agentRun(t, ctx, task.Name)
 	agentSucceed(t, ctx, task.Name)
+	keptUntilLabelled(t, ctx, profile, node, task, created, unhold)
+}
+
+// nothing deleted automatically (rule 7), for a task made by a nodeops from before RecordFinalizer:
+// the manager puts the finalizer on the running install, so that deleting it by hand before the
+// node is labelled cannot make it run again either.
+func TestSafetyRule7_AnInstallFromAnOlderNodeopsIsKeptToo(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	const profile, node = "olderinstall", "olderinstall-1"
+	makeNode(t, ctx, node, profile, nil, kwasm)
+	created := countCreates(t, ctx, profile)
+	unhold := holdLabel(t, ctx, profile, node)
+	makeProfile(t, ctx, profile, profile, nil)
+	task := waitTask(t, ctx, profile, node, nodeprofile.ActionInstall)
+	agentRun(t, ctx, task.Name)
+	// As an older nodeops made it: no finalizer.
+	must(t, env.client.Patch(ctx, task, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))))
+	testutil.Eventually(t, wait, "the running install kept by the manager", func() error {
+		got := &v1alpha1.NodeTask{}
+		if err := env.client.Get(ctx, client.ObjectKey{Name: task.Name}, got); err != nil {
+			return err
+		}
+		if !slices.Contains(got.Finalizers, nodeprofile.RecordFinalizer) {
+			return fmt.Errorf("task %s has finalizers %v; want %s", task.Name, got.Finalizers, nodeprofile.RecordFinalizer)
+		}
+		return nil
+	})
+	agentSucceed(t, ctx, task.Name)
+	keptUntilLabelled(t, ctx, profile, node, task, created, unhold)
+}
+
+// keptUntilLabelled deletes task, node's install, which succeeded while holdLabel's policy refuses
+// the node's label, and checks that it stays until unhold lets the label land, then goes, and that
+// no install starts again.
+func keptUntilLabelled(t *testing.T, ctx context.Context, profile, node string, task *v1alpha1.NodeTask, created func(string) int, unhold func()) {
+	t.Helper()
 	must(t, env.client.Delete(ctx, &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: task.Name}}))
 
 	// While the label cannot land, the deleted task is the node's only record: it stays.

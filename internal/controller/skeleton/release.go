@@ -13,7 +13,23 @@ import (
 
 // The controllers keep a task someone deleted with a finalizer until its owner has recorded how it
 // ended (nothing deleted automatically, rule 7: deleting history by hand never makes anything run
-// again); these are the two steps of letting it go that they share.
+// again); these are the steps of keeping and letting it go that they share.
+
+// AddFinalizer puts finalizer on t, a copy from the cache, under an optimistic lock: a task made
+// by an older nodeops, which did not set it at creation, is kept like any other from then on. A
+// copy older than the API server's changes nothing (the next look tries again), nor does a task
+// already being deleted (the API server takes no new finalizer then) or gone.
+func AddFinalizer(ctx context.Context, c client.Client, t *v1alpha1.NodeTask, finalizer string) error {
+	if controllerutil.ContainsFinalizer(t, finalizer) || !t.DeletionTimestamp.IsZero() {
+		return nil
+	}
+	kept := t.DeepCopy()
+	controllerutil.AddFinalizer(kept, finalizer)
+	if err := c.Patch(ctx, kept, client.MergeFromWithOptions(t, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("add finalizer %s to NodeTask %s: %w", finalizer, t.Name, err)
+	}
+	return nil
+}
 
 // RemoveFinalizer takes finalizer off t, a copy from the cache, under an optimistic lock, so that a
 // copy older than the API server's changes nothing; a task without it, or already gone, is no error.
