@@ -399,6 +399,7 @@ func (e *env) timeBreakdown(what, op string, begin, end time.Time) spans {
 		end.Sub(begin).Round(100*time.Millisecond), gaps.Round(100*time.Millisecond), took.Round(100*time.Millisecond), ran.Round(100*time.Millisecond),
 		orNone(strings.Join(kinds, ", ")), max(end.Sub(prev), 0).Round(100*time.Millisecond))
 	fmt.Print(b.String())
+	out.lastEnd = prev
 	return out
 }
 
@@ -410,6 +411,8 @@ type spans struct {
 	// the restarted kubelet starting the control plane again (on a new minor version, every static
 	// pod under a new name) and the components becoming ready, with nodeops' restart and checks.
 	restartToHealthy time.Duration
+	// lastEnd is when the operation's last command ended, on the node's clock.
+	lastEnd time.Time
 }
 
 func orNone(s string) string {

@@ -32,6 +32,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	nodev1 "k8s.io/api/node/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -468,8 +469,31 @@ func (e *env) upgradeThroughClusterTarget(source, ignore string) *nodeopsv1.Node
 	rest := beyond - parts.restartToHealthy
 	figure("upgrade: of the %s beyond kubeadm, %s from restartService's start until waitNodeReady found the control plane healthy again (the restarted kubelet starting every static pod anew), %s (%.1f%% of the wall) the rest",
 		beyond.Round(100*time.Millisecond), parts.restartToHealthy.Round(100*time.Millisecond), rest.Round(100*time.Millisecond), 100*rest.Seconds()/upgradeWall.Seconds())
+	e.afterTheLastCommand("upgrade", op.Name, parts.lastEnd, succeeded)
 	e.t.Logf("upgrade %s: %s from target set to kubectl wait returning UpToDate", op.Name, wall.Round(time.Second))
 	return op
+}
+
+// afterTheLastCommand splits the time from op's last command's end to the watch seeing Succeeded
+// at seen: until the manager recorded Succeeded (the time of its Succeeded event, which it emits
+// once the status write is done), and the rest (the watch seeing the write and exiting).
+func (e *env) afterTheLastCommand(what, op string, lastEnd, seen time.Time) {
+	e.t.Helper()
+	var list eventsv1.EventList
+	if err := e.c.List(e.ctx, &list, client.InNamespace(metav1.NamespaceDefault)); err != nil {
+		e.t.Logf("%s: events not read: %v", what, err)
+		return
+	}
+	for _, ev := range list.Items {
+		if ev.Regarding.Kind != "NodeOperation" || ev.Regarding.Name != op || ev.Reason != "Succeeded" {
+			continue
+		}
+		at := ev.EventTime.Time
+		figure("%s: after the last command, %s until the manager recorded Succeeded (its event at %s), %s until the watch saw it and exited",
+			what, at.Sub(lastEnd).Round(10*time.Millisecond), at.Format("15:04:05.000"), seen.Sub(at).Round(10*time.Millisecond))
+		return
+	}
+	e.t.Logf("%s: no Succeeded event of NodeOperation %s found", what, op)
 }
 
 // generatedUpgrades names the upgrades the ClusterTarget generated, as its status lists them.
