@@ -435,10 +435,8 @@ func (w Writer) Act(ctx context.Context, l *Look) error {
 		}
 		seen[t.Name] = true
 		writes.Go(func() error {
-			patched := t.DeepCopy()
-			patched.Spec.Abort = true
-			if err := w.Client.Patch(ctx, patched, client.MergeFrom(t)); client.IgnoreNotFound(err) != nil {
-				return fmt.Errorf("abort gate check NodeTask %s: %w", t.Name, err)
+			if err := skeleton.Abort(ctx, w.Client, w.Live, t); err != nil {
+				return fmt.Errorf("gate check: %w", err)
 			}
 			return nil
 		})

@@ -34,7 +34,9 @@ func (r *Reconciler) apply(ctx context.Context, s *scope) (ctrl.Result, error) {
 	p, d, key := s.profile, s.decision, profileKey(s.profile)
 	w := skeleton.NewWrites(r.Parallelism)
 	for _, name := range d.Abort {
-		w.Go(func() error { return r.abortTask(ctx, name) })
+		if t := s.tasks[name]; t != nil {
+			w.Go(func() error { return skeleton.Abort(ctx, r.Client, r.live(), t) })
+		}
 	}
 	deleting := make(map[string]bool, len(d.Delete))
 	for _, name := range d.Delete {
@@ -227,14 +229,6 @@ func (r *Reconciler) confirmFirsts(ctx context.Context, s *scope) (starts []Star
 		starts = append(starts, st)
 	}
 	return starts, recorded, nil
-}
-
-func (r *Reconciler) abortTask(ctx context.Context, name string) error {
-	t := &v1alpha1.NodeTask{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if err := r.Client.Patch(ctx, t, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"abort":true}}`))); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("abort NodeTask %s: %w", name, err)
-	}
-	return nil
 }
 
 // patchNode sets or removes the profile's label and hash annotation on a node in one merge patch.

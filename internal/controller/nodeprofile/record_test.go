@@ -193,7 +193,7 @@ func TestSafetyRule7_AStaleTaskListNeverDeletesTheNodesNewTask(t *testing.T) {
 		return nil
 	})
 
-	r := laggingReconciler(staleTasks{currentProfile: currentProfile{env.managerClient}, stale: stale.Items})
+	r := laggingReconciler(staleTaskList{currentProfile: currentProfile{env.managerClient}, stale: stale.Items})
 	_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: profile}})
 	var now v1alpha1.NodeTask
 	if getErr := env.client.Get(ctx, client.ObjectKey{Name: again.Name}, &now); getErr != nil || now.UID != again.UID {
@@ -202,6 +202,52 @@ func TestSafetyRule7_AStaleTaskListNeverDeletesTheNodesNewTask(t *testing.T) {
 	}
 	if !now.DeletionTimestamp.IsZero() {
 		t.Fatalf("a look on the old task list deleted the running task %s (reconcile: %v)", again.Name, err)
+	}
+}
+
+// TestAStaleLookNeverAbortsTheNodesNewTask: a node that left and came back at the same spec gets a
+// new install of its old install's name. A look on copies from before (the node gone from the
+// profile, its first install still pending) decides to stop that first install; asked by name, the
+// new install would be told to abort while its agent runs it, and the node would wait for a person.
+// The abort carries the task's UID, so a stale one stops nothing.
+func TestAStaleLookNeverAbortsTheNodesNewTask(t *testing.T) {
+	needEnv(t)
+	ctx := context.Background()
+	const profile, node = "staleabort", "staleabort-1"
+	makeNode(t, ctx, node, profile, nil, kwasm)
+	makeProfile(t, ctx, profile, profile, nil)
+	first := waitTask(t, ctx, profile, node, nodeprofile.ActionInstall)
+	var staleTasks v1alpha1.NodeTaskList
+	must(t, env.client.List(ctx, &staleTasks, client.MatchingLabels{v1alpha1.LabelProfile: profile}))
+
+	patchNode(t, ctx, node, `{"metadata":{"annotations":{"kwasm.sh/kwasm-node":null}}}`)
+	left := getNode(t, ctx, node)
+	un := waitTask(t, ctx, profile, node, nodeprofile.ActionUninstall)
+	agentRun(t, ctx, un.Name)
+	agentSucceed(t, ctx, un.Name)
+
+	patchNode(t, ctx, node, `{"metadata":{"annotations":{"kwasm.sh/kwasm-node":"true"}}}`)
+	var again v1alpha1.NodeTask
+	testutil.Eventually(t, wait, "a new install named like the first", func() error {
+		if err := env.client.Get(ctx, client.ObjectKey{Name: first.Name}, &again); err != nil {
+			return err
+		}
+		if again.UID == first.UID {
+			return fmt.Errorf("%s is still the first install", first.Name)
+		}
+		return nil
+	})
+	agentRun(t, ctx, again.Name)
+
+	lagging := newStaleNode(left)
+	lagging.StaleGet.Client = staleTaskList{currentProfile: currentProfile{env.managerClient}, stale: staleTasks.Items}
+	r := laggingReconciler(lagging)
+	_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: profile}})
+	var now v1alpha1.NodeTask
+	must(t, env.client.Get(ctx, client.ObjectKey{Name: again.Name}, &now))
+	if now.UID != again.UID || now.Spec.Abort {
+		t.Fatalf("after a look on copies from before the node came back, task %s (%s) has abort %v (reconcile: %v); want the running install %s untouched",
+			now.Name, now.UID, now.Spec.Abort, err, again.UID)
 	}
 }
 
@@ -250,13 +296,13 @@ func (c staleNode) List(ctx context.Context, list client.ObjectList, opts ...cli
 	return nil
 }
 
-// staleTasks is the manager's cached client, except that it lists the tasks as they were.
-type staleTasks struct {
+// staleTaskList is the manager's cached client, except that it lists the tasks as they were.
+type staleTaskList struct {
 	currentProfile
 	stale []v1alpha1.NodeTask
 }
 
-func (c staleTasks) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+func (c staleTaskList) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
 	if tasks, ok := list.(*v1alpha1.NodeTaskList); ok {
 		tasks.Items = make([]v1alpha1.NodeTask, len(c.stale))
 		for i := range c.stale {
