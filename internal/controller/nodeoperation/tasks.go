@@ -137,7 +137,10 @@ func (r *Reconciler) release(ctx context.Context, st *v1alpha1.NodeOperationStat
 		if !done && (t.EffectivePhase().Unfinished() || !recorded(st, t.Spec.Group, t.Spec.NodeName)) {
 			continue
 		}
-		w.Go(func() error { return skeleton.RemoveFinalizer(ctx, r.Client, t, Finalizer) })
+		w.Go(func() error {
+			_, err := skeleton.RemoveFinalizer(ctx, r.Client, t, Finalizer)
+			return err
+		})
 	}
 	return w.Wait()
 }

@@ -116,10 +116,11 @@ func (r *Reconciler) apply(ctx context.Context, s *scope) (ctrl.Result, error) {
 }
 
 // deleteTask deletes t, the very task decide saw: its RecordFinalizer comes off first under an
-// optimistic lock, and the delete carries its UID, so that a cache behind the API server (a task
-// of the same name created since) deletes nothing.
+// optimistic lock (a copy older than the API server's deletes nothing; the next look decides
+// again), and the delete carries its UID, so that a cache behind the API server (a task of the
+// same name created since) deletes nothing.
 func (r *Reconciler) deleteTask(ctx context.Context, t *v1alpha1.NodeTask) error {
-	if err := r.releaseTask(ctx, t); err != nil {
+	if stale, err := skeleton.RemoveFinalizer(ctx, r.Client, t, RecordFinalizer); stale || err != nil {
 		return err
 	}
 	uid := t.UID
@@ -133,7 +134,8 @@ func (r *Reconciler) deleteTask(ctx context.Context, t *v1alpha1.NodeTask) error
 // releaseTask takes RecordFinalizer off t under an optimistic lock: a task someone deleted then
 // goes. Nothing to do for a task without it (one created before the finalizer existed).
 func (r *Reconciler) releaseTask(ctx context.Context, t *v1alpha1.NodeTask) error {
-	return skeleton.RemoveFinalizer(ctx, r.Client, t, RecordFinalizer)
+	_, err := skeleton.RemoveFinalizer(ctx, r.Client, t, RecordFinalizer)
+	return err
 }
 
 // releaseAll takes RecordFinalizer off every one of tasks: the profile is going, and its tasks

@@ -17,32 +17,48 @@ import (
 
 // AddFinalizer puts finalizer on t, a copy from the cache, under an optimistic lock: a task made
 // by an older nodeops, which did not set it at creation, is kept like any other from then on. A
-// copy older than the API server's changes nothing (the next look tries again), nor does a task
-// already being deleted (the API server takes no new finalizer then) or gone.
+// copy older than the API server's changes nothing and is no error (the newer copy's event brings
+// the owner back, and that look tries again), nor does a task already being deleted (the API
+// server takes no new finalizer then) or gone.
 func AddFinalizer(ctx context.Context, c client.Client, t *v1alpha1.NodeTask, finalizer string) error {
 	if controllerutil.ContainsFinalizer(t, finalizer) || !t.DeletionTimestamp.IsZero() {
 		return nil
 	}
 	kept := t.DeepCopy()
 	controllerutil.AddFinalizer(kept, finalizer)
-	if err := c.Patch(ctx, kept, client.MergeFromWithOptions(t, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
+	if err := c.Patch(ctx, kept, client.MergeFromWithOptions(t, client.MergeFromWithOptimisticLock{})); ignoreStale(err) != nil {
 		return fmt.Errorf("add finalizer %s to NodeTask %s: %w", finalizer, t.Name, err)
 	}
 	return nil
 }
 
 // RemoveFinalizer takes finalizer off t, a copy from the cache, under an optimistic lock, so that a
-// copy older than the API server's changes nothing; a task without it, or already gone, is no error.
-func RemoveFinalizer(ctx context.Context, c client.Client, t *v1alpha1.NodeTask, finalizer string) error {
+// copy older than the API server's changes nothing. Such a copy is no error (the newer copy's event
+// brings the owner back) but stale is true then: what was decided on t must wait for that look. A
+// task without the finalizer, or already gone, is no error either.
+func RemoveFinalizer(ctx context.Context, c client.Client, t *v1alpha1.NodeTask, finalizer string) (stale bool, err error) {
 	if !controllerutil.ContainsFinalizer(t, finalizer) {
-		return nil
+		return false, nil
 	}
 	released := t.DeepCopy()
 	controllerutil.RemoveFinalizer(released, finalizer)
-	if err := c.Patch(ctx, released, client.MergeFromWithOptions(t, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("remove finalizer %s from NodeTask %s: %w", finalizer, t.Name, err)
+	err = c.Patch(ctx, released, client.MergeFromWithOptions(t, client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsConflict(err) {
+		return true, nil
 	}
-	return nil
+	if client.IgnoreNotFound(err) != nil {
+		return false, fmt.Errorf("remove finalizer %s from NodeTask %s: %w", finalizer, t.Name, err)
+	}
+	return false, nil
+}
+
+// ignoreStale is err, unless it says the copy written from was older than the API server's
+// (Conflict) or the task is gone.
+func ignoreStale(err error) error {
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
 }
 
 // Orphans returns those of tasks whose owner, of kind and named name, is gone: the API server,
