@@ -153,7 +153,7 @@ func TestInstallBinariesKeepsPreviousAndIsIdempotent(t *testing.T) {
 }
 
 func TestContainerdRuntimeRestartsContainerd(t *testing.T) {
-	cfg, err := os.ReadFile("testdata/containerd/v3-default.toml")
+	cfg, err := os.ReadFile("../../containerdtoml/testdata/containerd/v3-default.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestContainerdRuntimeRestartsContainerd(t *testing.T) {
 	if _, err := Run(context.Background(), env, cmd); err != nil {
 		t.Fatal(err)
 	}
-	want, _ := os.ReadFile("testdata/containerd/v3-default.toml.add.golden")
+	want, _ := os.ReadFile("../../containerdtoml/testdata/containerd/v3-default.toml.add.golden")
 	if got := hosttest.ReadFile(t, root, "/etc/containerd/config.toml"); got != string(want) {
 		t.Errorf("config differs from the golden file")
 	}

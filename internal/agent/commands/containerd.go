@@ -5,14 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"regexp"
-	"strconv"
 
 	"github.com/pelletier/go-toml/v2"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/containerdtoml"
 	"github.com/nodeops/nodeops/internal/taskpolicy"
 )
 
@@ -82,7 +81,7 @@ func cordonedByOwner(ctx context.Context, env *Env) (bool, error) {
 
 // editContainerdTarget writes the handler into (or out of) the resolved file and says what it did.
 func editContainerdTarget(env *Env, t containerdTarget, c *v1alpha1.ContainerdRuntimeCommand) (string, error) {
-	h := RuntimeHandler{Name: c.Name, RuntimeType: c.RuntimeType, BinaryPath: c.BinaryPath, PodAnnotations: c.PodAnnotations, Options: optionValues(c.Options)}
+	h := containerdtoml.RuntimeHandler{Name: c.Name, RuntimeType: c.RuntimeType, BinaryPath: c.BinaryPath, PodAnnotations: c.PodAnnotations, Options: containerdtoml.OptionValues(c.Options)}
 	files := env.Host.Files
 	data, err := files.ReadFile(t.path)
 	exists := err == nil
@@ -107,7 +106,7 @@ func editContainerdTarget(env *Env, t containerdTarget, c *v1alpha1.ContainerdRu
 	if t.template {
 		source = maskTemplate(data)
 	}
-	edit, err := editContainerdConfig(source, h, c.Remove, t.version)
+	edit, err := containerdtoml.Edit(source, h, c.Remove, t.version)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", t.path, err)
 	}
@@ -162,48 +161,6 @@ func onlyVersion(data []byte) bool {
 		return false
 	}
 	delete(doc, "version")
-	m, _ := pruned(doc).(map[string]any)
+	m, _ := containerdtoml.Pruned(doc).(map[string]any)
 	return len(m) == 0
-}
-
-// pruned drops empty tables, which removing a handler leaves behind.
-func pruned(v any) any {
-	m, ok := v.(map[string]any)
-	if !ok {
-		return v
-	}
-	out := map[string]any{}
-	for k, x := range m {
-		x = pruned(x)
-		if sub, ok := x.(map[string]any); ok && len(sub) == 0 {
-			continue
-		}
-		out[k] = x
-	}
-	return out
-}
-
-var decimal = regexp.MustCompile(`^-?[0-9]+(\.[0-9]+)?$`)
-
-// optionValues types the API's option strings for TOML: true and false as booleans, decimals as
-// numbers (docs/how-to/wasm-shims.md), the rest as strings.
-func optionValues(in map[string]string) map[string]any {
-	if len(in) == 0 {
-		return nil
-	}
-	out := make(map[string]any, len(in))
-	for k, v := range in {
-		out[k] = v
-		switch {
-		case v == "true" || v == "false":
-			out[k] = v == "true"
-		case decimal.MatchString(v):
-			if i, err := strconv.ParseInt(v, 10, 64); err == nil {
-				out[k] = i
-			} else if f, err := strconv.ParseFloat(v, 64); err == nil {
-				out[k] = f
-			}
-		}
-	}
-	return out
 }

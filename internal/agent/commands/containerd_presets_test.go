@@ -17,7 +17,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/pelletier/go-toml/v2"
+
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/containerdtoml"
 	"github.com/nodeops/nodeops/internal/drain"
 	"github.com/nodeops/nodeops/internal/host"
 	"github.com/nodeops/nodeops/internal/host/hosttest"
@@ -32,6 +35,18 @@ const (
 
 // Each preset on a host root laid out like that distro: the file written, the files left alone
 // byte for byte, the unit restarted; then removal takes the handler out again.
+// wasm is the handler the KWasm operator writes.
+var wasm = containerdtoml.RuntimeHandler{Name: "wasmedge", RuntimeType: "io.containerd.wasmedge.v1", BinaryPath: "/opt/kwasm/bin/containerd-shim-wasmedge-v1"}
+
+func parseTOML(t *testing.T, what string, data []byte) map[string]any {
+	t.Helper()
+	doc := map[string]any{}
+	if err := toml.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("%s does not parse: %v\n%s", what, err, data)
+	}
+	return doc
+}
+
 func TestContainerdPresets(t *testing.T) {
 	const (
 		k3sDir  = "/var/lib/rancher/k3s/agent/etc/containerd/"
@@ -93,8 +108,8 @@ func TestContainerdPresets(t *testing.T) {
 			if v, ok := doc["version"].(int64); ok && v != tc.version {
 				t.Errorf("version %d, want %d", v, tc.version)
 			}
-			base, _ := runtimesPath(tc.version)
-			entry, _ := lookup(doc, append(base, "wasmedge")).(map[string]any)
+			base, _ := containerdtoml.RuntimesPath(tc.version)
+			entry, _ := containerdtoml.Lookup(doc, append(base, "wasmedge")).(map[string]any)
 			opts, _ := entry["options"].(map[string]any)
 			if entry["runtime_type"] != wasm.RuntimeType || entry["runtime_path"] != wasm.BinaryPath || opts["SystemdCgroup"] != true ||
 				opts["BinaryName"] != "/usr/bin/wasmedge" || opts["Weight"] != int64(3) || len(entry["pod_annotations"].([]any)) != 1 {

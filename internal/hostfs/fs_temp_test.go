@@ -1,4 +1,4 @@
-package host_test
+package hostfs_test
 
 import (
 	"os"
@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodeops/nodeops/internal/host"
+	"github.com/nodeops/nodeops/internal/hostfs"
 )
 
 // A temporary file an earlier download left beside its destination (the agent was killed while
@@ -22,7 +22,7 @@ func TestCreateTempRemovesTheTempFilesACrashLeft(t *testing.T) {
 	for _, p := range []string{stale, other} {
 		write(t, p, strings.Repeat("x", 1024))
 	}
-	files := &host.FS{Root: root}
+	files := &hostfs.FS{Root: root}
 	tmp, err := files.CreateTemp("/opt/bin/shim")
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +48,7 @@ func TestRemoveRefusesTheRoot(t *testing.T) {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	files := &host.FS{Root: root}
+	files := &hostfs.FS{Root: root}
 	for _, p := range []string{"/", "//", "/."} {
 		if err := files.Remove(p); err == nil {
 			t.Errorf("Remove(%q) succeeded", p)

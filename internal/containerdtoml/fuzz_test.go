@@ -1,4 +1,4 @@
-package commands
+package containerdtoml
 
 import (
 	"os"
@@ -29,39 +29,39 @@ func FuzzContainerdConfig(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, name, runtimeType, binaryPath, optKey, optValue, annotation string) {
 		h := RuntimeHandler{Name: name, RuntimeType: runtimeType, BinaryPath: binaryPath}
 		if optKey != "" {
-			h.Options = optionValues(map[string]string{optKey: optValue})
+			h.Options = OptionValues(map[string]string{optKey: optValue})
 		}
 		if annotation != "" {
 			h.PodAnnotations = []string{annotation}
 		}
-		added, err := EditContainerdConfig(data, h, false)
+		added, err := Edit(data, h, false, 0)
 		// The API's strings are UTF-8 (JSON), and TOML has no other kind.
 		if err != nil || name == "" || !allUTF8(name, runtimeType, binaryPath, optKey, optValue, annotation) {
 			return
 		}
 		doc := parseTOML(t, "the added config", added.Data)
-		base, _ := runtimesPath(added.Version)
+		base, _ := RuntimesPath(added.Version)
 		entry := append(append([]string{}, base...), name)
-		got, _ := lookup(doc, entry).(map[string]any)
+		got, _ := Lookup(doc, entry).(map[string]any)
 		if got == nil || !reflect.DeepEqual(got, h.settings()) {
 			t.Fatalf("after adding, the handler is %v, want %v\n%s", got, h.settings(), added.Data)
 		}
-		again, err := EditContainerdConfig(added.Data, h, false)
+		again, err := Edit(added.Data, h, false, 0)
 		if err != nil || again.Changed {
 			t.Fatalf("adding twice changed the file again (err %v)", err)
 		}
-		removed, err := EditContainerdConfig(added.Data, h, true)
+		removed, err := Edit(added.Data, h, true, 0)
 		if err != nil {
 			t.Fatalf("removing what was added: %v\n%s", err, added.Data)
 		}
 		after := parseTOML(t, "the config after removal", removed.Data)
-		if lookup(after, entry) != nil {
+		if Lookup(after, entry) != nil {
 			t.Fatalf("the handler is still there after removal\n%s", removed.Data)
 		}
 		before := parseTOML(t, "the original config", data)
 		deleteAt(before, entry)
-		if !reflect.DeepEqual(pruned(before), pruned(after)) {
-			t.Fatalf("add then remove did not give back the original settings:\n--- before\n%v\n--- after\n%v", pruned(before), pruned(after))
+		if !reflect.DeepEqual(Pruned(before), Pruned(after)) {
+			t.Fatalf("add then remove did not give back the original settings:\n--- before\n%v\n--- after\n%v", Pruned(before), Pruned(after))
 		}
 	})
 }

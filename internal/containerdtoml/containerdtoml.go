@@ -1,9 +1,13 @@
-package commands
+// Package containerdtoml edits containerd's TOML config: it adds and removes CRI runtime handlers and
+// keeps the rest of the file as it was. It imports nothing of nodeops or Kubernetes, so that its fuzz
+// target builds in seconds (go test -fuzz instruments every package the test binary holds).
+package containerdtoml
 
 import (
 	"bytes"
 	"fmt"
 	"reflect"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -47,8 +51,8 @@ func (h RuntimeHandler) settings() map[string]any {
 	return m
 }
 
-// runtimesPath is where CRI runtime handlers live in each config version.
-func runtimesPath(version int64) ([]string, error) {
+// RuntimesPath is where CRI runtime handlers live in each config version.
+func RuntimesPath(version int64) ([]string, error) {
 	switch version {
 	case 2:
 		return []string{"plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes"}, nil
@@ -68,17 +72,13 @@ type ConfigEdit struct {
 	Version   int64
 }
 
-// EditContainerdConfig adds (or, with remove, takes out) a runtime handler in a containerd config of
-// version 2 or 3. Everything else in the file is kept byte for byte: the edit is made on the text at
-// the table boundaries the TOML parser reports, and the result is parsed again and compared with the
-// intended settings; only if they differ is the whole document re-encoded. Editing twice changes nothing.
-func EditContainerdConfig(data []byte, h RuntimeHandler, remove bool) (ConfigEdit, error) {
-	return editContainerdConfig(data, h, remove, 0)
-}
-
-// editContainerdConfig is EditContainerdConfig for a file that may lack its version line (a k3s
-// template that starts from k3s' base template): then defaultVersion is the version.
-func editContainerdConfig(data []byte, h RuntimeHandler, remove bool, defaultVersion int64) (ConfigEdit, error) {
+// Edit adds (or, with remove, takes out) a runtime handler in a containerd config of version 2 or
+// 3. Everything else in the file is kept byte for byte: the edit is made on the text at the table
+// boundaries the TOML parser reports, and the result is parsed again and compared with the intended
+// settings; only if they differ is the whole document re-encoded. Editing twice changes nothing. A
+// file may lack its version line (a k3s template that starts from k3s' base template): then
+// defaultVersion, when not 0, is the version.
+func Edit(data []byte, h RuntimeHandler, remove bool, defaultVersion int64) (ConfigEdit, error) {
 	doc := map[string]any{}
 	if err := toml.Unmarshal(data, &doc); err != nil {
 		return ConfigEdit{}, fmt.Errorf("parsing containerd config: %w", err)
@@ -87,12 +87,12 @@ func editContainerdConfig(data []byte, h RuntimeHandler, remove bool, defaultVer
 	if !ok && defaultVersion != 0 {
 		version = defaultVersion
 	}
-	base, err := runtimesPath(version)
+	base, err := RuntimesPath(version)
 	if err != nil {
 		return ConfigEdit{}, err
 	}
 	entryPath := append(append([]string{}, base...), h.Name)
-	existing, _ := lookup(doc, entryPath).(map[string]any)
+	existing, _ := Lookup(doc, entryPath).(map[string]any)
 	desired := h.settings()
 	edit := ConfigEdit{Data: data, Version: version}
 	switch {
@@ -123,7 +123,7 @@ func editContainerdConfig(data []byte, h RuntimeHandler, remove bool, defaultVer
 	edit.Changed = true
 	got := map[string]any{}
 	// Empty tables mean nothing to containerd; removing a handler that was added without its parent tables leaves none.
-	if err := toml.Unmarshal(text, &got); err == nil && reflect.DeepEqual(pruned(got), pruned(want)) {
+	if err := toml.Unmarshal(text, &got); err == nil && reflect.DeepEqual(Pruned(got), Pruned(want)) {
 		edit.Data = text
 		return edit, nil
 	}
@@ -366,7 +366,7 @@ func basicString(s string) string {
 	return b.String()
 }
 
-func lookup(doc map[string]any, path []string) any {
+func Lookup(doc map[string]any, path []string) any {
 	var cur any = doc
 	for _, p := range path {
 		m, ok := cur.(map[string]any)
@@ -392,7 +392,7 @@ func setAt(doc map[string]any, path []string, v any) {
 }
 
 func deleteAt(doc map[string]any, path []string) {
-	if parent, ok := lookup(doc, path[:len(path)-1]).(map[string]any); ok {
+	if parent, ok := Lookup(doc, path[:len(path)-1]).(map[string]any); ok {
 		delete(parent, path[len(path)-1])
 	}
 }
@@ -415,6 +415,48 @@ func deepCopy(m map[string]any) map[string]any {
 			out[k] = c
 		default:
 			out[k] = v
+		}
+	}
+	return out
+}
+
+// Pruned drops empty tables, which removing a handler leaves behind.
+func Pruned(v any) any {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return v
+	}
+	out := map[string]any{}
+	for k, x := range m {
+		x = Pruned(x)
+		if sub, ok := x.(map[string]any); ok && len(sub) == 0 {
+			continue
+		}
+		out[k] = x
+	}
+	return out
+}
+
+var decimal = regexp.MustCompile(`^-?[0-9]+(\.[0-9]+)?$`)
+
+// OptionValues types the API's option strings for TOML: true and false as booleans, decimals as
+// numbers (docs/how-to/wasm-shims.md), the rest as strings.
+func OptionValues(in map[string]string) map[string]any {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make(map[string]any, len(in))
+	for k, v := range in {
+		out[k] = v
+		switch {
+		case v == "true" || v == "false":
+			out[k] = v == "true"
+		case decimal.MatchString(v):
+			if i, err := strconv.ParseInt(v, 10, 64); err == nil {
+				out[k] = i
+			} else if f, err := strconv.ParseFloat(v, 64); err == nil {
+				out[k] = f
+			}
 		}
 	}
 	return out

@@ -1,4 +1,4 @@
-package host_test
+package hostfs_test
 
 import (
 	"bytes"
@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodeops/nodeops/internal/host"
+	"github.com/nodeops/nodeops/internal/hostfs"
 )
 
 // confinedRoot is a host root beside a directory "outside" holding a secret, with the links an
@@ -62,7 +62,7 @@ func write(t testing.TB, p, data string) {
 
 func TestFSResolvesSymlinksInsideTheRoot(t *testing.T) {
 	root, _ := confinedRoot(t)
-	f := &host.FS{Root: root}
+	f := &hostfs.FS{Root: root}
 	tests := []struct {
 		in, want string // want is the host path the result names; empty: an error
 	}{
@@ -99,7 +99,7 @@ func TestFSResolvesSymlinksInsideTheRoot(t *testing.T) {
 // outside directory is as it was, while the same operations work through the root's own links.
 func TestFSNeverTouchesOutside(t *testing.T) {
 	root, outside := confinedRoot(t)
-	f := &host.FS{Root: root}
+	f := &hostfs.FS{Root: root}
 	for _, p := range []string{"/etc/abs-out", "/etc/up", "/opt/secret", "/var/lib/up/secret"} {
 		if data, err := f.ReadFile(p); err == nil && string(data) == "outside" {
 			t.Errorf("ReadFile(%q) read the file outside the root", p)
@@ -169,7 +169,7 @@ func TestFSNeverTouchesOutside(t *testing.T) {
 
 func TestFSFollowsTheRootsOwnLinks(t *testing.T) {
 	root, _ := confinedRoot(t)
-	f := &host.FS{Root: root}
+	f := &hostfs.FS{Root: root}
 	if err := f.WriteFileAtomic("/bin/kubeadm", []byte("new kubeadm"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func FuzzResolve(f *testing.F) {
 		if err := os.Symlink(target, filepath.Join(root, "l")); err != nil {
 			t.Skip(err)
 		}
-		fsys := &host.FS{Root: root}
+		fsys := &hostfs.FS{Root: root}
 		got, err := fsys.Path(p)
 		if err != nil {
 			return
@@ -250,7 +250,7 @@ func FuzzResolve(f *testing.F) {
 func TestFSWritesWithARelativeRoot(t *testing.T) {
 	root, _ := confinedRoot(t)
 	t.Chdir(filepath.Dir(root))
-	f := &host.FS{Root: "./root/"}
+	f := &hostfs.FS{Root: "./root/"}
 	if err := f.WriteFileAtomic("/bin/tool", []byte("tool"), 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package commands
+package containerdtoml
 
 import (
 	"flag"
@@ -42,7 +42,7 @@ func TestContainerdConfigGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			added, err := EditContainerdConfig(orig, wasm, false)
+			added, err := Edit(orig, wasm, false, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -56,33 +56,33 @@ func TestContainerdConfigGolden(t *testing.T) {
 			if err := toml.Unmarshal(added.Data, &doc); err != nil {
 				t.Fatal(err)
 			}
-			base, _ := runtimesPath(tc.version)
-			h, _ := lookup(doc, append(base, "wasmedge")).(map[string]any)
+			base, _ := RuntimesPath(tc.version)
+			h, _ := Lookup(doc, append(base, "wasmedge")).(map[string]any)
 			if h["runtime_type"] != wasm.RuntimeType || h["runtime_path"] != wasm.BinaryPath {
 				t.Errorf("handler = %v", h)
 			}
 
-			again, err := EditContainerdConfig(added.Data, wasm, false)
+			again, err := Edit(added.Data, wasm, false, 0)
 			if err != nil || again.Changed || string(again.Data) != string(added.Data) {
 				t.Errorf("adding twice changed the file (changed=%v, err=%v)", again.Changed, err)
 			}
 
 			changedType := wasm
 			changedType.RuntimeType = "io.containerd.wasmedge.v2"
-			replaced, err := EditContainerdConfig(added.Data, changedType, false)
+			replaced, err := Edit(added.Data, changedType, false, 0)
 			if err != nil || !replaced.Changed || replaced.Rewritten {
 				t.Fatalf("replace: changed=%v rewritten=%v err=%v", replaced.Changed, replaced.Rewritten, err)
 			}
 			golden(t, tc.file+".replace.golden", replaced.Data)
 
-			removed, err := EditContainerdConfig(added.Data, wasm, true)
+			removed, err := Edit(added.Data, wasm, true, 0)
 			if err != nil || !removed.Changed || removed.Rewritten {
 				t.Fatalf("remove: changed=%v rewritten=%v err=%v", removed.Changed, removed.Rewritten, err)
 			}
 			if string(removed.Data) != string(orig) {
 				t.Errorf("add then remove did not give back the original file:\n%s", removed.Data)
 			}
-			removedAgain, err := EditContainerdConfig(removed.Data, wasm, true)
+			removedAgain, err := Edit(removed.Data, wasm, true, 0)
 			if err != nil || removedAgain.Changed {
 				t.Errorf("removing twice changed the file (changed=%v, err=%v)", removedAgain.Changed, err)
 			}
@@ -125,7 +125,7 @@ func TestContainerdConfigEdgeCases(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := EditContainerdConfig([]byte(tt.in), wasm, tt.remove)
+			got, err := Edit([]byte(tt.in), wasm, tt.remove, 0)
 			if tt.err {
 				if err == nil {
 					t.Fatalf("want an error, got %s", got.Data)
@@ -146,8 +146,8 @@ func TestContainerdConfigEdgeCases(t *testing.T) {
 				if err := toml.Unmarshal(got.Data, &doc); err != nil {
 					t.Fatal(err)
 				}
-				if lookup(doc, []string{"plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "runc", "runtime_type"}) != "io.containerd.runc.v2" ||
-					lookup(doc, []string{"plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "wasmedge", "runtime_type"}) != wasm.RuntimeType {
+				if Lookup(doc, []string{"plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "runc", "runtime_type"}) != "io.containerd.runc.v2" ||
+					Lookup(doc, []string{"plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "wasmedge", "runtime_type"}) != wasm.RuntimeType {
 					t.Errorf("re-encoded config lost settings:\n%s", got.Data)
 				}
 			}

@@ -1,4 +1,4 @@
-package host_test
+package hostfs_test
 
 import (
 	"os"
@@ -7,23 +7,23 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodeops/nodeops/internal/host"
+	"github.com/nodeops/nodeops/internal/hostfs"
 )
 
 // TestFSRefusesADirectorySwappedForASymlink: a host process that swaps a directory the agent has
 // just resolved for a symlink to somewhere outside the root (the race resolve cannot close by
 // itself) makes the write, removal, link or rename fail; nothing outside the root changes.
 func TestFSRefusesADirectorySwappedForASymlink(t *testing.T) {
-	for name, op := range map[string]func(f *host.FS) error{
-		"WriteFileAtomic in a new directory": func(f *host.FS) error {
+	for name, op := range map[string]func(f *hostfs.FS) error{
+		"WriteFileAtomic in a new directory": func(f *hostfs.FS) error {
 			return f.WriteFileAtomic("/data/sub/new/file", []byte("written"), 0o644)
 		},
-		"RemoveAll": func(f *host.FS) error { return f.RemoveAll("/data/sub/tree") },
-		"KeepPrevious": func(f *host.FS) error {
+		"RemoveAll": func(f *hostfs.FS) error { return f.RemoveAll("/data/sub/tree") },
+		"KeepPrevious": func(f *hostfs.FS) error {
 			return f.KeepPrevious("/data/sub/f", "/data/sub/f.prev")
 		},
-		"Rename": func(f *host.FS) error { return f.Rename("/data/sub/f", "/data/sub/new/g") },
-		"Remove": func(f *host.FS) error { return f.Remove("/data/sub/f") },
+		"Rename": func(f *hostfs.FS) error { return f.Rename("/data/sub/f", "/data/sub/new/g") },
+		"Remove": func(f *hostfs.FS) error { return f.Remove("/data/sub/f") },
 	} {
 		t.Run(name, func(t *testing.T) {
 			base, err := filepath.EvalSymlinks(t.TempDir())
@@ -40,9 +40,9 @@ func TestFSRefusesADirectorySwappedForASymlink(t *testing.T) {
 				write(t, p, "original")
 			}
 			before := listTree(t, outside)
-			f := &host.FS{Root: root}
+			f := &hostfs.FS{Root: root}
 			swapped := false
-			host.SetAfterResolve(f, func(string) {
+			hostfs.SetAfterResolve(f, func(string) {
 				if swapped {
 					return
 				}
