@@ -88,7 +88,7 @@ func TestSafetyRule10_TheManagerDrainsForTheAgent(t *testing.T) {
 	s := newDrainScene(t, "mgr-drain")
 	s.pod(t, "web", corev1.PodRunning)
 	s.pod(t, "api", corev1.PodRunning)
-	cfgToml, err := os.ReadFile("commands/testdata/containerd/v2-default.toml")
+	cfgToml, err := os.ReadFile("../containerdtoml/testdata/containerd/v2-default.toml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -465,7 +465,7 @@ func TestPauseAndAbort(t *testing.T) {
 }
 
 func TestDryRunChangesNothing(t *testing.T) {
-	cfgToml, err := os.ReadFile("commands/testdata/containerd/v2-default.toml")
+	cfgToml, err := os.ReadFile("../containerdtoml/testdata/containerd/v2-default.toml")
 	if err != nil {
 		t.Fatal(err)
 	}

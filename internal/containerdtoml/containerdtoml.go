@@ -366,6 +366,7 @@ func basicString(s string) string {
 	return b.String()
 }
 
+// Lookup is the value at path in a decoded TOML document, nil where a step on the way is missing or not a table.
 func Lookup(doc map[string]any, path []string) any {
 	var cur any = doc
 	for _, p := range path {

@@ -11,13 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pelletier/go-toml/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-
-	"github.com/pelletier/go-toml/v2"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/containerdtoml"
@@ -33,8 +32,6 @@ const (
 	k3sBaseTemplate = "{{ template \"base\" . }}\n\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.other]\n  runtime_type = \"io.containerd.other.v1\"\n"
 )
 
-// Each preset on a host root laid out like that distro: the file written, the files left alone
-// byte for byte, the unit restarted; then removal takes the handler out again.
 // wasm is the handler the KWasm operator writes.
 var wasm = containerdtoml.RuntimeHandler{Name: "wasmedge", RuntimeType: "io.containerd.wasmedge.v1", BinaryPath: "/opt/kwasm/bin/containerd-shim-wasmedge-v1"}
 
@@ -47,6 +44,8 @@ func parseTOML(t *testing.T, what string, data []byte) map[string]any {
 	return doc
 }
 
+// Each preset on a host root laid out like that distro: the file written, the files left alone
+// byte for byte, the unit restarted; then removal takes the handler out again.
 func TestContainerdPresets(t *testing.T) {
 	const (
 		k3sDir  = "/var/lib/rancher/k3s/agent/etc/containerd/"
