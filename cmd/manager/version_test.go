@@ -20,8 +20,9 @@ func TestStampedVersionIsReportedEverywhere(t *testing.T) {
 	const stampVersion, stampRevision = "v0.0.0-stamp-test", "0123456789abcdef0123456789abcdef01234567"
 	bin := t.TempDir()
 	ldflags := "-X " + version.Package + ".version=" + stampVersion + " -X " + version.Package + ".revision=" + stampRevision
-	build := exec.Command("go", "build", "-buildvcs=false", "-ldflags", ldflags, "-o", bin+"/",
+	build := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags", ldflags, "-o", bin+"/",
 		"github.com/nodeops/nodeops/cmd/manager", "github.com/nodeops/nodeops/cmd/agent", "github.com/nodeops/nodeops/cmd/kubectl-nodeops")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
