@@ -109,7 +109,11 @@ func (w leaseWatch) get() (*coordinationv1.Lease, error) {
 	return &l, err
 }
 
-// renewedAfter waits until the manager holds the Lease and renewed it after since, and returns it.
+// renewedAfter waits until the manager leads, renewing the Lease, and renewed it after since, and
+// returns it. A Lease that names the manager is not enough: when the connection is cut between the
+// API server's creating the Lease and the manager's reading the answer, the Lease names the manager
+// while the manager does not know it leads (and so never loses leadership). Only a leader renews, so
+// a renewal after the acquire time says the manager knows.
 func (w leaseWatch) renewedAfter(what string, since time.Time) *coordinationv1.Lease {
 	w.t.Helper()
 	var held *coordinationv1.Lease
@@ -124,8 +128,9 @@ func (w leaseWatch) renewedAfter(what string, since time.Time) *coordinationv1.L
 			return err
 		}
 		h := ptr.Deref(l.Spec.HolderIdentity, "")
-		if !strings.HasPrefix(h, "manager-test_") || l.Spec.RenewTime == nil || !l.Spec.RenewTime.After(since) {
-			return fmt.Errorf("the Lease is held by %q, renewed %v", h, l.Spec.RenewTime)
+		if !strings.HasPrefix(h, "manager-test_") || l.Spec.RenewTime == nil || !l.Spec.RenewTime.After(since) ||
+			l.Spec.AcquireTime == nil || !l.Spec.RenewTime.After(l.Spec.AcquireTime.Time) {
+			return fmt.Errorf("the Lease is held by %q, acquired %v, renewed %v", h, l.Spec.AcquireTime, l.Spec.RenewTime)
 		}
 		held = l
 		return nil
