@@ -86,7 +86,7 @@ func TestKubeadm(t *testing.T) {
 			before[n] = kadmCertificates(t, l.NodeRoot(n))
 		}
 		kadmDriftRead(t, l)
-		workerTrees := kadmTrees(t, l, kadmWorkers)
+		workerTrees := kadmSettledTrees(t, l, kadmWorkers)
 		op := &v1alpha1.NodeOperation{
 			ObjectMeta: metav1.ObjectMeta{Name: "renew"},
 			Spec:       v1alpha1.NodeOperationSpec{RenewCertificates: &v1alpha1.RenewCertificatesOperation{}},
@@ -146,7 +146,7 @@ func TestKubeadm(t *testing.T) {
 	}
 
 	t.Run("upgrade in DryRun runs the control planes first and changes nothing", func(t *testing.T) {
-		trees := kadmTrees(t, l, append(append([]string(nil), kadmControlPlanes...), kadmWorkers...))
+		trees := kadmSettledTrees(t, l, append(append([]string(nil), kadmControlPlanes...), kadmWorkers...))
 		cluster := kadmClusterState(t, l)
 		op := upgrade("upgrade-dry-run", v1alpha1.ExecutionDryRun)
 		_, events := framework.RunOperationWatched(t, l, op, framework.WaitForKubeadmOperation(v1alpha1.OperationSucceeded))
@@ -414,6 +414,34 @@ func kadmTrees(t *testing.T, l *framework.Local, nodes []string) map[string]stri
 		}
 	}
 	return out
+}
+
+// kadmSettledTrees is kadmTrees taken while no drift reading is under way. A reading (the first one,
+// and another whenever the files it compares change, as after a renewal) runs kubeadm's dry runs,
+// which leave kubeadm-upgrade-{apply,node}-dryrunNNN under /etc/kubernetes/tmp until the agent
+// removes them when the reading ends: a before-snapshot taken during one holds entries no operation
+// wrote, which the after-snapshot then lacks (a CI-like run saw "removed cp-1/etc/kubernetes/tmp/
+// kubeadm-upgrade-node-dryrun..." in the DryRun upgrade's check on 2026-12-05).
+func kadmSettledTrees(t *testing.T, l *framework.Local, nodes []string) map[string]string {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		trees := kadmTrees(t, l, nodes)
+		var scratch []string
+		for p := range trees {
+			if strings.Contains(p, "/etc/kubernetes/tmp/kubeadm-upgrade-") && strings.Contains(p, "-dryrun") {
+				scratch = append(scratch, p)
+			}
+		}
+		if len(scratch) == 0 {
+			return trees
+		}
+		if time.Now().After(deadline) {
+			sort.Strings(scratch)
+			t.Fatalf("kubeadm dry runs' scratch directories stayed for a minute:\n%s", strings.Join(scratch, "\n"))
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 // kadmSameTrees requires the nodes' roots as they were before. The agents' drift readers run

@@ -81,7 +81,7 @@ func TestReconfigureCertSANsAndEtcd(t *testing.T) {
 	}
 
 	t.Run("a DryRun changes no root and no ConfigMap and shows the names and etcd's flag per control plane", func(t *testing.T) {
-		trees := kadmTrees(t, l, nodes)
+		trees := kadmSettledTrees(t, l, nodes)
 		cluster := kadmClusterState(t, l)
 		op := &v1alpha1.NodeOperation{ObjectMeta: metav1.ObjectMeta{Name: "reconfigure-sans-dry-run"}, Spec: sansAndEtcdSpec(v1alpha1.ExecutionDryRun)}
 		framework.RunOperationWatched(t, l, op, framework.WaitForKubeadmOperation(v1alpha1.OperationSucceeded))

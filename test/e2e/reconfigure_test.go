@@ -58,7 +58,7 @@ func TestReconfigure(t *testing.T) {
 	framework.WaitForClusterTarget(t, l, "every node's drift read, none drifting", noDrift(nodes...))
 
 	t.Run("a DryRun changes no root and no ConfigMap and shows each node's difference", func(t *testing.T) {
-		trees := kadmTrees(t, l, nodes)
+		trees := kadmSettledTrees(t, l, nodes)
 		cluster := kadmClusterState(t, l)
 		op := &v1alpha1.NodeOperation{ObjectMeta: metav1.ObjectMeta{Name: "reconfigure-dry-run"}, Spec: reconfigureSpec(v1alpha1.ExecutionDryRun)}
 		framework.RunOperationWatched(t, l, op, framework.WaitForKubeadmOperation(v1alpha1.OperationSucceeded))

@@ -310,7 +310,7 @@ func TestRotateCertificateAuthorities(t *testing.T) {
 	framework.WaitForClusterTarget(t, l, "every node's drift read, none drifting", noDrift(nodes...))
 
 	t.Run("a DryRun changes no root and no cluster object and lists files with old and new issuer", func(t *testing.T) {
-		trees := kadmTrees(t, l, nodes)
+		trees := kadmSettledTrees(t, l, nodes)
 		cluster := kadmClusterState(t, l)
 		var info corev1.ConfigMap
 		if err := l.Client.Get(context.Background(), client.ObjectKey{Namespace: "kube-public", Name: "cluster-info"}, &info); err != nil {
