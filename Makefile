@@ -110,7 +110,7 @@ test-load: tools build ## Unit and envtest tests while a CPU hog holds one core,
 # races a busy worker (go.dev/issue/75804; CI failed that way on FuzzResolve). FUZZ_TIME (a count or a duration)
 # replaces all three counts.
 FUZZ_TIME ?=
-FUZZ_TARGETS := ./internal/plan:FuzzTaskName:100000x ./internal/containerdtoml:FuzzContainerdConfig:50000x \
+FUZZ_TARGETS := ./internal/objname:FuzzTaskName:100000x ./internal/containerdtoml:FuzzContainerdConfig:50000x \
 	./internal/hostfs:FuzzResolve:3000x
 
 test-fuzz: ## Short fuzz runs: the planner's name hashing, the containerd TOML editor, the host path resolver.

@@ -18,6 +18,7 @@ import (
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/controller/clustertarget"
 	"github.com/nodeops/nodeops/internal/controller/nodeprofile"
+	"github.com/nodeops/nodeops/internal/objname"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/testutil"
 )
@@ -536,9 +537,9 @@ spec:
 		{"valid profile with a 253-character node's task", `apiVersion: nodeops.io/v1alpha1
 kind: NodeTask
 metadata:
-  name: ` + plan.TaskName("p", "install-abc", strings.Repeat("n", 253)) + `
+  name: ` + objname.TaskName("p", "install-abc", strings.Repeat("n", 253)) + `
   labels:
-    nodeops.io/node: ` + plan.LabelValue(strings.Repeat("n", 253)) + `
+    nodeops.io/node: ` + objname.LabelValue(strings.Repeat("n", 253)) + `
 spec:
   nodeName: ` + strings.Repeat("n", 253) + `
   group: install-abc
@@ -941,7 +942,7 @@ func TestPlannedTasksAreAdmitted(t *testing.T) {
 	}
 	for _, g := range rot {
 		tk := &v1alpha1.NodeTask{
-			ObjectMeta: metav1.ObjectMeta{Name: plan.TaskName("rotation", g.Name, "node-1")},
+			ObjectMeta: metav1.ObjectMeta{Name: objname.TaskName("rotation", g.Name, "node-1")},
 			Spec:       v1alpha1.NodeTaskSpec{NodeName: "node-1", Operation: "rotation", Group: g.Name, Commands: g.Commands, ExecutionMode: v1alpha1.ExecutionAuto},
 		}
 		err := env.Client.Create(context.Background(), tk, client.DryRunAll)
@@ -956,7 +957,7 @@ func TestPlannedTasksAreAdmitted(t *testing.T) {
 		}
 		for _, g := range groups {
 			tk := &v1alpha1.NodeTask{
-				ObjectMeta: metav1.ObjectMeta{Name: plan.TaskName(name, g.Name, "node-1")},
+				ObjectMeta: metav1.ObjectMeta{Name: objname.TaskName(name, g.Name, "node-1")},
 				Spec: v1alpha1.NodeTaskSpec{NodeName: "node-1", Operation: name, Group: g.Name, Commands: g.Commands,
 					ExecutionMode: v1alpha1.ExecutionAuto},
 			}

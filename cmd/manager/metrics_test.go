@@ -27,7 +27,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
-	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/objname"
 	"github.com/nodeops/nodeops/internal/testutil"
 )
 
@@ -85,7 +85,7 @@ func TestMetricsEndpointIsAuthenticatedAndFollowsAnOperation(t *testing.T) {
 	})
 
 	agent := testutil.FakeAgent{Client: env.Client}
-	if err := agent.RunAll(ctx, plan.TaskName("metrics-op", "all", "metrics-a")); err != nil {
+	if err := agent.RunAll(ctx, objname.TaskName("metrics-op", "all", "metrics-a")); err != nil {
 		t.Fatal(err)
 	}
 	waitForSeries(t, url, reader, "the first task succeeded and the second was created", map[string]float64{
@@ -95,7 +95,7 @@ func TestMetricsEndpointIsAuthenticatedAndFollowsAnOperation(t *testing.T) {
 		"nodeops_group_unavailable_nodes" + group:             1,
 	})
 
-	second := plan.TaskName("metrics-op", "all", "metrics-b")
+	second := objname.TaskName("metrics-op", "all", "metrics-b")
 	if err := agent.Begin(ctx, second, 0); err != nil {
 		t.Fatal(err)
 	}

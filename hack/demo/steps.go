@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/nodeops/nodeops/internal/clock"
-	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/objname"
 )
 
 // The demo's own manifests, shown on screen and applied as they are.
@@ -179,7 +179,7 @@ func (d *demo) upgradeDryRun(ctx context.Context) error {
 		return err
 	}
 	d.sayf("\nWhat ran on the first control plane, and the end of kubeadm's own dry-run output:")
-	if err := d.sh(ctx, "kubectl", "nodeops", "describe", plan.TaskName(op, "control-plane-first", "cp-1")); err != nil {
+	if err := d.sh(ctx, "kubectl", "nodeops", "describe", objname.TaskName(op, "control-plane-first", "cp-1")); err != nil {
 		return err
 	}
 	logArgs := []string{"kubectl", "nodeops", "logs", op, "--node", "cp-1", "--command", "kubeadmUpgradeApply"}
@@ -463,7 +463,7 @@ func (d *demo) failureAndSkip(ctx context.Context) error {
 	if err := d.sh(ctx, "kubectl", "nodeops", "watch", op); err != nil {
 		return err
 	}
-	task := plan.TaskName(op, "workers", "worker-2")
+	task := objname.TaskName(op, "workers", "worker-2")
 	if err := d.sh(ctx, "kubectl", "nodeops", "describe", task); err != nil {
 		return err
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/nodeops/nodeops/internal/agent"
 	"github.com/nodeops/nodeops/internal/agent/commands"
 	"github.com/nodeops/nodeops/internal/host/hosttest"
-	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/objname"
 	"github.com/nodeops/nodeops/internal/testutil"
 )
 
@@ -41,7 +41,7 @@ func installerServiceAccount(t *testing.T) {
 }
 
 func podKey(node string) client.ObjectKey {
-	return client.ObjectKey{Namespace: agent.DefaultLeaseNamespace, Name: plan.InstallerPodName(node)}
+	return client.ObjectKey{Namespace: agent.DefaultLeaseNamespace, Name: objname.InstallerPodName(node)}
 }
 
 // podGone: the pod is deleted, or (a kubelet finishing the deletion of a pod that had not ended) being deleted.

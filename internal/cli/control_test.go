@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nodeopsv1 "github.com/nodeops/nodeops/api/v1alpha1"
-	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/objname"
 )
 
 func TestApprove(t *testing.T) {
@@ -69,18 +69,18 @@ func TestApprove(t *testing.T) {
 func TestRecoveryPauseResumeAbort(t *testing.T) {
 	blockedRollout(t, "steer-op")
 	out := mustRun(t, "skip", "steer-op")
-	if !strings.Contains(out, "node b-3: Skip requested for command 2/3 restart-app (task "+plan.TaskName("steer-op", "rest", "b-3")+")") {
+	if !strings.Contains(out, "node b-3: Skip requested for command 2/3 restart-app (task "+objname.TaskName("steer-op", "rest", "b-3")+")") {
 		t.Errorf("skip output:\n%s", out)
 	}
-	if got := getTask(t, plan.TaskName("steer-op", "rest", "b-3")).Spec.RecoveryMode; got != nodeopsv1.RecoverySkip {
+	if got := getTask(t, objname.TaskName("steer-op", "rest", "b-3")).Spec.RecoveryMode; got != nodeopsv1.RecoverySkip {
 		t.Errorf("recoveryMode = %q", got)
 	}
-	if got := getTask(t, plan.TaskName("steer-op", "rest", "b-4")).Spec.RecoveryMode; got != "" {
+	if got := getTask(t, objname.TaskName("steer-op", "rest", "b-4")).Spec.RecoveryMode; got != "" {
 		t.Errorf("a running task got recoveryMode %q", got)
 	}
 	// A task by name works too; a node without a failed task is an error.
-	mustRun(t, "retry", plan.TaskName("steer-op", "rest", "b-3"))
-	if got := getTask(t, plan.TaskName("steer-op", "rest", "b-3")).Spec.RecoveryMode; got != nodeopsv1.RecoveryRetry {
+	mustRun(t, "retry", objname.TaskName("steer-op", "rest", "b-3"))
+	if got := getTask(t, objname.TaskName("steer-op", "rest", "b-3")).Spec.RecoveryMode; got != nodeopsv1.RecoveryRetry {
 		t.Errorf("recoveryMode = %q after retry by task name", got)
 	}
 	if _, errOut, code := run(t, "retry", "steer-op", "--node", "b-2"); code != CodeError || !strings.Contains(errOut, "has no failed task") {

@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	nodeopsv1 "github.com/nodeops/nodeops/api/v1alpha1"
-	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/objname"
 )
 
 // blockedRollout: a custom operation whose second group stopped on a failed command.
@@ -106,7 +106,7 @@ func TestDescribeGolden(t *testing.T) {
 		{"describe-blocked", "describe-blocked"},
 		{"describe-controlled", "describe-controlled"},
 		{"describe-succeeded", "describe-succeeded"},
-		{"describe-task", plan.TaskName("describe-blocked", "rest", "b-3")},
+		{"describe-task", objname.TaskName("describe-blocked", "rest", "b-3")},
 	} {
 		t.Run(tc.golden, func(t *testing.T) {
 			golden(t, tc.golden, mustRun(t, "describe", tc.name))
@@ -129,7 +129,7 @@ func TestGetAndLogs(t *testing.T) {
 		t.Errorf("get -o yaml:\n%s", y)
 	}
 	logs := mustRun(t, "logs", "logs-blocked", "--failed")
-	if !strings.Contains(logs, "==> node b-3, task "+plan.TaskName("logs-blocked", "rest", "b-3")+", command 2/3 restart-app: Failed, exit 3 <==") ||
+	if !strings.Contains(logs, "==> node b-3, task "+objname.TaskName("logs-blocked", "rest", "b-3")+", command 2/3 restart-app: Failed, exit 3 <==") ||
 		!strings.Contains(logs, "address already in use") || strings.Contains(logs, "cordon") {
 		t.Errorf("logs --failed:\n%s", logs)
 	}

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nodeopsv1 "github.com/nodeops/nodeops/api/v1alpha1"
-	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/objname"
 	"github.com/nodeops/nodeops/internal/testutil"
 )
 
@@ -199,7 +199,7 @@ func setOperationStatus(t *testing.T, name string, mutate func(*nodeopsv1.NodeOp
 func createTask(t *testing.T, op *nodeopsv1.NodeOperation, group, node string, cmds ...nodeopsv1.Command) *nodeopsv1.NodeTask {
 	t.Helper()
 	task := &nodeopsv1.NodeTask{
-		ObjectMeta: metav1.ObjectMeta{Name: plan.TaskName(op.Name, group, node), Labels: map[string]string{
+		ObjectMeta: metav1.ObjectMeta{Name: objname.TaskName(op.Name, group, node), Labels: map[string]string{
 			nodeopsv1.LabelOperation: op.Name, nodeopsv1.LabelNode: node, nodeopsv1.LabelGroup: group}},
 		Spec: nodeopsv1.NodeTaskSpec{NodeName: node, Operation: op.Name, Group: group, Commands: cmds,
 			ExecutionMode: op.Spec.ExecutionMode},

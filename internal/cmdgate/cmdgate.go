@@ -30,7 +30,7 @@ import (
 	"github.com/nodeops/nodeops/internal/controller/skeleton"
 	"github.com/nodeops/nodeops/internal/gate"
 	"github.com/nodeops/nodeops/internal/nodelock"
-	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/objname"
 )
 
 // Owner is the NodeOperation or NodeProfile whose gates the checks answer.
@@ -61,7 +61,7 @@ func Name(owner, group, gateName string, n int, node string) string {
 	if group != "" {
 		mid = group + "." + mid
 	}
-	return plan.TaskName(owner, mid, node)
+	return objname.TaskName(owner, mid, node)
 }
 
 // Build is attempt n of g's check in group, run on node for the node about to start.
@@ -72,8 +72,8 @@ func Build(o Owner, group string, g *v1alpha1.Gate, node, about string, n int) *
 			Labels: map[string]string{
 				v1alpha1.LabelGateCheck:   g.Name,
 				v1alpha1.LabelGateAttempt: strconv.Itoa(n),
-				v1alpha1.LabelNode:        plan.LabelValue(node),
-				v1alpha1.LabelGroup:       plan.LabelValue(group),
+				v1alpha1.LabelNode:        objname.LabelValue(node),
+				v1alpha1.LabelGroup:       objname.LabelValue(group),
 			},
 			Annotations: map[string]string{v1alpha1.AnnotationGateCheckFor: about},
 			// No Finalizer: a check is an answer, not history; the gate's record in status keeps its word.

@@ -6,13 +6,13 @@ import (
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/cmdgate"
 	"github.com/nodeops/nodeops/internal/controller/nodeprofile"
-	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/objname"
 )
 
 // An operation's check keeps the name it always had; a profile's check has a name none of the
 // profile's install or uninstall tasks can have, and is a gate check by IsGateCheck.
 func TestCheckNames(t *testing.T) {
-	if got, want := cmdgate.Name("op", "workers", "resync", 3, "n1"), plan.TaskName("op", "workers.gate.resync.3", "n1"); got != want {
+	if got, want := cmdgate.Name("op", "workers", "resync", 3, "n1"), objname.TaskName("op", "workers.gate.resync.3", "n1"); got != want {
 		t.Errorf("operation check name %s, want %s", got, want)
 	}
 	g := &v1alpha1.Gate{Name: "resync", Command: &v1alpha1.CommandGate{Script: "true"}}

@@ -24,7 +24,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
-	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/objname"
 )
 
 // Namespace is where hook Jobs run and the signing Secret lives.
@@ -111,7 +111,7 @@ func NewEvent(op *v1alpha1.NodeOperation, k Key, hook string, since time.Time, m
 		subject = k.Node
 	}
 	return Event{
-		SpecVersion: "1.0", ID: plan.Hash(string(op.UID), string(k.Point), k.Group, k.Node, k.Outcome)[:32],
+		SpecVersion: "1.0", ID: objname.Hash(string(op.UID), string(k.Point), k.Group, k.Node, k.Outcome)[:32],
 		Source: Source(op.Name), Type: Type(k), Time: since.UTC(),
 		Subject: subject, DataContentType: "application/json",
 		Data: EventData{Operation: op.Name, UID: string(op.UID), Point: string(k.Point), Group: k.Group, Node: k.Node, Hook: hook, Message: message},
@@ -250,7 +250,7 @@ func (s *Sender) post(ctx context.Context, url string, key []byte, ev Event) err
 // JobName is the Job of attempt of hook at k of op: readable, deterministic and at most 63
 // characters (a Job's name is also its pods' job-name label).
 func JobName(op string, k Key, hook string, attempt int32) string {
-	h := plan.Hash(op, string(k.Point), k.Group, k.Node, k.Outcome, hook, fmt.Sprint(attempt))[:10]
+	h := objname.Hash(op, string(k.Point), k.Group, k.Node, k.Outcome, hook, fmt.Sprint(attempt))[:10]
 	prefix := op + "-" + hook
 	if len(prefix) > 52 {
 		prefix = prefix[:52]
@@ -269,10 +269,10 @@ func BuildJob(op *v1alpha1.NodeOperation, k Key, h *v1alpha1.Hook, attempt int32
 	if job.Labels == nil {
 		job.Labels = map[string]string{}
 	}
-	job.Labels[v1alpha1.LabelOperation] = plan.LabelValue(op.Name)
+	job.Labels[v1alpha1.LabelOperation] = objname.LabelValue(op.Name)
 	job.Labels[v1alpha1.LabelHook] = h.Name
 	if k.Node != "" {
-		job.Labels[v1alpha1.LabelNode] = plan.LabelValue(k.Node)
+		job.Labels[v1alpha1.LabelNode] = objname.LabelValue(k.Node)
 	}
 	job.OwnerReferences = []metav1.OwnerReference{{
 		APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeOperation", Name: op.Name, UID: op.UID, Controller: ptr.To(true),

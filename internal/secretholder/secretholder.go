@@ -22,7 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
-	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/objname"
 )
 
 const (
@@ -63,10 +63,10 @@ type Options struct {
 }
 
 // PodName is the holder pod's name for task.
-func PodName(task string) string { return plan.SecretHolderPodName(task) }
+func PodName(task string) string { return objname.SecretHolderPodName(task) }
 
 // VolumeName is the holder pod's volume of the Secret named secret.
-func VolumeName(secret string) string { return plan.SecretVolumeName(secret) }
+func VolumeName(secret string) string { return objname.SecretVolumeName(secret) }
 
 // SecretNames are the Secrets the task's commands read, as each kind's Effects say (a script's
 // env[].valueFrom.secretKeyRef and envFrom[].secretRef), sorted, each once: those named with
@@ -136,8 +136,8 @@ func Build(task *v1alpha1.NodeTask, o Options) *corev1.Pod {
 			Labels: map[string]string{
 				LabelComponent:              Component,
 				"app.kubernetes.io/part-of": "nodeops",
-				v1alpha1.LabelNode:          plan.LabelValue(task.Spec.NodeName),
-				v1alpha1.LabelTask:          plan.LabelValue(task.Name),
+				v1alpha1.LabelNode:          objname.LabelValue(task.Spec.NodeName),
+				v1alpha1.LabelTask:          objname.LabelValue(task.Name),
 			},
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeTask", Name: task.Name, UID: task.UID, Controller: ptr.To(true),

@@ -25,6 +25,7 @@ import (
 	"github.com/nodeops/nodeops/internal/agent/commands"
 	"github.com/nodeops/nodeops/internal/cakeys"
 	"github.com/nodeops/nodeops/internal/host"
+	"github.com/nodeops/nodeops/internal/objname"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/taskpolicy"
 )
@@ -74,7 +75,7 @@ func rotationNodes(t *testing.T) {
 func rotationTask(t *testing.T, group, node string, cmd v1alpha1.Command) *v1alpha1.NodeTask {
 	t.Helper()
 	task := &v1alpha1.NodeTask{
-		ObjectMeta: metav1.ObjectMeta{Name: plan.TaskName(rotOp, group, node),
+		ObjectMeta: metav1.ObjectMeta{Name: objname.TaskName(rotOp, group, node),
 			Labels: map[string]string{v1alpha1.LabelOperation: rotOp, v1alpha1.LabelNode: node}},
 		Spec: v1alpha1.NodeTaskSpec{NodeName: node, Operation: rotOp, Group: group, Commands: []v1alpha1.Command{cmd},
 			ExecutionMode: v1alpha1.ExecutionAuto},

@@ -19,7 +19,7 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/controller/agentjob"
-	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/objname"
 	"github.com/nodeops/nodeops/internal/secretholder"
 	"github.com/nodeops/nodeops/internal/testutil"
 	"github.com/nodeops/nodeops/internal/testutil/confine"
@@ -243,7 +243,7 @@ func TestAgentOfAHashedNodeTakesNoOtherLease(t *testing.T) {
 			[]string{"creates or updates only its own node's Lease", "CREATE leases " + name})
 	}
 	own := confine.NodeLease(ns, node)
-	if own.Name != plan.NodeLeaseName(node) || own.Name == "node-"+node {
+	if own.Name != objname.NodeLeaseName(node) || own.Name == "node-"+node {
 		t.Fatalf("the Lease of %s is %s, want a hashed name", node, own.Name)
 	}
 	own.Spec = coordinationv1.LeaseSpec{HolderIdentity: ptr.To("t")}

@@ -28,6 +28,7 @@ import (
 	"github.com/nodeops/nodeops/internal/agent"
 	"github.com/nodeops/nodeops/internal/agent/commands"
 	"github.com/nodeops/nodeops/internal/localcluster"
+	"github.com/nodeops/nodeops/internal/objname"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/test/e2e/framework"
 )
@@ -108,7 +109,7 @@ func TestKubeadm(t *testing.T) {
 					t.Errorf("%s %s: notBefore %v, was %v: not renewed", n, name, cur.NotBefore, old.NotBefore)
 				}
 			}
-			task := framework.GetTask(t, l, plan.TaskName(op.Name, plan.GroupControlPlanes, n))
+			task := framework.GetTask(t, l, objname.TaskName(op.Name, plan.GroupControlPlanes, n))
 			reported := map[string]time.Time{}
 			for _, c := range task.Status.Certificates {
 				reported[c.Name] = c.NotAfter.UTC()

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/objname"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/test/e2e/framework"
 )
@@ -95,7 +96,7 @@ func TestReconfigureCertSANsAndEtcd(t *testing.T) {
 			if n == "cp-1" {
 				group = plan.GroupFirstControlPlane
 			}
-			task := framework.GetTask(t, l, plan.TaskName(op.Name, group, n))
+			task := framework.GetTask(t, l, objname.TaskName(op.Name, group, n))
 			out := commandOutput(t, task, "kubeadmReissueAPIServerCertificate")
 			if n == "cp-1" {
 				t.Logf("%s's DryRun:\n%s", n, out)
@@ -142,7 +143,7 @@ func TestReconfigureCertSANsAndEtcd(t *testing.T) {
 			if n == "cp-1" {
 				group = plan.GroupFirstControlPlane
 			}
-			task := framework.GetTask(t, l, plan.TaskName(op.Name, group, n))
+			task := framework.GetTask(t, l, objname.TaskName(op.Name, group, n))
 			s := span{node: n}
 			for i, c := range task.Spec.Commands {
 				st := task.Status.Commands[i]

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/objname"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/test/e2e/framework"
 )
@@ -67,12 +68,12 @@ func TestReconfigure(t *testing.T) {
 		if after := kadmClusterState(t, l); after != cluster {
 			t.Errorf("the cluster changed in DryRun:\nbefore %s\nafter  %s", cluster, after)
 		}
-		first := framework.GetTask(t, l, plan.TaskName(op.Name, plan.GroupFirstControlPlane, "cp-1"))
+		first := framework.GetTask(t, l, objname.TaskName(op.Name, plan.GroupFirstControlPlane, "cp-1"))
 		if out := commandOutput(t, first, "kubeadmUpdateConfig"); !strings.Contains(out, "+   - name: audit-log-maxage") || !strings.Contains(out, "+ maxPods: 150") {
 			t.Errorf("kubeadmUpdateConfig's DryRun output does not show the ConfigMaps' difference:\n%s", out)
 		}
-		for _, task := range []*v1alpha1.NodeTask{first, framework.GetTask(t, l, plan.TaskName(op.Name, plan.GroupOtherControlPlanes, "cp-2")),
-			framework.GetTask(t, l, plan.TaskName(op.Name, plan.GroupOtherControlPlanes, "cp-3"))} {
+		for _, task := range []*v1alpha1.NodeTask{first, framework.GetTask(t, l, objname.TaskName(op.Name, plan.GroupOtherControlPlanes, "cp-2")),
+			framework.GetTask(t, l, objname.TaskName(op.Name, plan.GroupOtherControlPlanes, "cp-3"))} {
 			out := commandOutput(t, task, "kubeadmReconfigureNode")
 			for _, want := range []string{
 				task.Spec.NodeName + " kube-apiserver.yaml would change:\n  flag --audit-log-maxage: (none) -> 30",
@@ -84,7 +85,7 @@ func TestReconfigure(t *testing.T) {
 				}
 			}
 		}
-		worker := framework.GetTask(t, l, plan.TaskName(op.Name, plan.GroupWorkers, "worker-1"))
+		worker := framework.GetTask(t, l, objname.TaskName(op.Name, plan.GroupWorkers, "worker-1"))
 		if out := commandOutput(t, worker, "kubeadmReconfigureNode"); !strings.Contains(out, "worker-1 /var/lib/kubelet/config.yaml would change:\n  maxPods: (none) -> 150") || strings.Contains(out, "kube-apiserver") {
 			t.Errorf("%s: the DryRun's output does not show the kubelet's difference alone:\n%s", worker.Name, out)
 		}
@@ -143,7 +144,7 @@ func TestReconfigure(t *testing.T) {
 		if cm.ResourceVersion != kubeadmConfig.ResourceVersion {
 			t.Errorf("a second reconfigure with the same patch wrote kubeadm-config again (resourceVersion %s -> %s)", kubeadmConfig.ResourceVersion, cm.ResourceVersion)
 		}
-		first := framework.GetTask(t, l, plan.TaskName(again.Name, plan.GroupFirstControlPlane, "cp-1"))
+		first := framework.GetTask(t, l, objname.TaskName(again.Name, plan.GroupFirstControlPlane, "cp-1"))
 		if out := commandOutput(t, first, "kubeadmUpdateConfig"); !strings.Contains(out, "unchanged, already patched") {
 			t.Errorf("the second kubeadmUpdateConfig's output does not say it changed nothing:\n%s", out)
 		}

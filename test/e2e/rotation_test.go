@@ -37,6 +37,7 @@ import (
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/controller/nodeoperation"
 	"github.com/nodeops/nodeops/internal/localcluster"
+	"github.com/nodeops/nodeops/internal/objname"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/testutil"
 	"github.com/nodeops/nodeops/test/e2e/framework"
@@ -330,7 +331,7 @@ func TestRotateCertificateAuthorities(t *testing.T) {
 		if infoAfter.ResourceVersion != info.ResourceVersion {
 			t.Errorf("cluster-info changed in DryRun")
 		}
-		reissue := framework.GetTask(t, l, plan.TaskName(op.Name, plan.GroupCAReissueControlPlanes, "cp-2"))
+		reissue := framework.GetTask(t, l, objname.TaskName(op.Name, plan.GroupCAReissueControlPlanes, "cp-2"))
 		out := commandOutput(t, reissue, "reissueCertificates")
 		t.Logf("reissueCertificates DryRun on cp-2:\n%s", out)
 		if !strings.Contains(out, "apiserver.crt") || !strings.Contains(out, "issuer") {
@@ -343,7 +344,7 @@ func TestRotateCertificateAuthorities(t *testing.T) {
 			{plan.GroupCAReissueControlPlanes, "cp-2", "reissueCertificates"},
 			{plan.GroupCACompleteControlPlanes, "cp-3", "trustCertificateAuthorities"},
 		} {
-			out := commandOutput(t, framework.GetTask(t, l, plan.TaskName(op.Name, c.group, c.node)), c.kind)
+			out := commandOutput(t, framework.GetTask(t, l, objname.TaskName(op.Name, c.group, c.node)), c.kind)
 			want := map[string][]string{
 				plan.GroupCAPrepareGenerate:        {"/etc/kubernetes/pki-rotation/sa.pub and /etc/kubernetes/pki-rotation/sa.key"},
 				plan.GroupCATrustBothControlPlanes: {"/etc/kubernetes/pki/sa-bundle.pub: would be created", "flag --service-account-key-file: /etc/kubernetes/pki/sa.pub -> /etc/kubernetes/pki/sa-bundle.pub"},

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	nodeopsv1 "github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/objname"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/testutil"
 	"github.com/nodeops/nodeops/test/e2e/framework"
@@ -66,7 +67,7 @@ func (e *env) reconfigure() {
 			e.t.Errorf("%s changed in a DryRun", f)
 		}
 	}
-	out := e.commandStatus(plan.TaskName(dry, plan.GroupFirstControlPlane, e.node), "kubeadmReconfigureNode").OutputTail
+	out := e.commandStatus(objname.TaskName(dry, plan.GroupFirstControlPlane, e.node), "kubeadmReconfigureNode").OutputTail
 	for _, want := range []string{
 		e.node + " kube-apiserver.yaml would change:\n  flag --" + reconfFlag + ": (none) -> " + reconfValue,
 	} {
@@ -90,7 +91,7 @@ func (e *env) reconfigure() {
 		e.t.Errorf("the kubelet was not restarted: pid %d before and after", after)
 	}
 	// The same kubelet binary keeps the static pods' UIDs: its restart stops none of their runs.
-	if msg := e.commandStatus(plan.TaskName(op, plan.GroupFirstControlPlane, e.node), "restartService").Message; msg != "kubelet restarted with systemctl" {
+	if msg := e.commandStatus(objname.TaskName(op, plan.GroupFirstControlPlane, e.node), "restartService").Message; msg != "kubelet restarted with systemctl" {
 		e.t.Errorf("the reconfigure's kubelet restart says %q; want only %q (the same binary keeps the static pods)", msg, "kubelet restarted with systemctl")
 	}
 	e.verifyReconfigured("after the reconfigure")

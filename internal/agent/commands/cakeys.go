@@ -20,7 +20,7 @@ import (
 	"github.com/nodeops/nodeops/internal/cakeys"
 	"github.com/nodeops/nodeops/internal/clock"
 	"github.com/nodeops/nodeops/internal/host"
-	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/objname"
 )
 
 // CAServer publishes where the agent serves a rotation's staged authorities (cakeys.Server).
@@ -395,7 +395,7 @@ func reissueKubeletClient(ctx context.Context, env *Env) ([]cakeys.Step, error) 
 	}
 	csr := &certificatesv1.CertificateSigningRequest{
 		ObjectMeta: metav1.ObjectMeta{Name: req.Name, Labels: map[string]string{
-			v1alpha1.LabelOperation: plan.LabelValue(env.Operation), v1alpha1.LabelNode: plan.LabelValue(env.NodeName)}},
+			v1alpha1.LabelOperation: objname.LabelValue(env.Operation), v1alpha1.LabelNode: objname.LabelValue(env.NodeName)}},
 		Spec: certificatesv1.CertificateSigningRequestSpec{Request: req.Request, SignerName: kubeletClientSigner,
 			Usages: []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth}},
 	}

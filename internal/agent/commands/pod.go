@@ -19,7 +19,7 @@ import (
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/clock"
 	"github.com/nodeops/nodeops/internal/host"
-	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/objname"
 	"github.com/nodeops/nodeops/internal/transient"
 )
 
@@ -43,7 +43,7 @@ const (
 )
 
 // InstallerPod is the pod that command index of task runs on node, in namespace (the agent's):
-// named by plan.InstallerPodName (one per node) so a restarted agent finds it, bound to the node,
+// named by objname.InstallerPodName (one per node) so a restarted agent finds it, bound to the node,
 // tolerating every taint (it must reach control planes, as the agent does), never restarted, with
 // no token, and with exactly the labels admission lets an agent's pod carry (config/admission).
 func InstallerPod(namespace, node, task string, index int, c *v1alpha1.PodCommand) *corev1.Pod {
@@ -64,11 +64,11 @@ func InstallerPod(namespace, node, task string, index int, c *v1alpha1.PodComman
 	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      plan.InstallerPodName(node),
+			Name:      objname.InstallerPodName(node),
 			Namespace: namespace,
 			Labels: map[string]string{
-				v1alpha1.LabelNode:          plan.LabelValue(node),
-				v1alpha1.LabelTask:          plan.LabelValue(task),
+				v1alpha1.LabelNode:          objname.LabelValue(node),
+				v1alpha1.LabelTask:          objname.LabelValue(task),
 				LabelCommand:                strconv.Itoa(index),
 				"app.kubernetes.io/name":    InstallerServiceAccount,
 				"app.kubernetes.io/part-of": "nodeops",

@@ -27,6 +27,7 @@ import (
 	"github.com/nodeops/nodeops/internal/controller/nodeoperation"
 	"github.com/nodeops/nodeops/internal/controller/nodetask"
 	"github.com/nodeops/nodeops/internal/nodelock"
+	"github.com/nodeops/nodeops/internal/objname"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/testutil"
 )
@@ -383,7 +384,7 @@ func (f *fixture) runOperation(op string, certs []v1alpha1.CertificateExpiry, ph
 // succeedTasks plays the agent once for every pending task of op: each succeeds, reporting certs.
 func (f *fixture) succeedTasks(op string, certs []v1alpha1.CertificateExpiry) error {
 	var tasks v1alpha1.NodeTaskList
-	if err := f.c.List(f.ctx, &tasks, client.MatchingLabels{v1alpha1.LabelOperation: plan.LabelValue(op)}); err != nil {
+	if err := f.c.List(f.ctx, &tasks, client.MatchingLabels{v1alpha1.LabelOperation: objname.LabelValue(op)}); err != nil {
 		return err
 	}
 	for _, t := range tasks.Items {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/nodelock"
-	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/objname"
 )
 
 // A node another task took between decide and act is passed over: no create, no error, and the
@@ -29,7 +29,7 @@ func TestCreateTasksPassesOverNodeTakenSinceDecide(t *testing.T) {
 	if h := waiting["n1"]; h.Task != "other-g-n1" || h.Owner != "NodeProfile/wasm" {
 		t.Errorf("waiting %+v", waiting)
 	}
-	if locks.Held(plan.TaskName("op", "g", "n1")) {
+	if locks.Held(objname.TaskName("op", "g", "n1")) {
 		t.Error("the passed-over task holds a reservation")
 	}
 }
@@ -50,7 +50,7 @@ func TestCreateTasksKeepsBudgetSpentSinceDecide(t *testing.T) {
 	if err != nil || lost != 1 || len(waiting) != 0 {
 		t.Fatalf("lost %d, waiting %v, error %v; want 1, none, nil", lost, waiting, err)
 	}
-	if locks.Held(plan.TaskName("op", "g", "n2")) {
+	if locks.Held(objname.TaskName("op", "g", "n2")) {
 		t.Error("the refused task holds a reservation")
 	}
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/nodeops/nodeops/internal/gate"
 	"github.com/nodeops/nodeops/internal/hook"
 	"github.com/nodeops/nodeops/internal/nodelock"
+	"github.com/nodeops/nodeops/internal/objname"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/schedule"
 	"github.com/nodeops/nodeops/internal/silence"
@@ -313,7 +314,7 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 			if _, ok := s.in.tasks[g.Name][node]; ok {
 				continue
 			}
-			if name := plan.TaskName(op.Name, g.Name, node); s.in.locks.IsReserved(name) {
+			if name := objname.TaskName(op.Name, g.Name, node); s.in.locks.IsReserved(name) {
 				if s.in.tasks[g.Name] == nil {
 					s.in.tasks[g.Name] = map[string]taskView{}
 				}
@@ -346,7 +347,7 @@ func (r *Reconciler) othersHolding(ctx context.Context, in *input) (map[string]t
 				continue
 			}
 			h, held := in.locks.Holder(node)
-			if _, seen := out[h.Task]; !held || seen || h.Task == plan.TaskName(in.op.Name, g.Name, node) || in.checks[h.Task] {
+			if _, seen := out[h.Task]; !held || seen || h.Task == objname.TaskName(in.op.Name, g.Name, node) || in.checks[h.Task] {
 				continue
 			}
 			if in.locks.IsReserved(h.Task) {
@@ -417,7 +418,7 @@ func (r *Reconciler) ownTasks(ctx context.Context, op *v1alpha1.NodeOperation) (
 // created again by the next look (rule 7). One read, only when there is a task to let go.
 func (r *Reconciler) releaseOrphans(ctx context.Context, name string) error {
 	var list v1alpha1.NodeTaskList
-	if err := r.Client.List(ctx, &list, client.MatchingLabels{v1alpha1.LabelOperation: plan.LabelValue(name)}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.Client.List(ctx, &list, client.MatchingLabels{v1alpha1.LabelOperation: objname.LabelValue(name)}, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("list tasks of deleted NodeOperation %s: %w", name, err)
 	}
 	var tasks []*v1alpha1.NodeTask
@@ -603,7 +604,7 @@ func (r *Reconciler) reconcileFinished(ctx context.Context, op *v1alpha1.NodeOpe
 	if err := r.release(ctx, &op.Status, tasks, true, true); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.Client.DeleteAllOf(ctx, &v1alpha1.NodeTask{}, client.MatchingLabels{v1alpha1.LabelOperation: plan.LabelValue(op.Name)}); err != nil {
+	if err := r.Client.DeleteAllOf(ctx, &v1alpha1.NodeTask{}, client.MatchingLabels{v1alpha1.LabelOperation: objname.LabelValue(op.Name)}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("delete tasks of expired NodeOperation %s: %w", op.Name, err)
 	}
 	if err := r.Client.Delete(ctx, op, client.PropagationPolicy(metav1.DeletePropagationBackground), client.Preconditions{UID: &op.UID}); client.IgnoreNotFound(err) != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/gate"
 	"github.com/nodeops/nodeops/internal/nodelock"
+	"github.com/nodeops/nodeops/internal/objname"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/schedule"
 )
@@ -351,7 +352,7 @@ func next(in *input, g *plan.ResolvedGroup, nodes []string, tasks map[string]tas
 			}
 			continue
 		}
-		if h, held := in.locks.Holder(n); held && h.Task != plan.TaskName(in.op.Name, g.Name, n) && !in.checks[h.Task] {
+		if h, held := in.locks.Holder(n); held && h.Task != objname.TaskName(in.op.Name, g.Name, n) && !in.checks[h.Task] {
 			waiting[n] = h
 		}
 		if _, held := waiting[n]; restores && in.cordoned[n] && !held && !in.notReady[n] {
@@ -512,7 +513,7 @@ func withFinished(op, group string, tasks map[string]taskView, rec *v1alpha1.Fin
 	add := func(nodes []string, phase v1alpha1.TaskPhase, skipped bool) {
 		for _, n := range nodes {
 			if _, ok := tasks[n]; !ok {
-				out[n] = taskView{Name: plan.TaskName(op, group, n), Node: n, Group: group, Phase: phase, Skipped: skipped}
+				out[n] = taskView{Name: objname.TaskName(op, group, n), Node: n, Group: group, Phase: phase, Skipped: skipped}
 			}
 		}
 	}

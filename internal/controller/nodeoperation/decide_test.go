@@ -12,6 +12,7 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/nodelock"
+	"github.com/nodeops/nodeops/internal/objname"
 	"github.com/nodeops/nodeops/internal/plan"
 )
 
@@ -20,7 +21,7 @@ func resolved(name string, limit int, nodes ...string) plan.ResolvedGroup {
 }
 
 func tv(group, node string, phase v1alpha1.TaskPhase) taskView {
-	return taskView{Name: plan.TaskName("op", group, node), Node: node, Group: group, Phase: phase}
+	return taskView{Name: objname.TaskName("op", group, node), Node: node, Group: group, Phase: phase}
 }
 
 func TestDecide(t *testing.T) {
@@ -116,7 +117,7 @@ func TestDecide(t *testing.T) {
 		{
 			name:   "a node held by the task it would create is not waited for",
 			groups: []plan.ResolvedGroup{resolved("a", 2, "n1", "n2")},
-			held:   map[string]nodelock.Holder{"n1": {Task: plan.TaskName("op", "a", "n1"), Owner: "NodeOperation/op"}},
+			held:   map[string]nodelock.Holder{"n1": {Task: objname.TaskName("op", "a", "n1"), Owner: "NodeOperation/op"}},
 			want: want{phase: v1alpha1.OperationRunning, groups: []v1alpha1.GroupPhase{v1alpha1.GroupRunning}, create: []string{"n1", "n2"},
 				reason: ReasonRunning, progress: "0/2 nodes"},
 		},

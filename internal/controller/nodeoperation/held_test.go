@@ -11,7 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
-	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/objname"
 	"github.com/nodeops/nodeops/internal/testutil"
 )
 
@@ -90,7 +90,7 @@ func TestSafetyRule11_WaitingOnlyForAnotherOwnersFailedNodeBlocks(t *testing.T) 
 	f.waitEvent(b.Name, "Resumed")
 	f.runAll(holder)
 	f.waitPhase(a.Name, v1alpha1.OperationSucceeded)
-	last := plan.TaskName(b.Name, "g", held)
+	last := objname.TaskName(b.Name, "g", held)
 	testutil.Eventually(t, 20*time.Second, "b starts the freed node", func() error {
 		for _, task := range f.tasks(b.Name) {
 			if task.Name == last {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/hook"
+	"github.com/nodeops/nodeops/internal/objname"
 	"github.com/nodeops/nodeops/internal/plan"
 )
 
@@ -99,7 +100,7 @@ func (r *Reconciler) observeHooks(ctx context.Context, s *scope) error {
 	hv := &hookView{on: true, runs: map[hook.Key]*v1alpha1.HookRun{}, jobs: map[string]*batchv1.Job{}}
 	s.hooks = hv
 	var jobs batchv1.JobList
-	if err := r.Client.List(ctx, &jobs, client.InNamespace(r.hookNamespace()), client.MatchingLabels{v1alpha1.LabelOperation: plan.LabelValue(op.Name)}); err != nil {
+	if err := r.Client.List(ctx, &jobs, client.InNamespace(r.hookNamespace()), client.MatchingLabels{v1alpha1.LabelOperation: objname.LabelValue(op.Name)}); err != nil {
 		return fmt.Errorf("list hook Jobs of NodeOperation %s: %w", op.Name, err)
 	}
 	for i := range jobs.Items {

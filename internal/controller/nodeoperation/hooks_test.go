@@ -25,7 +25,7 @@ import (
 	"github.com/nodeops/nodeops/internal/cli"
 	"github.com/nodeops/nodeops/internal/controller/nodeoperation"
 	"github.com/nodeops/nodeops/internal/hook"
-	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/objname"
 	"github.com/nodeops/nodeops/internal/testutil"
 )
 
@@ -67,7 +67,7 @@ func jobHook(name string) v1alpha1.Hook {
 func (f *fixture) hookJobs(op, node string) []batchv1.Job {
 	f.t.Helper()
 	var list batchv1.JobList
-	f.must(f.c.List(f.ctx, &list, client.InNamespace(hook.Namespace), client.MatchingLabels{v1alpha1.LabelOperation: plan.LabelValue(op), v1alpha1.LabelNode: plan.LabelValue(node)}))
+	f.must(f.c.List(f.ctx, &list, client.InNamespace(hook.Namespace), client.MatchingLabels{v1alpha1.LabelOperation: objname.LabelValue(op), v1alpha1.LabelNode: objname.LabelValue(node)}))
 	return list.Items
 }
 

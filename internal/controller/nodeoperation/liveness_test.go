@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
-	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/objname"
 	"github.com/nodeops/nodeops/internal/testutil"
 )
 
@@ -22,7 +22,7 @@ func lostOnDeletedNode(t *testing.T, f *fixture, name string) (op *v1alpha1.Node
 	t.Helper()
 	nodes := f.nodes(nil, "n2")
 	op = f.operation(name, nil, v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{script("first"), script("second")}})
-	task = plan.TaskName(op.Name, "g", nodes[0])
+	task = objname.TaskName(op.Name, "g", nodes[0])
 	f.waitTasks(op.Name, 1)
 	f.begin(task, 0)
 	if err := f.c.Delete(f.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodes[0]}}); err != nil {

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
+	"github.com/nodeops/nodeops/internal/objname"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/testutil"
 )
@@ -112,7 +113,7 @@ func TestSafetyRule3_FailureBlocksRetrySkipAbort(t *testing.T) {
 	f := newFixture(t)
 	nodes := f.nodes(nil, "n1", "n2", "n3")
 	op := f.operation("recover", nil, v1alpha1.Group{Name: "g", Commands: []v1alpha1.Command{script("first"), script("second")}})
-	t1 := plan.TaskName(op.Name, "g", nodes[0])
+	t1 := objname.TaskName(op.Name, "g", nodes[0])
 	f.waitTasks(op.Name, 1)
 
 	f.begin(t1, 0)
@@ -157,7 +158,7 @@ func TestSafetyRule3_FailureBlocksRetrySkipAbort(t *testing.T) {
 	if task.EffectivePhase() != v1alpha1.TaskSucceeded || task.Status.Commands[1].Phase != v1alpha1.CommandSkipped || task.Spec.RecoveryMode != "" {
 		t.Fatalf("after skip: %+v / %+v", task.Spec, task.Status)
 	}
-	t2 := plan.TaskName(op.Name, "g", nodes[1])
+	t2 := objname.TaskName(op.Name, "g", nodes[1])
 	if tasks[0].Name != t2 && tasks[1].Name != t2 {
 		t.Fatalf("the next task is not on %s: %v, %v", nodes[1], tasks[0].Name, tasks[1].Name)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/nodeops/nodeops/internal/agent"
 	"github.com/nodeops/nodeops/internal/host"
 	"github.com/nodeops/nodeops/internal/host/hosttest"
+	"github.com/nodeops/nodeops/internal/objname"
 	"github.com/nodeops/nodeops/internal/plan"
 	"github.com/nodeops/nodeops/internal/testutil"
 )
@@ -49,7 +50,7 @@ func (f *fixture) runAgent(node, root string) {
 	f.t.Cleanup(func() {
 		cancel()
 		wg.Wait()
-		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: agent.DefaultLeaseNamespace, Name: plan.NodeLeaseName(node)}}
+		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: agent.DefaultLeaseNamespace, Name: objname.NodeLeaseName(node)}}
 		_ = f.c.Delete(context.Background(), lease)
 	})
 }
@@ -104,7 +105,7 @@ func TestPreflightRefusesNodesBeforeAnyTask(t *testing.T) {
 		if !strings.Contains(fl.Reason, want[fl.Node]) {
 			t.Errorf("node %s failed the preflight with %q, want %q", fl.Node, fl.Reason, want[fl.Node])
 		}
-		if fl.Task != plan.TaskName(op.Name, plan.GroupPreflight, fl.Node) {
+		if fl.Task != objname.TaskName(op.Name, plan.GroupPreflight, fl.Node) {
 			t.Errorf("node %s: task %q", fl.Node, fl.Task)
 		}
 	}
@@ -127,7 +128,7 @@ func TestPreflightRefusesNodesBeforeAnyTask(t *testing.T) {
 	writeFile(t, unknownOS, "/etc/os-release", debian, 0o644)
 	writeFile(t, unknownOS, "/usr/bin/apt-get", "", 0o755)
 	for _, n := range names[:2] {
-		task := f.task(plan.TaskName(op.Name, plan.GroupPreflight, n))
+		task := f.task(objname.TaskName(op.Name, plan.GroupPreflight, n))
 		orig := task.DeepCopy()
 		task.Spec.RecoveryMode = v1alpha1.RecoveryRetry
 		f.must(f.c.Patch(f.ctx, task, client.MergeFrom(orig)))

@@ -22,7 +22,7 @@ import (
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/controller/nodeoperation"
 	"github.com/nodeops/nodeops/internal/nodelock"
-	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/objname"
 	"github.com/nodeops/nodeops/internal/testutil"
 )
 
@@ -50,7 +50,7 @@ func (f *fixture) waitTaskGone(op, group, node, name, what string) {
 func (f *fixture) taskOn(op, group, node string) (*v1alpha1.NodeTask, bool) {
 	f.t.Helper()
 	var t v1alpha1.NodeTask
-	err := f.c.Get(f.ctx, client.ObjectKey{Name: plan.TaskName(op, group, node)}, &t)
+	err := f.c.Get(f.ctx, client.ObjectKey{Name: objname.TaskName(op, group, node)}, &t)
 	if apierrors.IsNotFound(err) {
 		return nil, false
 	}

@@ -26,7 +26,7 @@ import (
 	"github.com/nodeops/nodeops/internal/controller/nodeoperation"
 	"github.com/nodeops/nodeops/internal/controller/nodetask"
 	"github.com/nodeops/nodeops/internal/nodelock"
-	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/objname"
 	"github.com/nodeops/nodeops/internal/testutil"
 )
 
@@ -277,7 +277,7 @@ func (f *fixture) update(name string, mutate func(*v1alpha1.NodeOperation)) {
 func (f *fixture) tasks(op string) []v1alpha1.NodeTask {
 	f.t.Helper()
 	var list v1alpha1.NodeTaskList
-	if err := f.c.List(f.ctx, &list, client.MatchingLabels{v1alpha1.LabelOperation: plan.LabelValue(op)}); err != nil {
+	if err := f.c.List(f.ctx, &list, client.MatchingLabels{v1alpha1.LabelOperation: objname.LabelValue(op)}); err != nil {
 		f.t.Fatalf("list tasks: %v", err)
 	}
 	return list.Items

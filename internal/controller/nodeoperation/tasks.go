@@ -13,7 +13,7 @@ import (
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/controller/skeleton"
 	"github.com/nodeops/nodeops/internal/nodelock"
-	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/objname"
 )
 
 // Finalizer keeps an operation's task until the operation's status records how it ended (or
@@ -38,11 +38,11 @@ func buildTask(op *v1alpha1.NodeOperation, group *v1alpha1.Group, node string) *
 	}
 	return &v1alpha1.NodeTask{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: plan.TaskName(op.Name, group.Name, node),
+			Name: objname.TaskName(op.Name, group.Name, node),
 			Labels: map[string]string{
-				v1alpha1.LabelOperation: plan.LabelValue(op.Name),
-				v1alpha1.LabelNode:      plan.LabelValue(node),
-				v1alpha1.LabelGroup:     plan.LabelValue(group.Name),
+				v1alpha1.LabelOperation: objname.LabelValue(op.Name),
+				v1alpha1.LabelNode:      objname.LabelValue(node),
+				v1alpha1.LabelGroup:     objname.LabelValue(group.Name),
 			},
 			Finalizers: []string{Finalizer},
 			OwnerReferences: []metav1.OwnerReference{{

@@ -20,7 +20,7 @@ import (
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/controller/skeleton"
 	"github.com/nodeops/nodeops/internal/nodelock"
-	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/objname"
 )
 
 // lockLag is when to look again at a node whose lock is still held by this profile's own finished
@@ -153,7 +153,7 @@ func (r *Reconciler) releaseAll(ctx context.Context, tasks []*v1alpha1.NodeTask)
 // there under a new UID (deleted and created again).
 func (r *Reconciler) releaseOrphans(ctx context.Context, name string) error {
 	var list v1alpha1.NodeTaskList
-	if err := r.Client.List(ctx, &list, client.MatchingLabels{v1alpha1.LabelProfile: plan.LabelValue(name)}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.Client.List(ctx, &list, client.MatchingLabels{v1alpha1.LabelProfile: objname.LabelValue(name)}, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("list tasks of deleted NodeProfile %s: %w", name, err)
 	}
 	var kept []*v1alpha1.NodeTask

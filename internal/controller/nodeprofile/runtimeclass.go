@@ -11,7 +11,7 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/controller/skeleton"
-	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/objname"
 )
 
 // BuildRuntimeClass builds the RuntimeClass rc of profile p: it schedules pods onto the nodes
@@ -25,7 +25,7 @@ func BuildRuntimeClass(p *v1alpha1.NodeProfile, rc v1alpha1.RuntimeClassSpec) *n
 		TypeMeta: metav1.TypeMeta{APIVersion: nodev1.SchemeGroupVersion.String(), Kind: "RuntimeClass"},
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            rc.Name,
-			Labels:          map[string]string{v1alpha1.LabelProfile: plan.LabelValue(p.Name)},
+			Labels:          map[string]string{v1alpha1.LabelProfile: objname.LabelValue(p.Name)},
 			OwnerReferences: []metav1.OwnerReference{ownerRef(p)},
 		},
 		Handler: rc.Handler,

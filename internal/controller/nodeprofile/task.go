@@ -7,7 +7,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
-	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/objname"
 )
 
 // Action is what a profile's task does on its node.
@@ -37,7 +37,7 @@ func parseGroup(g string) (a Action, hash string, ok bool) {
 
 // TaskName is the deterministic name of the task running action at hash on node for profile.
 func TaskName(profile string, a Action, hash, node string) string {
-	return plan.TaskName(profile, group(a, hash), node)
+	return objname.TaskName(profile, group(a, hash), node)
 }
 
 // RecordFinalizer keeps a profile's task someone deleted until the node records what it did: the
@@ -63,11 +63,11 @@ func BuildTask(p *v1alpha1.NodeProfile, node string, a Action, hash string) *v1a
 	return &v1alpha1.NodeTask{
 		TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeTask"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name: plan.TaskName(p.Name, g, node),
+			Name: objname.TaskName(p.Name, g, node),
 			Labels: map[string]string{
-				v1alpha1.LabelProfile: plan.LabelValue(p.Name),
-				v1alpha1.LabelNode:    plan.LabelValue(node),
-				v1alpha1.LabelGroup:   plan.LabelValue(g),
+				v1alpha1.LabelProfile: objname.LabelValue(p.Name),
+				v1alpha1.LabelNode:    objname.LabelValue(node),
+				v1alpha1.LabelGroup:   objname.LabelValue(g),
 			},
 			Finalizers:      []string{RecordFinalizer},
 			OwnerReferences: []metav1.OwnerReference{ownerRef(p)},

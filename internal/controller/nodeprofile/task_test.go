@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
-	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/objname"
 )
 
 func testProfile() *v1alpha1.NodeProfile {
@@ -25,8 +25,8 @@ func testProfile() *v1alpha1.NodeProfile {
 func TestBuildTask(t *testing.T) {
 	p := testProfile()
 	task := BuildTask(p, "worker-1", ActionInstall, "0123456789")
-	// The group "install-<hash>" holds a '-', so the readable join is followed by a hash (plan.TaskName).
-	if !strings.HasPrefix(task.Name, "wasm-install-0123456789-worker-1-") || task.Name != plan.TaskName("wasm", "install-0123456789", "worker-1") {
+	// The group "install-<hash>" holds a '-', so the readable join is followed by a hash (objname.TaskName).
+	if !strings.HasPrefix(task.Name, "wasm-install-0123456789-worker-1-") || task.Name != objname.TaskName("wasm", "install-0123456789", "worker-1") {
 		t.Errorf("name = %q", task.Name)
 	}
 	if again := BuildTask(p, "worker-1", ActionInstall, "0123456789"); again.Name != task.Name {

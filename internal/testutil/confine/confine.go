@@ -25,7 +25,7 @@ import (
 
 	"github.com/nodeops/nodeops/api/v1alpha1"
 	"github.com/nodeops/nodeops/internal/agent/commands"
-	"github.com/nodeops/nodeops/internal/plan"
+	"github.com/nodeops/nodeops/internal/objname"
 )
 
 // Cluster names what the attempts act on: the agent on NodeA, TaskA on NodeA and TaskB on NodeB
@@ -163,7 +163,7 @@ func (k Cluster) createPod(change func(*corev1.Pod)) func(context.Context, clien
 // its node's one (another node's pod, or a second pod).
 func (k Cluster) podAttempts() []Attempt {
 	a, b := k.NodeA, k.NodeB
-	mine := "CREATE pods " + plan.InstallerPodName(a)
+	mine := "CREATE pods " + objname.InstallerPodName(a)
 	return []Attempt{
 		{Name: "a pod naming a Secret in imagePullSecrets", Do: k.createPod(func(p *corev1.Pod) {
 			p.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "kept"}}
@@ -180,12 +180,12 @@ func (k Cluster) podAttempts() []Attempt {
 		{Name: "a pod owned by a NodeTask", Do: k.createPod(func(p *corev1.Pod) {
 			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeTask", Name: k.TaskA, UID: "u", Controller: ptr.To(true)}}
 		}), Policy: []string{"creates pods with exactly the labels nodeops sets", mine}},
-		{Name: "a pod under " + b + "'s installer pod name", Do: k.createPod(func(p *corev1.Pod) { p.Name = plan.InstallerPodName(b) }),
-			Policy: []string{"agent on node " + a + " creates one pod at a time, named " + plan.InstallerPodName(a), "CREATE pods " + plan.InstallerPodName(b)}},
-		{Name: "a pod under a secret holder's name", Do: k.createPod(func(p *corev1.Pod) { p.Name = plan.SecretHolderPodName(k.TaskB) }),
-			Policy: []string{"creates one pod at a time, named " + plan.InstallerPodName(a), "CREATE pods " + plan.SecretHolderPodName(k.TaskB)}},
-		{Name: "a second pod", Do: k.createPod(func(p *corev1.Pod) { p.Name = plan.InstallerPodName(a) + "-2" }),
-			Policy: []string{"creates one pod at a time", "CREATE pods " + plan.InstallerPodName(a) + "-2"}},
+		{Name: "a pod under " + b + "'s installer pod name", Do: k.createPod(func(p *corev1.Pod) { p.Name = objname.InstallerPodName(b) }),
+			Policy: []string{"agent on node " + a + " creates one pod at a time, named " + objname.InstallerPodName(a), "CREATE pods " + objname.InstallerPodName(b)}},
+		{Name: "a pod under a secret holder's name", Do: k.createPod(func(p *corev1.Pod) { p.Name = objname.SecretHolderPodName(k.TaskB) }),
+			Policy: []string{"creates one pod at a time, named " + objname.InstallerPodName(a), "CREATE pods " + objname.SecretHolderPodName(k.TaskB)}},
+		{Name: "a second pod", Do: k.createPod(func(p *corev1.Pod) { p.Name = objname.InstallerPodName(a) + "-2" }),
+			Policy: []string{"creates one pod at a time", "CREATE pods " + objname.InstallerPodName(a) + "-2"}},
 	}
 }
 
@@ -327,8 +327,8 @@ const annotationLeaseNode = "nodeops.io/node-name"
 func NodeLease(namespace, node string) *coordinationv1.Lease {
 	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
 		Namespace:   namespace,
-		Name:        plan.NodeLeaseName(node),
-		Labels:      map[string]string{v1alpha1.LabelNode: plan.LabelValue(node)},
+		Name:        objname.NodeLeaseName(node),
+		Labels:      map[string]string{v1alpha1.LabelNode: objname.LabelValue(node)},
 		Annotations: map[string]string{annotationLeaseNode: node},
 	}}
 }
