@@ -248,6 +248,8 @@ func TestCompleteOnAControlPlane(t *testing.T) {
 // certificate still the old authority's, or a node still trusting a bundle with nothing left to show
 // that re-issue ran.
 func TestCompleteRefusesToLockAComponentOut(t *testing.T) {
+	template := t.TempDir()
+	ct := newCompleteTree(t, template)
 	for _, tt := range []struct {
 		name  string
 		spoil func(t *testing.T, root string, ct completeTree)
@@ -276,8 +278,7 @@ func TestCompleteRefusesToLockAComponentOut(t *testing.T) {
 		}, "nothing shows that phase re-issue ran on this node"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			root := t.TempDir()
-			ct := newCompleteTree(t, root)
+			root := copyTree(t, template)
 			tt.spoil(t, root, ct)
 			before := snapshot(t, root)
 			_, err := TrustNewOnly(host.NewLocal(root).Files, TrustInput{Operation: trustOp, ServiceAccountKey: true})

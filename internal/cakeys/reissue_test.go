@@ -42,6 +42,30 @@ func kubeadmBin(t *testing.T) string {
 	return p
 }
 
+// kubeadmInit is the configuration realControlPlane gives kubeadm: the node's name, the
+// certificates' directory and the key algorithm, in that order.
+const kubeadmInit = `apiVersion: kubeadm.k8s.io/v1beta4
+kind: InitConfiguration
+localAPIEndpoint:
+  advertiseAddress: 10.0.0.1
+nodeRegistration:
+  name: %s
+---
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: ClusterConfiguration
+kubernetesVersion: v1.37.2
+certificatesDir: %s
+apiServer:
+  certSANs: [cp.example.com]
+encryptionAlgorithm: %s
+`
+
+// The key algorithms realControlPlane's kubeadm uses.
+const (
+	defaultKeys = "RSA-2048"
+	fastKeys    = "ECDSA-P256"
+)
+
 // kubeletClientFile is the dated file kubelet-client-current.pem points at, as the kubelet names it.
 const kubeletClientFile = KubeletPKIDirectory + "/kubelet-client-2026-01-02-03-04-05.pem"
 
@@ -49,13 +73,19 @@ const kubeletClientFile = KubeletPKIDirectory + "/kubelet-client-2026-01-02-03-0
 // and `init phase kubeconfig all` (real authorities, certificates and kubeconfigs), kubelet.conf then
 // pointed at kubelet-client-current.pem as kubeadm's kubelet-finalize phase leaves it, kubeadm's
 // static pod manifests (testdata) and the kubelet's configuration. It returns the files as they are.
-func realControlPlane(t *testing.T, root, node string) {
+// keys is kubeadm's encryptionAlgorithm: defaultKeys (RSA-2048, as most clusters have it), or
+// fastKeys (ECDSA-P256) where a test re-issues everything many times and RSA key generation under
+// the race detector would take minutes.
+func realControlPlane(t *testing.T, root, node, keys string) {
 	t.Helper()
 	bin := kubeadmBin(t)
-	pkiDir := filepath.Join(root, PKIDirectory)
+	config := filepath.Join(t.TempDir(), "kubeadm.yaml")
+	if err := os.WriteFile(config, fmt.Appendf(nil, kubeadmInit, node, filepath.Join(root, PKIDirectory), keys), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, args := range [][]string{
-		{"init", "phase", "certs", "all", "--cert-dir", pkiDir, "--apiserver-advertise-address", "10.0.0.1", "--apiserver-cert-extra-sans", "cp.example.com"},
-		{"init", "phase", "kubeconfig", "all", "--cert-dir", pkiDir, "--kubeconfig-dir", filepath.Join(root, "/etc/kubernetes"), "--apiserver-advertise-address", "10.0.0.1", "--node-name", node},
+		{"init", "phase", "certs", "all", "--config", config},
+		{"init", "phase", "kubeconfig", "all", "--config", config, "--kubeconfig-dir", filepath.Join(root, "/etc/kubernetes")},
 	} {
 		if out, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
 			t.Fatalf("kubeadm %s: %v\n%s", strings.Join(args, " "), err, out)
@@ -90,9 +120,9 @@ func realControlPlane(t *testing.T, root, node string) {
 }
 
 // trustedBoth is a control plane after phases prepare and trust-both, with the new authorities.
-func trustedBoth(t *testing.T, root string) map[string]authority {
+func trustedBoth(t *testing.T, root, keys string) map[string]authority {
 	t.Helper()
-	realControlPlane(t, root, "cp-1")
+	realControlPlane(t, root, "cp-1", keys)
 	fresh := stageNew(t, root)
 	if _, err := TrustBoth(host.NewLocal(root).Files, TrustInput{Operation: trustOp, ServiceAccountKey: true}); err != nil {
 		t.Fatal(err)
@@ -146,7 +176,7 @@ var wantTargets = []string{"admin.conf", "apiserver", "apiserver-etcd-client", "
 // kubelet's link to its dated file; a second run keeps everything (same serials).
 func TestReissueOnAKubeadmControlPlane(t *testing.T) {
 	root := t.TempDir()
-	fresh := trustedBoth(t, root)
+	fresh := trustedBoth(t, root, defaultKeys)
 	files := host.NewLocal(root).Files
 	before := leaves(t, root)
 	oldAuthorities := map[string][]byte{}
@@ -443,10 +473,12 @@ func copyTree(t *testing.T, src string) string {
 // A re-issue cut at each of its writes in turn, then run again: every certificate the new authority
 // had issued before the cut (in place or recorded in the journal) is the one in place at the end
 // (same serial: nothing issued twice); every kubeconfig trusted the old and the new cluster CA at the
-// cut; and the tree ends as an uninterrupted run leaves it.
+// cut; and the tree ends as an uninterrupted run leaves it. The node's keys are ECDSA (kubeadm's
+// encryptionAlgorithm ECDSA-P256): the cuts re-issue about a thousand keys, and RSA's would take
+// minutes under the race detector; TestReissueOnAKubeadmControlPlane covers RSA.
 func TestReissueInterruptedAtEveryWriteIssuesNothingTwice(t *testing.T) {
 	template := t.TempDir()
-	fresh := trustedBoth(t, template)
+	fresh := trustedBoth(t, template, fastKeys)
 	in := reissueInput()
 	ref := copyTree(t, template)
 	if _, err := Reissue(host.NewLocal(ref).Files, in, false); err != nil {
@@ -499,7 +531,7 @@ func TestReissueInterruptedAtEveryWriteIssuesNothingTwice(t *testing.T) {
 // a token signed by the new sa.key by an API server verifying with the old sa.pub alone.
 func TestReissueRefusesANodeThatDoesNotTrustTheNew(t *testing.T) {
 	root := t.TempDir()
-	realControlPlane(t, root, "cp-1")
+	realControlPlane(t, root, "cp-1", defaultKeys)
 	stageNew(t, root)
 	before := snapshot(t, root)
 	_, err := Reissue(host.NewLocal(root).Files, reissueInput(), false)
@@ -512,7 +544,7 @@ func TestReissueRefusesANodeThatDoesNotTrustTheNew(t *testing.T) {
 	// With the service-account key: trust-both without it left the API server verifying tokens with
 	// the old sa.pub alone, which would refuse every token once it signs with the new sa.key.
 	root = t.TempDir()
-	realControlPlane(t, root, "cp-1")
+	realControlPlane(t, root, "cp-1", defaultKeys)
 	stageNew(t, root)
 	if _, err := TrustBoth(host.NewLocal(root).Files, TrustInput{Operation: trustOp}); err != nil {
 		t.Fatal(err)
@@ -527,7 +559,7 @@ func TestReissueRefusesANodeThatDoesNotTrustTheNew(t *testing.T) {
 	}
 	// Another node's name in the kubelet's certificate is refused too: re-issue copies the subject.
 	root = t.TempDir()
-	trustedBoth(t, root)
+	trustedBoth(t, root, defaultKeys)
 	before = snapshot(t, root)
 	in := reissueInput()
 	in.NodeName = "cp-2"
@@ -542,7 +574,7 @@ func TestReissueRefusesANodeThatDoesNotTrustTheNew(t *testing.T) {
 // A DryRun lists every file re-issue would change with its old and new issuer, and changes nothing.
 func TestReissueDryRunListsEveryFileAndChangesNothing(t *testing.T) {
 	root := t.TempDir()
-	trustedBoth(t, root)
+	trustedBoth(t, root, defaultKeys)
 	before := snapshot(t, root)
 	steps, err := Reissue(host.NewLocal(root).Files, reissueInput(), true)
 	if err != nil {
@@ -573,7 +605,7 @@ func TestReissueDryRunListsEveryFileAndChangesNothing(t *testing.T) {
 // and the API server's --service-account-key-file, re-issue sa.pub and sa.key, complete both back.
 func TestUnpreparedDryRunListsTheServiceAccountKey(t *testing.T) {
 	root := t.TempDir()
-	realControlPlane(t, root, "cp-1")
+	realControlPlane(t, root, "cp-1", defaultKeys)
 	files := host.NewLocal(root).Files
 	before := snapshot(t, root)
 	for step, want := range map[string][]string{

@@ -2,6 +2,8 @@ package cakeys
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
@@ -58,10 +60,12 @@ func loadAuthority(t *testing.T, certPEM, keyPEM []byte) authority {
 	return authority{certPEM: certPEM, keyPEM: keyPEM, cert: c, key: k}
 }
 
-// issue makes a client certificate signed by a, as kubeadm issues admin.conf's.
+// issue makes a client certificate signed by a, as kubeadm issues admin.conf's with its
+// encryptionAlgorithm ECDSA-P256: what the tests check is who signed it, and an RSA key would cost
+// about a second under the race detector each time.
 func (a authority) issue(t *testing.T, cn string) (*x509.Certificate, []byte, []byte) {
 	t.Helper()
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,9 +77,13 @@ func (a authority) issue(t *testing.T, cn string) (*x509.Certificate, []byte, []
 	if err != nil {
 		t.Fatal(err)
 	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
 	c, _ := x509.ParseCertificate(der)
 	return c, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
 }
 
 // verifies says whether the PEM bundle accepts c as a client certificate.
