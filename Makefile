@@ -113,7 +113,7 @@ FUZZ_TIME ?=
 FUZZ_TARGETS := ./internal/objname:FuzzTaskName:100000x ./internal/containerdtoml:FuzzContainerdConfig:50000x \
 	./internal/hostfs:FuzzResolve:3000x
 
-test-fuzz: ## Short fuzz runs: the planner's name hashing, the containerd TOML editor, the host path resolver.
+test-fuzz: ## Short fuzz runs: the object names' hashing, the containerd TOML editor, the host path resolver.
 	@echo "test-fuzz: each target is built with fuzzing instrumentation first (silent; minutes on an empty Go cache, seconds after), then fuzzed"
 	@start=$$SECONDS; \
 	for t in $(FUZZ_TARGETS); do \

@@ -84,9 +84,21 @@ class DOM(HTMLParser):
                 self.links.append((tag, v))
 
 
-def chromium(binary, profile, args, timeout=60):
+# How many times a page is opened again when chromium dies of a signal. Such a crash says nothing of the
+# page (on 2026-12-05 chromium died of SIGSEGV on one page of 70 on a loaded 2-core machine, and rendered
+# it the next time); a page that crashes chromium every time still fails.
+CRASH_RETRIES = 2
+
+
+def chromium(binary, profile, args, page, log=None, timeout=60):
     cmd = [binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    for attempt in range(CRASH_RETRIES + 1):
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        if r.returncode >= 0 or attempt == CRASH_RETRIES:
+            return r
+        print(f"docs-check: chromium died of signal {-r.returncode} on {page}; opening it again", file=sys.stderr)
+        if log is not None:
+            log.take()  # the requests of the crashed run
 
 
 def main():
@@ -114,7 +126,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="docs-check-chromium-") as profile:
         for page in pages:
             log.take()
-            r = chromium(opts.chromium, profile, ["--virtual-time-budget=5000", "--dump-dom", base + page])
+            r = chromium(opts.chromium, profile, ["--virtual-time-budget=5000", "--dump-dom", base + page], page, log)
             if r.returncode != 0 or "<html" not in r.stdout:
                 problems.append(f"{page}: chromium could not render it (exit {r.returncode}): {r.stderr.strip()[-300:]}")
                 continue
@@ -146,7 +158,7 @@ def main():
             os.makedirs(opts.screenshots, exist_ok=True)
             for page, name in SCREENSHOTS.items():
                 out = os.path.abspath(os.path.join(opts.screenshots, name))
-                r = chromium(opts.chromium, profile, ["--window-size=1280,900", f"--screenshot={out}", base + page])
+                r = chromium(opts.chromium, profile, ["--window-size=1280,900", f"--screenshot={out}", base + page], page)
                 if r.returncode != 0 or not os.path.exists(out):
                     problems.append(f"screenshot of {page} failed: {r.stderr.strip()[-300:]}")
                 else:

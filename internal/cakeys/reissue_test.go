@@ -42,6 +42,17 @@ func kubeadmBin(t *testing.T) string {
 	return p
 }
 
+// kubeadmConfig writes the configuration realControlPlane gives kubeadm for the node at root and
+// returns its path.
+func kubeadmConfig(t *testing.T, root, node, keys string) string {
+	t.Helper()
+	config := filepath.Join(t.TempDir(), "kubeadm.yaml")
+	if err := os.WriteFile(config, fmt.Appendf(nil, kubeadmInit, node, filepath.Join(root, PKIDirectory), keys), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return config
+}
+
 // kubeadmInit is the configuration realControlPlane gives kubeadm: the node's name, the
 // certificates' directory and the key algorithm, in that order.
 const kubeadmInit = `apiVersion: kubeadm.k8s.io/v1beta4
@@ -72,17 +83,14 @@ const kubeletClientFile = KubeletPKIDirectory + "/kubelet-client-2026-01-02-03-0
 // realControlPlane makes root a control plane as kubeadm makes it: `kubeadm init phase certs all`
 // and `init phase kubeconfig all` (real authorities, certificates and kubeconfigs), kubelet.conf then
 // pointed at kubelet-client-current.pem as kubeadm's kubelet-finalize phase leaves it, kubeadm's
-// static pod manifests (testdata) and the kubelet's configuration. It returns the files as they are.
-// keys is kubeadm's encryptionAlgorithm: defaultKeys (RSA-2048, as most clusters have it), or
+// static pod manifests (testdata) and the kubelet's configuration. keys is kubeadm's
+// encryptionAlgorithm: defaultKeys (RSA-2048, as most clusters have it), or
 // fastKeys (ECDSA-P256) where a test re-issues everything many times and RSA key generation under
 // the race detector would take minutes.
 func realControlPlane(t *testing.T, root, node, keys string) {
 	t.Helper()
 	bin := kubeadmBin(t)
-	config := filepath.Join(t.TempDir(), "kubeadm.yaml")
-	if err := os.WriteFile(config, fmt.Appendf(nil, kubeadmInit, node, filepath.Join(root, PKIDirectory), keys), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	config := kubeadmConfig(t, root, node, keys)
 	for _, args := range [][]string{
 		{"init", "phase", "certs", "all", "--config", config},
 		{"init", "phase", "kubeconfig", "all", "--config", config, "--kubeconfig-dir", filepath.Join(root, "/etc/kubernetes")},
@@ -274,11 +282,11 @@ func TestReissueOnAKubeadmControlPlane(t *testing.T) {
 		}
 	}
 
-	// kubeadm itself takes the result for its own: `init phase certs all` keeps an existing certificate
-	// only when the authority on disk signed it and its key matches (phases/certs/certs.go), else fails.
-	pkiDir := filepath.Join(root, PKIDirectory)
+	// kubeadm itself takes the result for its own: `init phase certs all`, with the configuration the
+	// node was made with, keeps an existing certificate only when the authority on disk signed it and
+	// its key matches (phases/certs/certs.go), else fails.
 	snap := snapshot(t, root)
-	out, err := exec.Command(kubeadmBin(t), "init", "phase", "certs", "all", "--cert-dir", pkiDir, "--apiserver-advertise-address", "10.0.0.1", "--apiserver-cert-extra-sans", "cp.example.com").CombinedOutput()
+	out, err := exec.Command(kubeadmBin(t), "init", "phase", "certs", "all", "--config", kubeadmConfig(t, root, "cp-1", defaultKeys)).CombinedOutput()
 	if err != nil || strings.Contains(string(out), "Generating") {
 		t.Fatalf("kubeadm init phase certs on the re-issued certificates: %v\n%s", err, out)
 	}
