@@ -85,8 +85,8 @@ class DOM(HTMLParser):
 
 
 # How many times a page is opened again when chromium dies of a signal. Such a crash says nothing of the
-# page (on 2026-12-05 chromium died of SIGSEGV on one page of 70 on a loaded 2-core machine, and rendered
-# it the next time); a page that crashes chromium every time still fails.
+# page (on 2026-12-05 chromium died of SIGSEGV on one page of 70 on a loaded 2-core machine; the same page
+# rendered in the next check); a page that crashes chromium every time still fails.
 CRASH_RETRIES = 2
 
 
