@@ -339,6 +339,76 @@ func TestSupervisorRestartsAfterStartUp(t *testing.T) {
 	})
 }
 
+// TestSupervisorStartsACrashAgainOnceDuringStartUp: a child that panicked during start-up (as kwok
+// v0.8.0 did on a race of its own), or exited after running a while, is started again once instead
+// of ending the start-up; crashing again ends it, and the report keeps the Go panic's message even
+// when a long goroutine dump follows it. (A quick plain exit still ends it at once:
+// TestSupervisorRestartsAfterStartUp.)
+func TestSupervisorStartsACrashAgainOnceDuringStartUp(t *testing.T) {
+	for _, tc := range []struct{ name, firstRun string }{
+		{"a panic at once", `echo "panic: runtime error: first start"; exit 2`},
+		{"an exit after a while", `/bin/busybox sleep 1; echo "lost the lease"; exit 1`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s := newSupervisor(dir, t.Logf)
+			s.startUpRetryAfter = 500 * time.Millisecond
+			defer s.stopAll(5 * time.Second)
+			crashOnce := "if [ -e crashed ]; then exec /bin/busybox sleep 300; fi; touch crashed; " + tc.firstRun
+			if err := s.start("flaky", "/bin/busybox", "sh", "-c", crashOnce); err != nil {
+				t.Fatal(err)
+			}
+			first := mustReadPID(t, dir, "flaky")
+			testutil.EventuallyEvery(t, 20*time.Second, 100*time.Millisecond, "flaky started again", func(context.Context) error {
+				select {
+				case err := <-s.failed:
+					t.Fatalf("the crash ended the start-up: %v", err)
+				default:
+				}
+				pid := mustReadPID(t, dir, "flaky")
+				if pid == first {
+					return fmt.Errorf("still pid %d", pid)
+				}
+				return syscall.Kill(pid, 0)
+			})
+		})
+	}
+
+	dir := t.TempDir()
+	s := newSupervisor(dir, t.Logf)
+	defer s.stopAll(5 * time.Second)
+	// Crashing every time: the second crash ends the start-up, naming the panic.
+	dump := strings.Repeat(`echo "goroutine stack line"; `, 30)
+	crashAlways := `echo "some start-up chatter"; echo "panic: runtime error: every start"; ` + dump + `exit 2`
+	if err := s.start("broken", "/bin/busybox", "sh", "-c", crashAlways); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-s.failed:
+		msg := err.Error()
+		if !strings.Contains(msg, "broken exited during start-up") || !strings.Contains(msg, "panic: runtime error: every start") {
+			t.Fatalf("the report does not name the child and its panic:\n%s", msg)
+		}
+		if n := strings.Count(msg, "starting /bin/busybox"); n != 0 {
+			t.Errorf("the report holds %d start lines, want only the last run's words:\n%s", n, msg)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a child crashing on each start was not reported")
+	}
+	if data, err := os.ReadFile(filepath.Join(dir, "logs", "broken.log")); err != nil || strings.Count(string(data), "=== nodeops-local: starting") != 2 {
+		t.Errorf("broken should have been started twice; its log:\n%s (%v)", data, err)
+	}
+}
+
+func mustReadPID(t *testing.T, dir, name string) int {
+	t.Helper()
+	procs, err := ReadProcesses(dir)
+	if err != nil || procs[name] == 0 {
+		t.Fatalf("process table %v has no %s (%v)", procs, name, err)
+	}
+	return procs[name]
+}
+
 // TestSupervisorRunOnce: a once child is not started again when it exits; its exit code is kept
 // and the process table forgets it.
 func TestSupervisorRunOnce(t *testing.T) {

@@ -25,11 +25,18 @@ const ProcessesFile = "processes"
 
 // supervisor runs the child processes, each in its own process group with its output in
 // DIR/logs/<name>.log. Once keepAlive is set (after start-up), a child that exits is started again
-// after a back-off, as a kubelet restarts a crashed static pod; before that an exit is reported on failed.
+// after a back-off, as a kubelet restarts a crashed static pod. Before that, a child that exits soon
+// after it started (a bad flag, a port taken) is reported on failed at once; one that crashed as a Go
+// program does (a panic or a fatal error in its log) or had run for startUpRetryAfter is started
+// again once, because a component can crash on a start-up race of its own (kwok v0.8.0 has panicked
+// in its pod controller while the cluster came up), and a second exit is reported.
 type supervisor struct {
 	dir    string
 	logf   func(format string, args ...any)
 	failed chan error
+	// startUpRetryAfter: how long a child must have run for its exit during start-up to earn it one
+	// more start.
+	startUpRetryAfter time.Duration
 
 	mu        sync.Mutex
 	procs     []*child
@@ -51,10 +58,12 @@ type child struct {
 	done chan struct{}
 	// restartNow: the next exit was asked for (restart), start it again at once.
 	restartNow bool
+	// startedAgain: it already had its one more start during start-up.
+	startedAgain bool
 }
 
 func newSupervisor(dir string, logf func(string, ...any)) *supervisor {
-	return &supervisor{dir: dir, logf: logf, failed: make(chan error, 1)}
+	return &supervisor{dir: dir, logf: logf, failed: make(chan error, 1), startUpRetryAfter: 3 * time.Second}
 }
 
 // start launches bin with args as child name and supervises it until stopAll.
@@ -138,9 +147,21 @@ func (s *supervisor) exited(c *child, cmd *exec.Cmd, err error, ran time.Duratio
 		return
 	}
 	if !s.keepAlive {
+		logPath := filepath.Join(s.dir, "logs", c.name+".log")
+		words, crashed := lastWords(logPath)
+		if (crashed || ran >= s.startUpRetryAfter) && !c.startedAgain {
+			c.startedAgain = true
+			s.logf("%s exited during start-up after %.1fs (%v); starting it again once. What it said:\n%s",
+				c.name, ran.Seconds(), err, words)
+			if err := s.launchLocked(c); err == nil {
+				if err := s.writePIDsLocked(); err != nil {
+					s.logf("%v", err)
+				}
+				return
+			}
+		}
 		select {
-		case s.failed <- fmt.Errorf("%s exited during start-up (%w); last lines of %s:\n%s", c.name, err,
-			filepath.Join(s.dir, "logs", c.name+".log"), tail(filepath.Join(s.dir, "logs", c.name+".log"), 15)):
+		case s.failed <- fmt.Errorf("%s exited during start-up (%w); from %s:\n%s", c.name, err, logPath, words):
 		default:
 		}
 		return
@@ -298,16 +319,31 @@ func ProcessGroupMembers(pgids []int) ([]int, error) {
 	return found, nil
 }
 
-func tail(path string, lines int) string {
+// lastWords returns what a child's last run wrote to its log at path: from a Go runtime's "panic:"
+// or "fatal error:" line when there is one (crashed), so the message is not cut off by the goroutine
+// dump after it (up to crashLines lines), else its last tailLines lines.
+func lastWords(path string) (words string, crashed bool) {
+	const tailLines, crashLines = 15, 40
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return err.Error()
+		return err.Error(), false
 	}
 	all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(all) > lines {
-		all = all[len(all)-lines:]
+	for i := len(all) - 1; i >= 0; i-- {
+		if strings.HasPrefix(all[i], "=== nodeops-local: starting ") {
+			all = all[i:]
+			break
+		}
 	}
-	return strings.Join(all, "\n")
+	for i, line := range all {
+		if strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "fatal error: ") {
+			return strings.Join(all[i:min(len(all), i+crashLines)], "\n"), true
+		}
+	}
+	if len(all) > tailLines {
+		all = all[len(all)-tailLines:]
+	}
+	return strings.Join(all, "\n"), false
 }
 
 func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
