@@ -259,3 +259,45 @@ func TestFetchPinsTheServer(t *testing.T) {
 		t.Fatalf("another fingerprint: %v", err)
 	}
 }
+
+// The new authorities and service-account key are of the kind kubeadm made the ones they replace in
+// (its encryptionAlgorithm): a cluster kubeadm set up with ECDSA-P256 gets ECDSA-P256 authorities,
+// not RSA ones, and the description names the kind. (A node without old ones gets RSA-2048,
+// kubeadm's default: TestGenerateStagesKeysOnlyForRoot.)
+func TestNewAuthoritiesAreOfTheKindTheyReplace(t *testing.T) {
+	root := t.TempDir()
+	realControlPlane(t, root, "cp-1", fastKeys)
+	files := host.NewLocal(root).Files
+	g, err := Generate(files, trustOp, nil, true, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := Pairs(nil, true)
+	for _, p := range want {
+		old, err := parseAnyKey(readFile(t, root, pki(p.Key)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := keyKind(old.Public()); got != fastKeys {
+			t.Fatalf("kubeadm made %s as %s, want %s: the fixture does not test what it says", p.Key, got, fastKeys)
+		}
+		fresh, err := parseAnyKey(readFile(t, root, staged(p.Key)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := keyKind(fresh.Public()); got != fastKeys {
+			t.Errorf("the new %s is %s, want %s like the one it replaces", p.Name, got, fastKeys)
+		}
+		if err := checkPair(files, p); err != nil {
+			t.Errorf("the new %s: %v", p.Name, err)
+		}
+	}
+	if len(g.Lines) != len(want) {
+		t.Fatalf("lines %v", g.Lines)
+	}
+	for _, l := range g.Lines {
+		if !strings.Contains(l, fastKeys) {
+			t.Errorf("the description does not name the key's kind: %s", l)
+		}
+	}
+}

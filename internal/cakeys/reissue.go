@@ -169,7 +169,7 @@ func loadSigners(files host.Files, authorities []string) (map[string]*signer, er
 		if err != nil {
 			return nil, err
 		}
-		k, err := parseKey(keyPEM)
+		k, err := parseAnyKey(keyPEM)
 		if err != nil {
 			return nil, err
 		}
@@ -750,6 +750,12 @@ func newKeyLike(old *x509.Certificate, oldKey crypto.Signer) (crypto.Signer, []b
 	if oldKey != nil {
 		pub = oldKey.Public()
 	}
+	return newKeyOfKind(pub)
+}
+
+// newKeyOfKind makes a key of pub's kind (RSA of its size but at least keyBits, ECDSA on its
+// curve); a nil or other pub gets kubeadm's default, RSA of keyBits.
+func newKeyOfKind(pub crypto.PublicKey) (crypto.Signer, []byte, error) {
 	switch p := pub.(type) {
 	case *ecdsa.PublicKey:
 		curve := p.Curve

@@ -15,6 +15,7 @@ package cakeys
 import (
 	"bytes"
 	"crypto"
+	"crypto/ecdsa"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
@@ -120,7 +121,7 @@ func Generate(files host.Files, operation string, authorities []string, sa bool,
 			g.Kept = append(g.Kept, p.Name)
 			continue
 		}
-		certPEM, keyPEM, err := newPair(p, now)
+		certPEM, keyPEM, err := newPair(p, currentKey(files, p), now)
 		if err != nil {
 			return Generated{}, err
 		}
@@ -258,7 +259,7 @@ func checkPair(files host.Files, p Pair) error {
 
 // matches fails unless key is the private key of cert (for the service-account pair: of the public key).
 func matches(p Pair, certPEM, keyPEM []byte) error {
-	key, err := parseKey(keyPEM)
+	key, err := parseAnyKey(keyPEM)
 	if err != nil {
 		return fmt.Errorf("%s: %w", p.Key, err)
 	}
@@ -281,7 +282,7 @@ func matches(p Pair, certPEM, keyPEM []byte) error {
 		}
 		pub = c.PublicKey
 	}
-	if !key.PublicKey.Equal(pub) {
+	if k, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool }); !ok || !k.Equal(pub) {
 		return fmt.Errorf("%s does not match %s", p.Key, p.Cert)
 	}
 	return nil
@@ -295,24 +296,43 @@ func parseCert(data []byte) (*x509.Certificate, error) {
 	return x509.ParseCertificate(b.Bytes)
 }
 
-func parseKey(data []byte) (*rsa.PrivateKey, error) {
-	b, _ := pem.Decode(data)
-	if b == nil || b.Type != "RSA PRIVATE KEY" {
-		return nil, errors.New("no PEM RSA private key")
+// currentKey is the public key of the pair p replaces in the node's PKI directory: its private key's,
+// else its certificate's (the service-account pair: its public key); nil when neither is readable.
+func currentKey(files host.Files, p Pair) crypto.PublicKey {
+	if data, err := files.ReadFile(pki(p.Key)); err == nil {
+		if k, err := parseAnyKey(data); err == nil {
+			return k.Public()
+		}
 	}
-	return x509.ParsePKCS1PrivateKey(b.Bytes)
+	data, err := files.ReadFile(pki(p.Cert))
+	if err != nil {
+		return nil
+	}
+	if p.CommonName == "" {
+		if b, _ := pem.Decode(data); b != nil && b.Type == "PUBLIC KEY" {
+			if pub, err := x509.ParsePKIXPublicKey(b.Bytes); err == nil {
+				return pub
+			}
+		}
+		return nil
+	}
+	if c, err := parseCert(data); err == nil {
+		return c.PublicKey
+	}
+	return nil
 }
 
-// newPair makes one pair as kubeadm would: an RSA key and, for an authority, a self-signed CA
-// certificate valid for ten years; for the service-account key, its public key.
-func newPair(p Pair, now time.Time) (certPEM, keyPEM []byte, err error) {
-	key, err := rsa.GenerateKey(rand.Reader, keyBits)
+// newPair makes one pair as kubeadm would: a key of like's kind (the pair it replaces, which
+// kubeadm made in the cluster's encryptionAlgorithm; RSA-2048, kubeadm's default, when there is
+// none) and, for an authority, a self-signed CA certificate valid for ten years; for the
+// service-account key, its public key.
+func newPair(p Pair, like crypto.PublicKey, now time.Time) (certPEM, keyPEM []byte, err error) {
+	key, keyPEM, err := newKeyOfKind(like)
 	if err != nil {
 		return nil, nil, err
 	}
-	keyPEM = pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
 	if p.CommonName == "" {
-		der, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+		der, err := x509.MarshalPKIXPublicKey(key.Public())
 		if err != nil {
 			return nil, nil, err
 		}
@@ -322,7 +342,7 @@ func newPair(p Pair, now time.Time) (certPEM, keyPEM []byte, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	pubDER, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	pubDER, err := x509.MarshalPKIXPublicKey(key.Public())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -337,7 +357,7 @@ func newPair(p Pair, now time.Time) (certPEM, keyPEM []byte, err error) {
 		IsCA:                  true,
 		SubjectKeyId:          ski[:20],
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -359,13 +379,28 @@ func describe(files host.Files, want []Pair) []string {
 			continue
 		}
 		sum := sha256.Sum256(pemBytes(data))
-		what := "public key"
+		what, kind := "public key", "?"
 		if c, err := parseCert(data); err == nil {
 			what = fmt.Sprintf("CA %q, self-signed (new issuer), valid until %s", c.Subject.CommonName, c.NotAfter.UTC().Format(time.RFC3339))
+			kind = keyKind(c.PublicKey)
+		} else if pub, err := x509.ParsePKIXPublicKey(pemBytes(data)); err == nil {
+			kind = keyKind(pub)
 		}
-		out = append(out, fmt.Sprintf("%s: %s: %s, sha256 %s; key %s mode %s", p.Name, staged(p.Cert), what, hex.EncodeToString(sum[:]), staged(p.Key), mode))
+		out = append(out, fmt.Sprintf("%s: %s: %s, sha256 %s; key %s %s mode %s", p.Name, staged(p.Cert), what, hex.EncodeToString(sum[:]), kind, staged(p.Key), mode))
 	}
 	return out
+}
+
+// keyKind names pub's kind as kubeadm's encryptionAlgorithm does (RSA-2048, ECDSA-P256).
+func keyKind(pub crypto.PublicKey) string {
+	switch k := pub.(type) {
+	case *rsa.PublicKey:
+		return fmt.Sprintf("RSA-%d", k.N.BitLen())
+	case *ecdsa.PublicKey:
+		return "ECDSA-" + strings.ReplaceAll(k.Curve.Params().Name, "-", "")
+	default:
+		return fmt.Sprintf("%T", pub)
+	}
 }
 
 // pemBytes is the DER inside a PEM block, or the data itself when it holds none.

@@ -2,10 +2,10 @@ package cakeys
 
 import (
 	"bytes"
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -44,7 +44,7 @@ cgroupDriver: systemd
 type authority struct {
 	certPEM, keyPEM []byte
 	cert            *x509.Certificate
-	key             *rsa.PrivateKey
+	key             crypto.Signer
 }
 
 func loadAuthority(t *testing.T, certPEM, keyPEM []byte) authority {
@@ -53,7 +53,7 @@ func loadAuthority(t *testing.T, certPEM, keyPEM []byte) authority {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, err := parseKey(keyPEM)
+	k, err := parseAnyKey(keyPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func newKubeadmTree(t *testing.T, root string, controlPlane bool) kubeadmTree {
 	now := time.Now()
 	for _, name := range v1alpha1.Authorities {
 		p := pairs[name]
-		certPEM, keyPEM, err := newPair(p, now)
+		certPEM, keyPEM, err := newPair(p, nil, now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,7 +145,7 @@ func newKubeadmTree(t *testing.T, root string, controlPlane bool) kubeadmTree {
 			writeFile(t, root, pki(p.Key), keyPEM, 0o600)
 		}
 	}
-	saPub, saKey, err := newPair(serviceAccountPair, now)
+	saPub, saKey, err := newPair(serviceAccountPair, nil, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +350,7 @@ func TestTrustBothOnAControlPlane(t *testing.T) {
 
 func newAuthority(t *testing.T) authority {
 	t.Helper()
-	certPEM, keyPEM, err := newPair(Pair{Name: "x", CommonName: "stranger-ca"}, time.Now())
+	certPEM, keyPEM, err := newPair(Pair{Name: "x", CommonName: "stranger-ca"}, nil, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
