@@ -10,5 +10,8 @@ make --no-print-directory docs
 args=()
 [ "${1:-}" = --screenshots ] && args+=(--screenshots docs/img)
 start=$SECONDS
+# The checker's own tests first, on a small site with the same chromium: a checker that passed everything
+# would pass a broken site too.
+/usr/bin/python3 -m unittest hack/docs_check_test.py
 /usr/bin/python3 hack/docs_check.py --site bin/site "${args[@]}"
 echo "docs-check: $((SECONDS - start))s"
