@@ -9,8 +9,12 @@ import (
 	"time"
 )
 
-// Sleep waits d or until ctx ends, whichever is first; it returns ctx's error when ctx ended first.
+// Sleep waits d or until ctx ends, whichever is first; it returns ctx's error when ctx ended first,
+// at once when it had ended before the call (where a select would pick either ready case).
 func Sleep(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -22,6 +22,19 @@ func TestSleep(t *testing.T) {
 	}
 }
 
+// A loop that sleeps between tries stops once its context ended, even when its interval has passed
+// too (a short poll on a loaded machine): a select between two ready cases picks either, and the
+// drain, whose timeout had cancelled its context, once evicted its pods again.
+func TestSleepOnAnEndedContextNeverReturnsNil(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := range 1000 {
+		if err := Sleep(ctx, 0); !errors.Is(err, context.Canceled) {
+			t.Fatalf("try %d: Sleep(0) on a cancelled context = %v, want context.Canceled", i, err)
+		}
+	}
+}
+
 func TestFunc(t *testing.T) {
 	held := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	if got := Func(func() time.Time { return held }).Now(); !got.Equal(held) {
