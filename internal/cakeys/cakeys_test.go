@@ -67,6 +67,10 @@ func TestGenerateStagesKeysOnlyForRoot(t *testing.T) {
 		if strings.Contains(l, "PRIVATE KEY") {
 			t.Fatalf("a line holds a key: %s", l)
 		}
+		// No old authority to follow: kubeadm's default kind.
+		if !strings.Contains(l, "key RSA-2048 ") {
+			t.Errorf("not an RSA-2048 key: %s", l)
+		}
 	}
 	before, _ := os.ReadFile(filepath.Join(dir, "ca.key"))
 	g, err = Generate(files, "rot-1", nil, true, time.Now())

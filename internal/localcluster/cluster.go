@@ -89,8 +89,8 @@ func Up(ctx context.Context, o Options, out io.Writer) (retErr error) {
 		logf("stopped; %s is left for inspection", dir)
 	}()
 
-	// A child that dies during start-up ends it, with what its log says (the supervisor starts one
-	// that had run a few seconds again once first).
+	// A child that dies during start-up ends it, with what its log says (the supervisor first starts
+	// one that crashed as a Go program does, or had run a few seconds, again once).
 	startCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go func() {

@@ -316,6 +316,9 @@ func TestSupervisorRestartsAfterStartUp(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a child dying during start-up was not reported")
 	}
+	if n := startsIn(t, dir, "quitter"); n != 1 {
+		t.Errorf("quitter, which exited at once with no crash, was started %d times, want 1", n)
+	}
 
 	if err := s.start("sleeper", "/bin/busybox", "sleep", "300"); err != nil {
 		t.Fatal(err)
@@ -358,18 +361,16 @@ func TestSupervisorStartsACrashAgainOnceDuringStartUp(t *testing.T) {
 			if err := s.start("flaky", "/bin/busybox", "sh", "-c", crashOnce); err != nil {
 				t.Fatal(err)
 			}
-			first := mustReadPID(t, dir, "flaky")
 			testutil.EventuallyEvery(t, 20*time.Second, 100*time.Millisecond, "flaky started again", func(context.Context) error {
 				select {
 				case err := <-s.failed:
 					t.Fatalf("the crash ended the start-up: %v", err)
 				default:
 				}
-				pid := mustReadPID(t, dir, "flaky")
-				if pid == first {
-					return fmt.Errorf("still pid %d", pid)
+				if n := startsIn(t, dir, "flaky"); n != 2 {
+					return fmt.Errorf("started %d times", n)
 				}
-				return syscall.Kill(pid, 0)
+				return syscall.Kill(mustReadPID(t, dir, "flaky"), 0)
 			})
 		})
 	}
@@ -395,9 +396,19 @@ func TestSupervisorStartsACrashAgainOnceDuringStartUp(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("a child crashing on each start was not reported")
 	}
-	if data, err := os.ReadFile(filepath.Join(dir, "logs", "broken.log")); err != nil || strings.Count(string(data), "=== nodeops-local: starting") != 2 {
-		t.Errorf("broken should have been started twice; its log:\n%s (%v)", data, err)
+	if n := startsIn(t, dir, "broken"); n != 2 {
+		t.Errorf("broken was started %d times, want 2", n)
 	}
+}
+
+// startsIn is how many times the supervisor started child name, by the lines it wrote to its log.
+func startsIn(t *testing.T, dir, name string) int {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, "logs", name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(data), "=== nodeops-local: starting")
 }
 
 func mustReadPID(t *testing.T, dir, name string) int {

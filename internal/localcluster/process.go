@@ -153,12 +153,14 @@ func (s *supervisor) exited(c *child, cmd *exec.Cmd, err error, ran time.Duratio
 			c.startedAgain = true
 			s.logf("%s exited during start-up after %.1fs (%v); starting it again once. What it said:\n%s",
 				c.name, ran.Seconds(), err, words)
-			if err := s.launchLocked(c); err == nil {
+			lerr := s.launchLocked(c)
+			if lerr == nil {
 				if err := s.writePIDsLocked(); err != nil {
 					s.logf("%v", err)
 				}
 				return
 			}
+			words += fmt.Sprintf("\n(and starting it again failed: %v)", lerr)
 		}
 		select {
 		case s.failed <- fmt.Errorf("%s exited during start-up (%w); from %s:\n%s", c.name, err, logPath, words):
