@@ -322,11 +322,7 @@ func ReadTarget(files host.Files, t Target) (*x509.Certificate, crypto.Signer, e
 // IssuedBy says whether c is signed by the authority ca and key is c's key: a certificate re-issue
 // keeps.
 func IssuedBy(c *x509.Certificate, key crypto.Signer, ca *x509.Certificate) bool {
-	if c == nil || key == nil || c.CheckSignatureFrom(ca) != nil {
-		return false
-	}
-	pub, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool })
-	return ok && pub.Equal(c.PublicKey)
+	return c != nil && key != nil && c.CheckSignatureFrom(ca) == nil && keyOf(key, c.PublicKey)
 }
 
 // journalFile is t's journal entry: the issued certificate, then its key.

@@ -263,29 +263,40 @@ func matches(p Pair, certPEM, keyPEM []byte) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", p.Key, err)
 	}
-	var pub crypto.PublicKey
-	if p.CommonName == "" {
-		b, _ := pem.Decode(certPEM)
-		if b == nil || b.Type != "PUBLIC KEY" {
-			return fmt.Errorf("%s: no PEM public key", p.Cert)
-		}
-		if pub, err = x509.ParsePKIXPublicKey(b.Bytes); err != nil {
-			return fmt.Errorf("%s: %w", p.Cert, err)
-		}
-	} else {
-		c, err := parseCert(certPEM)
-		if err != nil {
-			return fmt.Errorf("%s: %w", p.Cert, err)
-		}
-		if !c.IsCA {
-			return fmt.Errorf("%s: not a CA certificate", p.Cert)
-		}
-		pub = c.PublicKey
+	pub, err := publicHalf(p, certPEM)
+	if err != nil {
+		return fmt.Errorf("%s: %w", p.Cert, err)
 	}
-	if k, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool }); !ok || !k.Equal(pub) {
+	if !keyOf(key, pub) {
 		return fmt.Errorf("%s does not match %s", p.Key, p.Cert)
 	}
 	return nil
+}
+
+// publicHalf is the public key in the data of p's Cert file: a CA certificate's, or for the
+// service-account pair the PEM public key itself.
+func publicHalf(p Pair, data []byte) (crypto.PublicKey, error) {
+	if p.CommonName == "" {
+		b, _ := pem.Decode(data)
+		if b == nil || b.Type != "PUBLIC KEY" {
+			return nil, errors.New("no PEM public key")
+		}
+		return x509.ParsePKIXPublicKey(b.Bytes)
+	}
+	c, err := parseCert(data)
+	if err != nil {
+		return nil, err
+	}
+	if !c.IsCA {
+		return nil, errors.New("not a CA certificate")
+	}
+	return c.PublicKey, nil
+}
+
+// keyOf says whether key is the private key of pub.
+func keyOf(key crypto.Signer, pub crypto.PublicKey) bool {
+	k, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool })
+	return ok && k.Equal(pub)
 }
 
 func parseCert(data []byte) (*x509.Certificate, error) {
@@ -308,18 +319,11 @@ func currentKey(files host.Files, p Pair) crypto.PublicKey {
 	if err != nil {
 		return nil
 	}
-	if p.CommonName == "" {
-		if b, _ := pem.Decode(data); b != nil && b.Type == "PUBLIC KEY" {
-			if pub, err := x509.ParsePKIXPublicKey(b.Bytes); err == nil {
-				return pub
-			}
-		}
+	pub, err := publicHalf(p, data)
+	if err != nil {
 		return nil
 	}
-	if c, err := parseCert(data); err == nil {
-		return c.PublicKey
-	}
-	return nil
+	return pub
 }
 
 // newPair makes one pair as kubeadm would: a key of like's kind (the pair it replaces, which
@@ -382,8 +386,8 @@ func describe(files host.Files, want []Pair) []string {
 		what, kind := "public key", "?"
 		if c, err := parseCert(data); err == nil {
 			what = fmt.Sprintf("CA %q, self-signed (new issuer), valid until %s", c.Subject.CommonName, c.NotAfter.UTC().Format(time.RFC3339))
-			kind = keyKind(c.PublicKey)
-		} else if pub, err := x509.ParsePKIXPublicKey(pemBytes(data)); err == nil {
+		}
+		if pub, err := publicHalf(p, data); err == nil {
 			kind = keyKind(pub)
 		}
 		out = append(out, fmt.Sprintf("%s: %s: %s, sha256 %s; key %s %s mode %s", p.Name, staged(p.Cert), what, hex.EncodeToString(sum[:]), kind, staged(p.Key), mode))

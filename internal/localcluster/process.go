@@ -107,7 +107,7 @@ func (s *supervisor) launchLocked(c *child) error {
 	if err != nil {
 		return fmt.Errorf("opening %s: %w", logPath, err)
 	}
-	fmt.Fprintf(log, "=== nodeops-local: starting %s %s at %s\n", c.path, strings.Join(c.args, " "), time.Now().Format(time.RFC3339Nano))
+	fmt.Fprintf(log, "%s%s %s at %s\n", startLine, c.path, strings.Join(c.args, " "), time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command(c.path, c.args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Dir = s.dir
@@ -321,6 +321,9 @@ func ProcessGroupMembers(pgids []int) ([]int, error) {
 	return found, nil
 }
 
+// startLine begins the line the supervisor writes to a child's log at each start.
+const startLine = "=== nodeops-local: starting "
+
 // lastWords returns what a child's last run wrote to its log at path: from a Go runtime's "panic:"
 // or "fatal error:" line when there is one (crashed), so the message is not cut off by the goroutine
 // dump after it (up to crashLines lines), else its last tailLines lines.
@@ -332,7 +335,7 @@ func lastWords(path string) (words string, crashed bool) {
 	}
 	all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
 	for i := len(all) - 1; i >= 0; i-- {
-		if strings.HasPrefix(all[i], "=== nodeops-local: starting ") {
+		if strings.HasPrefix(all[i], startLine) {
 			all = all[i:]
 			break
 		}
